@@ -1,0 +1,79 @@
+// SPDX-License-Identifier: MIT
+// Read-only random access to the checkpoint's bytes: pread on a file, or memory in tests.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <sys/types.h>
+
+namespace ckptfs {
+
+// All reads are positional and bounds-checked, so one source can be shared by many threads.
+class ByteSource {
+ public:
+  virtual ~ByteSource() = default;
+  virtual std::uint64_t size() const = 0;
+
+  // Fills `out` with the bytes at [offset, offset + out.size()). Throws Error(bad_checkpoint)
+  // when the range is not inside the source ("truncated"), Error(io) when the read fails.
+  void read(std::uint64_t offset, std::span<std::byte> out) const;
+
+  // The same, into a string of `length` bytes.
+  std::string read_string(std::uint64_t offset, std::size_t length) const;
+
+  // True when [offset, offset + length) lies inside the source (overflow-safe).
+  bool contains(std::uint64_t offset, std::uint64_t length) const noexcept {
+    return offset <= size() && length <= size() - offset;
+  }
+
+ protected:
+  // Reads exactly out.size() bytes at an offset already checked to be in range.
+  virtual void read_in_range(std::uint64_t offset, std::span<std::byte> out) const = 0;
+};
+
+// Identity of a file at open time, to detect that it changed later (size, mtime, inode).
+struct FileIdentity {
+  dev_t device = 0;
+  ino_t inode = 0;
+  std::uint64_t size = 0;
+  std::int64_t mtime_sec = 0;
+  std::int64_t mtime_nsec = 0;
+  std::int64_t ctime_sec = 0;
+  std::int64_t ctime_nsec = 0;
+};
+
+class FileSource final : public ByteSource {
+ public:
+  // Opens `path` read-only. Throws Error(io) with strerror when it cannot, or when it is not a
+  // regular file.
+  explicit FileSource(const std::string& path);
+  ~FileSource() override;
+  FileSource(const FileSource&) = delete;
+  FileSource& operator=(const FileSource&) = delete;
+
+  std::uint64_t size() const override { return identity_.size; }
+  int fd() const noexcept { return fd_; }
+  const FileIdentity& identity() const noexcept { return identity_; }
+  const std::string& path() const noexcept { return path_; }
+
+ private:
+  void read_in_range(std::uint64_t offset, std::span<std::byte> out) const override;
+  std::string path_;
+  int fd_ = -1;
+  FileIdentity identity_;
+};
+
+class MemorySource final : public ByteSource {
+ public:
+  explicit MemorySource(std::string bytes) : bytes_(std::move(bytes)) {}
+  std::uint64_t size() const override { return bytes_.size(); }
+
+ private:
+  void read_in_range(std::uint64_t offset, std::span<std::byte> out) const override;
+  std::string bytes_;
+};
+
+}  // namespace ckptfs

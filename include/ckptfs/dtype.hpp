@@ -1,0 +1,42 @@
+// SPDX-License-Identifier: MIT
+// The table of torch dtypes: names, element sizes, storage classes and numpy descrs.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace ckptfs {
+
+enum class DType : std::uint8_t {
+  float32, float64, float16, bfloat16,
+  float8_e5m2, float8_e4m3fn, float8_e5m2fnuz, float8_e4m3fnuz, float8_e8m0fnu, float4_e2m1fn_x2,
+  int8, int16, int32, int64,
+  uint8, uint16, uint32, uint64,
+  boolean,
+  complex32, complex64, complex128,
+  qint8, quint8, qint32, quint4x2, quint2x4,
+  bits8, bits16, bits1x8, bits2x4, bits4x2,
+};
+
+struct DTypeInfo {
+  DType dtype;
+  std::string_view name;           // torch's name without "torch.": "float32", "bool", ...
+  std::uint8_t element_size;       // bytes per element as stored
+  std::uint8_t swap_unit;          // byte-swap granularity: element size, or half of it for complex
+  std::string_view numpy_kind;     // descr without the byte order: "f4", "b1", "u2" (bits of bfloat16)
+  bool numpy_exact;                // false when numpy lacks the type and numpy_kind is a stand-in
+  std::string_view storage_class;  // legacy typed storage class ("FloatStorage"), "" if none
+};
+
+const DTypeInfo& info(DType dtype);
+std::optional<DType> dtype_from_name(std::string_view torch_name);     // "float32", "half", ...
+std::optional<DType> dtype_from_storage_class(std::string_view name);  // "FloatStorage", ...
+// The legacy tensor classes of torch <= 0.4: "FloatTensor", "cuda.HalfTensor"'s "HalfTensor"...
+std::optional<DType> dtype_from_tensor_class(std::string_view name);
+
+// The numpy descr of a dtype in a byte order ("<f4", ">f4"; "|u1" for one-byte types).
+std::string numpy_descr(DType dtype, bool big_endian);
+
+}  // namespace ckptfs

@@ -1,0 +1,163 @@
+// SPDX-License-Identifier: MIT
+// The ckptfs command line: mount (the default), `inspect`, --help and --version. Every failure
+// is one line on stderr and a documented exit code.
+#include "../fuse/mount.hpp"
+#include "inspect.hpp"
+#include "options.hpp"
+
+#include <ckptfs/byte_source.hpp>
+#include <ckptfs/checkpoint.hpp>
+#include <ckptfs/error.hpp>
+#include <ckptfs/vfs.hpp>
+
+#include <fmt/format.h>
+
+#include <climits>
+#include <cstdlib>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+namespace {
+
+using ckptfs::ExitCode;
+
+constexpr const char* usage_text = R"(usage: ckptfs [options] CHECKPOINT MOUNTPOINT
+       ckptfs inspect CHECKPOINT [--json]
+       ckptfs -h | --help | -V | --version
+
+Mounts a PyTorch checkpoint (.pth/.pt/.ckpt/.bin written by torch.save) read-only: every
+state_dict key becomes a directory with the tensor's raw `data`, a `meta.json` and a
+`tensor.npy`, and every read is an offset read inside the checkpoint. Its pickle is never
+executed.
+
+options:
+  -f                     stay in the foreground
+  -d, --debug            foreground, with libfuse's debug output
+  -o OPT[,OPT...]        mount options:
+       uid=N, gid=N        owner of every file (default: the user who mounts)
+       umask=OCTAL         permission bits to clear (default 0222: files 0444, dirs 0555)
+       allow_other         let other users read the mount (needs user_allow_other for non-root)
+       ...                 any other libfuse or kernel mount option
+  -h, --help             show this help and exit
+  -V, --version          show the version and exit
+
+inspect CHECKPOINT [--json]
+  lists every entry without mounting: key, kind, dtype, shape, bytes, file offset, and totals;
+  --json prints {"format", "byteorder", "entries": [...]}
+
+the tree:
+  MOUNTPOINT/index.json           every entry: key, path, kind, dtype, shape, nbytes
+  MOUNTPOINT/<key>/data           a tensor's bytes in C order, as stored
+  MOUNTPOINT/<key>/meta.json      dtype, shape, stride, offsets, storage, sharing
+  MOUNTPOINT/<key>/tensor.npy     the same bytes behind a .npy header
+  MOUNTPOINT/<key>/value.json     a non-tensor value as JSON
+
+unmount with: fusermount3 -u MOUNTPOINT
+
+exit status:
+  0  success
+  1  usage error
+  2  the checkpoint cannot be opened or read
+  3  the zip container is invalid
+  4  the pickle is invalid or the checkpoint is inconsistent
+  5  a valid file ckptfs does not serve (compressed record, TorchScript, tar format)
+  6  the mount failed (mountpoint, /dev/fuse, permissions)
+)";
+
+int fail(ExitCode code, const std::string& message) {
+  fmt::print(stderr, "ckptfs: {}\n", message);
+  return static_cast<int>(code);
+}
+
+int usage_error(const std::string& message) {
+  fmt::print(stderr, "ckptfs: {} (try 'ckptfs --help')\n", message);
+  return static_cast<int>(ExitCode::usage);
+}
+
+int run_inspect(const std::vector<std::string>& args) {
+  std::string path;
+  bool json = false;
+  for (const auto& arg : args) {
+    if (arg == "--json") {
+      json = true;
+    } else if (arg.starts_with("-") && arg != "-") {
+      return usage_error(fmt::format("inspect: unknown option {}", ckptfs::quote(arg)));
+    } else if (path.empty()) {
+      path = arg;
+    } else {
+      return usage_error("inspect takes one checkpoint");
+    }
+  }
+  if (path.empty()) return usage_error("inspect: missing CHECKPOINT");
+  try {
+    ckptfs::FileSource source(path);
+    ckptfs::Checkpoint checkpoint = ckptfs::read_checkpoint(source);
+    if (json) {
+      ckptfs::cli::print_inspect_json(checkpoint, stdout);
+    } else {
+      ckptfs::cli::print_inspect_table(checkpoint, stdout);
+    }
+  } catch (const ckptfs::Error& e) {
+    return fail(e.code(), fmt::format("{}: {}", path, e.what()));
+  } catch (const std::bad_alloc&) {
+    return fail(ExitCode::bad_checkpoint, fmt::format("{}: out of memory", path));
+  }
+  return std::fflush(stdout) == 0 ? 0 : fail(ExitCode::io, "cannot write the output");
+}
+
+// The fsname shown in /proc/mounts, escaped for libfuse's comma-separated option list.
+std::string escaped_fsname(const std::string& path) {
+  std::string out;
+  for (char c : path) {
+    if (c == ',' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+int run_mount(const std::vector<std::string>& args) {
+  auto parsed = ckptfs::cli::parse_mount_options(args);
+  if (!parsed.error.empty()) return usage_error(parsed.error);
+  const auto& o = parsed.options;
+  if (o.help) {
+    fmt::print("{}", usage_text);
+    return 0;
+  }
+  if (o.version) {
+    fmt::print("ckptfs {}\n", CKPTFS_VERSION);
+    return 0;
+  }
+  char resolved[PATH_MAX];
+  std::string absolute = ::realpath(o.checkpoint.c_str(), resolved) ? resolved : o.checkpoint;
+  try {
+    // Everything is parsed and validated before the mount: a bad checkpoint never mounts.
+    ckptfs::FileSource source(o.checkpoint);
+    ckptfs::VfsOptions vfs_options;
+    vfs_options.source_path = absolute;
+    vfs_options.uid = o.uid.value_or(::getuid());
+    vfs_options.gid = o.gid.value_or(::getgid());
+    vfs_options.umask = o.umask.value_or(0222);
+    ckptfs::Vfs vfs(ckptfs::read_checkpoint(source), source.identity(), vfs_options);
+    ckptfs::fuse::MountRequest request;
+    request.mountpoint = o.mountpoint;
+    request.foreground = o.foreground;
+    request.debug = o.debug;
+    request.fuse_options = o.fuse_options;
+    request.fsname = escaped_fsname(absolute);
+    return ckptfs::fuse::mount_and_serve(vfs, source, request);
+  } catch (const ckptfs::Error& e) {
+    return fail(e.code(), fmt::format("{}: {}", o.checkpoint, e.what()));
+  } catch (const std::bad_alloc&) {
+    return fail(ExitCode::bad_checkpoint, fmt::format("{}: out of memory", o.checkpoint));
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty()) return usage_error("needs a CHECKPOINT and a MOUNTPOINT");
+  if (args[0] == "inspect") return run_inspect({args.begin() + 1, args.end()});
+  return run_mount(args);
+}

@@ -1,0 +1,103 @@
+// SPDX-License-Identifier: MIT
+// parse_mount_options(): flags, -o lists, and the two positional arguments.
+#include "options.hpp"
+
+#include <fmt/format.h>
+
+#include <charconv>
+
+namespace ckptfs::cli {
+namespace {
+
+template <typename T>
+bool parse_number(std::string_view text, T& out, int base) {
+  unsigned long long value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value, base);
+  if (ec != std::errc{} || end != text.data() + text.size() || text.empty()) return false;
+  out = static_cast<T>(value);
+  return static_cast<unsigned long long>(out) == value;
+}
+
+// One -o item; returns an error message or "".
+std::string take_option(std::string_view item, MountOptions& o) {
+  auto value_of = [&](std::string_view name) -> std::optional<std::string_view> {
+    if (item.size() > name.size() && item.starts_with(name) && item[name.size()] == '=') {
+      return item.substr(name.size() + 1);
+    }
+    return std::nullopt;
+  };
+  if (auto v = value_of("uid")) {
+    uid_t uid;
+    if (!parse_number(*v, uid, 10)) return fmt::format("invalid uid '{}'", *v);
+    o.uid = uid;
+  } else if (auto g = value_of("gid")) {
+    gid_t gid;
+    if (!parse_number(*g, gid, 10)) return fmt::format("invalid gid '{}'", *g);
+    o.gid = gid;
+  } else if (auto u = value_of("umask")) {
+    mode_t mask;
+    if (!parse_number(*u, mask, 8) || mask > 0777) return fmt::format("invalid umask '{}'", *u);
+    o.umask = mask;
+  } else if (item == "ro" || item.empty()) {
+    // always read-only
+  } else if (item == "rw") {
+    return "ckptfs mounts are read-only: 'rw' is not possible";
+  } else {
+    o.fuse_options.emplace_back(item);
+  }
+  return {};
+}
+
+std::string take_option_list(std::string_view list, MountOptions& o) {
+  while (true) {
+    auto comma = list.find(',');
+    if (auto error = take_option(list.substr(0, comma), o); !error.empty()) return error;
+    if (comma == std::string_view::npos) return {};
+    list.remove_prefix(comma + 1);
+  }
+}
+
+}  // namespace
+
+ParseResult parse_mount_options(const std::vector<std::string>& args) {
+  ParseResult r;
+  MountOptions& o = r.options;
+  std::vector<std::string> positional;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "-f") {
+      o.foreground = true;
+    } else if (a == "-d" || a == "--debug") {
+      o.debug = true;
+      o.foreground = true;
+    } else if (a == "-h" || a == "--help") {
+      o.help = true;
+    } else if (a == "-V" || a == "--version") {
+      o.version = true;
+    } else if (a == "-o") {
+      if (i + 1 == args.size()) {
+        r.error = "-o needs an argument";
+        return r;
+      }
+      r.error = take_option_list(args[++i], o);
+    } else if (a.starts_with("-o")) {
+      r.error = take_option_list(std::string_view(a).substr(2), o);
+    } else if (a.starts_with("-") && a != "-") {
+      r.error = fmt::format("unknown option '{}'", a);
+    } else {
+      positional.push_back(a);
+    }
+    if (!r.error.empty()) return r;
+  }
+  if (o.help || o.version) return r;
+  if (positional.size() != 2) {
+    r.error = positional.size() < 2 ? "needs a CHECKPOINT and a MOUNTPOINT"
+                                    : "too many arguments: needs a CHECKPOINT and a MOUNTPOINT";
+    return r;
+  }
+  o.checkpoint = positional[0];
+  o.mountpoint = positional[1];
+  return r;
+}
+
+}  // namespace ckptfs::cli

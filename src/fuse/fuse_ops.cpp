@@ -1,0 +1,237 @@
+// SPDX-License-Identifier: MIT
+// FUSE low-level callbacks: each replies exactly once, never throws, and reads answer with
+// fd buffers so tensor bytes go from the checkpoint to the kernel without being staged here.
+#include "fuse_ops.hpp"
+
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
+#include <new>
+#include <sys/statvfs.h>
+
+namespace ckptfs::fuse {
+namespace {
+
+// The tree never changes while mounted, so the kernel may cache names and attributes forever.
+constexpr double forever = 365.0 * 24 * 3600;
+
+const Context& context(fuse_req_t req) {
+  return *static_cast<const Context*>(fuse_req_userdata(req));
+}
+
+fuse_entry_param entry_of(const Vfs& vfs, Vfs::Ino ino) {
+  fuse_entry_param e{};
+  e.ino = ino;
+  e.generation = 1;
+  e.attr_timeout = forever;
+  e.entry_timeout = forever;
+  vfs.stat(ino, e.attr);
+  return e;
+}
+
+void op_init(void*, fuse_conn_info* conn) {
+  // Readahead as large as the kernel allows, and many requests in flight.
+  conn->max_readahead = conn->max_readahead ? conn->max_readahead : 1u << 20;
+  conn->max_background = 64;
+  conn->congestion_threshold = 48;
+  if (conn->capable & FUSE_CAP_READDIRPLUS) conn->want |= FUSE_CAP_READDIRPLUS;
+  conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO;  // always plus: names come with attributes
+}
+
+void op_lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  const Vfs& vfs = *context(req).vfs;
+  Vfs::Ino ino = vfs.lookup(parent, name);
+  if (ino == 0) {
+    // A negative entry with a timeout: the kernel remembers that the name does not exist.
+    fuse_entry_param e{};
+    e.entry_timeout = forever;
+    fuse_reply_entry(req, &e);
+    return;
+  }
+  fuse_entry_param e = entry_of(vfs, ino);
+  fuse_reply_entry(req, &e);
+}
+
+void op_forget(fuse_req_t req, fuse_ino_t, uint64_t) { fuse_reply_none(req); }
+
+void op_forget_multi(fuse_req_t req, size_t, fuse_forget_data*) { fuse_reply_none(req); }
+
+void op_getattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
+  struct stat st {};
+  if (!context(req).vfs->stat(ino, st)) {
+    fuse_reply_err(req, ENOENT);
+    return;
+  }
+  fuse_reply_attr(req, &st, forever);
+}
+
+void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  const Vfs::Node* n = context(req).vfs->node(ino);
+  if (!n) {
+    fuse_reply_err(req, ENOENT);
+  } else if (n->directory) {
+    fuse_reply_err(req, EISDIR);
+  } else if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
+    fuse_reply_err(req, EROFS);
+  } else {
+    fi->keep_cache = 1;  // the checkpoint is immutable: cached pages stay valid across opens
+    fi->noflush = 1;
+    fuse_reply_open(req, fi);
+  }
+}
+
+// A bufvec with room for the few pieces a read can have (header, body).
+struct Pieces {
+  static constexpr std::size_t capacity = 4;
+  alignas(fuse_bufvec) unsigned char bytes[sizeof(fuse_bufvec) + capacity * sizeof(fuse_buf)];
+  fuse_bufvec* vec() { return reinterpret_cast<fuse_bufvec*>(bytes); }
+};
+
+void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info*) {
+  const Context& ctx = context(req);
+  // Reused by each serving thread: no allocation per read once warm.
+  thread_local std::vector<ReadPiece> pieces;
+  thread_local std::vector<char> scratch;
+  try {
+    ctx.vfs->read(ino, static_cast<std::uint64_t>(off), size, *ctx.source, pieces, scratch);
+  } catch (const std::bad_alloc&) {
+    fuse_reply_err(req, ENOMEM);
+    return;
+  } catch (...) {
+    fuse_reply_err(req, EIO);
+    return;
+  }
+  if (pieces.size() > Pieces::capacity) {
+    fuse_reply_err(req, EIO);
+    return;
+  }
+  Pieces storage;
+  fuse_bufvec* vec = new (storage.bytes) fuse_bufvec{};
+  vec->count = pieces.size();
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    fuse_buf& b = vec->buf[i];
+    b = fuse_buf{};
+    b.size = pieces[i].length;
+    if (pieces[i].memory) {
+      b.mem = const_cast<char*>(pieces[i].memory);
+    } else {
+      b.flags = static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
+      b.fd = ctx.source->fd();
+      b.pos = static_cast<off_t>(pieces[i].source_offset);
+    }
+  }
+  if (pieces.empty()) {
+    fuse_reply_buf(req, nullptr, 0);
+    return;
+  }
+  fuse_reply_data(req, vec, FUSE_BUF_SPLICE_MOVE);
+}
+
+void op_opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  const Vfs::Node* n = context(req).vfs->node(ino);
+  if (!n) {
+    fuse_reply_err(req, ENOENT);
+  } else if (!n->directory) {
+    fuse_reply_err(req, ENOTDIR);
+  } else {
+    fi->cache_readdir = 1;
+    fi->keep_cache = 1;
+    fuse_reply_open(req, fi);
+  }
+}
+
+// Entry i of a directory listing: ".", "..", then the children.
+void list_directory(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool plus) {
+  const Vfs& vfs = *context(req).vfs;
+  const Vfs::Node* dir = vfs.node(ino);
+  if (!dir || !dir->directory) {
+    fuse_reply_err(req, ENOTDIR);
+    return;
+  }
+  thread_local std::vector<char> buffer;
+  try {
+    buffer.resize(size);
+  } catch (const std::bad_alloc&) {
+    fuse_reply_err(req, ENOMEM);
+    return;
+  }
+  std::size_t used = 0;
+  const std::uint64_t total = 2 + static_cast<std::uint64_t>(dir->child_count);
+  for (auto i = static_cast<std::uint64_t>(off < 0 ? 0 : off); i < total; ++i) {
+    const char* name;
+    Vfs::Ino child;
+    if (i == 0) {
+      name = ".";
+      child = ino;
+    } else if (i == 1) {
+      name = "..";
+      child = dir->parent;
+    } else {
+      child = vfs.child_ino(*dir, static_cast<std::uint32_t>(i - 2));
+      name = vfs.node(child)->name.c_str();
+    }
+    std::size_t need;
+    auto next = static_cast<off_t>(i + 1);
+    if (plus) {
+      fuse_entry_param e = entry_of(vfs, child);
+      if (i < 2) e.ino = 0;  // no lookup (and no lookup count) for . and ..
+      need = fuse_add_direntry_plus(req, buffer.data() + used, size - used, name, &e, next);
+    } else {
+      struct stat st {};
+      vfs.stat(child, st);
+      need = fuse_add_direntry(req, buffer.data() + used, size - used, name, &st, next);
+    }
+    if (need > size - used) break;
+    used += need;
+  }
+  fuse_reply_buf(req, buffer.data(), used);
+}
+
+void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info*) {
+  list_directory(req, ino, size, off, false);
+}
+
+void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info*) {
+  list_directory(req, ino, size, off, true);
+}
+
+void op_release(fuse_req_t req, fuse_ino_t, fuse_file_info*) { fuse_reply_err(req, 0); }
+
+void op_statfs(fuse_req_t req, fuse_ino_t) {
+  const Vfs& vfs = *context(req).vfs;
+  struct statvfs st {};
+  st.f_bsize = 4096;
+  st.f_frsize = 4096;
+  st.f_blocks = (context(req).source->size() + 4095) / 4096;
+  st.f_files = vfs.node_count();
+  st.f_namemax = 255;
+  st.f_flag = ST_RDONLY;
+  fuse_reply_statfs(req, &st);
+}
+
+fuse_lowlevel_ops make_operations() {
+  fuse_lowlevel_ops ops{};
+  ops.init = op_init;
+  ops.lookup = op_lookup;
+  ops.forget = op_forget;
+  ops.forget_multi = op_forget_multi;
+  ops.getattr = op_getattr;
+  ops.open = op_open;
+  ops.read = op_read;
+  ops.release = op_release;
+  ops.opendir = op_opendir;
+  ops.readdir = op_readdir;
+  ops.readdirplus = op_readdirplus;
+  ops.releasedir = op_release;
+  ops.statfs = op_statfs;
+  return ops;
+}
+
+}  // namespace
+
+const fuse_lowlevel_ops& operations() {
+  static const fuse_lowlevel_ops ops = make_operations();
+  return ops;
+}
+
+}  // namespace ckptfs::fuse

@@ -1,0 +1,44 @@
+// SPDX-License-Identifier: MIT
+// Unit tests of the dtype table.
+#include <ckptfs/dtype.hpp>
+
+#include <doctest/doctest.h>
+
+using namespace ckptfs;
+
+TEST_SUITE_BEGIN("dtype");
+
+TEST_CASE("the table is indexed by the enum and names round-trip") {
+  for (int i = 0; i <= static_cast<int>(DType::bits4x2); ++i) {
+    auto d = static_cast<DType>(i);
+    CHECK(info(d).dtype == d);
+    CHECK(dtype_from_name(info(d).name) == d);
+    if (!info(d).storage_class.empty()) CHECK(dtype_from_storage_class(info(d).storage_class) == d);
+  }
+}
+
+TEST_CASE("torch aliases, storage and tensor classes") {
+  CHECK(dtype_from_name("half") == DType::float16);
+  CHECK(dtype_from_name("long") == DType::int64);
+  CHECK(dtype_from_name("nonsense") == std::nullopt);
+  CHECK(dtype_from_storage_class("BFloat16Storage") == DType::bfloat16);
+  CHECK(dtype_from_storage_class("UntypedStorage") == std::nullopt);
+  CHECK(dtype_from_tensor_class("FloatTensor") == DType::float32);
+  CHECK(dtype_from_tensor_class("LongTensor") == DType::int64);
+  CHECK(dtype_from_tensor_class("Tensor") == std::nullopt);
+}
+
+TEST_CASE("numpy descrs: byte order, one-byte types, stand-ins for types numpy lacks") {
+  CHECK(numpy_descr(DType::float32, false) == "<f4");
+  CHECK(numpy_descr(DType::float32, true) == ">f4");
+  CHECK(numpy_descr(DType::boolean, true) == "|b1");
+  CHECK(numpy_descr(DType::int8, false) == "|i1");
+  CHECK(numpy_descr(DType::complex128, false) == "<c16");
+  CHECK(numpy_descr(DType::bfloat16, false) == "<u2");
+  CHECK(numpy_descr(DType::float8_e4m3fn, false) == "|u1");
+  CHECK(numpy_descr(DType::complex32, false) == "<u4");
+  CHECK(numpy_descr(DType::uint64, false) == "<u8");
+  CHECK(info(DType::complex64).swap_unit == 4);
+}
+
+TEST_SUITE_END();
