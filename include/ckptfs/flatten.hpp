@@ -11,8 +11,8 @@ namespace ckptfs {
 
 // Walks the root: a dict, list, tuple, set, object (its state, items, args) or composite that
 // holds at least one tensor somewhere below is walked, each child keyed `parent + "." + child`
-// (dict keys as key_text(), indices in decimal, object parts by their state's keys, "__args__",
-// "__kwargs__", "__state__" when the state is not a dict). Every tensor is a tensor entry (a
+// (dict keys as key_text(), indices in decimal, object parts by their state's keys, "__state__"
+// when the state is not a dict, "__args__" and "__kwargs__" when the arguments hold tensors). Every tensor is a tensor entry (a
 // tensor reached twice, as tied weights are, is an entry under each key); every subtree without
 // a tensor is one value entry. A root tensor is the entry "tensor"; a root dict, list or tuple is
 // always walked; any other root without a tensor is the value entry "value". Order is the

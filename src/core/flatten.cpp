@@ -76,8 +76,11 @@ class Flattener {
     for (std::size_t i = 0; i < obj.list_items.size(); ++i) {
       add(labeled ? std::to_string(i) : std::string(), obj.list_items[i]);
     }
-    add("__args__", obj.args);
-    add("__kwargs__", obj.kwargs);
+    // Construction arguments are shown only when they hold tensors; otherwise they are noise
+    // (an empty tuple for every NEWOBJ).
+    for (auto [label, part] : {std::pair{"__args__", obj.args}, {"__kwargs__", obj.kwargs}}) {
+      if (part != no_node && (plain || has_tensor_[part])) add(label, part);
+    }
   }
 
   // The children the walk descends into; `labeled` gets their key components.
