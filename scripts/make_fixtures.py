@@ -1,0 +1,1263 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: MIT
+"""Writes the checkpoint fixtures of the integration tests, and what a correct reader reports.
+
+Usage:
+    /usr/bin/python3 scripts/make_fixtures.py OUTDIR         # OUTDIR/*.pth + OUTDIR/*.expected.json
+    /usr/bin/python3 scripts/make_fixtures.py --sample PATH  # tests/data/sample.pth
+
+Needs Debian's python3-torch (1.13) and numpy; everything else is the standard library. The output
+is deterministic: fixed seeds, no timestamps, legacy storage keys (heap pointers) rewritten.
+
+Each `<name>.expected.json` is computed from the objects that were saved (never typed by hand):
+    {"format": "zip"|"legacy", "byteorder": "little"|"big", "entries": [...]}
+with one entry per flattened item (the rule is in `flatten` below, the same as `ckptfs inspect`):
+    {"key", "kind": "tensor", "dtype", "shape", "stride", "storage_offset", "requires_grad",
+     "nbytes", "contiguous", "shared_with", "sha256"}
+    {"key", "kind": "value"[, "value"]}      ("value" only when JSON can hold it)
+sha256 is over the tensor's logical elements in C order, each as the bytes stored in the FILE
+(big-endian in bigendian.pth; raw bytes for float8/complex32/...; un-conjugated for conj tensors).
+
+Fixtures:
+    convnet     state_dict of a small convnet (Conv2d, BatchNorm2d with 0-d int64, Linear)
+    dtypes      every dtype torch 1.13 saves, each 0-d, (0,), (2,0,3), 1-d and 3-d
+    views       tied weights, views at offsets, transposed, stepped, expanded (stride 0),
+                permuted, channels_last, a small view of a big storage, an empty view at the end
+    training    model + Adam (2 steps) + StepLR + epoch + args + Namespaces + rng_state + best
+    keys        awkward keys: '/', '%', '.', '..', '', unicode, emoji, 300 chars, newline, ints
+    params      nn.Parameter with requires_grad True and False, a requires_grad leaf tensor
+    module      torch.save of a whole nn.Module whose class (make_fixtures.TinyNet) readers lack
+    bare        a tensor as the root
+    zip64       re-zipped by Python's zipfile with force_zip64 (zip64 local extras)
+    zip64_cd    the same with zip64 extras in the central directory too, and a zip64 EOCD
+    legacy      _use_new_zipfile_serialization=False, shared storages and views
+    bigendian   what torch >= 2.1 writes on s390x: byte-swapped storages, byteorder 'big'
+    new_dtypes  torch >= 2.7 layout: _rebuild_tensor_v3 + UntypedStorage for float8*, uint16/32/64,
+                complex32, bits8; two dtypes over one storage; Parameter with state; conj
+
+Fixtures torch 1.13 cannot write (bigendian.pth, new_dtypes.pth) are assembled here: a zip writer
+that lays records out exactly as torch's miniz writer does (the 'FB' padding field, 64-byte
+aligned payloads, data descriptors, zip64 end records), and a protocol-2 pickle assembler. torch
+1.13 can load all but new_dtypes.pth and zip64_cd.pth (see the comment where it is written).
+
+Self-checks before exiting 0: every fixture torch 1.13 can load is loaded and must describe exactly
+as expected; every fixture is re-read by an independent reference reader in this file (zipfile or
+the legacy stream + a stub unpickler + byte gathering from the file) that must agree too; the zip
+writer and the pickle assembler reproduce torch's own output byte for byte.
+"""
+
+import argparse
+import collections
+import copy
+import hashlib
+import io
+import json
+import pickle
+import pickletools
+import struct
+import sys
+import warnings
+import zipfile
+import zlib
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+warnings.filterwarnings("ignore")
+
+# --------------------------------------------------------------------------------------------
+# dtypes
+# --------------------------------------------------------------------------------------------
+
+# Legacy storage class name -> (dtype name, element size); UntypedStorage counts bytes.
+STORAGE_CLASSES = {
+    "FloatStorage": ("float32", 4),
+    "DoubleStorage": ("float64", 8),
+    "HalfStorage": ("float16", 2),
+    "BFloat16Storage": ("bfloat16", 2),
+    "LongStorage": ("int64", 8),
+    "IntStorage": ("int32", 4),
+    "ShortStorage": ("int16", 2),
+    "CharStorage": ("int8", 1),
+    "ByteStorage": ("uint8", 1),
+    "BoolStorage": ("bool", 1),
+    "ComplexFloatStorage": ("complex64", 8),
+    "ComplexDoubleStorage": ("complex128", 16),
+    "UntypedStorage": ("uint8", 1),
+}
+
+# Every dtype name a reader may report -> element size in bytes.
+DTYPE_SIZES = {
+    "float32": 4, "float64": 8, "float16": 2, "bfloat16": 2,
+    "int64": 8, "int32": 4, "int16": 2, "int8": 1, "uint8": 1, "bool": 1,
+    "complex64": 8, "complex128": 16, "complex32": 4,
+    "float8_e5m2": 1, "float8_e4m3fn": 1, "float8_e5m2fnuz": 1, "float8_e4m3fnuz": 1,
+    "float8_e8m0fnu": 1, "uint16": 2, "uint32": 4, "uint64": 8, "bits8": 1,
+}
+
+# Byte swapping to big-endian is per element, complex numbers per half.
+SWAP_UNIT = {"complex64": 4, "complex128": 8, "complex32": 2}
+
+
+def swap_unit(dtype):
+    return SWAP_UNIT.get(dtype, DTYPE_SIZES[dtype])
+
+
+def byteswap(data, unit):
+    """Reverses every `unit`-byte group of `data`."""
+    if unit == 1 or not data:
+        return bytes(data)
+    a = np.frombuffer(bytes(data), dtype=np.uint8).reshape(-1, unit)
+    return a[:, ::-1].tobytes()
+
+
+def dtype_name(dt):
+    return str(dt).removeprefix("torch.")
+
+
+def torch_is_contiguous(shape, stride):
+    """torch's Tensor.is_contiguous() for the default memory format."""
+    if any(s == 0 for s in shape):
+        return True
+    expected = 1
+    for size, st in zip(reversed(shape), reversed(stride)):
+        if size != 1:
+            if st != expected:
+                return False
+            expected *= size
+    return True
+
+
+def gather(storage_bytes, elsize, shape, stride, offset):
+    """The logical elements of a strided view over raw storage bytes, in C order."""
+    numel = 1
+    for s in shape:
+        numel *= s
+    if numel == 0:
+        return b""
+    base = np.frombuffer(storage_bytes, dtype=np.dtype((np.void, elsize)))
+    view = np.lib.stride_tricks.as_strided(base[offset:], shape=tuple(shape),
+                                           strides=tuple(s * elsize for s in stride))
+    return np.ascontiguousarray(view).tobytes()
+
+
+def torch_tensor_bytes(t):
+    """A torch tensor's logical elements in C order, in native (little-endian) byte order."""
+    c = t.detach().cpu().contiguous()
+    if c.dtype == torch.bfloat16:
+        c = c.view(torch.int16)
+    return c.numpy().tobytes()
+
+
+# --------------------------------------------------------------------------------------------
+# Flattening (the contract of `ckptfs inspect`) and expected entries
+# --------------------------------------------------------------------------------------------
+
+class TensorDesc:
+    """A tensor as a reader sees it in a file, or as this script writes it by hand."""
+
+    def __init__(self, dtype, shape, stride, offset, storage_key, storage_bytes,
+                 requires_grad=False, conj=False):
+        self.dtype, self.shape, self.stride = dtype, list(shape), list(stride)
+        self.offset, self.storage_key, self.storage_bytes = offset, storage_key, storage_bytes
+        self.requires_grad, self.conj = requires_grad, conj
+
+    def with_requires_grad(self, rg):
+        c = copy.copy(self)
+        c.requires_grad = bool(rg)
+        return c
+
+
+class StubObject:
+    """An instance of a class that is unknown (or deliberately not imported): keeps BUILD state."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def __setstate__(self, state):
+        if isinstance(state, dict):
+            self.__dict__.update(state)
+        elif (isinstance(state, tuple) and len(state) == 2
+              and isinstance(state[0], (dict, type(None)))):
+            self.__dict__.update(state[0] or {})
+            self.__dict__.update(state[1] or {})
+        else:
+            self.__dict__["__state__"] = state
+
+
+_stub_classes = {}
+
+
+def stub_class(module, name):
+    key = (module, name)
+    if key not in _stub_classes:
+        cls = type(name, (StubObject,), {"__module__": module, "__qualname__": name})
+        _stub_classes[key] = cls
+    return _stub_classes[key]
+
+
+def is_tensor(x):
+    return isinstance(x, (torch.Tensor, TensorDesc))
+
+
+def is_mapping(x):
+    return isinstance(x, dict)
+
+
+def is_sequence(x):
+    return type(x) in (list, tuple)
+
+
+def object_state(x):
+    """The walkable state of an object that is not a container: its __dict__, or None."""
+    if is_tensor(x) or is_mapping(x) or is_sequence(x):
+        return None
+    if isinstance(x, (str, bytes, int, float, complex, type(None), type, np.ndarray, np.generic)):
+        return None
+    d = getattr(x, "__dict__", None)
+    return d if isinstance(d, dict) else None
+
+
+def key_text(k):
+    return k if isinstance(k, str) else str(k)
+
+
+def children(x):
+    if is_mapping(x):
+        return [(key_text(k), v) for k, v in x.items()]
+    if is_sequence(x):
+        return [(str(i), v) for i, v in enumerate(x)]
+    st = object_state(x)
+    if st is not None:
+        return [(key_text(k), v) for k, v in st.items()]
+    return []
+
+
+def contains_tensor(x, _seen=None):
+    if is_tensor(x):
+        return True
+    seen = _seen if _seen is not None else set()
+    if id(x) in seen:
+        return False
+    seen.add(id(x))
+    return any(contains_tensor(v, seen) for _, v in children(x))
+
+
+def flatten(root):
+    """[(key, obj)] per the contract: tensors are leaves; subtrees without tensors are values."""
+    out = []
+
+    def walk(x, prefix):
+        for k, v in children(x):
+            key = k if prefix is None else prefix + "." + k
+            if is_tensor(v):
+                out.append((key, v))
+            elif contains_tensor(v):
+                walk(v, key)
+            else:
+                out.append((key, v))
+
+    if is_tensor(root):
+        out.append(("tensor", root))
+    elif type(root) in (dict, list, collections.OrderedDict) or contains_tensor(root):
+        walk(root, None)
+    else:
+        out.append(("value", root))
+    return out
+
+
+_NOT_JSON = object()
+
+
+def to_json(v):
+    """JSON for a simple value, or _NOT_JSON when JSON cannot hold it exactly."""
+    if v is None or type(v) in (bool, str):
+        return v
+    if type(v) is int:
+        return v
+    if type(v) is float:
+        return v if np.isfinite(v) else _NOT_JSON
+    if type(v) in (list, tuple):
+        items = [to_json(i) for i in v]
+        return _NOT_JSON if any(i is _NOT_JSON for i in items) else items
+    if type(v) in (dict, collections.OrderedDict):
+        out = {}
+        for k, i in v.items():
+            if type(k) not in (str, int):
+                return _NOT_JSON
+            j = to_json(i)
+            if j is _NOT_JSON or key_text(k) in out:
+                return _NOT_JSON
+            out[key_text(k)] = j
+        return out
+    return _NOT_JSON
+
+
+def storage_identity(t):
+    if isinstance(t, TensorDesc):
+        return ("desc", t.storage_key)
+    return ("torch", t.storage()._cdata)
+
+
+def tensor_entry(t, byteorder):
+    """The expected description of a tensor; `byteorder` is the byte order of the file."""
+    if isinstance(t, TensorDesc):
+        elsize = DTYPE_SIZES[t.dtype]
+        data = gather(t.storage_bytes, elsize, t.shape, t.stride, t.offset)
+        d = dict(dtype=t.dtype, shape=t.shape, stride=t.stride, storage_offset=t.offset,
+                 requires_grad=bool(t.requires_grad))
+    else:
+        d = dict(dtype=dtype_name(t.dtype), shape=list(t.shape), stride=list(t.stride()),
+                 storage_offset=t.storage_offset(), requires_grad=bool(t.requires_grad))
+        elsize = t.element_size()
+        data = torch_tensor_bytes(t)
+        if byteorder == "big":
+            data = byteswap(data, swap_unit(d["dtype"]))
+    numel = 1
+    for s in d["shape"]:
+        numel *= s
+    d["nbytes"] = numel * elsize
+    assert len(data) == d["nbytes"], (d, len(data))
+    d["contiguous"] = torch_is_contiguous(d["shape"], d["stride"])
+    d["sha256"] = hashlib.sha256(data).hexdigest()
+    return d
+
+
+def describe(root, fmt, byteorder):
+    """The expected.json document for an object that a reader will see as `root`."""
+    entries, idents = [], []
+    for key, obj in flatten(root):
+        if is_tensor(obj):
+            e = {"key": key, "kind": "tensor"}
+            e.update(tensor_entry(obj, byteorder))
+            entries.append(e)
+            idents.append(storage_identity(obj))
+        else:
+            e = {"key": key, "kind": "value"}
+            j = to_json(obj)
+            if j is not _NOT_JSON:
+                e["value"] = j
+            entries.append(e)
+            idents.append(None)
+    for i, e in enumerate(entries):
+        if e["kind"] == "tensor":
+            e["shared_with"] = [entries[j]["key"] for j in range(len(entries))
+                                if j != i and idents[j] is not None and idents[j] == idents[i]]
+    keys = [e["key"] for e in entries]
+    assert len(set(keys)) == len(keys), "flattened keys must be unique in a fixture"
+    return {"format": fmt, "byteorder": byteorder, "entries": entries}
+
+
+# --------------------------------------------------------------------------------------------
+# A zip writer with torch's (miniz's) layout
+# --------------------------------------------------------------------------------------------
+
+def torch_zip(entries, alignment=64):
+    """Zip bytes laid out like torch's writer: stored, LFH sizes 0 + data descriptors, 'FB'
+    padding so every payload starts at a multiple of `alignment`, DOS time 0, zip64 EOCD."""
+    out = bytearray()
+    central = []
+    for name, data in entries:
+        nb = name.encode("utf-8")
+        lho = len(out)
+        pad = (-(lho + 30 + len(nb) + 4)) % alignment
+        extra = b"FB" + struct.pack("<H", pad) + b"Z" * pad
+        flags = 0x0808 if data else 0x0800
+        out += struct.pack("<IHHHHHIIIHH", 0x04034B50, 0, flags, 0, 0, 0, 0, 0, 0, len(nb),
+                           len(extra))
+        out += nb + extra
+        assert len(out) % alignment == 0
+        out += data
+        crc = zlib.crc32(data)
+        if data:
+            out += struct.pack("<IIII", 0x08074B50, crc, len(data), len(data))
+        central.append((nb, flags, crc, len(data), lho))
+    cd_off = len(out)
+    for nb, flags, crc, size, lho in central:
+        out += struct.pack("<IHHHHHHIIIHHHHHII", 0x02014B50, 0, 0, flags, 0, 0, 0, crc, size, size,
+                           len(nb), 0, 0, 0, 0, 0, lho)
+        out += nb
+    cd_size = len(out) - cd_off
+    n = len(central)
+    z64 = len(out)
+    out += struct.pack("<IQHHIIQQQQ", 0x06064B50, 44, 0x031E, 45, 0, 0, n, n, cd_size, cd_off)
+    out += struct.pack("<IIQI", 0x07064B50, 0, z64, 1)
+    out += struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, n, n, cd_size, cd_off, 0)
+    return bytes(out)
+
+
+def read_zip_records(data):
+    """[(name, bytes)] in central-directory order."""
+    with zipfile.ZipFile(io.BytesIO(data)) as zf:
+        return [(i.filename, zf.read(i)) for i in zf.infolist()]
+
+
+def serialization_id(records):
+    """A deterministic stand-in for torch's `.data/serialization_id` (40 decimal digits)."""
+    h = hashlib.sha256()
+    crc = 0
+    for name, data in records:
+        h.update(name.encode())
+        crc = zlib.crc32(data, crc)
+    return f"{int(h.hexdigest()[:16], 16) % 10**20:020d}{crc:020d}"
+
+
+def python_rezip(data, force_zip64=True, zip64_everywhere=False):
+    """Rewrites a zip with Python's zipfile, ZIP_STORED, zip64 local extras on every entry.
+    With `zip64_everywhere`, zipfile's ZIP64 limit is lowered to 0 while writing, so the
+    central directory also carries zip64 extras (sizes and offsets) and a zip64 EOCD is written."""
+    records = read_zip_records(data)
+    out = io.BytesIO()
+    saved_limit = zipfile.ZIP64_LIMIT
+    try:
+        if zip64_everywhere:
+            zipfile.ZIP64_LIMIT = 0
+        with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_STORED) as zf:
+            for name, payload in records:
+                info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+                info.compress_type = zipfile.ZIP_STORED
+                with zf.open(info, "w", force_zip64=force_zip64) as w:
+                    w.write(payload)
+    finally:
+        zipfile.ZIP64_LIMIT = saved_limit
+    return out.getvalue()
+
+
+# --------------------------------------------------------------------------------------------
+# A protocol-2 pickle assembler (the opcodes CPython's pickler emits for torch.save)
+# --------------------------------------------------------------------------------------------
+
+class G:
+    """GLOBAL module name."""
+
+    def __init__(self, module, name):
+        self.module, self.name = module, name
+
+
+class R:
+    """REDUCE: func(*args). The same R object pickled twice becomes a memo BINGET."""
+
+    def __init__(self, func, args):
+        self.func, self.args = func, tuple(args)
+
+
+class PID:
+    """BINPERSID of a tuple."""
+
+    def __init__(self, pid):
+        self.pid = tuple(pid)
+
+
+def ordered_dict():
+    """`collections.OrderedDict()`, as torch pickles backward_hooks."""
+    return R(G("collections", "OrderedDict"), ())
+
+
+class PickleAsm:
+    def __init__(self):
+        self.out = bytearray(b"\x80\x02")
+        self.memo = {}
+        self.n = 0
+
+    def _put(self, key):
+        i = self.n
+        self.n += 1
+        self.out += (b"q" + bytes([i])) if i < 256 else (b"r" + struct.pack("<I", i))
+        if key is not None:
+            self.memo[key] = i
+
+    def _get(self, key):
+        i = self.memo[key]
+        self.out += (b"h" + bytes([i])) if i < 256 else (b"j" + struct.pack("<I", i))
+
+    def dump(self, obj):
+        self.save(obj)
+        self.out += b"."
+        return bytes(self.out)
+
+    def save(self, x):
+        o = self.out
+        if x is None:
+            o += b"N"
+        elif x is True:
+            o += b"\x88"
+        elif x is False:
+            o += b"\x89"
+        elif type(x) is int:
+            if 0 <= x < 256:
+                o += b"K" + bytes([x])
+            elif 0 <= x < 65536:
+                o += b"M" + struct.pack("<H", x)
+            elif -2**31 <= x < 2**31:
+                o += b"J" + struct.pack("<i", x)
+            else:
+                n = (x.bit_length() + 8) // 8
+                o += b"\x8a" + bytes([n]) + x.to_bytes(n, "little", signed=True)
+        elif type(x) is float:
+            o += b"G" + struct.pack(">d", x)
+        elif type(x) is str:
+            key = ("str", x)
+            if key in self.memo:
+                self._get(key)
+                return
+            b = x.encode("utf-8", "surrogatepass")
+            o += b"X" + struct.pack("<I", len(b)) + b
+            self._put(key)
+        elif isinstance(x, G):
+            key = ("global", x.module, x.name)
+            if key in self.memo:
+                self._get(key)
+                return
+            o += b"c" + f"{x.module}\n{x.name}\n".encode()
+            self._put(key)
+        elif isinstance(x, R):
+            key = ("obj", id(x))
+            if key in self.memo:
+                self._get(key)
+                return
+            self.save(x.func)
+            self.save(x.args)
+            self.out += b"R"
+            self._put(key)
+        elif isinstance(x, PID):
+            self.save(x.pid)
+            self.out += b"Q"
+        elif type(x) is tuple:
+            if not x:
+                o += b")"
+                return
+            if len(x) <= 3:
+                for i in x:
+                    self.save(i)
+                self.out += b"\x85\x86\x87"[len(x) - 1:len(x)]
+            else:
+                o += b"("
+                for i in x:
+                    self.save(i)
+                self.out += b"t"
+            self._put(None)
+        elif type(x) is list:
+            o += b"]"
+            self._put(None)
+            if len(x) == 1:
+                self.save(x[0])
+                self.out += b"a"
+            elif x:
+                self.out += b"("
+                for i in x:
+                    self.save(i)
+                self.out += b"e"
+        elif type(x) is dict:
+            o += b"}"
+            self._put(None)
+            items = list(x.items())
+            for start in range(0, len(items), 1000):
+                batch = items[start:start + 1000]
+                if len(batch) == 1:
+                    self.save(batch[0][0])
+                    self.save(batch[0][1])
+                    self.out += b"s"
+                else:
+                    self.out += b"("
+                    for k, v in batch:
+                        self.save(k)
+                        self.save(v)
+                    self.out += b"u"
+        else:
+            raise TypeError(f"cannot assemble {type(x)}")
+
+
+# --------------------------------------------------------------------------------------------
+# Reference reader: an independent Python reading of a checkpoint file (zip or legacy)
+# --------------------------------------------------------------------------------------------
+
+class StorageRef:
+    def __init__(self, key, dtype, elsize, numel):
+        self.key, self.dtype, self.elsize, self.numel = key, dtype, elsize, numel
+
+
+class _StorageClass:
+    def __init__(self, name):
+        self.name = name
+
+
+def _rebuild_v2(storage, offset, size, stride, requires_grad, hooks, metadata=None):
+    conj = bool(metadata and metadata.get("conj"))
+    return TensorDesc(storage.dtype, size, stride, offset, storage.key, None, requires_grad, conj)
+
+
+def _rebuild_v3(storage, offset, size, stride, requires_grad, hooks, dtype, metadata=None):
+    conj = bool(metadata and metadata.get("conj"))
+    return TensorDesc(dtype, size, stride, offset, storage.key, None, requires_grad, conj)
+
+
+def _rebuild_old(storage, offset, size, stride):
+    return TensorDesc(storage.dtype, size, stride, offset, storage.key, None, False)
+
+
+def _rebuild_parameter(data, requires_grad, hooks, state=None):
+    return data.with_requires_grad(requires_grad)
+
+
+class _RefUnpickler(pickle.Unpickler):
+    FUNCS = {
+        ("torch._utils", "_rebuild_tensor_v2"): _rebuild_v2,
+        ("torch._utils", "_rebuild_tensor_v3"): _rebuild_v3,
+        ("torch._utils", "_rebuild_tensor"): _rebuild_old,
+        ("torch._utils", "_rebuild_parameter"): _rebuild_parameter,
+        ("torch._utils", "_rebuild_parameter_with_state"): _rebuild_parameter,
+        ("collections", "OrderedDict"): collections.OrderedDict,
+    }
+
+    def __init__(self, f, legacy):
+        super().__init__(f, encoding="utf-8")
+        self.legacy = legacy
+        self.storages = {}
+
+    def find_class(self, module, name):
+        if (module, name) in self.FUNCS:
+            return self.FUNCS[(module, name)]
+        if "Storage" in name:
+            return _StorageClass(name)
+        if module == "torch" and name in DTYPE_SIZES:
+            return name
+        if module in ("builtins", "__builtin__", "_codecs", "argparse"):
+            return super().find_class(module, name)
+        return stub_class(module, name)
+
+    def persistent_load(self, pid):
+        if pid[0] == "module":
+            return stub_class("module", "module")
+        assert pid[0] == "storage", pid
+        cls, key, numel = pid[1], pid[2], pid[4]
+        dtype, elsize = STORAGE_CLASSES[cls.name]
+        if key not in self.storages:
+            self.storages[key] = StorageRef(key, dtype, elsize, numel)
+        return self.storages[key]
+
+
+def reference_read(path):
+    """(format, byteorder, root) of a checkpoint, with TensorDesc leaves that carry their
+    storage's bytes exactly as stored in the file."""
+    data = Path(path).read_bytes()
+    if data[:4] == b"PK\x03\x04":
+        with zipfile.ZipFile(io.BytesIO(data)) as zf:
+            names = [i.filename for i in zf.infolist()]
+            pkl = [n for n in names if n.endswith("/data.pkl") and n.count("/") == 1][0]
+            prefix = pkl[:-len("data.pkl")]
+            byteorder = "little"
+            if prefix + "byteorder" in names:
+                byteorder = zf.read(prefix + "byteorder").decode()
+            up = _RefUnpickler(io.BytesIO(zf.read(pkl)), legacy=False)
+            root = up.load()
+            blobs = {}
+            for key, st in up.storages.items():
+                info = zf.getinfo(prefix + "data/" + key)
+                lho = info.header_offset
+                name_len, extra_len = struct.unpack_from("<HH", data, lho + 26)
+                off = lho + 30 + name_len + extra_len
+                assert info.file_size == st.numel * st.elsize
+                blobs[key] = data[off:off + info.file_size]
+        fmt = "zip"
+    else:
+        f = io.BytesIO(data)
+        assert pickle.load(f) == 0x1950A86A20F9469CFC6C
+        assert pickle.load(f) == 1001
+        pickle.load(f)
+        up = _RefUnpickler(f, legacy=True)
+        root = up.load()
+        keys = pickle.load(f)
+        blobs = {}
+        for key in keys:
+            (count,) = struct.unpack("<q", f.read(8))
+            st = up.storages[key]
+            assert count == st.numel
+            blobs[key] = f.read(count * st.elsize)
+        assert f.read() == b""
+        fmt, byteorder = "legacy", "little"
+
+    def attach(x, seen):
+        if isinstance(x, TensorDesc):
+            x.storage_bytes = blobs[x.storage_key]
+            return
+        if id(x) in seen:
+            return
+        seen.add(id(x))
+        for _, v in children(x):
+            attach(v, seen)
+
+    attach(root, set())
+    return fmt, byteorder, root
+
+
+# --------------------------------------------------------------------------------------------
+# Fixture contents
+# --------------------------------------------------------------------------------------------
+
+class ConvNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 8, 3)
+        self.bn1 = nn.BatchNorm2d(8)
+        self.conv2 = nn.Conv2d(8, 8, 3, padding=1)
+        self.bn2 = nn.BatchNorm2d(8)
+        self.fc = nn.Linear(8 * 4 * 4, 10)
+
+    def forward(self, x):
+        x = torch.relu(self.bn1(self.conv1(x)))
+        x = torch.relu(self.bn2(self.conv2(x)))
+        return self.fc(x.flatten(1))
+
+
+class TinyNet(nn.Module):
+    """Saved whole in module.pth; pickled as `make_fixtures.TinyNet`, which readers lack."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(1, 2, 3)
+        self.bn = nn.BatchNorm2d(2)
+        self.fc = nn.Linear(8, 3)
+        self.extra = nn.Parameter(torch.linspace(-1, 1, 4))
+        self.register_buffer("scale_buf", torch.tensor([0.5, 2.0]))
+        self.note = "tiny"
+        self.alpha = 0.25
+
+
+# Pickle must find TinyNet under a module name that also works outside this process.
+TinyNet.__module__ = "make_fixtures"
+sys.modules.setdefault("make_fixtures", sys.modules[__name__])
+
+
+def trained_convnet(seed):
+    torch.manual_seed(seed)
+    m = ConvNet()
+    m.train()
+    m(torch.randn(4, 3, 6, 6))  # running stats and num_batches_tracked become non-trivial
+    return m
+
+
+def fixture_convnet():
+    return trained_convnet(1).state_dict()
+
+
+TORCH_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8,
+                torch.int16, torch.int32, torch.int64, torch.uint8, torch.bool, torch.complex64,
+                torch.complex128]
+
+
+def values_of(dtype, shape, gen):
+    n = int(np.prod(shape)) if shape else 1
+    if dtype.is_complex:
+        t = torch.complex(torch.randn(n, generator=gen) * 3, torch.randn(n, generator=gen) * 3)
+        t = t.to(dtype)
+    elif dtype.is_floating_point:
+        t = (torch.randn(n, generator=gen, dtype=torch.float64) * 100).to(dtype)
+        if n >= 6:
+            t[:6] = torch.tensor([float("nan"), float("inf"), float("-inf"), -0.0, 1e-40, 65504.0],
+                                 dtype=torch.float64).to(dtype)
+    elif dtype == torch.bool:
+        t = torch.randint(0, 2, (n,), generator=gen).to(torch.bool)
+    else:
+        info = torch.iinfo(dtype)
+        lo, hi = info.min, info.max
+        if dtype == torch.int64:
+            t = torch.randint(-2**62, 2**62, (n,), generator=gen, dtype=torch.int64)
+        else:
+            t = torch.randint(lo, hi + 1, (n,), generator=gen, dtype=torch.int64).to(dtype)
+        if n >= 2:
+            t[0], t[1] = lo, hi
+    return t.reshape(shape)
+
+
+def fixture_dtypes():
+    gen = torch.Generator().manual_seed(2)
+    d = {}
+    for dt in TORCH_DTYPES:
+        name = dtype_name(dt)
+        d[name + ".scalar"] = values_of(dt, (), gen)
+        d[name + ".empty"] = torch.empty((0,), dtype=dt)
+        d[name + ".empty3d"] = torch.empty((2, 0, 3), dtype=dt)
+        d[name + ".vec"] = values_of(dt, (7,), gen)
+        d[name + ".nd"] = values_of(dt, (2, 3, 4), gen)
+    return d
+
+
+def fixture_views():
+    torch.manual_seed(3)
+    w = torch.randn(4, 3)
+    base = torch.randn(6, 4)
+    x = torch.arange(10.0)
+    m = torch.randn(5, 6)
+    big = torch.arange(1000, dtype=torch.int64)
+    cube = torch.randn(2, 3, 4)
+    small = torch.arange(5.0)
+    return {
+        "tied.a": w,
+        "tied.b": w,  # the same object: a memo reference in the pickle
+        "halves.top": base[:3],  # two view objects of one storage
+        "halves.bottom": base[3:],
+        "slice": x[3:7],
+        "full": x,
+        "row": m[2],
+        "elem": x[5],  # 0-d view at an offset
+        "matrix": m,
+        "transposed": m.t(),
+        "step2": x[::2],
+        "cols3": m[:, ::3],
+        "expanded": torch.arange(3.0).expand(4, 3),
+        "tiny_of_big": big[500:505],
+        "permuted": cube.permute(2, 0, 1),
+        "channels_last": torch.randn(1, 3, 2, 2).contiguous(memory_format=torch.channels_last),
+        "empty_at_end": small[5:5],  # offset == storage size
+    }
+
+
+def fixture_training():
+    model = trained_convnet(4)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=3, gamma=0.5)
+    gen = torch.Generator().manual_seed(4)
+    for _ in range(2):
+        opt.zero_grad()
+        loss = model(torch.randn(4, 3, 6, 6, generator=gen)).square().mean()
+        loss.backward()
+        opt.step()
+        sched.step()
+    torch.manual_seed(1234)
+    ema = argparse.Namespace(decay=0.999, shadow={"fc.bias": model.fc.bias.detach().clone()})
+    return {
+        "model": model.state_dict(),
+        "optimizer": opt.state_dict(),
+        "scheduler": sched.state_dict(),
+        "epoch": 7,
+        "args": {
+            "lr": 1e-3, "weight_decay": 0.0, "name": "run-α/β", "layers": [3, 8, 10],
+            "betas": (0.9, 0.999), "dropout": None, "amp": False, "resume": True,
+            "seed": -17, "tokens": 2**40, "nested": {"a": [1, {"b": "c"}], "empty": []},
+        },
+        "cli": argparse.Namespace(batch_size=4, data="/tmp/data"),  # an object without tensors
+        "ema": ema,  # an object with a tensor below: its state is walked
+        "rng_state": torch.get_rng_state(),
+        "best": 0.125,
+    }
+
+
+def fixture_keys():
+    gen = torch.Generator().manual_seed(5)
+
+    def t(*shape):
+        return torch.randn(*shape, generator=gen)
+
+    return {
+        "a/b": t(2),
+        "100%": t(1),
+        "a.b": t(3),
+        ".": t(1),
+        "..": t(1),
+        "": t(2),
+        "poids.ünïcødé.层": t(2, 2),
+        "emoji 🔥🧠": t(1),
+        "k" * 300: t(1),
+        "index.json": t(1),
+        "with space ": t(1),
+        "new\nline": t(1),
+        "tab\tand\\backslash\"quote": t(1),
+        0: t(1),
+        42: t(2),
+        -7: t(1),
+        "nested": {"": t(1), "x/y": t(1), 3: "a value", "deeper": {"z": t(1)}},
+        "note": "keys test ✓",
+    }
+
+
+def fixture_params():
+    torch.manual_seed(6)
+    return {
+        "weight": nn.Parameter(torch.randn(3, 4)),
+        "frozen": nn.Parameter(torch.randn(4), requires_grad=False),
+        "grad_leaf": torch.randn(2, 2).requires_grad_(True),
+        "plain": torch.randn(3),
+        "int_param": nn.Parameter(torch.arange(3), requires_grad=False),
+    }
+
+
+def fixture_module():
+    torch.manual_seed(7)
+    m = TinyNet()
+    m.eval()
+    return m
+
+
+def fixture_bare():
+    torch.manual_seed(8)
+    return torch.randn(3, 5)
+
+
+def fixture_zip64_source():
+    gen = torch.Generator().manual_seed(9)
+    w = torch.randn(4, 5, generator=gen)
+    return {"w": w, "w_t": w.t(), "ids": torch.arange(6), "empty": torch.empty(0),
+            "half": torch.randn(3, generator=gen).half(), "flag": torch.tensor(True)}
+
+
+def fixture_legacy():
+    torch.manual_seed(10)
+    base = torch.randn(4, 6)
+    big = torch.arange(100, dtype=torch.int32)
+    return collections.OrderedDict([
+        ("w", base),
+        ("w_t", base.t()),
+        ("row", base[1]),
+        ("tied", base),
+        ("slice", big[10:20]),
+        ("step", torch.tensor(3, dtype=torch.int64)),
+        ("half", torch.randn(5).half()),
+        ("bf16", torch.randn(2, 2).bfloat16()),
+        ("empty", torch.empty(0, 3)),
+        ("meta", {"epoch": 2, "tag": "legacy"}),
+    ])
+
+
+def fixture_bigendian_source():
+    gen = torch.Generator().manual_seed(11)
+    d = {}
+    for dt in TORCH_DTYPES:
+        d[dtype_name(dt)] = values_of(dt, (2, 3), gen)
+    m = torch.randn(3, 4, generator=gen)
+    d["matrix"] = m
+    d["matrix_t"] = m.t()
+    d["row"] = m[1]
+    d["scalar64"] = torch.tensor(-123456789012, dtype=torch.int64)
+    d["empty"] = torch.empty(0, dtype=torch.float64)
+    d["count"] = 3
+    return d
+
+
+# --------------------------------------------------------------------------------------------
+# Writers
+# --------------------------------------------------------------------------------------------
+
+def torch_save_bytes(obj, **kwargs):
+    buf = io.BytesIO()
+    torch.save(obj, buf, **kwargs)
+    return buf.getvalue()
+
+
+def rewrite_legacy_keys(data):
+    """torch's legacy storage keys are heap addresses (str(storage._cdata)): they, and so the
+    order of the storages (sorted by key), change from run to run. Rename them to fixed 15-digit
+    pseudo-addresses ascending in order of first use, and reorder the key list and the storages
+    to match, exactly as torch would have written them had it got those addresses."""
+    f = io.BytesIO(data)
+    spans = []
+    for _ in range(5):  # magic, protocol, sys_info, object, key list
+        start = f.tell()
+        ops = list(pickletools.genops(f))  # positions are absolute
+        spans.append((start, f.tell(), ops))
+    data_start = f.tell()
+    keys = pickle.loads(data[spans[4][0]:spans[4][1]])
+    assert keys == sorted(keys)
+    first_use = []
+    for op, arg, _ in spans[3][2]:
+        if op.name == "BINUNICODE" and arg in keys and arg not in first_use:
+            first_use.append(arg)
+    assert sorted(first_use) == keys
+    mapping = {k: str(139_900_000_000_000 + 4096 * i) for i, k in enumerate(first_use)}
+    new_keys = sorted(mapping.values())
+
+    def rewrite(span, replacement):
+        start, end, ops = span
+        out = bytearray()
+        n = 0
+        for i, (op, arg, pos) in enumerate(ops):
+            raw = data[pos:ops[i + 1][2] if i + 1 < len(ops) else end]
+            if op.name == "BINUNICODE" and arg in mapping:
+                b = replacement(arg, n).encode()
+                raw = b"X" + struct.pack("<I", len(b)) + b
+                n += 1
+            out += raw
+        return bytes(out), n
+
+    obj, n_obj = rewrite(spans[3], lambda key, _: mapping[key])
+    key_list, n_keys = rewrite(spans[4], lambda _, i: new_keys[i])
+    assert n_keys == len(keys) and n_obj >= len(keys)
+
+    up = _RefUnpickler(io.BytesIO(data[spans[3][0]:spans[3][1]]), legacy=True)
+    up.load()
+    blocks, pos = {}, data_start
+    for key in keys:
+        (count,) = struct.unpack_from("<q", data, pos)
+        size = 8 + count * up.storages[key].elsize
+        blocks[mapping[key]] = data[pos:pos + size]
+        pos += size
+    assert pos == len(data)
+    return data[:spans[3][0]] + obj + key_list + b"".join(blocks[k] for k in new_keys)
+
+
+def bigendian_from(data, prefix):
+    """A torch-saved zip turned into what a big-endian torch >= 2.1 writes: storages byte-swapped
+    per element, a `byteorder` record `big`, records in the 2.1-2.6 order."""
+    records = read_zip_records(data)
+    old_prefix = records[0][0].split("/")[0] + "/"
+    rec = {n[len(old_prefix):]: b for n, b in records}
+    up = _RefUnpickler(io.BytesIO(rec["data.pkl"]), legacy=False)
+    up.load()
+    out = [("data.pkl", rec["data.pkl"]), ("byteorder", b"big")]
+    for name in sorted(k for k in rec if k.startswith("data/")):
+        st = up.storages[name[len("data/"):]]
+        out.append((name, byteswap(rec[name], swap_unit(st.dtype))))
+    out.append(("version", rec["version"]))
+    out = [(prefix + "/" + n, b) for n, b in out]
+    out.append((prefix + "/.data/serialization_id", serialization_id(out).encode()))
+    return torch_zip(out)
+
+
+# float8 and friends: any byte pattern is a value (NaN encodings included).
+NEW_DTYPES = ["float8_e5m2", "float8_e4m3fn", "float8_e5m2fnuz", "float8_e4m3fnuz",
+              "float8_e8m0fnu", "uint16", "uint32", "uint64", "complex32", "bits8"]
+
+
+def new_dtype_bytes(dtype, numel, rng):
+    if dtype in ("uint16", "uint32", "uint64"):
+        bits = DTYPE_SIZES[dtype] * 8
+        a = rng.integers(0, 2**bits, size=numel, dtype=np.dtype(f"<u{bits // 8}"), endpoint=False)
+        if numel >= 2:
+            a[0], a[1] = 0, 2**bits - 1
+        return a.astype(f"<u{bits // 8}").tobytes()
+    if dtype == "complex32":
+        return rng.standard_normal(2 * numel).astype("<f2").tobytes()
+    return rng.integers(0, 256, size=numel, dtype=np.uint8).tobytes()
+
+
+def build_new_dtypes(prefix):
+    """(zip bytes, root with TensorDesc leaves) of a checkpoint in the torch >= 2.7 layout."""
+    rng = np.random.default_rng(12)
+    storages = []  # (key, bytes) in pickling order
+    storage_pids = {}
+
+    def storage(cls_module, cls_name, nbytes_or_numel, payload):
+        key = str(len(storages))
+        storages.append((key, payload))
+        pid = PID(("storage", G(cls_module, cls_name), key, "cpu", nbytes_or_numel))
+        storage_pids[key] = pid
+        return key, pid
+
+    def v3(key, pid, payload, dtype, shape, stride, offset, rg=False):
+        node = R(G("torch._utils", "_rebuild_tensor_v3"),
+                 (pid, offset, tuple(shape), tuple(stride), rg, ordered_dict(), G("torch", dtype)))
+        return node, TensorDesc(dtype, shape, stride, offset, key, payload, rg)
+
+    pickled, described = {}, {}
+
+    def add(name, node, desc):
+        pickled[name] = node
+        described[name] = desc
+
+    for dtype in NEW_DTYPES:
+        es = DTYPE_SIZES[dtype]
+        payload = new_dtype_bytes(dtype, 12, rng)
+        key, pid = storage("torch.storage", "UntypedStorage", len(payload), payload)
+        add(dtype + ".mat", *v3(key, pid, payload, dtype, (3, 4), (4, 1), 0))
+        add(dtype + ".t", *v3(key, pid, payload, dtype, (4, 3), (1, 4), 0))
+        add(dtype + ".tail", *v3(key, pid, payload, dtype, (5,), (1,), 7))
+        add(dtype + ".scalar", *v3(key, pid, payload, dtype, (), (), 11))
+        empty = b""
+        ekey, epid = storage("torch.storage", "UntypedStorage", 0, empty)
+        add(dtype + ".empty", *v3(ekey, epid, empty, dtype, (0, 2), (2, 1), 0))
+        assert len(payload) == 12 * es
+
+    # One untyped storage viewed with two dtypes (legal for v3 tensors since 2.2).
+    payload = new_dtype_bytes("uint64", 2, rng)
+    key, pid = storage("torch.storage", "UntypedStorage", len(payload), payload)
+    add("mixed.u16", *v3(key, pid, payload, "uint16", (8,), (1,), 0))
+    add("mixed.u32", *v3(key, pid, payload, "uint32", (2,), (2,), 1))
+
+    # A Parameter carrying Python state (torch >= 2.0), over a v2 float32 tensor.
+    f32 = np.arange(6, dtype="<f4") / 4 - 0.5
+    payload = f32.tobytes()
+    key, pid = storage("torch", "FloatStorage", 6, payload)
+    inner = R(G("torch._utils", "_rebuild_tensor_v2"),
+              (pid, 0, (2, 3), (3, 1), False, ordered_dict()))
+    param = R(G("torch._utils", "_rebuild_parameter_with_state"),
+              (inner, True, ordered_dict(), {"_is_hf_initialized": True}))
+    add("param", param, TensorDesc("float32", (2, 3), (3, 1), 0, key, payload, True))
+
+    # A conjugated complex64 tensor: the bytes are stored un-conjugated.
+    c = (np.arange(4) + 1j * np.arange(4, 8)).astype("<c8")
+    payload = c.tobytes()
+    key, pid = storage("torch", "ComplexFloatStorage", 4, payload)
+    conj = R(G("torch._utils", "_rebuild_tensor_v2"),
+             (pid, 0, (2, 2), (2, 1), False, ordered_dict(), {"conj": True}))
+    add("conj", conj, TensorDesc("complex64", (2, 2), (2, 1), 0, key, payload, False, True))
+
+    # The same v3 tensor object under two keys: a memo reference.
+    node, desc = pickled["uint32.mat"], described["uint32.mat"]
+    add("tied_uint32", node, desc)
+    pickled["writer"] = "make_fixtures.py (hand-built, torch >= 2.7 layout)"
+    described["writer"] = pickled["writer"]
+    pickled["version"] = 2
+    described["version"] = 2
+
+    data_pkl = PickleAsm().dump(pickled)
+    pickletools.dis(data_pkl, out=io.StringIO())  # raises if the stream is malformed
+    records = [("data.pkl", data_pkl), (".format_version", b"1"),
+               (".storage_alignment", b"64"), ("byteorder", b"little")]
+    records += [("data/" + k, b) for k, b in storages]
+    records.append(("version", b"3\n"))
+    records = [(prefix + "/" + n, b) for n, b in records]
+    records.append((prefix + "/.data/serialization_id", serialization_id(records).encode()))
+    return torch_zip(records), described
+
+
+# --------------------------------------------------------------------------------------------
+# Driver
+# --------------------------------------------------------------------------------------------
+
+def write(path, data):
+    Path(path).write_bytes(data)
+
+
+def write_json(path, doc):
+    Path(path).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+
+
+def check(cond, msg):
+    if not cond:
+        raise SystemExit(f"make_fixtures.py: self-check failed: {msg}")
+
+
+def first_difference(a, b):
+    if a.keys() != b.keys() or a["format"] != b["format"] or a["byteorder"] != b["byteorder"]:
+        return "header"
+    if len(a["entries"]) != len(b["entries"]):
+        return f"{len(a['entries'])} vs {len(b['entries'])} entries"
+    for x, y in zip(a["entries"], b["entries"]):
+        if x != y:
+            return f"{x} != {y}"
+    return None
+
+
+def make_all(outdir):
+    out = Path(outdir)
+    out.mkdir(parents=True, exist_ok=True)
+    made = {}  # name -> (expected, loadable_by_torch_1_13)
+
+    def torch_fixture(name, obj, *, to_path=True, **save_kwargs):
+        path = out / f"{name}.pth"
+        if to_path:
+            torch.save(obj, path, **save_kwargs)  # zip prefix = the file's basename ("convnet")
+        else:
+            write(path, torch_save_bytes(obj, **save_kwargs))  # zip prefix "archive"
+        made[name] = (describe(obj, "zip", "little"), True)
+
+    torch_fixture("convnet", fixture_convnet())
+    torch_fixture("dtypes", fixture_dtypes())
+    torch_fixture("views", fixture_views(), to_path=False)
+    torch_fixture("training", fixture_training())
+    torch_fixture("keys", fixture_keys())
+    torch_fixture("params", fixture_params())
+    torch_fixture("module", fixture_module())
+    torch_fixture("bare", fixture_bare())
+
+    src = fixture_zip64_source()
+    saved = torch_save_bytes(src)
+    write(out / "zip64.pth", python_rezip(saved))
+    made["zip64"] = (describe(src, "zip", "little"), True)
+    # torch 1.13's miniz rejects this one: for the zero-length record, the central directory's
+    # zip64 extra holds only the local header offset, and miniz then checks the saturated 32-bit
+    # offset (0xFFFFFFFF) against the file size. The file is valid (zipfile reads it).
+    write(out / "zip64_cd.pth", python_rezip(saved, zip64_everywhere=True))
+    made["zip64_cd"] = (describe(src, "zip", "little"), False)
+
+    leg = fixture_legacy()
+    write(out / "legacy.pth",
+          rewrite_legacy_keys(torch_save_bytes(leg, _use_new_zipfile_serialization=False)))
+    made["legacy"] = (describe(leg, "legacy", "little"), True)
+
+    be = fixture_bigendian_source()
+    write(out / "bigendian.pth", bigendian_from(torch_save_bytes(be), "bigendian"))
+    made["bigendian"] = (describe(be, "zip", "big"), True)
+
+    data, root = build_new_dtypes("new_dtypes")
+    write(out / "new_dtypes.pth", data)
+    made["new_dtypes"] = (describe(root, "zip", "little"), False)
+
+    for name, (expected, loadable) in made.items():
+        write_json(out / f"{name}.expected.json", expected)
+
+    # Self-checks. 1: torch 1.13 loads what it can, and it describes exactly as expected
+    # (bigendian.pth loads with swapped values: its bytes must then be the file's bytes).
+    for name, (expected, loadable) in made.items():
+        if not loadable:
+            continue
+        loaded = torch.load(out / f"{name}.pth", map_location="cpu")
+        got = describe(loaded, expected["format"], "little")
+        got["byteorder"] = expected["byteorder"]
+        diff = first_difference(got, expected)
+        check(diff is None, f"{name}.pth: torch.load disagrees with expected: {diff}")
+    # 2: the reference reader (zipfile / legacy stream, stub unpickler, bytes from the file).
+    for name, (expected, _) in made.items():
+        fmt, byteorder, root = reference_read(out / f"{name}.pth")
+        got = describe(root, fmt, byteorder)
+        diff = first_difference(got, expected)
+        check(diff is None, f"{name}.pth: reference reader disagrees with expected: {diff}")
+    # 3: layout facts the fixtures exist for.
+    for name in ("convnet", "bigendian", "new_dtypes"):
+        raw = (out / f"{name}.pth").read_bytes()
+        with zipfile.ZipFile(io.BytesIO(raw)) as zf:
+            for info in zf.infolist():
+                n, e = struct.unpack_from("<HH", raw, info.header_offset + 26)
+                check((info.header_offset + 30 + n + e) % 64 == 0, f"{name}: unaligned record")
+                check(info.compress_type == zipfile.ZIP_STORED, f"{name}: compressed record")
+    # 4: the pickle assembler writes what torch's pickler writes, byte for byte.
+    ref = {"a": torch.arange(3.0), "e": torch.empty(0)}
+    theirs = read_zip_records(torch_save_bytes(ref))[0][1]
+
+    def v2(key, numel, shape):
+        pid = PID(("storage", G("torch", "FloatStorage"), key, "cpu", numel))
+        return R(G("torch._utils", "_rebuild_tensor_v2"),
+                 (pid, 0, shape, (1,), False, ordered_dict()))
+
+    mine = PickleAsm().dump({"a": v2("0", 3, (3,)), "e": v2("1", 0, (0,))})
+    check(mine == theirs, "the pickle assembler differs from torch's pickler")
+    raw = (out / "convnet.pth").read_bytes()
+    check(torch_zip(read_zip_records(raw)) == raw, "the zip writer differs from torch's writer")
+    return sorted(made)
+
+
+def make_sample(path):
+    torch.manual_seed(0)
+    enc, dec = nn.Linear(3, 4), nn.Linear(4, 3)
+    sd = collections.OrderedDict()
+    for prefix, layer in (("encoder", enc), ("decoder", dec)):
+        for k, v in layer.state_dict().items():
+            sd[f"{prefix}.{k}"] = (v * 100).round() / 100 + 0.0  # + 0.0: no -0.0
+    sd["step"] = torch.tensor(1000, dtype=torch.int64)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    torch.save(sd, path)
+    loaded = torch.load(path)
+    check(list(loaded) == list(sd) and all(torch.equal(loaded[k], sd[k]) for k in sd),
+          "sample does not round-trip")
+    check(Path(path).stat().st_size < 4096, "sample is not < 4 KiB")
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("outdir", nargs="?", help="directory for *.pth and *.expected.json")
+    ap.add_argument("--sample", metavar="PATH", help="write the small README sample checkpoint")
+    args = ap.parse_args(argv)
+    if not args.outdir and not args.sample:
+        ap.error("give OUTDIR and/or --sample PATH")
+    if args.sample:
+        make_sample(args.sample)
+        print(f"wrote {args.sample}")
+    if args.outdir:
+        names = make_all(args.outdir)
+        print(f"wrote {len(names)} fixtures to {args.outdir}: {' '.join(names)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,650 @@
+# SPDX-License-Identifier: MIT
+"""Integration tests of `ckptfs inspect`: the real binary against generated fixtures, the real
+checkpoints of the corpus, and torch.load.
+
+Run by ctest as `/usr/bin/python3 -m unittest -v tests/integration/test_inspect.py` with
+    CKPTFS           the ckptfs binary                       (default: build/ckptfs)
+    CKPTFS_FIXTURES  output of scripts/make_fixtures.py      (default: build/fixtures)
+    CKPTFS_CORPUS    real checkpoints + PROVENANCE.tsv       (default: ../shared/corpus)
+Needs Debian's /usr/bin/python3 (torch 1.13, numpy). Missing fixtures fail; nothing is skipped.
+
+The independent oracle is torch.load, through an unpickler that keeps BUILD state raw: classes
+that cannot be imported and nn.Module subclasses become stub objects holding exactly their pickled
+state (the flattening rule walks that state, e.g. `_modules.conv1._parameters.weight`), and
+pre-0.4 `torch.cuda.*Tensor` objects are rebuilt as CPU tensors. Debian's torch 1.13 ignores
+torch.load's `pickle_module` argument, so the unpickler is swapped in by patching
+torch.serialization.pickle for the duration of one load.
+"""
+
+import collections
+import csv
+import hashlib
+import json
+import os
+import pickle
+import random
+import re
+import subprocess
+import tempfile
+import time
+import types
+import unittest
+import warnings
+import zipfile
+from pathlib import Path
+from unittest import mock
+
+import numpy as np
+import torch
+
+warnings.filterwarnings("ignore")
+
+REPO = Path(__file__).resolve().parents[2]
+CKPTFS = Path(os.environ.get("CKPTFS", REPO / "build" / "ckptfs")).absolute()
+FIXTURES = Path(os.environ.get("CKPTFS_FIXTURES", REPO / "build" / "fixtures")).absolute()
+CORPUS = Path(os.environ.get("CKPTFS_CORPUS", REPO.parent / "shared" / "corpus")).absolute()
+SAMPLE = REPO / "tests" / "data" / "sample.pth"
+
+# Every fixture scripts/make_fixtures.py writes. A missing one is a failure.
+FIXTURE_NAMES = ["convnet", "dtypes", "views", "training", "keys", "params", "module", "bare",
+                 "zip64", "zip64_cd", "legacy", "bigendian", "new_dtypes"]
+# Fixtures torch 1.13 cannot load: new dtypes and the torch >= 2.7 layout (hand-built), and a
+# zip64 central directory whose zero-length record carries only a zip64 offset (valid; miniz 2.1
+# checks the saturated 32-bit offset against the file size). bigendian.pth does load (1.13 ignores
+# the byteorder record, so the values are swapped, but keys, dtypes and layouts are right).
+NOT_TORCH_LOADABLE = {"new_dtypes", "zip64_cd"}
+
+DTYPE_SIZES = {
+    "float32": 4, "float64": 8, "float16": 2, "bfloat16": 2,
+    "int64": 8, "int32": 4, "int16": 2, "int8": 1, "uint8": 1, "bool": 1,
+    "complex64": 8, "complex128": 16, "complex32": 4,
+    "float8_e5m2": 1, "float8_e4m3fn": 1, "float8_e5m2fnuz": 1, "float8_e4m3fnuz": 1,
+    "float8_e8m0fnu": 1, "uint16": 2, "uint32": 4, "uint64": 8, "bits8": 1,
+    "qint8": 1, "quint8": 1, "qint32": 4,
+}
+
+TENSOR_FIELDS = ("dtype", "shape", "stride", "storage_offset", "requires_grad", "nbytes")
+
+INSPECT_TIMEOUT = 120  # seconds; generous for sanitizer builds
+ERROR_TIME_LIMIT = 1.0  # seconds for a bad input to be rejected
+
+
+# --------------------------------------------------------------------------------------------
+# Running the binary
+# --------------------------------------------------------------------------------------------
+
+def run_ckptfs(*args, timeout=INSPECT_TIMEOUT):
+    if not CKPTFS.is_file():
+        raise AssertionError(f"ckptfs binary not found at {CKPTFS} (set CKPTFS)")
+    return subprocess.run([str(CKPTFS), *map(str, args)], capture_output=True, timeout=timeout)
+
+
+_inspect_cache = {}
+
+
+def inspect_json(path):
+    """The parsed output of `ckptfs inspect --json PATH`; fails unless it exits 0."""
+    path = Path(path)
+    if path not in _inspect_cache:
+        if not path.is_file():
+            raise AssertionError(f"missing checkpoint {path}")
+        r = run_ckptfs("inspect", "--json", path)
+        if r.returncode != 0:
+            raise AssertionError(f"ckptfs inspect --json {path} exited {r.returncode}: "
+                                 f"{r.stderr.decode(errors='replace').strip()}")
+        try:
+            doc = json.loads(r.stdout.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise AssertionError(f"ckptfs inspect --json {path}: invalid JSON: {e}") from e
+        _inspect_cache[path] = doc
+    return _inspect_cache[path]
+
+
+# --------------------------------------------------------------------------------------------
+# torch.load, with raw object state
+# --------------------------------------------------------------------------------------------
+
+class StubObject:
+    """An instance of a class the test does not import; keeps its BUILD state as __dict__."""
+
+    dump_patches = False  # read by torch's legacy loader for saved nn.Module classes
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def __setstate__(self, state):
+        if isinstance(state, dict):
+            self.__dict__.update(state)
+        elif (isinstance(state, tuple) and len(state) == 2
+              and isinstance(state[0], (dict, type(None)))):
+            self.__dict__.update(state[0] or {})
+            self.__dict__.update(state[1] or {})
+        else:
+            self.__dict__["__state__"] = state
+
+
+_stub_classes = {}
+
+
+def _stub(module, name):
+    if (module, name) not in _stub_classes:
+        _stub_classes[(module, name)] = type(name, (StubObject,),
+                                             {"__module__": module, "__qualname__": name})
+    return _stub_classes[(module, name)]
+
+
+class _StubUnpickler(pickle.Unpickler):
+    def find_class(self, module, name):
+        if module == "torch.cuda" and name.endswith("Tensor"):  # pre-0.4 tensor objects
+            module = "torch"
+        try:
+            obj = super().find_class(module, name)
+        except (ImportError, AttributeError):
+            return _stub(module, name)
+        if isinstance(obj, type) and issubclass(obj, torch.nn.Module):
+            return _stub(module, name)
+        return obj
+
+
+_stub_pickle = types.ModuleType("stub_pickle")
+_stub_pickle.__dict__.update({k: v for k, v in pickle.__dict__.items() if not k.startswith("__")})
+_stub_pickle.Unpickler = _StubUnpickler
+
+
+def torch_load(path):
+    with mock.patch.object(torch.serialization, "pickle", _stub_pickle):
+        return torch.load(str(path), map_location="cpu")
+
+
+
+def _children(x):
+    if isinstance(x, dict):
+        return [(k if isinstance(k, str) else str(k), v) for k, v in x.items()]
+    if type(x) in (list, tuple):
+        return [(str(i), v) for i, v in enumerate(x)]
+    if isinstance(x, (torch.Tensor, str, bytes, int, float, complex, type(None), type,
+                      np.ndarray, np.generic)):
+        return []
+    d = getattr(x, "__dict__", None)
+    if isinstance(d, dict):
+        return [(k if isinstance(k, str) else str(k), v) for k, v in d.items()]
+    return []
+
+
+def _has_tensor(x, seen):
+    if isinstance(x, torch.Tensor):
+        return True
+    if id(x) in seen:
+        return False
+    seen.add(id(x))
+    return any(_has_tensor(v, seen) for _, v in _children(x))
+
+
+NOT_JSON = object()
+
+
+def simple_json(v):
+    """The JSON of a simple value (None, bool, int, float, str, lists/tuples, dicts of those),
+    or NOT_JSON."""
+    if v is None or type(v) in (bool, int, str):
+        return v
+    if type(v) is float:
+        return v if np.isfinite(v) else NOT_JSON
+    if type(v) in (list, tuple):
+        items = [simple_json(i) for i in v]
+        return NOT_JSON if any(i is NOT_JSON for i in items) else items
+    if type(v) in (dict, collections.OrderedDict):
+        out = {}
+        for k, i in v.items():
+            j = simple_json(i)
+            if type(k) not in (str, int) or j is NOT_JSON or str(k) in out:
+                return NOT_JSON
+            out[str(k)] = j
+        return out
+    return NOT_JSON
+
+
+def tensor_bytes(t):
+    c = t.detach().contiguous()
+    if c.dtype == torch.bfloat16:
+        c = c.view(torch.int16)
+    return c.numpy().tobytes()
+
+
+def torch_entries(root):
+    """torch.load's result flattened by the contract's rule: a list of entry dicts, tensors
+    with their layout (and "_bytes", "_storage" for the test's own use)."""
+    flat = []
+
+    def walk(x, prefix):
+        for k, v in _children(x):
+            key = k if prefix is None else f"{prefix}.{k}"
+            if isinstance(v, torch.Tensor):
+                flat.append((key, v))
+            elif _has_tensor(v, set()):
+                walk(v, key)
+            else:
+                flat.append((key, v))
+
+    if isinstance(root, torch.Tensor):
+        flat.append(("tensor", root))
+    elif type(root) in (dict, list, collections.OrderedDict) or _has_tensor(root, set()):
+        walk(root, None)
+    else:
+        flat.append(("value", root))
+
+    entries = []
+    for key, v in flat:
+        if isinstance(v, torch.Tensor):
+            e = {"key": key, "kind": "tensor", "dtype": str(v.dtype).removeprefix("torch."),
+                 "shape": list(v.shape), "stride": list(v.stride()),
+                 "storage_offset": v.storage_offset(), "requires_grad": bool(v.requires_grad),
+                 "nbytes": v.numel() * v.element_size(), "contiguous": v.is_contiguous(),
+                 "_storage": v.storage()._cdata, "_bytes": tensor_bytes(v)}
+        else:
+            e = {"key": key, "kind": "value"}
+            j = simple_json(v)
+            if j is not NOT_JSON:
+                e["value"] = j
+        entries.append(e)
+    for e in entries:
+        if e["kind"] == "tensor":
+            e["shared_with"] = [o["key"] for o in entries if o is not e and o["kind"] == "tensor"
+                                and o["_storage"] == e["_storage"]]
+    return entries
+
+
+# --------------------------------------------------------------------------------------------
+# Checks
+# --------------------------------------------------------------------------------------------
+
+def has_opaque(j):
+    """True when JSON from ckptfs holds an object it could not represent ({"__class__": ...})."""
+    if isinstance(j, dict):
+        return "__class__" in j or any(has_opaque(v) for v in j.values())
+    if isinstance(j, list):
+        return any(has_opaque(v) for v in j)
+    return False
+
+
+def gather(storage_bytes, elsize, shape, stride, offset):
+    numel = int(np.prod(shape)) if shape else 1
+    if numel == 0:
+        return b""
+    base = np.frombuffer(storage_bytes, dtype=np.dtype((np.void, elsize)))
+    view = np.lib.stride_tricks.as_strided(base[offset:], shape=tuple(shape),
+                                           strides=tuple(s * elsize for s in stride))
+    return np.ascontiguousarray(view).tobytes()
+
+
+class CheckMixin:
+    def assert_text_lines(self, stdout, n, where):
+        """Text mode: one line per entry and a totals line, after an optional column header
+        (a line starting with KEY). Returns the entry lines."""
+        lines = [ln for ln in stdout.decode("utf-8").split("\n") if ln.strip()]
+        if lines and len(lines) == n + 2 and lines[0].split()[:1] == ["KEY"]:
+            lines = lines[1:]
+        self.assertEqual(len(lines), n + 1, f"{where}: want one line per entry + a totals line")
+        return lines[:-1]
+
+    def assert_header(self, doc, where):
+        self.assertIsInstance(doc, dict, where)
+        self.assertIn(doc.get("format"), ("zip", "legacy"), where)
+        self.assertIn(doc.get("byteorder"), ("little", "big"), where)
+        self.assertIsInstance(doc.get("entries"), list, where)
+        for e in doc["entries"]:
+            self.assertIsInstance(e.get("key"), str, where)
+            self.assertIn(e.get("kind"), ("tensor", "value"), f"{where}: {e.get('key')!r}")
+
+    def assert_keys(self, got, want, where):
+        self.assertEqual([e["key"] for e in got], [e["key"] for e in want],
+                         f"{where}: flattened keys differ")
+        self.assertEqual([e["kind"] for e in got], [e["kind"] for e in want],
+                         f"{where}: entry kinds differ")
+
+    def assert_tensor_layout(self, g, w, where):
+        for field in TENSOR_FIELDS + ("contiguous",):
+            if field in w:
+                self.assertEqual(g.get(field), w[field], f"{where}: {field}")
+        # shared_with may be cut to a first few keys; shared_with_count is then the full count.
+        shared, want = g.get("shared_with"), set(w["shared_with"])
+        self.assertIsInstance(shared, list, f"{where}: shared_with")
+        if "shared_with_count" in g:
+            self.assertEqual(g["shared_with_count"], len(want), f"{where}: shared_with_count")
+        if len(shared) < len(want) and "shared_with_count" in g:
+            self.assertLess(set(shared), want, f"{where}: shared_with")
+        else:
+            self.assertEqual(set(shared), want, f"{where}: shared_with")
+        self.assertIsNone(g.get("broken"), f"{where}: reported broken")
+
+    def file_bytes(self, path, g, where):
+        """The tensor's elements in C order as stored in the file, gathered with the storage
+        offset and sizes ckptfs reports."""
+        elsize = DTYPE_SIZES[g["dtype"]]
+        numel = int(np.prod(g["shape"])) if g["shape"] else 1
+        self.assertEqual(g["nbytes"], numel * elsize, f"{where}: nbytes")
+        st = g.get("storage")
+        self.assertIsInstance(st, dict, f"{where}: storage")
+        self.assertIsInstance(st.get("file_offset"), int, f"{where}: storage.file_offset")
+        self.assertIsInstance(st.get("nbytes"), int, f"{where}: storage.nbytes")
+        self.assertIn("key", st, f"{where}: storage.key")
+        size = Path(path).stat().st_size
+        self.assertLessEqual(st["file_offset"] + st["nbytes"], size, f"{where}: storage past EOF")
+        if numel:
+            extent = (g["storage_offset"] + 1
+                      + sum((n - 1) * s for n, s in zip(g["shape"], g["stride"]))) * elsize
+            self.assertLessEqual(extent, st["nbytes"], f"{where}: view past its storage")
+        if g.get("file_offset") is not None:
+            self.assertEqual(g["file_offset"], st["file_offset"] + g["storage_offset"] * elsize,
+                             f"{where}: file_offset")
+        with open(path, "rb") as f:
+            f.seek(st["file_offset"])
+            raw = f.read(st["nbytes"])
+        return gather(raw, elsize, g["shape"], g["stride"], g["storage_offset"])
+
+    def assert_records(self, doc, path, where):
+        """Zip storages name their record, whose size is the storage's; legacy ones have none."""
+        sizes = {}
+        if doc["format"] == "zip":
+            with zipfile.ZipFile(path) as zf:
+                sizes = {i.filename: i.file_size for i in zf.infolist()}
+        for e in doc["entries"]:
+            if e["kind"] != "tensor" or not isinstance(e.get("storage"), dict):
+                continue
+            at = f"{where}: {e['key']!r}"
+            rec = e["storage"].get("record")
+            if doc["format"] == "legacy":
+                self.assertIsNone(rec, f"{at}: legacy record")
+            else:
+                self.assertIsInstance(rec, str, f"{at}: record")
+                self.assertTrue(rec.endswith("/data/" + e["storage"]["key"]), f"{at}: {rec!r}")
+                self.assertIn(rec, sizes, f"{at}: no record {rec!r}")
+                self.assertEqual(sizes[rec], e["storage"]["nbytes"], f"{at}: storage.nbytes")
+
+    def assert_matches_torch(self, doc, path, where, check_values=True):
+        """ckptfs agrees with torch.load: keys, kinds, tensor layouts, bytes, simple values."""
+        want = torch_entries(torch_load(path))
+        got = doc["entries"]
+        self.assert_keys(got, want, where)
+        for g, w in zip(got, want):
+            at = f"{where}: {g['key']!r}"
+            if w["kind"] == "tensor":
+                self.assert_tensor_layout(g, w, at)
+                data = self.file_bytes(path, g, at)
+                if doc["byteorder"] == "little":
+                    self.assertEqual(hashlib.sha256(data).hexdigest(),
+                                     hashlib.sha256(w["_bytes"]).hexdigest(), f"{at}: bytes")
+            elif check_values and "value" in w and not has_opaque(g.get("value")):
+                self.assertEqual(g.get("value"), w["value"], f"{at}: value")
+
+
+# --------------------------------------------------------------------------------------------
+# Fixtures
+# --------------------------------------------------------------------------------------------
+
+def fixture_path(name):
+    path = FIXTURES / f"{name}.pth"
+    if not path.is_file():
+        raise AssertionError(f"missing fixture {path} (run scripts/make_fixtures.py)")
+    return path
+
+
+def expected_doc(name):
+    path = FIXTURES / f"{name}.expected.json"
+    if not path.is_file():
+        raise AssertionError(f"missing {path} (run scripts/make_fixtures.py)")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+class FixtureTests(unittest.TestCase, CheckMixin):
+    def check_expected(self, name):
+        path, want = fixture_path(name), expected_doc(name)
+        doc = inspect_json(path)
+        self.assert_header(doc, name)
+        self.assertEqual(doc["format"], want["format"], f"{name}: format")
+        self.assertEqual(doc["byteorder"], want["byteorder"], f"{name}: byteorder")
+        self.assert_keys(doc["entries"], want["entries"], name)
+        for g, w in zip(doc["entries"], want["entries"]):
+            at = f"{name}: {g['key']!r}"
+            if w["kind"] == "tensor":
+                self.assert_tensor_layout(g, w, at)
+                data = self.file_bytes(path, g, at)
+                self.assertEqual(hashlib.sha256(data).hexdigest(), w["sha256"], f"{at}: bytes")
+            elif "value" in w:
+                self.assertEqual(g.get("value"), w["value"], f"{at}: value")
+        self.assert_records(doc, path, name)
+
+    def check_torch(self, name):
+        path = fixture_path(name)
+        self.assert_matches_torch(inspect_json(path), path, name)
+
+    def check_oracles(self, name):
+        """No binary needed: torch.load flattened here agrees with expected.json."""
+        want = expected_doc(name)
+        got = torch_entries(torch_load(fixture_path(name)))
+        self.assert_keys(got, want["entries"], name)
+        for g, w in zip(got, want["entries"]):
+            at = f"{name}: {g['key']!r}"
+            if w["kind"] == "tensor":
+                self.assert_tensor_layout(g, w, at)
+                self.assertEqual(g["contiguous"], w["contiguous"], at)
+                # bigendian.pth: torch 1.13 reads the big-endian bytes as they are.
+                self.assertEqual(hashlib.sha256(g["_bytes"]).hexdigest(), w["sha256"], at)
+            else:
+                self.assertEqual(g.get("value"), w.get("value"), at)
+
+    def check_text(self, name):
+        path = fixture_path(name)
+        n = len(expected_doc(name)["entries"])
+        r = run_ckptfs("inspect", path)
+        self.assertEqual(r.returncode, 0, r.stderr.decode(errors="replace"))
+        self.assert_text_lines(r.stdout, n, name)
+
+    def test_expected_files_complete(self):
+        for name in FIXTURE_NAMES:
+            fixture_path(name)
+            doc = expected_doc(name)
+            self.assertTrue(doc["entries"], name)
+
+    def test_text_keys_in_order(self):
+        r = run_ckptfs("inspect", fixture_path("convnet"))
+        self.assertEqual(r.returncode, 0, r.stderr.decode(errors="replace"))
+        lines = self.assert_text_lines(r.stdout, len(expected_doc("convnet")["entries"]), "convnet")
+        keys = [e["key"] for e in expected_doc("convnet")["entries"]]
+        for key, line in zip(keys, lines):
+            self.assertIn(key, line)
+
+    def test_sample(self):
+        self.assertTrue(SAMPLE.is_file(), f"missing {SAMPLE}")
+        self.assertLess(SAMPLE.stat().st_size, 4096)
+        doc = inspect_json(SAMPLE)
+        self.assert_header(doc, "sample")
+        self.assertEqual([e["key"] for e in doc["entries"]],
+                         ["encoder.weight", "encoder.bias", "decoder.weight", "decoder.bias",
+                          "step"])
+        self.assert_matches_torch(doc, SAMPLE, "sample")
+
+
+def _safe(name):
+    return re.sub(r"\W", "_", name)
+
+
+for _name in FIXTURE_NAMES:
+    setattr(FixtureTests, f"test_expected_{_name}", lambda self, n=_name: self.check_expected(n))
+    setattr(FixtureTests, f"test_text_{_name}", lambda self, n=_name: self.check_text(n))
+    if _name not in NOT_TORCH_LOADABLE:
+        setattr(FixtureTests, f"test_torch_{_name}", lambda self, n=_name: self.check_torch(n))
+        setattr(FixtureTests, f"test_oracles_{_name}", lambda self, n=_name: self.check_oracles(n))
+
+
+# --------------------------------------------------------------------------------------------
+# The corpus of real checkpoints
+# --------------------------------------------------------------------------------------------
+
+def corpus_files():
+    if not CORPUS.is_dir():
+        return []
+    return sorted(p for p in CORPUS.iterdir() if p.is_file() and p.name != "PROVENANCE.tsv"
+                  and not p.name.startswith("."))
+
+
+def provenance():
+    path = CORPUS / "PROVENANCE.tsv"
+    if not path.is_file():
+        return {}
+    with open(path, newline="", encoding="utf-8") as f:
+        return {row["local_name"]: row for row in csv.DictReader(f, delimiter="\t")}
+
+
+class CorpusTests(unittest.TestCase, CheckMixin):
+    def test_corpus_present(self):
+        self.assertTrue(corpus_files(), f"no checkpoints in {CORPUS} (set CKPTFS_CORPUS)")
+        prov = provenance()
+        self.assertTrue(prov, f"no PROVENANCE.tsv in {CORPUS}")
+        for p in corpus_files():
+            self.assertIn(p.name, prov, f"{p.name} is not in PROVENANCE.tsv")
+
+    def check_corpus(self, path):
+        name = path.name
+        doc = inspect_json(path)
+        self.assert_header(doc, name)
+        row = provenance().get(name, {})
+        detected = row.get("detected_format", "")
+        if detected:
+            self.assertEqual(doc["format"], detected.split()[0], f"{name}: format")
+        self.assertEqual(doc["byteorder"], "little", name)
+        self.assert_records(doc, path, name)
+        try:
+            root = torch_load(path)
+        except Exception as e:  # only the inspect side can be checked
+            tensors = [e for e in doc["entries"] if e["kind"] == "tensor"]
+            for t in tensors:
+                self.assertIsNone(t.get("broken"), f"{name}: {t['key']!r}")
+                self.file_bytes(path, t, f"{name}: {t['key']!r}")
+            static = row.get("n_tensors(static)", "")
+            if static.isdigit():
+                self.assertEqual(len(tensors), int(static),
+                                 f"{name}: tensors vs PROVENANCE (torch.load failed: {e!r})")
+            return
+        del root
+        self.assert_matches_torch(doc, path, name)
+
+    def check_corpus_text(self, path):
+        n = len(inspect_json(path)["entries"])
+        r = run_ckptfs("inspect", path)
+        self.assertEqual(r.returncode, 0, r.stderr.decode(errors="replace"))
+        self.assert_text_lines(r.stdout, n, path.name)
+
+
+for _path in corpus_files():
+    setattr(CorpusTests, f"test_corpus_{_safe(_path.name)}",
+            lambda self, p=_path: self.check_corpus(p))
+    setattr(CorpusTests, f"test_corpus_text_{_safe(_path.name)}",
+            lambda self, p=_path: self.check_corpus_text(p))
+
+
+# --------------------------------------------------------------------------------------------
+# Command line and bad inputs
+# --------------------------------------------------------------------------------------------
+
+class CliTests(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls._tmp = tempfile.TemporaryDirectory(prefix="ckptfs-test-")
+        cls.tmp = Path(cls._tmp.name)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls._tmp.cleanup()
+
+    def test_help(self):
+        r = run_ckptfs("--help")
+        self.assertEqual(r.returncode, 0, r.stderr.decode(errors="replace"))
+        self.assertIn("inspect", r.stdout.decode(errors="replace"))
+
+    def test_version(self):
+        r = run_ckptfs("--version")
+        self.assertEqual(r.returncode, 0, r.stderr.decode(errors="replace"))
+        self.assertRegex(r.stdout.decode(errors="replace"), r"\d+\.\d+\.\d+")
+
+    def test_usage_errors(self):
+        for args in (["inspect"], ["inspect", "--json"], ["--no-such-option"]):
+            r = run_ckptfs(*args)
+            self.assertEqual(r.returncode, 1, f"{args}: {r.stderr.decode(errors='replace')}")
+            self.assertTrue(r.stderr.strip(), f"{args}: no message on stderr")
+
+    def assert_rejected(self, path, codes):
+        for args in (["inspect", "--json", path], ["inspect", path]):
+            start = time.monotonic()
+            r = run_ckptfs(*args, timeout=30)
+            elapsed = time.monotonic() - start
+            err = r.stderr.decode("utf-8", errors="replace")
+            where = f"{' '.join(map(str, args))}: exit {r.returncode}, stderr {err!r}"
+            self.assertIn(r.returncode, codes, where)
+            self.assertLess(elapsed, ERROR_TIME_LIMIT, where)
+            lines = err.rstrip("\n").split("\n")
+            self.assertEqual(len(lines), 1, f"{where}: want exactly one line")
+            self.assertTrue(err.endswith("\n"), where)
+            prefixes = (f"ckptfs: {path}: ", f"ckptfs: {json.dumps(str(path))}: ")
+            self.assertTrue(lines[0].startswith(prefixes), f"{where}: want 'ckptfs: FILE: ...'")
+            self.assertGreater(len(lines[0]), max(map(len, prefixes)), where)
+
+    def write(self, name, data):
+        path = self.tmp / name
+        path.write_bytes(data)
+        return path
+
+    def test_missing_file(self):
+        self.assert_rejected(self.tmp / "no-such-file.pth", {2})
+
+    def test_directory(self):
+        d = self.tmp / "a-directory.pth"
+        d.mkdir(exist_ok=True)
+        self.assert_rejected(d, {2, 3, 4, 5})
+
+    def test_empty_file(self):
+        self.assert_rejected(self.write("empty.pth", b""), {2, 3, 4, 5})
+
+    def test_random_bytes(self):
+        rng = random.Random(1)
+        data = bytes(rng.randrange(256) for _ in range(4096))
+        self.assert_rejected(self.write("random.pth", data), {2, 3, 4, 5})
+
+    def test_truncated_zip(self):
+        data = fixture_path("convnet").read_bytes()
+        self.assert_rejected(self.write("truncated.pth", data[:len(data) // 2]), {2, 3, 4, 5})
+
+    def test_truncated_zip_tail(self):
+        data = fixture_path("convnet").read_bytes()
+        self.assert_rejected(self.write("truncated-tail.pth", data[:-30]), {2, 3, 4, 5})
+
+    def test_truncated_legacy(self):
+        data = fixture_path("legacy").read_bytes()
+        self.assert_rejected(self.write("truncated-legacy.pth", data[:len(data) // 2]),
+                             {2, 3, 4, 5})
+
+    def test_compressed_data_pkl(self):
+        src = fixture_path("convnet")
+        path = self.tmp / "deflated.pth"
+        with zipfile.ZipFile(src) as zin, zipfile.ZipFile(path, "w") as zout:
+            for info in zin.infolist():
+                method = (zipfile.ZIP_DEFLATED if info.filename.endswith("/data.pkl")
+                          else zipfile.ZIP_STORED)
+                zi = zipfile.ZipInfo(info.filename, date_time=(1980, 1, 1, 0, 0, 0))
+                zout.writestr(zi, zin.read(info), compress_type=method)
+        self.assert_rejected(path, {5})
+
+    def test_zip_without_data_pkl(self):
+        path = self.tmp / "no-data-pkl.pth"
+        with zipfile.ZipFile(path, "w") as z:
+            z.writestr(zipfile.ZipInfo("archive/version", date_time=(1980, 1, 1, 0, 0, 0)),
+                       b"3\n")
+        self.assert_rejected(path, {2, 3, 4, 5})
+
+    def test_garbage_after_legacy_magic(self):
+        magic = pickle.dumps(0x1950A86A20F9469CFC6C, protocol=2)
+        self.assert_rejected(self.write("legacy-garbage.pth", magic + b"\xff" * 64), {2, 3, 4, 5})
+
+
+if __name__ == "__main__":
+    unittest.main()
