@@ -1,0 +1,316 @@
+// SPDX-License-Identifier: MIT
+// Unit tests of read_checkpoint(): layouts, rebuild calls, validation, flattening and refusals,
+// on checkpoints assembled in C++.
+#include "support/fake_checkpoint.hpp"
+
+#include <ckptfs/checkpoint.hpp>
+#include <ckptfs/error.hpp>
+#include <ckptfs/zip_reader.hpp>
+
+#include <doctest/doctest.h>
+
+using namespace ckptfs;
+using namespace ckptfs::test;
+
+namespace {
+
+Checkpoint read(const std::string& bytes) {
+  MemorySource source(bytes);
+  return read_checkpoint(source);
+}
+
+ExitCode error_of(const std::string& bytes) {
+  try {
+    read(bytes);
+  } catch (const Error& e) {
+    return e.code();
+  }
+  return ExitCode::ok;
+}
+
+std::string message_of(const std::string& bytes) {
+  try {
+    read(bytes);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return {};
+}
+
+std::vector<std::string> keys(const Checkpoint& c) {
+  std::vector<std::string> out;
+  for (const auto& e : c.entries) out.push_back(e.key);
+  return out;
+}
+
+const Tensor& tensor(const Checkpoint& c, std::size_t entry) {
+  REQUIRE(c.entries[entry].kind == Entry::Kind::tensor);
+  return c.tensors[c.entries[entry].tensor];
+}
+
+}  // namespace
+
+TEST_SUITE_BEGIN("checkpoint");
+
+TEST_CASE("a state_dict: keys, dtypes, shapes and absolute offsets of the records") {
+  std::string pkl = state_dict_pickle({{"fc.weight", "0", 6, 0, {2, 3}, {3, 1}},
+                                       {"fc.bias", "1", 2, 0, {2}, {1}}});
+  std::string file = torch_zip(pkl, {{"0", floats(6)}, {"1", floats(2)}}, "model");
+  Checkpoint c = read(file);
+  CHECK(c.format == Format::zip);
+  CHECK_FALSE(c.big_endian);
+  CHECK(c.record_prefix == "model");
+  CHECK(keys(c) == std::vector<std::string>{"fc.weight", "fc.bias"});
+  const Tensor& w = tensor(c, 0);
+  CHECK(w.dtype == DType::float32);
+  CHECK(w.shape == std::vector<std::int64_t>{2, 3});
+  CHECK(w.broken.empty());
+  CHECK(w.nbytes() == 24);
+  CHECK(w.contiguous());
+  MemorySource source(file);
+  ZipArchive zip(source);
+  CHECK(c.file_offset(w) == zip.find("model/data/0")->data_offset);
+  CHECK(*c.file_offset(w) % 64 == 0);
+  CHECK(c.storages.size() == 2);
+  CHECK(c.storages[*w.storage].record == "model/data/0");
+}
+
+TEST_CASE("views: offsets, strides, shared storages") {
+  std::string pkl = state_dict_pickle({{"a", "0", 12, 0, {3, 4}, {4, 1}},
+                                       {"a_t", "0", 12, 0, {4, 3}, {1, 4}},
+                                       {"row", "0", 12, 8, {4}, {1}},
+                                       {"expanded", "0", 12, 0, {5, 4}, {0, 1}}});
+  Checkpoint c = read(torch_zip(pkl, {{"0", floats(12)}}));
+  REQUIRE(c.entries.size() == 4);
+  CHECK(c.storages.size() == 1);
+  CHECK(tensor(c, 1).broken.empty());
+  CHECK_FALSE(tensor(c, 1).contiguous());
+  CHECK_FALSE(c.file_offset(tensor(c, 1)));
+  CHECK(*c.file_offset(tensor(c, 2)) == *c.file_offset(tensor(c, 0)) + 32);
+  CHECK(tensor(c, 3).broken.empty());
+  CHECK(tensor(c, 3).nbytes() == 80);  // the logical tensor, not the storage
+}
+
+TEST_CASE("a view that does not fit its storage is broken, the rest stays usable") {
+  std::string pkl = state_dict_pickle({{"ok", "0", 4, 0, {4}, {1}},
+                                       {"past_end", "0", 4, 2, {3}, {1}},
+                                       {"huge_stride", "0", 4, 0, {2}, {1LL << 62}}});
+  Checkpoint c = read(torch_zip(pkl, {{"0", floats(4)}}));
+  CHECK(tensor(c, 0).broken.empty());
+  CHECK(tensor(c, 1).broken == "its view needs 20 bytes of storage \"0\" but it has 16");
+  CHECK_FALSE(tensor(c, 2).broken.empty());
+  CHECK_FALSE(c.file_offset(tensor(c, 1)));
+}
+
+TEST_CASE("a record shorter or longer than the pickle declares breaks its tensors") {
+  std::string pkl = state_dict_pickle({{"short", "0", 6, 0, {2}, {1}}, {"long", "1", 2, 0, {2}, {1}}});
+  Checkpoint c = read(torch_zip(pkl, {{"0", floats(2)}, {"1", floats(3)}}));
+  CHECK(tensor(c, 0).broken ==
+        "storage \"0\" holds 8 bytes but the pickle declares 6 elements of 4 bytes");
+  CHECK_FALSE(tensor(c, 1).broken.empty());
+}
+
+TEST_CASE("a missing storage record breaks its tensors only") {
+  std::string pkl = state_dict_pickle({{"here", "0", 2, 0, {2}, {1}}, {"gone", "7", 2, 0, {2}, {1}}});
+  Checkpoint c = read(torch_zip(pkl, {{"0", floats(2)}}));
+  CHECK(tensor(c, 0).broken.empty());
+  CHECK(tensor(c, 1).broken == "record \"archive/data/7\" is missing from the zip");
+}
+
+TEST_CASE("empty and 0-d tensors") {
+  std::string pkl = state_dict_pickle({{"empty", "0", 0, 0, {0}, {1}}, {"scalar", "1", 1, 0, {}, {}},
+                                       {"slice_at_end", "2", 5, 5, {0}, {1}}});
+  Checkpoint c = read(torch_zip(pkl, {{"0", ""}, {"1", floats(1)}, {"2", floats(5)}}));
+  CHECK(tensor(c, 0).broken.empty());
+  CHECK(tensor(c, 0).nbytes() == 0);
+  CHECK(tensor(c, 1).nbytes() == 4);
+  CHECK(tensor(c, 1).shape.empty());
+  CHECK(tensor(c, 2).broken.empty());
+}
+
+TEST_CASE("byteorder record") {
+  std::string pkl = state_dict_pickle({{"w", "0", 2, 0, {2}, {1}}});
+  CHECK(read(torch_zip(pkl, {{"0", floats(2)}}, "archive", {{"byteorder", "big"}})).big_endian);
+  CHECK_FALSE(read(torch_zip(pkl, {{"0", floats(2)}}, "archive", {{"byteorder", "little"}})).big_endian);
+  CHECK(error_of(torch_zip(pkl, {{"0", floats(2)}}, "archive", {{"byteorder", "middle"}})) ==
+        ExitCode::bad_checkpoint);
+}
+
+TEST_CASE("refusals say what the file is") {
+  std::string pkl = state_dict_pickle({{"w", "0", 2, 0, {2}, {1}}});
+  SUBCASE("a compressed storage record") {
+    ZipBuilder zip;
+    zip.add("archive/data.pkl", pkl, torch_entry());
+    zip.add("archive/data/0", floats(2), {.method = 8});
+    CHECK(error_of(zip.build()) == ExitCode::unsupported);
+    CHECK(message_of(zip.build()).find("\"archive/data/0\" is compressed") != std::string::npos);
+  }
+  SUBCASE("a compressed data.pkl") {
+    ZipBuilder zip;
+    zip.add("archive/data.pkl", pkl, {.method = 8});
+    CHECK(error_of(zip.build()) == ExitCode::unsupported);
+  }
+  SUBCASE("TorchScript") {
+    CHECK(error_of(torch_zip(pkl, {{"0", floats(2)}}, "m", {{"constants.pkl", "x"}})) ==
+          ExitCode::unsupported);
+  }
+  SUBCASE("a zip without data.pkl") {
+    ZipBuilder zip;
+    zip.add("archive/version", "3\n", torch_entry());
+    CHECK(error_of(zip.build()) == ExitCode::bad_checkpoint);
+    CHECK(message_of(zip.build()).find("incomplete") != std::string::npos);
+  }
+  SUBCASE("tar and preview formats, empty and random files") {
+    std::string tar(1024, '\0');
+    tar.replace(257, 5, "ustar");
+    CHECK(error_of(tar) == ExitCode::unsupported);
+    CHECK(error_of("PYTORCH1 and more") == ExitCode::unsupported);
+    CHECK(error_of("") == ExitCode::bad_checkpoint);
+    CHECK(error_of(std::string("\x13\x9a\x7f random bytes that mean nothing")) ==
+          ExitCode::bad_checkpoint);
+    CHECK(error_of(std::string("\x80\x02K\x07.")) == ExitCode::bad_checkpoint);  // pickle(7)
+  }
+}
+
+TEST_CASE("flattening: nested training checkpoint, values, order") {
+  // {"model": {"fc.weight": T}, "optimizer": {"state": {0: {"exp_avg": T2}},
+  //  "param_groups": [{"lr": 0.1}]}, "epoch": 7}
+  PickleBuilder p;
+  p.proto(2).empty_dict().mark();
+  p.binunicode("model").empty_dict().binunicode("fc.weight");
+  p.tensor_v2("FloatStorage", "0", "cpu", 2, 0, {2}, {1}).setitem();
+  p.binunicode("optimizer").empty_dict().mark();
+  p.binunicode("state").empty_dict().integer(0).empty_dict().binunicode("exp_avg");
+  p.tensor_v2("FloatStorage", "1", "cpu", 2, 0, {2}, {1}).setitem().setitem();
+  p.binunicode("param_groups").empty_list().empty_dict().binunicode("lr").binfloat(0.1).setitem();
+  p.append().setitems();
+  p.binunicode("epoch").integer(7).setitems().stop();
+  Checkpoint c = read(torch_zip(p.bytes(), {{"0", floats(2)}, {"1", floats(2)}}));
+  CHECK(keys(c) == std::vector<std::string>{"model.fc.weight", "optimizer.state.0.exp_avg",
+                                            "optimizer.param_groups", "epoch"});
+  CHECK(c.entries[2].value_json == "[{\"lr\":0.1}]");
+  CHECK(c.entries[3].value_json == "7");
+}
+
+TEST_CASE("a tensor reached twice is an entry under each key; colliding keys get #2") {
+  PickleBuilder p;
+  p.proto(2).empty_dict().mark();
+  p.binunicode("a").tensor_v2("FloatStorage", "0", "cpu", 2, 0, {2}, {1}).binput(9);
+  p.binunicode("b").binget(9);
+  p.binunicode("x.y").integer(1);
+  p.binunicode("x").empty_dict().binunicode("y").binget(9).setitem();
+  p.setitems().stop();
+  Checkpoint c = read(torch_zip(p.bytes(), {{"0", floats(2)}}));
+  CHECK(keys(c) == std::vector<std::string>{"a", "b", "x.y", "x.y#2"});
+  CHECK(c.entries[0].tensor == c.entries[1].tensor);
+  CHECK(c.tensors.size() == 1);
+}
+
+TEST_CASE("a root tensor is the entry 'tensor'; a root value is 'value'") {
+  PickleBuilder p;
+  p.proto(2).tensor_v2("HalfStorage", "0", "cpu", 3, 0, {3}, {1}).stop();
+  Checkpoint c = read(torch_zip(p.bytes(), {{"0", std::string(6, '\0')}}));
+  CHECK(keys(c) == std::vector<std::string>{"tensor"});
+  CHECK(tensor(c, 0).dtype == DType::float16);
+
+  PickleBuilder q;
+  q.proto(2).global("argparse", "Namespace").empty_tuple().newobj().empty_dict();
+  q.binunicode("lr").binfloat(0.5).setitem().build().stop();
+  Checkpoint v = read(torch_zip(q.bytes(), {}));
+  CHECK(keys(v) == std::vector<std::string>{"value"});
+  CHECK(v.entries[0].value_json ==
+        R"({"__class__":"argparse.Namespace","args":[],"state":{"lr":0.5}})");
+}
+
+TEST_CASE("objects: a pickled module's tensors are found in its state; calls stay inert") {
+  PickleBuilder p;
+  p.proto(2).global("mymodels", "Net").empty_tuple().newobj().empty_dict().mark();
+  p.binunicode("training").newtrue();
+  p.binunicode("_parameters").global("collections", "OrderedDict").empty_tuple().reduce();
+  p.binunicode("weight").global("torch._utils", "_rebuild_parameter");
+  p.tensor_v2("FloatStorage", "0", "cpu", 2, 0, {2}, {1}).newtrue();
+  p.global("collections", "OrderedDict").empty_tuple().reduce().tuple3().reduce().setitem();
+  p.binunicode("hook").global("os", "system").binunicode("touch /tmp/pwned").tuple1().reduce();
+  p.setitems().build().stop();
+  Checkpoint c = read(torch_zip(p.bytes(), {{"0", floats(2)}}));
+  CHECK(keys(c) == std::vector<std::string>{"training", "_parameters.weight", "hook"});
+  CHECK(tensor(c, 1).requires_grad);
+  CHECK(c.entries[2].value_json == R"({"__class__":"os.system","args":["touch /tmp/pwned"]})");
+}
+
+TEST_CASE("_rebuild_tensor_v3: new dtypes over untyped storages") {
+  PickleBuilder p;
+  p.proto(2).empty_dict().binunicode("f8").global("torch._utils", "_rebuild_tensor_v3").mark();
+  p.mark().binunicode("storage").global("torch.storage", "UntypedStorage").binunicode("0");
+  p.binunicode("cpu").integer(6).tuple().binpersid();
+  p.integer(1).int_tuple({5}).int_tuple({1}).newfalse();
+  p.global("collections", "OrderedDict").empty_tuple().reduce();
+  p.global("torch", "float8_e4m3fn").tuple().reduce().setitem().stop();
+  Checkpoint c = read(torch_zip(p.bytes(), {{"0", "abcdef"}}));
+  const Tensor& t = tensor(c, 0);
+  CHECK(t.dtype == DType::float8_e4m3fn);
+  CHECK(t.broken.empty());
+  CHECK(t.nbytes() == 5);
+  CHECK(c.file_offset(t) == c.storages[0].file_offset + 1);
+}
+
+TEST_CASE("the legacy stream: storages located from the pickles alone") {
+  auto pickle_of = [](auto&& fill) {
+    PickleBuilder p;
+    p.proto(2);
+    fill(p);
+    return p.stop().bytes();
+  };
+  std::string file;
+  file += pickle_of([](PickleBuilder& p) {
+    p.long1(std::string("\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19", 10));
+  });
+  file += pickle_of([](PickleBuilder& p) { p.integer(1001); });
+  file += pickle_of([](PickleBuilder& p) { p.empty_dict(); });
+  file += pickle_of([](PickleBuilder& p) {
+    p.empty_dict().mark();
+    for (auto [key, storage, numel] : {std::tuple{"w", "140", 3}, std::tuple{"b", "99", 2}}) {
+      p.binunicode(key).global("torch._utils", "_rebuild_tensor_v2").mark();
+      p.mark().binunicode("storage").global("torch", "FloatStorage").binunicode(storage);
+      p.binunicode("cpu").integer(numel).none().tuple().binpersid();
+      p.integer(0).int_tuple({numel}).int_tuple({1}).newfalse();
+      p.global("collections", "OrderedDict").empty_tuple().reduce().tuple().reduce();
+    }
+    p.setitems();
+  });
+  file += pickle_of([](PickleBuilder& p) { p.mark().binunicode("140").binunicode("99").list(); });
+  std::uint64_t first = file.size();
+  auto count = [](std::uint64_t n) { return std::string(reinterpret_cast<const char*>(&n), 8); };
+  file += count(3) + floats(3) + count(2) + floats(2);
+  Checkpoint c = read(file);
+  CHECK(c.format == Format::legacy);
+  CHECK(keys(c) == std::vector<std::string>{"w", "b"});
+  CHECK(c.file_offset(tensor(c, 0)) == first + 8);
+  CHECK(c.file_offset(tensor(c, 1)) == first + 8 + 12 + 8);
+  CHECK(error_of(file.substr(0, file.size() - 1)) == ExitCode::bad_checkpoint);
+}
+
+TEST_CASE("hostile nesting: no recursion, clear limits") {
+  const int depth = 2'000'000;
+  SUBCASE("a deep list without tensors is one value, cut at the depth limit") {
+    PickleBuilder p;
+    p.proto(2).empty_dict().binunicode("deep");
+    for (int i = 0; i < depth; ++i) p.empty_list();
+    for (int i = 1; i < depth; ++i) p.append();
+    p.setitem().stop();
+    Checkpoint c = read(torch_zip(p.bytes(), {}));
+    REQUIRE(c.entries.size() == 1);
+    CHECK(c.entries[0].value_json.find("depth_limit") != std::string::npos);
+  }
+  SUBCASE("a tensor at the bottom of a deep list is refused, not recursed into") {
+    PickleBuilder p;
+    p.proto(2);
+    for (int i = 0; i < depth; ++i) p.empty_list();
+    p.tensor_v2("FloatStorage", "0", "cpu", 2, 0, {2}, {1});
+    for (int i = 0; i < depth; ++i) p.append();
+    p.stop();
+    CHECK(error_of(torch_zip(p.bytes(), {{"0", floats(2)}})) == ExitCode::bad_checkpoint);
+  }
+}
+
+TEST_SUITE_END();
