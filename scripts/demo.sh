@@ -4,7 +4,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 sample=tests/data/sample.pth
 mnt=$(mktemp -d)
-trap 'fusermount3 -u "$mnt" 2>/dev/null; rmdir "$mnt"' EXIT
+trap 'mountpoint -q "$mnt" && fusermount3 -u "$mnt"; rmdir "$mnt"' EXIT
 set -x
 build/ckptfs inspect "$sample"
 build/ckptfs "$sample" "$mnt"
@@ -12,3 +12,4 @@ ls -l "$mnt" "$mnt/encoder.weight"
 cat "$mnt/encoder.weight/meta.json"
 /usr/bin/python3 -c "import numpy; print(numpy.load('$mnt/encoder.weight/tensor.npy'))"
 fusermount3 -u "$mnt"
+{ set +x; } 2>/dev/null

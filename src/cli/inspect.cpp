@@ -24,7 +24,7 @@ std::string human_bytes(std::uint64_t n) {
     v /= 1024;
     ++u;
   }
-  return u == 0 ? fmt::format("{} B", n) : fmt::format("{:.1f} {}", v, units[u]);
+  return u == 0 ? fmt::format("{} bytes", n) : fmt::format("{:.1f} {}, {} bytes", v, units[u], n);
 }
 
 // Keys and values are printed on one line each: control bytes become escapes.
@@ -71,8 +71,8 @@ void print_inspect_table(const Checkpoint& c, std::FILE* out) {
     fmt::print(out, "{:<{}}  {:<6}  {:<10}  {:<16}  {:>12}  {:>12}\n", key, key_width, "tensor",
                info(t.dtype).name, shape_text(t.shape), t.broken.empty() ? t.nbytes() : 0, where);
   }
-  fmt::print(out, "{} tensors ({}, {} bytes), {} values, {} storages, format {}, byteorder {}{}\n",
-             tensors, human_bytes(tensor_bytes), tensor_bytes, values, c.storages.size(),
+  fmt::print(out, "{} tensors ({}), {} values, {} storages, format {}, byteorder {}{}\n",
+             tensors, human_bytes(tensor_bytes), values, c.storages.size(),
              format_name(c.format), byteorder_name(c),
              broken ? fmt::format(", {} broken", broken) : std::string());
 }
