@@ -1,0 +1,957 @@
+# SPDX-License-Identifier: MIT
+"""Integration tests of the ckptfs mount: the real binary mounts fixtures and real checkpoints,
+and ordinary tools (open/pread, numpy, rsync, cp, tar, du, find) read the tree.
+
+Run by ctest as `/usr/bin/python3 -m unittest -v tests/integration/test_mount.py` with
+    CKPTFS           the ckptfs binary                       (default: build/ckptfs)
+    CKPTFS_FIXTURES  output of scripts/make_fixtures.py      (default: build/fixtures)
+    CKPTFS_CORPUS    real checkpoints + PROVENANCE.tsv       (default: ../shared/corpus)
+Needs Debian's /usr/bin/python3 (torch 1.13, numpy), /dev/fuse and fusermount3.
+
+Every test mounts on a fresh temporary directory and always unmounts, also when it fails
+(fusermount3 -u, then -u -z), and then checks in /proc/self/mountinfo that nothing is left
+mounted. The oracles: the fixtures' expected.json (sha256 of every tensor's C-order bytes in the
+file's byte order), scripts/make_fixtures.py's independent reference reader (bytes for random
+reads), `ckptfs inspect --json`, and torch.load (through scripts/ckptfs-verify; which files
+torch loads is decided with test_inspect.py's loader).
+"""
+
+import errno
+import fnmatch
+import gc
+import glob
+import hashlib
+import json
+import os
+import random
+import signal
+import stat
+import subprocess
+import sys
+import tarfile
+import tempfile
+import threading
+import time
+import unittest
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(REPO / "scripts"))
+
+# The flattening rule and torch.load with raw object state are shared with test_inspect.py;
+# make_fixtures.py's reference reader gives every tensor's bytes without torch or ckptfs.
+from test_inspect import NOT_TORCH_LOADABLE, inspect_json, torch_load  # noqa: E402
+import make_fixtures  # noqa: E402
+
+warnings.filterwarnings("ignore")
+
+CKPTFS = Path(os.environ.get("CKPTFS", REPO / "build" / "ckptfs")).absolute()
+FIXTURES = Path(os.environ.get("CKPTFS_FIXTURES", REPO / "build" / "fixtures")).absolute()
+CORPUS = Path(os.environ.get("CKPTFS_CORPUS", REPO.parent / "shared" / "corpus")).absolute()
+VERIFY = REPO / "scripts" / "ckptfs-verify"
+
+FIXTURE_NAMES = ["convnet", "dtypes", "views", "training", "keys", "params", "module", "bare",
+                 "zip64", "zip64_cd", "legacy", "bigendian", "new_dtypes"]
+
+MOUNT_TIMEOUT = 20.0    # seconds until index.json must be readable (generous for sanitizers)
+EXIT_TIMEOUT = 10.0     # seconds for ckptfs to exit after an unmount or a signal
+COMMAND_TIMEOUT = 60.0  # seconds for one tool run (rsync, tar, ckptfs-verify, ...)
+
+NUMPY_KIND = {
+    "float32": "f4", "float64": "f8", "float16": "f2", "int8": "i1", "uint8": "u1",
+    "int16": "i2", "int32": "i4", "int64": "i8", "uint16": "u2", "uint32": "u4", "uint64": "u8",
+    "bool": "b1", "complex64": "c8", "complex128": "c16",
+    "bfloat16": "u2", "complex32": "u4", "bits8": "u1",
+    "float8_e5m2": "u1", "float8_e4m3fn": "u1", "float8_e5m2fnuz": "u1", "float8_e4m3fnuz": "u1",
+    "float8_e8m0fnu": "u1",
+}
+
+
+def numpy_descr(dtype, byteorder):
+    kind = NUMPY_KIND[dtype]
+    if kind.endswith("1"):
+        return "|" + kind
+    return (">" if byteorder == "big" else "<") + kind
+
+
+def fnv1a64(data):
+    h = 0xCBF29CE484222325
+    for c in data:
+        h = ((h ^ c) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def directory_name(key):
+    """The naming rule, computed here from the key."""
+    raw = key.encode("utf-8", "surrogatepass")
+    name = bytearray(b"%" if raw in (b"", b".", b"..", b"index.json") else b"")
+    cut = 0
+    for c in raw:
+        if c & 0xC0 != 0x80 and len(name) <= 200:  # a character starts here
+            cut = len(name)
+        name += {0x25: b"%25", 0x2F: b"%2F", 0: b"%00"}.get(c, bytes([c]))
+    if len(name) <= 200:
+        cut = len(name)
+    if len(name) > 255:
+        name = name[:cut] + b"~" + f"{fnv1a64(raw):016x}".encode()
+    return bytes(name).decode("utf-8", "surrogateescape")
+
+
+def sha256(data):
+    return hashlib.sha256(data).hexdigest()
+
+
+def fixture_path(name):
+    path = FIXTURES / f"{name}.pth"
+    if not path.is_file():
+        raise AssertionError(f"missing fixture {path} (run scripts/make_fixtures.py)")
+    return path
+
+
+def expected_doc(name):
+    path = FIXTURES / f"{name}.expected.json"
+    if not path.is_file():
+        raise AssertionError(f"missing {path} (run scripts/make_fixtures.py)")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def corpus_files():
+    if not CORPUS.is_dir():
+        return []
+    return sorted(p for p in CORPUS.iterdir() if p.is_file() and p.name != "PROVENANCE.tsv"
+                  and not p.name.startswith("."))
+
+
+_torch_loadable = {}
+
+
+def torch_loadable(path):
+    """Whether torch 1.13 (with test_inspect's unpickler) loads the file."""
+    if path not in _torch_loadable:
+        try:
+            torch_load(path)
+            _torch_loadable[path] = True
+        except Exception:  # any failure of the oracle only limits what can be compared
+            _torch_loadable[path] = False
+    return _torch_loadable[path]
+
+
+def reference_tensors(path):
+    """{key: C-order bytes as stored in the file} from make_fixtures.py's reference reader."""
+    _, _, root = make_fixtures.reference_read(path)
+    out = {}
+    for key, obj in make_fixtures.flatten(root):
+        if isinstance(obj, make_fixtures.TensorDesc):
+            out[key] = make_fixtures.gather(obj.storage_bytes,
+                                            make_fixtures.DTYPE_SIZES[obj.dtype], obj.shape,
+                                            obj.stride, obj.offset)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Mounting
+# --------------------------------------------------------------------------------------------
+
+def _unescape(field):
+    out, i = "", 0
+    while i < len(field):
+        if field[i] == "\\" and field[i + 1:i + 4].isdigit() and len(field[i + 1:i + 4]) == 3:
+            out += chr(int(field[i + 1:i + 4], 8))
+            i += 4
+        else:
+            out += field[i]
+            i += 1
+    return out
+
+
+def mount_points():
+    """Every mount point, in /proc/self/mountinfo order (a path twice when stacked)."""
+    with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
+        return [_unescape(line.split()[4]) for line in f if len(line.split()) > 4]
+
+
+def mount_count(path):
+    path = os.path.realpath(path)
+    return mount_points().count(path)
+
+
+def is_mounted(path):
+    return mount_count(path) > 0
+
+
+def processes_with_arg(arg):
+    """PIDs of processes whose command line has `arg` (a ckptfs daemon serving a mountpoint)."""
+    arg = os.fsencode(str(arg))
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                if arg in f.read().split(b"\0"):
+                    pids.append(int(entry))
+        except OSError:
+            pass
+    return pids
+
+
+def fusermount_u(path, lazy=False):
+    return subprocess.run(["fusermount3", "-u", *(["-z"] if lazy else []), str(path)],
+                          capture_output=True, timeout=EXIT_TIMEOUT)
+
+
+def force_unmount(path):
+    """Unmounts every layer mounted on `path`; lazily when a plain unmount does not work."""
+    gc.collect()  # numpy memory maps of tensor.npy keep the file system busy
+    for attempt in range(50):
+        if not is_mounted(path):
+            return
+        r = fusermount_u(path, lazy=attempt >= 10)
+        if r.returncode != 0:
+            time.sleep(0.05)
+
+
+def wait_until(predicate, timeout):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return predicate()
+
+
+def index_readable(mnt):
+    if not is_mounted(mnt):
+        return False
+    try:
+        with open(Path(mnt) / "index.json", "rb") as f:
+            return bool(f.read(1))
+    except OSError:
+        return False
+
+
+def run(args, timeout=COMMAND_TIMEOUT, **kwargs):
+    return subprocess.run([str(a) for a in args], capture_output=True, timeout=timeout, **kwargs)
+
+
+class MountTestCase(unittest.TestCase):
+    """Fresh temporary directories, mounts that are always undone, and a final check."""
+
+    @classmethod
+    def setUpClass(cls):
+        if not CKPTFS.is_file():
+            raise AssertionError(f"ckptfs binary not found at {CKPTFS} (set CKPTFS)")
+        if not os.path.exists("/dev/fuse"):
+            raise AssertionError("/dev/fuse is missing")
+
+    def setUp(self):
+        tmp = tempfile.TemporaryDirectory(prefix="ckptfs-mount-test-")
+        self.tmp = Path(tmp.name)
+        self.addCleanup(tmp.cleanup)
+        self.addCleanup(self._assert_nothing_mounted)
+
+    def _assert_nothing_mounted(self):
+        prefix = str(self.tmp) + "/"
+        left = [p for p in mount_points() if p.startswith(prefix)]
+        for p in left:
+            force_unmount(p)
+        self.assertEqual(left, [], "mounts were left behind")
+
+    def new_dir(self, name="mnt"):
+        return Path(tempfile.mkdtemp(prefix=name + "-", dir=self.tmp))
+
+    def start(self, checkpoint, *options, mnt=None):
+        """`ckptfs -f [options] CHECKPOINT MNT` in the background, without waiting."""
+        mnt = mnt or self.new_dir()
+        log = open(self.tmp / f"ckptfs-{mnt.name}.log", "w+b")
+        self.addCleanup(log.close)
+        proc = subprocess.Popen([str(CKPTFS), "-f", *options, str(checkpoint), str(mnt)],
+                                stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                start_new_session=True)
+        self.addCleanup(self._stop, proc, mnt)
+        proc.log = log
+        return mnt, proc
+
+    def _stop(self, proc, mnt):
+        """Unmounts and ends the ckptfs process: it must exit once unmounted; a stuck or still
+        starting one gets SIGTERM (which unmounts), then SIGKILL."""
+        force_unmount(mnt)
+        try:
+            proc.wait(timeout=EXIT_TIMEOUT)
+            return
+        except subprocess.TimeoutExpired:
+            pass
+        for action in (proc.terminate, proc.kill):
+            action()
+            try:
+                proc.wait(timeout=EXIT_TIMEOUT / 2)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+        force_unmount(mnt)
+        self.fail(f"ckptfs (pid {proc.pid}) still ran {EXIT_TIMEOUT:g} s after its unmount")
+
+    @staticmethod
+    def output(proc):
+        proc.log.seek(0)
+        return proc.log.read().decode("utf-8", "replace")
+
+    def mount(self, checkpoint, *options, mnt=None):
+        """Mounts in the foreground mode and waits until index.json is readable."""
+        mnt, proc = self.start(checkpoint, *options, mnt=mnt)
+        deadline = time.monotonic() + MOUNT_TIMEOUT
+        while not index_readable(mnt):
+            if proc.poll() is not None:
+                self.fail(f"ckptfs -f {' '.join(options)} {checkpoint} exited {proc.returncode} "
+                          f"before the mount was ready: {self.output(proc).strip()}")
+            if time.monotonic() > deadline:
+                self.fail(f"{checkpoint}: index.json not readable {MOUNT_TIMEOUT:g} s after "
+                          f"starting ckptfs -f")
+            time.sleep(0.02)
+        return mnt, proc
+
+    def unmount(self, mnt, proc):
+        """fusermount3 -u, which must work and end the ckptfs process with status 0."""
+        gc.collect()
+        r = fusermount_u(mnt)
+        self.assertEqual(r.returncode, 0, f"fusermount3 -u {mnt}: {r.stderr.decode().strip()}")
+        self.assertFalse(is_mounted(mnt), f"{mnt} still mounted after fusermount3 -u")
+        if proc is not None:
+            try:
+                rc = proc.wait(timeout=EXIT_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                self.fail(f"ckptfs did not exit within {EXIT_TIMEOUT:g} s of fusermount3 -u")
+            self.assertEqual(rc, 0, f"ckptfs exit status after fusermount3 -u: "
+                                    f"{self.output(proc).strip()}")
+
+    def read_json(self, path):
+        return json.loads(Path(path).read_bytes().decode("utf-8"))
+
+    def assert_npy(self, path, descr, shape, digest, where):
+        """tensor.npy: a 64-byte aligned NPY header, then the data; np.load agrees (also with
+        mmap_mode="r")."""
+        with open(path, "rb") as f:
+            version = np.lib.format.read_magic(f)
+            if version == (1, 0):
+                np.lib.format.read_array_header_1_0(f)
+            else:
+                np.lib.format.read_array_header_2_0(f)
+            offset = f.tell()
+        self.assertEqual(offset % 64, 0, f"{where}: npy data offset {offset}")
+        if version != (1, 0):
+            self.assertGreater(offset, 65535, f"{where}: npy {version} where 1.0 would do")
+        for mode in (None, "r"):
+            a = np.load(path, mmap_mode=mode, allow_pickle=False)
+            try:
+                self.assertEqual(a.dtype.str, descr, f"{where}: np.load dtype (mmap {mode})")
+                self.assertEqual(a.shape, tuple(shape), f"{where}: np.load shape (mmap {mode})")
+                self.assertEqual(sha256(np.ascontiguousarray(a).tobytes()), digest,
+                                 f"{where}: np.load bytes (mmap {mode})")
+            finally:
+                del a
+        return offset
+
+
+# --------------------------------------------------------------------------------------------
+# Fixtures and the corpus
+# --------------------------------------------------------------------------------------------
+
+class FixtureMountTests(MountTestCase):
+    def check_fixture(self, name):
+        path, want = fixture_path(name), expected_doc(name)
+        mnt, proc = self.mount(path)
+        index = self.read_json(mnt / "index.json")
+        self.assertEqual(index.get("format"), want["format"], f"{name}: format")
+        self.assertEqual(index.get("byteorder"), want["byteorder"], f"{name}: byteorder")
+        entries = index["entries"]
+        want_keys = [e["key"] for e in want["entries"]]
+        self.assertEqual([e["key"] for e in entries], want_keys, f"{name}: index.json keys")
+        self.assertEqual([e["key"] for e in entries],
+                         [e["key"] for e in inspect_json(path)["entries"]],
+                         f"{name}: index.json keys vs inspect --json")
+        tensors = [w for w in want["entries"] if w["kind"] == "tensor"]
+        self.assertEqual(index.get("tensors"), len(tensors), f"{name}: tensors")
+        self.assertEqual(index.get("values"), len(want_keys) - len(tensors), f"{name}: values")
+        self.assertEqual(index.get("total_bytes"), sum(w["nbytes"] for w in tensors),
+                         f"{name}: total_bytes")
+        self.assertEqual(set(os.listdir(mnt)), {"index.json"} | {e["path"] for e in entries},
+                         f"{name}: root listing")
+        for e, w in zip(entries, want["entries"]):
+            at = f"{name}: {w['key']!r}"
+            self.assertEqual(e["path"], directory_name(w["key"]), f"{at}: path")
+            self.assertEqual(e["kind"], w["kind"], f"{at}: kind")
+            d = mnt / e["path"]
+            if w["kind"] == "value":
+                self.assertEqual(os.listdir(d), ["value.json"], at)
+                value = self.read_json(d / "value.json")
+                if "value" in w:
+                    self.assertEqual(value, w["value"], f"{at}: value.json")
+                continue
+            for field in ("dtype", "shape", "nbytes"):
+                self.assertEqual(e.get(field), w[field], f"{at}: index.json {field}")
+            self.assertEqual(sorted(os.listdir(d)), ["data", "meta.json", "tensor.npy"], at)
+            meta = self.read_json(d / "meta.json")
+            for field in ("key", "dtype", "shape", "stride", "storage_offset", "contiguous",
+                          "nbytes", "requires_grad"):
+                self.assertEqual(meta.get(field), w[field], f"{at}: meta.json {field}")
+            descr = numpy_descr(w["dtype"], want["byteorder"])
+            self.assertEqual(meta.get("numpy"), descr, f"{at}: meta.json numpy")
+            self.assertEqual(meta.get("byteorder"), want["byteorder"], f"{at}: meta.json")
+            self.assertEqual(set(meta.get("shared_with", [None])), set(w["shared_with"]),
+                             f"{at}: meta.json shared_with")
+            self.assertEqual(meta.get("shared_with_count"), len(w["shared_with"]), at)
+            self.assertIsNone(meta.get("broken", "missing"), f"{at}: meta.json broken")
+            self.assertIsInstance(meta.get("storage"), dict, f"{at}: meta.json storage")
+            st = os.stat(d / "data")
+            self.assertEqual(st.st_size, w["nbytes"], f"{at}: data size")
+            data = (d / "data").read_bytes()
+            self.assertEqual(sha256(data), w["sha256"], f"{at}: data bytes")
+            if meta.get("file_offset") is not None:
+                with open(path, "rb") as f:
+                    raw = os.pread(f.fileno(), w["nbytes"], meta["file_offset"])
+                self.assertEqual(raw, data, f"{at}: the checkpoint's bytes at file_offset")
+            offset = self.assert_npy(d / "tensor.npy", descr, w["shape"], w["sha256"], at)
+            self.assertEqual(os.stat(d / "tensor.npy").st_size, offset + w["nbytes"], at)
+        self.unmount(mnt, proc)
+
+    def test_verify_fixtures(self):
+        """scripts/ckptfs-verify agrees on every fixture torch 1.13 loads."""
+        names = [n for n in FIXTURE_NAMES if n not in NOT_TORCH_LOADABLE]
+        r = run([sys.executable, VERIFY, *(fixture_path(n) for n in names)],
+                env=dict(os.environ, CKPTFS=str(CKPTFS)))
+        out = (r.stdout + r.stderr).decode("utf-8", "replace")
+        self.assertEqual(r.returncode, 0, f"ckptfs-verify:\n{out}")
+        for n in names:
+            self.assertRegex(out, rf"{n}\.pth: \d+ tensors, \d+ values checked: all agree")
+
+
+for _name in FIXTURE_NAMES:
+    setattr(FixtureMountTests, f"test_fixture_{_name}",
+            lambda self, n=_name: self.check_fixture(n))
+
+
+class CorpusMountTests(MountTestCase):
+    def test_corpus_present(self):
+        self.assertTrue(corpus_files(), f"no checkpoints in {CORPUS} (set CKPTFS_CORPUS)")
+
+    def test_corpus_mounts(self):
+        """Every corpus file mounts; index.json agrees with inspect; every data file is
+        readable, nbytes long, and holds the elements gathered from the file's storage."""
+        for path in corpus_files():
+            with self.subTest(path.name):
+                mnt, proc = self.mount(path)
+                index = self.read_json(mnt / "index.json")
+                doc = inspect_json(path)
+                self.assertEqual([e["key"] for e in index["entries"]],
+                                 [e["key"] for e in doc["entries"]], "keys vs inspect --json")
+                self.assertEqual(set(os.listdir(mnt)),
+                                 {"index.json"} | {e["path"] for e in index["entries"]})
+                with open(path, "rb") as f:
+                    for e, g in zip(index["entries"], doc["entries"]):
+                        d = mnt / e["path"]
+                        if e["kind"] != "tensor" or g.get("broken") is not None:
+                            continue
+                        st = g["storage"]
+                        raw = os.pread(f.fileno(), st["nbytes"], st["file_offset"])
+                        want = make_fixtures.gather(raw, make_fixtures.DTYPE_SIZES[g["dtype"]],
+                                                    g["shape"], g["stride"],
+                                                    g["storage_offset"])
+                        self.assertEqual(os.stat(d / "data").st_size, g["nbytes"], e["key"])
+                        self.assertEqual(sha256((d / "data").read_bytes()), sha256(want),
+                                         f"{e['key']!r}: data")
+                        self.assertEqual(os.stat(d / "tensor.npy").st_size % 64,
+                                         g["nbytes"] % 64, f"{e['key']!r}: tensor.npy size")
+                self.unmount(mnt, proc)
+
+    def test_verify_corpus(self):
+        """scripts/ckptfs-verify agrees on every corpus file torch 1.13 loads."""
+        loadable = [p for p in corpus_files() if torch_loadable(p)]
+        self.assertTrue(loadable, "torch loads no corpus file")
+        r = run([sys.executable, VERIFY, *loadable], env=dict(os.environ, CKPTFS=str(CKPTFS)))
+        out = (r.stdout + r.stderr).decode("utf-8", "replace")
+        self.assertEqual(r.returncode, 0, f"ckptfs-verify:\n{out}")
+
+
+# --------------------------------------------------------------------------------------------
+# Reads
+# --------------------------------------------------------------------------------------------
+
+class ReadTests(MountTestCase):
+    def random_reads(self, path, full, boundary, rng, where, count=200):
+        """`count` preads of random (offset, length), some across `boundary` and past the end."""
+        size = len(full)
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            self.assertEqual(os.fstat(fd).st_size, size, f"{where}: size")
+            for i in range(count):
+                kind = i % 4
+                if kind == 0:  # across the boundary (the npy header's end)
+                    offset = max(0, boundary - rng.randint(1, 100))
+                    length = rng.randint(1, 300)
+                elif kind == 1:  # small, anywhere
+                    offset = rng.randint(0, size)
+                    length = rng.randint(0, 64)
+                elif kind == 2:  # large
+                    offset = rng.randint(0, size)
+                    length = rng.randint(1, max(1, min(size, 300_000)))
+                else:  # near or past the end
+                    offset = max(0, size - rng.randint(0, 200))
+                    length = rng.randint(1, 400)
+                got = os.pread(fd, length, offset)
+                if got != full[offset:offset + length]:
+                    self.fail(f"{where}: pread({length}, {offset}) differs from the expected "
+                              f"bytes (read {len(got)} bytes)")
+        finally:
+            os.close(fd)
+
+    def concurrent_reads(self, path, full, rng, where, threads=4, reads=50):
+        seeds = [rng.random() for _ in range(threads)]
+        errors = []
+
+        def worker(seed):
+            r = random.Random(seed)
+            try:
+                fd = os.open(path, os.O_RDONLY)
+                try:
+                    for _ in range(reads):
+                        offset = r.randint(0, len(full))
+                        length = r.randint(1, 200_000)
+                        if os.pread(fd, length, offset) != full[offset:offset + length]:
+                            errors.append((offset, length))
+                finally:
+                    os.close(fd)
+            except OSError as e:
+                errors.append(e)
+
+        workers = [threading.Thread(target=worker, args=(s,)) for s in seeds]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join(timeout=COMMAND_TIMEOUT)
+        self.assertEqual(errors, [], f"{where}: concurrent preads differ")
+
+    def check_tensor_reads(self, mnt, key, want_data, rng, where):
+        d = mnt / directory_name(key)
+        self.random_reads(d / "data", want_data, len(want_data) // 2, rng, f"{where} data")
+        npy = (d / "tensor.npy").read_bytes()
+        header_len = len(npy) - len(want_data)
+        self.assertGreater(header_len, 0, f"{where}: tensor.npy")
+        self.assertEqual(header_len % 64, 0, f"{where}: tensor.npy header")
+        meta = self.read_json(d / "meta.json")
+        # The header is checked by numpy; the rest must be the expected bytes.
+        header = npy[:header_len]
+        with open(d / "tensor.npy", "rb") as f:
+            np.lib.format.read_magic(f)
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+        self.assertEqual((list(shape), fortran, dtype.str),
+                         (meta["shape"], False, meta["numpy"]), f"{where}: npy header")
+        self.random_reads(d / "tensor.npy", header + want_data, header_len, rng,
+                          f"{where} tensor.npy")
+        return header + want_data
+
+    def test_random_reads_fixtures(self):
+        rng = random.Random(20240601)
+        picks = {
+            "views": ["transposed", "cols3", "permuted", "step2", "expanded", "channels_last",
+                      "halves.bottom", "tiny_of_big", "elem", "full"],
+            "dtypes": ["complex128.nd", "bool.nd", "bfloat16.vec"],
+            "bigendian": None,  # its first three tensors
+            "legacy": ["w_t", "slice"],
+            "new_dtypes": ["uint64.t", "complex32.tail"],
+        }
+        for name, keys in picks.items():
+            path = fixture_path(name)
+            ref = reference_tensors(path)
+            want = {w["key"]: w for w in expected_doc(name)["entries"] if w["kind"] == "tensor"}
+            keys = keys or list(want)[:3]
+            mnt, proc = self.mount(path)
+            for key in keys:
+                with self.subTest(f"{name}: {key}"):
+                    self.assertEqual(sha256(ref[key]), want[key]["sha256"], "reference reader")
+                    self.check_tensor_reads(mnt, key, ref[key], rng, f"{name}: {key!r}")
+            self.unmount(mnt, proc)
+
+    def test_random_reads_large(self):
+        """Tensors of megabytes, strided and contiguous: reads larger than FUSE's max_read,
+        from several threads at once."""
+        gen = torch.Generator().manual_seed(7)
+        big = {
+            "transposed": torch.randn(700, 900, generator=gen).t(),
+            "strided": torch.randn(1000, 999, generator=gen)[::2, 1::3],
+            "ints": torch.arange(1 << 20, dtype=torch.int64),
+        }
+        path = self.tmp / "large.pth"
+        torch.save(big, path)
+        rng = random.Random(99)
+        mnt, proc = self.mount(path)
+        for key, t in big.items():
+            with self.subTest(key):
+                data = t.contiguous().numpy().tobytes()
+                full = self.check_tensor_reads(mnt, key, data, rng, key)
+                d = mnt / directory_name(key)
+                self.assertEqual(sha256((d / "data").read_bytes()), sha256(data), key)
+                self.concurrent_reads(d / "tensor.npy", full, rng, key)
+        self.unmount(mnt, proc)
+
+    def test_inodes_stable(self):
+        path = fixture_path("views")
+
+        def inodes(mnt):
+            out = {}
+            for dirpath, dirnames, filenames in os.walk(mnt):
+                for n in dirnames + filenames:
+                    p = os.path.join(dirpath, n)
+                    out[os.path.relpath(p, mnt)] = os.stat(p).st_ino
+            return out
+
+        mnt, proc = self.mount(path)
+        first = inodes(mnt)
+        self.assertEqual(first, inodes(mnt), "inode numbers changed between two walks")
+        self.assertEqual(len(set(first.values())), len(first), "inode numbers are not unique")
+        self.unmount(mnt, proc)
+        mnt2, proc2 = self.mount(path)
+        self.assertEqual(inodes(mnt2), first, "inode numbers changed across a remount")
+        self.unmount(mnt2, proc2)
+
+
+# --------------------------------------------------------------------------------------------
+# Tools
+# --------------------------------------------------------------------------------------------
+
+class ToolTests(MountTestCase):
+    def tree(self, root):
+        """{relative path: bytes or None for directories}."""
+        out = {}
+        for dirpath, dirnames, filenames in os.walk(root):
+            for n in dirnames:
+                out[os.path.relpath(os.path.join(dirpath, n), root)] = None
+            for n in filenames:
+                p = os.path.join(dirpath, n)
+                out[os.path.relpath(p, root)] = Path(p).read_bytes()
+        return out
+
+    def test_tools(self):
+        name = "training"
+        path, want = fixture_path(name), expected_doc(name)
+        mnt, proc = self.mount(path)
+        names = [directory_name(w["key"]) for w in want["entries"]]
+        n_files = 1 + sum(3 if w["kind"] == "tensor" else 1 for w in want["entries"])
+
+        with self.subTest("glob"):
+            for pattern in ("model.bn1.*", "optimizer.state.*.exp_avg", "*.running_var"):
+                got = sorted(os.path.basename(p) for p in glob.glob(str(mnt / pattern)))
+                self.assertEqual(got, sorted(fnmatch.filter(names, pattern)), pattern)
+                self.assertTrue(got, pattern)
+            self.assertEqual(sorted(glob.glob(str(mnt / "model.fc.weight" / "*"))),
+                             [str(mnt / "model.fc.weight" / n)
+                              for n in ("data", "meta.json", "tensor.npy")])
+
+        reference = self.tree(mnt)
+        self.assertEqual(sum(1 for v in reference.values() if v is not None), n_files)
+
+        with self.subTest("find"):
+            r = run(["find", mnt, "-type", "f"])
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(len(r.stdout.splitlines()), n_files, "find MNT -type f | wc -l")
+
+        with self.subTest("du"):
+            total = sum(len(v) for v in reference.values() if v is not None)
+            r = run(["du", "-sb", mnt])
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(int(r.stdout.split()[0]), total, "du -sb")
+            r = run(["du", "-sk", mnt])
+            self.assertGreaterEqual(int(r.stdout.split()[0]) * 1024, total, "du -sk")
+            for rel, v in reference.items():
+                if v:
+                    self.assertGreater(os.stat(mnt / rel).st_blocks, 0, f"{rel}: st_blocks")
+
+        with self.subTest("rsync"):
+            dest = self.new_dir("rsync")
+            r = run(["rsync", "-a", f"{mnt}/", f"{dest}/"])
+            self.assertEqual(r.returncode, 0, r.stderr.decode(errors="replace"))
+            self.assertEqual(self.tree(dest), reference, "rsync -a copy")
+            r = run(["rsync", "-a", "--itemize-changes", f"{mnt}/", f"{dest}/"])
+            self.assertEqual(r.returncode, 0, r.stderr.decode(errors="replace"))
+            self.assertEqual(r.stdout.decode(errors="replace"), "",
+                             "a second rsync -a transfers something")
+            r = run(["rsync", "-a", "--stats", f"{mnt}/", f"{dest}/"])
+            self.assertRegex(r.stdout.decode(), r"Number of regular files transferred: 0\b")
+
+        with self.subTest("cp"):
+            dest = self.new_dir("cp") / "copy"
+            r = run(["cp", "-r", mnt, dest])
+            self.assertEqual(r.returncode, 0, r.stderr.decode(errors="replace"))
+            self.assertEqual(self.tree(dest), reference, "cp -r copy")
+
+        with self.subTest("tar"):
+            archive = self.tmp / "mnt.tar"
+            r = run(["tar", "cf", archive, "-C", mnt, "."])
+            self.assertEqual(r.returncode, 0, r.stderr.decode(errors="replace"))
+            with tarfile.open(archive) as tf:
+                got = {}
+                for m in tf.getmembers():
+                    rel = os.path.normpath(m.name)
+                    if rel == ".":
+                        continue
+                    got[rel] = tf.extractfile(m).read() if m.isfile() else None
+            self.assertEqual(got, reference, "tar cf archive")
+        self.unmount(mnt, proc)
+
+
+# --------------------------------------------------------------------------------------------
+# Attributes and read-only-ness
+# --------------------------------------------------------------------------------------------
+
+class AttributeTests(MountTestCase):
+    def all_nodes(self, mnt):
+        nodes = [mnt]
+        for dirpath, dirnames, filenames in os.walk(mnt):
+            nodes += [Path(dirpath) / n for n in dirnames + filenames]
+        return nodes
+
+    def check_modes(self, mnt, checkpoint, file_mode, dir_mode, uid, gid):
+        src = os.stat(checkpoint)
+        for p in self.all_nodes(mnt):
+            st = os.stat(p)
+            at = str(p.relative_to(mnt))
+            if stat.S_ISDIR(st.st_mode):
+                self.assertEqual(stat.S_IMODE(st.st_mode), dir_mode, f"{at}: mode")
+            else:
+                self.assertTrue(stat.S_ISREG(st.st_mode), f"{at}: not a regular file")
+                self.assertEqual(stat.S_IMODE(st.st_mode), file_mode, f"{at}: mode")
+            self.assertEqual((st.st_uid, st.st_gid), (uid, gid), f"{at}: owner")
+            self.assertEqual(st.st_mtime_ns, src.st_mtime_ns, f"{at}: mtime")
+            self.assertEqual(st.st_ctime_ns, src.st_ctime_ns, f"{at}: ctime")
+
+    def test_default_modes_and_times(self):
+        path = self.tmp / "convnet.pth"
+        path.write_bytes(fixture_path("convnet").read_bytes())
+        os.utime(path, ns=(1_600_000_000_123_456_789, 1_500_000_000_987_654_321))
+        mnt, proc = self.mount(path)
+        self.check_modes(mnt, path, 0o444, 0o555, os.getuid(), os.getgid())
+        self.unmount(mnt, proc)
+
+    def test_umask_uid_gid(self):
+        path = fixture_path("convnet")
+        mnt, proc = self.mount(path, "-o", "umask=027,uid=1234,gid=5678")
+        self.check_modes(mnt, path, 0o440, 0o550, 1234, 5678)
+        self.unmount(mnt, proc)
+
+    def test_writes_refused(self):
+        path = fixture_path("convnet")
+        mnt, proc = self.mount(path)
+        d = mnt / directory_name("conv1.weight")
+        data, index = d / "data", mnt / "index.json"
+        before = self.tree_digest(mnt)
+        attempts = {
+            "open r+b": lambda: open(data, "r+b").close(),
+            "open O_WRONLY": lambda: os.close(os.open(data, os.O_WRONLY)),
+            "open O_RDWR": lambda: os.close(os.open(data, os.O_RDWR)),
+            "open O_WRONLY|O_TRUNC": lambda: os.close(os.open(index, os.O_WRONLY | os.O_TRUNC)),
+            "open O_APPEND": lambda: os.close(os.open(data, os.O_WRONLY | os.O_APPEND)),
+            "create in root": lambda: os.close(os.open(mnt / "new", os.O_CREAT | os.O_WRONLY,
+                                                       0o644)),
+            "create in entry": lambda: os.close(os.open(d / "new", os.O_CREAT | os.O_RDWR,
+                                                        0o644)),
+            "create existing": lambda: os.close(os.open(data, os.O_CREAT | os.O_WRONLY, 0o644)),
+            "mkdir in root": lambda: os.mkdir(mnt / "newdir"),
+            "mkdir in entry": lambda: os.mkdir(d / "newdir"),
+            "symlink": lambda: os.symlink("data", d / "link"),
+            "unlink data": lambda: os.unlink(data),
+            "unlink index.json": lambda: os.unlink(index),
+            "rmdir entry": lambda: os.rmdir(d),
+            "rename file": lambda: os.rename(data, d / "data2"),
+            "rename dir": lambda: os.rename(d, mnt / "renamed"),
+            "truncate data": lambda: os.truncate(data, 0),
+            "truncate index.json": lambda: os.truncate(index, 10),
+            "chmod file": lambda: os.chmod(data, 0o644),
+            "chmod dir": lambda: os.chmod(d, 0o777),
+            "chmod root": lambda: os.chmod(mnt, 0o777),
+        }
+        for what, attempt in attempts.items():
+            with self.subTest(what):
+                with self.assertRaises(OSError) as cm:
+                    attempt()
+                self.assertIn(cm.exception.errno, (errno.EROFS, errno.EACCES),
+                              f"{what}: {cm.exception}")
+        self.assertEqual(self.tree_digest(mnt), before, "the tree changed")
+        self.unmount(mnt, proc)
+
+    def tree_digest(self, mnt):
+        out = {}
+        for p in self.all_nodes(mnt):
+            st = os.stat(p)
+            out[str(p)] = (st.st_mode, st.st_size,
+                           sha256(p.read_bytes()) if stat.S_ISREG(st.st_mode) else None)
+        return out
+
+
+# --------------------------------------------------------------------------------------------
+# The process: signals, daemon mode, errors
+# --------------------------------------------------------------------------------------------
+
+class ProcessTests(MountTestCase):
+    def check_signal(self, signum):
+        mnt, proc = self.mount(fixture_path("bare"))
+        proc.send_signal(signum)
+        try:
+            rc = proc.wait(timeout=EXIT_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self.fail(f"ckptfs -f ignored {signal.Signals(signum).name}")
+        self.assertEqual(rc, 0, f"exit status after {signal.Signals(signum).name}: "
+                                f"{self.output(proc).strip()}")
+        self.assertFalse(is_mounted(mnt), f"still mounted after {signal.Signals(signum).name}")
+
+    def test_sigterm(self):
+        self.check_signal(signal.SIGTERM)
+
+    def test_sigint(self):
+        self.check_signal(signal.SIGINT)
+
+    def test_fusermount_ends_foreground(self):
+        mnt, proc = self.mount(fixture_path("bare"))
+        self.unmount(mnt, proc)
+
+    def test_daemon_mode(self):
+        """Without -f: returns once mounted, the tree is readable at once, fusermount3 -u
+        unmounts and the daemon exits."""
+        path, mnt = fixture_path("convnet"), self.new_dir()
+        self.addCleanup(force_unmount, mnt)
+        try:
+            r = run([CKPTFS, path, mnt], timeout=MOUNT_TIMEOUT, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            self.fail("ckptfs without -f did not return (or its daemon kept stdout/stderr open)")
+        self.assertEqual(r.returncode, 0, r.stderr.decode(errors="replace"))
+        self.assertEqual(r.stderr, b"", "ckptfs printed on stderr")
+        self.assertTrue(is_mounted(mnt), "not mounted when ckptfs returned")
+        index = self.read_json(mnt / "index.json")
+        self.assertEqual(index["tensors"], 16)
+        daemons = processes_with_arg(mnt)
+        self.assertTrue(daemons, "no ckptfs daemon serves the mount")
+        self.unmount(mnt, None)
+        self.assertTrue(wait_until(lambda: not processes_with_arg(mnt), EXIT_TIMEOUT),
+                        f"the daemon (pid {daemons}) still runs after fusermount3 -u")
+
+    def run_rejected(self, args, codes, where):
+        """A failing ckptfs: one line on stderr starting 'ckptfs: ', an exit status in `codes`,
+        nothing mounted and no daemon left."""
+        mnt = Path(args[-1])
+        before = mount_count(mnt) if mnt.exists() else 0
+        serving = set(processes_with_arg(mnt))  # an earlier mount's ckptfs may serve `mnt`
+        try:
+            r = run([CKPTFS, *args], timeout=MOUNT_TIMEOUT, stdin=subprocess.DEVNULL)
+        finally:
+            if mnt.exists():
+                # Whatever a wrongly successful run mounted on top must go (the original stays).
+                while mount_count(mnt) > before:
+                    if fusermount_u(mnt, lazy=True).returncode != 0:
+                        break
+        err = r.stderr.decode("utf-8", "replace")
+        self.assertNotEqual(r.returncode, 0, f"{where}: exit 0, stderr {err!r}")
+        self.assertIn(r.returncode, codes, f"{where}: exit status, stderr {err!r}")
+        lines = err.rstrip("\n").split("\n")
+        self.assertEqual(len(lines), 1, f"{where}: want one line on stderr, got {err!r}")
+        self.assertTrue(lines[0].startswith("ckptfs: ") and len(lines[0]) > 8,
+                        f"{where}: stderr {err!r}")
+        self.assertEqual(mount_count(mnt) if mnt.exists() else 0, before,
+                         f"{where}: something was mounted")
+        self.assertEqual(set(processes_with_arg(mnt)) - serving, set(),
+                         f"{where}: a ckptfs process was left")
+
+    def test_bad_checkpoints(self):
+        convnet = fixture_path("convnet").read_bytes()
+        rng = random.Random(5)
+        cases = {
+            "empty": b"",
+            "random": bytes(rng.randrange(256) for _ in range(4096)),
+            "truncated": convnet[:len(convnet) // 2],
+        }
+        for what, data in cases.items():
+            path = self.tmp / f"{what}.pth"
+            path.write_bytes(data)
+            for foreground in ([], ["-f"]):
+                with self.subTest(what, foreground=foreground):
+                    self.run_rejected([*foreground, path, self.new_dir()], {2, 3, 4, 5},
+                                      f"{what} checkpoint")
+        with self.subTest("missing checkpoint"):
+            self.run_rejected([self.tmp / "no-such.pth", self.new_dir()], {2}, "missing file")
+
+    def test_bad_mountpoints(self):
+        path = fixture_path("convnet")
+        a_file = self.tmp / "a-file"
+        a_file.write_bytes(b"x")
+        with self.subTest("missing directory"):
+            self.run_rejected([path, self.tmp / "no-such-dir"], {6}, "missing mountpoint")
+        with self.subTest("a file"):
+            self.run_rejected([path, a_file], {6}, "a file as mountpoint")
+            self.assertEqual(a_file.read_bytes(), b"x")
+        with self.subTest("already mounted"):
+            mnt, proc = self.mount(fixture_path("bare"))
+            for foreground in ([], ["-f"]):
+                self.run_rejected([*foreground, path, mnt], {6}, "an already mounted mountpoint")
+            self.assertEqual(self.read_json(mnt / "index.json")["tensors"], 1,
+                             "the first mount was disturbed")
+            self.unmount(mnt, proc)
+
+
+# --------------------------------------------------------------------------------------------
+# Names
+# --------------------------------------------------------------------------------------------
+
+class NameTests(MountTestCase):
+    def test_naming_rule_examples(self):
+        """The rule as the tests compute it (no binary involved)."""
+        self.assertEqual(directory_name("a/b"), "a%2Fb")
+        self.assertEqual(directory_name("100%"), "100%25")
+        self.assertEqual(directory_name(""), "%")
+        self.assertEqual(directory_name("."), "%.")
+        self.assertEqual(directory_name(".."), "%..")
+        self.assertEqual(directory_name("index.json"), "%index.json")
+        self.assertEqual(directory_name("x\0y"), "x%00y")
+        self.assertEqual(directory_name("index.json.x"), "index.json.x")
+        long = directory_name("k" * 300)
+        self.assertEqual(long, "k" * 200 + "~" + f"{fnv1a64(b'k' * 300):016x}")
+        self.assertEqual(len(directory_name("k" * 255).encode()), 255)
+        # A cut never splits an escape nor a UTF-8 sequence.
+        cut = directory_name("k" * 199 + "/" * 40)
+        self.assertTrue(cut.startswith("k" * 199 + "~"), cut)
+        cut = directory_name("k" * 199 + "层" * 40)
+        self.assertTrue(cut.startswith("k" * 199 + "~"), cut)
+        self.assertTrue(all(len(directory_name(k * n).encode()) <= 255
+                            for k in ("a", "%", "层", "🔥") for n in range(60, 300, 7)))
+
+    def test_keys_fixture(self):
+        name = "keys"
+        want = expected_doc(name)
+        mnt, proc = self.mount(fixture_path(name))
+        index = self.read_json(mnt / "index.json")
+        keys = [w["key"] for w in want["entries"]]
+        names = [directory_name(k) for k in keys]
+        self.assertEqual(len(set(names)), len(names), "the expected names collide")
+        self.assertEqual({e["key"]: e["path"] for e in index["entries"]}, dict(zip(keys, names)),
+                         "index.json key -> path")
+        self.assertEqual(sorted(os.listdir(mnt)), sorted(["index.json", *names]), "listing")
+        for w, n in zip(want["entries"], names):
+            with self.subTest(w["key"]):
+                self.assertLessEqual(len(n.encode()), 255)
+                d = mnt / n
+                self.assertTrue(d.is_dir(), f"{n!r} is not a directory")
+                if w["kind"] == "tensor":
+                    self.assertEqual(self.read_json(d / "meta.json")["key"], w["key"])
+                    self.assertEqual(sha256((d / "data").read_bytes()), w["sha256"])
+                else:
+                    self.assertEqual(self.read_json(d / "value.json"), w["value"])
+        self.assertIn("k" * 200 + "~" + f"{fnv1a64(b'k' * 300):016x}", os.listdir(mnt))
+        for n in ("%", "%.", "%..", "%index.json", "a%2Fb", "100%25", "nested.x%2Fy"):
+            self.assertTrue((mnt / n).is_dir(), n)
+        self.unmount(mnt, proc)
+
+
+if __name__ == "__main__":
+    unittest.main()
