@@ -34,6 +34,10 @@ void op_init(void*, fuse_conn_info* conn) {
   conn->max_readahead = conn->max_readahead ? conn->max_readahead : 1u << 20;
   conn->max_background = 64;
   conn->congestion_threshold = 48;
+  // Splice tensor bytes from the checkpoint through a pipe into the reply: measured 2x the first
+  // read throughput of libfuse's copying fallback here (1.1-2.2 vs 0.3-1.0 GB/s, 1.6 GB file).
+  if (conn->capable & FUSE_CAP_SPLICE_WRITE) conn->want |= FUSE_CAP_SPLICE_WRITE;
+  if (conn->capable & FUSE_CAP_SPLICE_MOVE) conn->want |= FUSE_CAP_SPLICE_MOVE;
   if (conn->capable & FUSE_CAP_READDIRPLUS) conn->want |= FUSE_CAP_READDIRPLUS;
   conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO;  // always plus: names come with attributes
 }
