@@ -3,9 +3,9 @@
 #pragma once
 
 #include <ckptfs/checkpoint.hpp>
+#include <ckptfs/json_writer.hpp>
 
-#include <nlohmann/json.hpp>
-
+#include <string>
 #include <vector>
 
 namespace ckptfs {
@@ -25,15 +25,19 @@ class SharingIndex {
 // At most this many keys are listed in shared_with; shared_with_count has the full number.
 inline constexpr std::size_t max_shared_with = 100;
 
-// meta.json of tensor entry `entry_index`: key, dtype, shape, stride, storage_offset,
-// contiguous, nbytes, file_offset, numpy, byteorder, requires_grad, storage, shared_with,
-// shared_with_count, broken.
-nlohmann::ordered_json describe_tensor(const Checkpoint& checkpoint, std::size_t entry_index,
-                                       const SharingIndex& sharing);
+// Writes, into an open JSON object, the fields that describe tensor entry `entry_index` after its
+// key: dtype, shape, stride, storage_offset, contiguous, nbytes, file_offset, numpy, byteorder,
+// requires_grad, storage, shared_with, shared_with_count, broken.
+void write_tensor_fields(JsonWriter& json, const Checkpoint& checkpoint, std::size_t entry_index,
+                         const SharingIndex& sharing);
 
-// `inspect --json`: {"format", "byteorder", "entries": [...]}, tensors as describe_tensor() with
-// "kind": "tensor", values as {"key", "kind": "value", "value"}.
-nlohmann::ordered_json describe_checkpoint(const Checkpoint& checkpoint);
+// meta.json of a tensor entry: {"key", ...write_tensor_fields}, indented, with a final newline.
+std::string tensor_meta_json(const Checkpoint& checkpoint, std::size_t entry_index,
+                             const SharingIndex& sharing);
+
+// `inspect --json`: {"format", "byteorder", "entries": [...]}, tensors as {"key", "kind":
+// "tensor", ...write_tensor_fields}, values as {"key", "kind": "value", "value"}.
+std::string checkpoint_json(const Checkpoint& checkpoint);
 
 std::string_view byteorder_name(const Checkpoint& checkpoint);
 

@@ -89,8 +89,9 @@ class Vfs {
   }
 
  private:
+  std::string index_json() const;
   std::uint32_t add_literal(std::string bytes);
-  void add_file(std::uint32_t index, std::string name, Ino parent, std::vector<Extent> extents);
+  void add_file(std::string name, Ino parent, const std::vector<Extent>& extents);
 
   Checkpoint checkpoint_;
   FileIdentity identity_;

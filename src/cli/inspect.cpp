@@ -78,9 +78,8 @@ void print_inspect_table(const Checkpoint& c, std::FILE* out) {
 }
 
 void print_inspect_json(const Checkpoint& c, std::FILE* out) {
-  std::string text = describe_checkpoint(c).dump(1, ' ', false,
-                                                 nlohmann::json::error_handler_t::replace);
-  fmt::print(out, "{}\n", text);
+  std::string text = checkpoint_json(c);
+  std::fwrite(text.data(), 1, text.size(), out);
 }
 
 }  // namespace ckptfs::cli

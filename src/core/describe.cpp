@@ -1,10 +1,8 @@
 // SPDX-License-Identifier: MIT
-// describe_tensor() and describe_checkpoint(): the JSON forms of entries.
+// The JSON forms of entries: meta.json and `inspect --json`.
 #include <ckptfs/describe.hpp>
 
 namespace ckptfs {
-
-using nlohmann::ordered_json;
 
 SharingIndex::SharingIndex(const Checkpoint& c) : by_storage_(c.storages.size()) {
   for (std::size_t i = 0; i < c.entries.size(); ++i) {
@@ -17,76 +15,92 @@ SharingIndex::SharingIndex(const Checkpoint& c) : by_storage_(c.storages.size())
 
 std::string_view byteorder_name(const Checkpoint& c) { return c.big_endian ? "big" : "little"; }
 
-ordered_json describe_tensor(const Checkpoint& c, std::size_t entry_index,
-                             const SharingIndex& sharing) {
+void write_tensor_fields(JsonWriter& j, const Checkpoint& c, std::size_t entry_index,
+                         const SharingIndex& sharing) {
   const Entry& e = c.entries[entry_index];
   const Tensor& t = c.tensors[e.tensor];
-  ordered_json j;
-  j["key"] = e.key;
-  j["dtype"] = info(t.dtype).name;
-  j["shape"] = t.shape;
-  j["stride"] = t.stride;
-  j["storage_offset"] = t.storage_offset;
-  bool contiguous = t.broken.empty() && t.contiguous();
-  j["contiguous"] = contiguous;
-  j["nbytes"] = t.broken.empty() ? t.nbytes() : 0;
+  j.key("dtype").string(info(t.dtype).name);
+  j.key("shape").numbers(t.shape);
+  j.key("stride").numbers(t.stride);
+  j.key("storage_offset").number(t.storage_offset);
+  j.key("contiguous").boolean(t.broken.empty() && t.contiguous());
+  j.key("nbytes").number(t.broken.empty() ? t.nbytes() : std::uint64_t{0});
+  j.key("file_offset");
   if (auto offset = c.file_offset(t)) {
-    j["file_offset"] = *offset;
+    j.number(*offset);
   } else {
-    j["file_offset"] = nullptr;
+    j.null();
   }
-  j["numpy"] = numpy_descr(t.dtype, c.big_endian);
-  j["byteorder"] = byteorder_name(c);
-  j["requires_grad"] = t.requires_grad;
+  j.key("numpy").string(numpy_descr(t.dtype, c.big_endian));
+  j.key("byteorder").string(byteorder_name(c));
+  j.key("requires_grad").boolean(t.requires_grad);
+  std::uint64_t others = 0;
+  j.key("storage");
   if (t.storage) {
     const Storage& s = c.storages[*t.storage];
-    ordered_json sj;
-    sj["key"] = s.key;
-    sj["record"] = s.record.empty() ? ordered_json(nullptr) : ordered_json(s.record);
-    sj["file_offset"] = s.file_offset;
-    sj["nbytes"] = s.nbytes;
-    j["storage"] = std::move(sj);
-    ordered_json shared = ordered_json::array();
-    std::size_t others = 0;
+    j.begin_object();
+    j.key("key").string(s.key);
+    j.key("record");
+    if (s.record.empty()) {
+      j.null();
+    } else {
+      j.string(s.record);
+    }
+    j.key("file_offset").number(s.file_offset);
+    j.key("nbytes").number(s.nbytes);
+    j.end_object();
+    j.key("shared_with").begin_array();
     for (std::size_t other : sharing.entries_of_storage(*t.storage)) {
       if (other == entry_index) continue;
-      if (++others <= max_shared_with) shared.push_back(c.entries[other].key);
+      if (++others <= max_shared_with) j.string(c.entries[other].key);
     }
-    j["shared_with"] = std::move(shared);
-    j["shared_with_count"] = others;
+    j.end_array();
   } else {
-    j["storage"] = nullptr;
-    j["shared_with"] = ordered_json::array();
-    j["shared_with_count"] = 0;
+    j.null();
+    j.key("shared_with").begin_array().end_array();
   }
-  j["broken"] = t.broken.empty() ? ordered_json(nullptr) : ordered_json(t.broken);
-  return j;
+  j.key("shared_with_count").number(others);
+  j.key("broken");
+  if (t.broken.empty()) {
+    j.null();
+  } else {
+    j.string(t.broken);
+  }
 }
 
-ordered_json describe_checkpoint(const Checkpoint& c) {
+std::string tensor_meta_json(const Checkpoint& c, std::size_t entry_index,
+                             const SharingIndex& sharing) {
+  std::string out;
+  JsonWriter j(out);
+  j.begin_object().key("key").string(c.entries[entry_index].key);
+  write_tensor_fields(j, c, entry_index, sharing);
+  j.end_object();
+  out += '\n';
+  return out;
+}
+
+std::string checkpoint_json(const Checkpoint& c) {
   SharingIndex sharing(c);
-  ordered_json entries = ordered_json::array();
+  std::string out;
+  JsonWriter j(out);
+  j.begin_object();
+  j.key("format").string(format_name(c.format));
+  j.key("byteorder").string(byteorder_name(c));
+  j.key("entries").begin_array();
   for (std::size_t i = 0; i < c.entries.size(); ++i) {
     const Entry& e = c.entries[i];
-    ordered_json j;
+    j.begin_object().key("key").string(e.key);
     if (e.kind == Entry::Kind::tensor) {
-      ordered_json meta = describe_tensor(c, i, sharing);
-      j["key"] = e.key;
-      j["kind"] = "tensor";
-      for (auto& [name, value] : meta.items()) {
-        if (name != "key") j[name] = std::move(value);
-      }
+      j.key("kind").string("tensor");
+      write_tensor_fields(j, c, i, sharing);
     } else {
-      j["key"] = e.key;
-      j["kind"] = "value";
-      j["value"] = ordered_json::parse(e.value_json);
+      j.key("kind").string("value");
+      j.key("value").raw(e.value_json);
     }
-    entries.push_back(std::move(j));
+    j.end_object();
   }
-  ordered_json out;
-  out["format"] = format_name(c.format);
-  out["byteorder"] = byteorder_name(c);
-  out["entries"] = std::move(entries);
+  j.end_array().end_object();
+  out += '\n';
   return out;
 }
 

@@ -8,119 +8,133 @@
 
 #include <fmt/format.h>
 
-#include <unordered_set>
 
 namespace ckptfs {
-namespace {
-
-std::string dump(const nlohmann::ordered_json& j) {
-  return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
-}
-
-}  // namespace
 
 Vfs::Vfs(Checkpoint checkpoint, const FileIdentity& identity, VfsOptions options)
     : checkpoint_(std::move(checkpoint)), identity_(identity), options_(std::move(options)) {
   const auto& entries = checkpoint_.entries;
   const std::size_t dirs = entries.size();
-  // Layout: the root, index.json, the entry directories, then each directory's files.
+  // Layout: the root, index.json, the entry directories, then each directory's files. The node
+  // table is sized once, so that root_children_ can hold views of the names as they are made.
+  std::size_t files = 0;
+  for (const Entry& e : entries) {
+    bool servable = e.kind == Entry::Kind::tensor && checkpoint_.tensors[e.tensor].broken.empty();
+    files += servable ? 3 : 1;
+  }
+  nodes_.reserve(2 + dirs + files);
   nodes_.resize(2 + dirs);
   nodes_[0].name = "";
   nodes_[0].directory = true;
   nodes_[0].first_child = 1;
   nodes_[0].child_count = static_cast<std::uint32_t>(1 + dirs);
   nodes_[0].parent = root_ino;
-
-  std::unordered_set<std::string> taken{"index.json"};
+  nodes_[1].name = "index.json";
+  nodes_[1].parent = root_ino;
+  root_children_.reserve(dirs + 1);
+  root_children_.emplace(nodes_[1].name, 1);
   for (std::size_t i = 0; i < dirs; ++i) {
-    std::string name = directory_name(entries[i].key);
-    // Keys are unique, and so are their names but for a 64-bit hash collision among cut names.
-    for (int n = 2; taken.contains(name); ++n) name = fmt::format("{}~{}", name, n);
-    taken.insert(name);
     Node& dir = nodes_[2 + i];
-    dir.name = std::move(name);
+    dir.name = directory_name(entries[i].key);
+    // Keys are unique, and so are their names but for a 64-bit hash collision among cut names.
+    for (int n = 2; root_children_.contains(dir.name); ++n) {
+      dir.name = fmt::format("{}~{}", directory_name(entries[i].key), n);
+    }
     dir.directory = true;
     dir.parent = root_ino;
+    root_children_.emplace(dir.name, static_cast<std::uint32_t>(2 + i));
   }
 
   SharingIndex sharing(checkpoint_);
-  nlohmann::ordered_json index_entries = nlohmann::ordered_json::array();
-  std::size_t tensor_count = 0;
-  std::uint64_t total_bytes = 0;
   for (std::size_t i = 0; i < dirs; ++i) {
     const Entry& e = entries[i];
     const auto dir_index = static_cast<std::uint32_t>(2 + i);
     const Ino dir_ino = dir_index + 1;
     nodes_[dir_index].first_child = static_cast<std::uint32_t>(nodes_.size());
-    nlohmann::ordered_json item;
-    item["key"] = e.key;
-    item["path"] = nodes_[dir_index].name;
+    auto literal_file = [&](const char* name, std::string bytes) {
+      std::uint32_t lit = add_literal(std::move(bytes));
+      add_file(name, dir_ino, {{Extent::Kind::literal, literals_[lit].size(), lit, 0, 0}});
+    };
     if (e.kind == Entry::Kind::value) {
-      item["kind"] = "value";
-      item["dtype"] = nullptr;
-      item["shape"] = nullptr;
-      item["nbytes"] = nullptr;
-      std::uint32_t lit = add_literal(e.value_json + "\n");
-      add_file(static_cast<std::uint32_t>(nodes_.size()), "value.json", dir_ino,
-               {{Extent::Kind::literal, literals_[lit].size(), lit, 0, 0}});
+      literal_file("value.json", e.value_json + "\n");
       nodes_[dir_index].child_count = 1;
-    } else {
-      ++tensor_count;
-      const Tensor& t = checkpoint_.tensors[e.tensor];
-      item["kind"] = "tensor";
-      item["dtype"] = info(t.dtype).name;
-      item["shape"] = t.shape;
-      std::uint32_t meta = add_literal(dump(describe_tensor(checkpoint_, i, sharing)));
-      std::vector<Extent> body;
-      if (t.broken.empty()) {
-        total_bytes += t.nbytes();
-        item["nbytes"] = t.nbytes();
-        if (t.nbytes() == 0) {
-        } else if (auto offset = checkpoint_.file_offset(t)) {
-          body.push_back({Extent::Kind::source, t.nbytes(), 0, *offset, 0});
-        } else {
-          body.push_back({Extent::Kind::gather, t.nbytes(), 0, 0,
-                          static_cast<std::uint32_t>(e.tensor)});
-        }
-        std::uint32_t header =
-            add_literal(npy_header(numpy_descr(t.dtype, checkpoint_.big_endian), t.shape));
-        std::vector<Extent> npy{{Extent::Kind::literal, literals_[header].size(), header, 0, 0}};
-        npy.insert(npy.end(), body.begin(), body.end());
-        auto first = static_cast<std::uint32_t>(nodes_.size());
-        add_file(first, "data", dir_ino, body);
-        add_file(first + 1, "meta.json", dir_ino,
-                 {{Extent::Kind::literal, literals_[meta].size(), meta, 0, 0}});
-        add_file(first + 2, "tensor.npy", dir_ino, npy);
-        nodes_[dir_index].child_count = 3;
-      } else {
-        // A broken tensor has no bytes to serve: its meta.json says why.
-        item["nbytes"] = nullptr;
-        add_file(static_cast<std::uint32_t>(nodes_.size()), "meta.json", dir_ino,
-                 {{Extent::Kind::literal, literals_[meta].size(), meta, 0, 0}});
-        nodes_[dir_index].child_count = 1;
-      }
+      continue;
     }
-    index_entries.push_back(std::move(item));
+    const Tensor& t = checkpoint_.tensors[e.tensor];
+    if (!t.broken.empty()) {
+      // A broken tensor has no bytes to serve: its meta.json says why.
+      literal_file("meta.json", tensor_meta_json(checkpoint_, i, sharing));
+      nodes_[dir_index].child_count = 1;
+      continue;
+    }
+    std::vector<Extent> body;
+    if (t.nbytes() == 0) {
+    } else if (auto offset = checkpoint_.file_offset(t)) {
+      body.push_back({Extent::Kind::source, t.nbytes(), 0, *offset, 0});
+    } else {
+      body.push_back({Extent::Kind::gather, t.nbytes(), 0, 0, static_cast<std::uint32_t>(e.tensor)});
+    }
+    std::uint32_t header =
+        add_literal(npy_header(numpy_descr(t.dtype, checkpoint_.big_endian), t.shape));
+    std::vector<Extent> npy{{Extent::Kind::literal, literals_[header].size(), header, 0, 0}};
+    npy.insert(npy.end(), body.begin(), body.end());
+    add_file("data", dir_ino, body);
+    literal_file("meta.json", tensor_meta_json(checkpoint_, i, sharing));
+    add_file("tensor.npy", dir_ino, npy);
+    nodes_[dir_index].child_count = 3;
   }
 
-  nlohmann::ordered_json index;
-  index["source"] = options_.source_path;
-  index["format"] = format_name(checkpoint_.format);
-  index["byteorder"] = byteorder_name(checkpoint_);
-  index["tensors"] = tensor_count;
-  index["values"] = dirs - tensor_count;
-  index["total_bytes"] = total_bytes;
-  index["entries"] = std::move(index_entries);
-  std::uint32_t lit = add_literal(dump(index));
-  nodes_[1].name = "index.json";
-  nodes_[1].parent = root_ino;
+  std::uint32_t lit = add_literal(index_json());
   nodes_[1].first_extent = static_cast<std::uint32_t>(extents_.size());
   nodes_[1].extent_count = 1;
   nodes_[1].size = literals_[lit].size();
   extents_.push_back({Extent::Kind::literal, literals_[lit].size(), lit, 0, 0});
 
-  root_children_.reserve(dirs + 1);
-  for (std::uint32_t i = 1; i < 2 + dirs; ++i) root_children_.emplace(nodes_[i].name, i);
+}
+
+std::string Vfs::index_json() const {
+  std::size_t tensors = 0;
+  std::uint64_t total_bytes = 0;
+  for (const Entry& e : checkpoint_.entries) {
+    if (e.kind != Entry::Kind::tensor) continue;
+    ++tensors;
+    const Tensor& t = checkpoint_.tensors[e.tensor];
+    if (t.broken.empty()) total_bytes += t.nbytes();
+  }
+  std::string out;
+  JsonWriter j(out);
+  j.begin_object();
+  j.key("source").string(options_.source_path);
+  j.key("format").string(format_name(checkpoint_.format));
+  j.key("byteorder").string(byteorder_name(checkpoint_));
+  j.key("tensors").number(std::uint64_t{tensors});
+  j.key("values").number(std::uint64_t{checkpoint_.entries.size() - tensors});
+  j.key("total_bytes").number(total_bytes);
+  j.key("entries").begin_array();
+  for (std::size_t i = 0; i < checkpoint_.entries.size(); ++i) {
+    const Entry& e = checkpoint_.entries[i];
+    j.begin_object();
+    j.key("key").string(e.key);
+    j.key("path").string(entry_directory(i));
+    if (e.kind == Entry::Kind::value) {
+      j.key("kind").string("value").key("dtype").null().key("shape").null().key("nbytes").null();
+    } else {
+      const Tensor& t = checkpoint_.tensors[e.tensor];
+      j.key("kind").string("tensor");
+      j.key("dtype").string(info(t.dtype).name);
+      j.key("shape").numbers(t.shape);
+      j.key("nbytes");
+      if (t.broken.empty()) {
+        j.number(t.nbytes());
+      } else {
+        j.null();
+      }
+    }
+    j.end_object();
+  }
+  j.end_array().end_object();
+  out += '\n';
+  return out;
 }
 
 std::uint32_t Vfs::add_literal(std::string bytes) {
@@ -128,10 +142,8 @@ std::uint32_t Vfs::add_literal(std::string bytes) {
   return static_cast<std::uint32_t>(literals_.size() - 1);
 }
 
-void Vfs::add_file(std::uint32_t index, std::string name, Ino parent,
-                   std::vector<Extent> extents) {
-  if (nodes_.size() <= index) nodes_.resize(index + 1);
-  Node& n = nodes_[index];
+void Vfs::add_file(std::string name, Ino parent, const std::vector<Extent>& extents) {
+  Node& n = nodes_.emplace_back();  // within the capacity reserved by the constructor
   n.name = std::move(name);
   n.parent = parent;
   n.first_extent = static_cast<std::uint32_t>(extents_.size());
