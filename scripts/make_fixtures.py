@@ -11,7 +11,7 @@ is deterministic: fixed seeds, no timestamps, legacy storage keys (heap pointers
 
 Each `<name>.expected.json` is computed from the objects that were saved (never typed by hand):
     {"format": "zip"|"legacy", "byteorder": "little"|"big", "entries": [...]}
-with one entry per flattened item (the rule is in `flatten` below, the same as `ckptfs inspect`):
+with one entry per flattened item (the rule is ckptfs_reference.flatten, that of `ckptfs inspect`):
     {"key", "kind": "tensor", "dtype", "shape", "stride", "storage_offset", "requires_grad",
      "nbytes", "contiguous", "shared_with", "sha256"}
     {"key", "kind": "value"[, "value"]}      ("value" only when JSON can hold it)
@@ -52,6 +52,7 @@ import copy
 import hashlib
 import io
 import json
+import os
 import pickle
 import pickletools
 import struct
@@ -65,10 +66,13 @@ import numpy as np
 import torch
 from torch import nn
 
+sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
+import ckptfs_reference as ref  # noqa: E402  (beside this script)
+
 warnings.filterwarnings("ignore")
 
 # --------------------------------------------------------------------------------------------
-# dtypes
+# dtypes (the tables and the byte-level helpers are in ckptfs_reference)
 # --------------------------------------------------------------------------------------------
 
 # Legacy storage class name -> (dtype name, element size); UntypedStorage counts bytes.
@@ -88,34 +92,6 @@ STORAGE_CLASSES = {
     "UntypedStorage": ("uint8", 1),
 }
 
-# Every dtype name a reader may report -> element size in bytes.
-DTYPE_SIZES = {
-    "float32": 4, "float64": 8, "float16": 2, "bfloat16": 2,
-    "int64": 8, "int32": 4, "int16": 2, "int8": 1, "uint8": 1, "bool": 1,
-    "complex64": 8, "complex128": 16, "complex32": 4,
-    "float8_e5m2": 1, "float8_e4m3fn": 1, "float8_e5m2fnuz": 1, "float8_e4m3fnuz": 1,
-    "float8_e8m0fnu": 1, "uint16": 2, "uint32": 4, "uint64": 8, "bits8": 1,
-}
-
-# Byte swapping to big-endian is per element, complex numbers per half.
-SWAP_UNIT = {"complex64": 4, "complex128": 8, "complex32": 2}
-
-
-def swap_unit(dtype):
-    return SWAP_UNIT.get(dtype, DTYPE_SIZES[dtype])
-
-
-def byteswap(data, unit):
-    """Reverses every `unit`-byte group of `data`."""
-    if unit == 1 or not data:
-        return bytes(data)
-    a = np.frombuffer(bytes(data), dtype=np.uint8).reshape(-1, unit)
-    return a[:, ::-1].tobytes()
-
-
-def dtype_name(dt):
-    return str(dt).removeprefix("torch.")
-
 
 def torch_is_contiguous(shape, stride):
     """torch's Tensor.is_contiguous() for the default memory format."""
@@ -130,29 +106,8 @@ def torch_is_contiguous(shape, stride):
     return True
 
 
-def gather(storage_bytes, elsize, shape, stride, offset):
-    """The logical elements of a strided view over raw storage bytes, in C order."""
-    numel = 1
-    for s in shape:
-        numel *= s
-    if numel == 0:
-        return b""
-    base = np.frombuffer(storage_bytes, dtype=np.dtype((np.void, elsize)))
-    view = np.lib.stride_tricks.as_strided(base[offset:], shape=tuple(shape),
-                                           strides=tuple(s * elsize for s in stride))
-    return np.ascontiguousarray(view).tobytes()
-
-
-def torch_tensor_bytes(t):
-    """A torch tensor's logical elements in C order, in native (little-endian) byte order."""
-    c = t.detach().cpu().contiguous()
-    if c.dtype == torch.bfloat16:
-        c = c.view(torch.int16)
-    return c.numpy().tobytes()
-
-
 # --------------------------------------------------------------------------------------------
-# Flattening (the contract of `ckptfs inspect`) and expected entries
+# Expected entries (the flattening rule, the contract of `ckptfs inspect`, is ref.flatten)
 # --------------------------------------------------------------------------------------------
 
 class TensorDesc:
@@ -170,151 +125,29 @@ class TensorDesc:
         return c
 
 
-class StubObject:
-    """An instance of a class that is unknown (or deliberately not imported): keeps BUILD state."""
-
-    def __init__(self, *args, **kwargs):
-        pass
-
-    def __setstate__(self, state):
-        if isinstance(state, dict):
-            self.__dict__.update(state)
-        elif (isinstance(state, tuple) and len(state) == 2
-              and isinstance(state[0], (dict, type(None)))):
-            self.__dict__.update(state[0] or {})
-            self.__dict__.update(state[1] or {})
-        else:
-            self.__dict__["__state__"] = state
-
-
-_stub_classes = {}
-
-
-def stub_class(module, name):
-    key = (module, name)
-    if key not in _stub_classes:
-        cls = type(name, (StubObject,), {"__module__": module, "__qualname__": name})
-        _stub_classes[key] = cls
-    return _stub_classes[key]
-
-
 def is_tensor(x):
+    """A leaf of the flattening here: a torch tensor, or a TensorDesc."""
     return isinstance(x, (torch.Tensor, TensorDesc))
-
-
-def is_mapping(x):
-    return isinstance(x, dict)
-
-
-def is_sequence(x):
-    return type(x) in (list, tuple)
-
-
-def object_state(x):
-    """The walkable state of an object that is not a container: its __dict__, or None."""
-    if is_tensor(x) or is_mapping(x) or is_sequence(x):
-        return None
-    if isinstance(x, (str, bytes, int, float, complex, type(None), type, np.ndarray, np.generic)):
-        return None
-    d = getattr(x, "__dict__", None)
-    return d if isinstance(d, dict) else None
-
-
-def key_text(k):
-    return k if isinstance(k, str) else str(k)
-
-
-def children(x):
-    if is_mapping(x):
-        return [(key_text(k), v) for k, v in x.items()]
-    if is_sequence(x):
-        return [(str(i), v) for i, v in enumerate(x)]
-    st = object_state(x)
-    if st is not None:
-        return [(key_text(k), v) for k, v in st.items()]
-    return []
-
-
-def contains_tensor(x, _seen=None):
-    if is_tensor(x):
-        return True
-    seen = _seen if _seen is not None else set()
-    if id(x) in seen:
-        return False
-    seen.add(id(x))
-    return any(contains_tensor(v, seen) for _, v in children(x))
-
-
-def flatten(root):
-    """[(key, obj)] per the contract: tensors are leaves; subtrees without tensors are values."""
-    out = []
-
-    def walk(x, prefix):
-        for k, v in children(x):
-            key = k if prefix is None else prefix + "." + k
-            if is_tensor(v):
-                out.append((key, v))
-            elif contains_tensor(v):
-                walk(v, key)
-            else:
-                out.append((key, v))
-
-    if is_tensor(root):
-        out.append(("tensor", root))
-    elif type(root) in (dict, list, collections.OrderedDict) or contains_tensor(root):
-        walk(root, None)
-    else:
-        out.append(("value", root))
-    return out
-
-
-_NOT_JSON = object()
-
-
-def to_json(v):
-    """JSON for a simple value, or _NOT_JSON when JSON cannot hold it exactly."""
-    if v is None or type(v) in (bool, str):
-        return v
-    if type(v) is int:
-        return v
-    if type(v) is float:
-        return v if np.isfinite(v) else _NOT_JSON
-    if type(v) in (list, tuple):
-        items = [to_json(i) for i in v]
-        return _NOT_JSON if any(i is _NOT_JSON for i in items) else items
-    if type(v) in (dict, collections.OrderedDict):
-        out = {}
-        for k, i in v.items():
-            if type(k) not in (str, int):
-                return _NOT_JSON
-            j = to_json(i)
-            if j is _NOT_JSON or key_text(k) in out:
-                return _NOT_JSON
-            out[key_text(k)] = j
-        return out
-    return _NOT_JSON
 
 
 def storage_identity(t):
     if isinstance(t, TensorDesc):
         return ("desc", t.storage_key)
-    return ("torch", t.storage()._cdata)
+    return ("torch", ref.storage_of(t)[0])
 
 
 def tensor_entry(t, byteorder):
     """The expected description of a tensor; `byteorder` is the byte order of the file."""
     if isinstance(t, TensorDesc):
-        elsize = DTYPE_SIZES[t.dtype]
-        data = gather(t.storage_bytes, elsize, t.shape, t.stride, t.offset)
+        elsize = ref.DTYPE_SIZES[t.dtype]
+        data = ref.gather(t.storage_bytes, elsize, t.shape, t.stride, t.offset)
         d = dict(dtype=t.dtype, shape=t.shape, stride=t.stride, storage_offset=t.offset,
                  requires_grad=bool(t.requires_grad))
     else:
-        d = dict(dtype=dtype_name(t.dtype), shape=list(t.shape), stride=list(t.stride()),
+        d = dict(dtype=ref.dtype_name(t.dtype), shape=list(t.shape), stride=list(t.stride()),
                  storage_offset=t.storage_offset(), requires_grad=bool(t.requires_grad))
         elsize = t.element_size()
-        data = torch_tensor_bytes(t)
-        if byteorder == "big":
-            data = byteswap(data, swap_unit(d["dtype"]))
+        data = ref.tensor_bytes(t, byteorder)
     numel = 1
     for s in d["shape"]:
         numel *= s
@@ -328,18 +161,14 @@ def tensor_entry(t, byteorder):
 def describe(root, fmt, byteorder):
     """The expected.json document for an object that a reader will see as `root`."""
     entries, idents = [], []
-    for key, obj in flatten(root):
+    for key, obj in ref.flatten(root, is_tensor):
         if is_tensor(obj):
             e = {"key": key, "kind": "tensor"}
             e.update(tensor_entry(obj, byteorder))
             entries.append(e)
             idents.append(storage_identity(obj))
         else:
-            e = {"key": key, "kind": "value"}
-            j = to_json(obj)
-            if j is not _NOT_JSON:
-                e["value"] = j
-            entries.append(e)
+            entries.append(ref.value_entry(key, obj))
             idents.append(None)
     for i, e in enumerate(entries):
         if e["kind"] == "tensor":
@@ -621,15 +450,15 @@ class _RefUnpickler(pickle.Unpickler):
             return self.FUNCS[(module, name)]
         if "Storage" in name:
             return _StorageClass(name)
-        if module == "torch" and name in DTYPE_SIZES:
+        if module == "torch" and name in ref.DTYPE_SIZES:
             return name
         if module in ("builtins", "__builtin__", "_codecs", "argparse"):
             return super().find_class(module, name)
-        return stub_class(module, name)
+        return ref.stub_class(module, name)
 
     def persistent_load(self, pid):
         if pid[0] == "module":
-            return stub_class("module", "module")
+            return ref.stub_class("module", "module")
         assert pid[0] == "storage", pid
         cls, key, numel = pid[1], pid[2], pid[4]
         dtype, elsize = STORAGE_CLASSES[cls.name]
@@ -685,7 +514,7 @@ def reference_read(path):
         if id(x) in seen:
             return
         seen.add(id(x))
-        for _, v in children(x):
+        for _, v in ref.children(x):
             attach(v, seen)
 
     attach(root, set())
@@ -775,7 +604,7 @@ def fixture_dtypes():
     gen = torch.Generator().manual_seed(2)
     d = {}
     for dt in TORCH_DTYPES:
-        name = dtype_name(dt)
+        name = ref.dtype_name(dt)
         d[name + ".scalar"] = values_of(dt, (), gen)
         d[name + ".empty"] = torch.empty((0,), dtype=dt)
         d[name + ".empty3d"] = torch.empty((2, 0, 3), dtype=dt)
@@ -924,7 +753,7 @@ def fixture_bigendian_source():
     gen = torch.Generator().manual_seed(11)
     d = {}
     for dt in TORCH_DTYPES:
-        d[dtype_name(dt)] = values_of(dt, (2, 3), gen)
+        d[ref.dtype_name(dt)] = values_of(dt, (2, 3), gen)
     m = torch.randn(3, 4, generator=gen)
     d["matrix"] = m
     d["matrix_t"] = m.t()
@@ -1007,7 +836,7 @@ def bigendian_from(data, prefix):
     out = [("data.pkl", rec["data.pkl"]), ("byteorder", b"big")]
     for name in sorted(k for k in rec if k.startswith("data/")):
         st = up.storages[name[len("data/"):]]
-        out.append((name, byteswap(rec[name], swap_unit(st.dtype))))
+        out.append((name, ref.byteswap(rec[name], ref.swap_unit(st.dtype))))
     out.append(("version", rec["version"]))
     out = [(prefix + "/" + n, b) for n, b in out]
     out.append((prefix + "/.data/serialization_id", serialization_id(out).encode()))
@@ -1021,7 +850,7 @@ NEW_DTYPES = ["float8_e5m2", "float8_e4m3fn", "float8_e5m2fnuz", "float8_e4m3fnu
 
 def new_dtype_bytes(dtype, numel, rng):
     if dtype in ("uint16", "uint32", "uint64"):
-        bits = DTYPE_SIZES[dtype] * 8
+        bits = ref.DTYPE_SIZES[dtype] * 8
         a = rng.integers(0, 2**bits, size=numel, dtype=np.dtype(f"<u{bits // 8}"), endpoint=False)
         if numel >= 2:
             a[0], a[1] = 0, 2**bits - 1
@@ -1056,7 +885,7 @@ def build_new_dtypes(prefix):
         described[name] = desc
 
     for dtype in NEW_DTYPES:
-        es = DTYPE_SIZES[dtype]
+        es = ref.DTYPE_SIZES[dtype]
         payload = new_dtype_bytes(dtype, 12, rng)
         key, pid = storage("torch.storage", "UntypedStorage", len(payload), payload)
         add(dtype + ".mat", *v3(key, pid, payload, dtype, (3, 4), (4, 1), 0))

@@ -8,7 +8,8 @@ Run by ctest as `/usr/bin/python3 -m unittest -v tests/integration/test_inspect.
     CKPTFS_CORPUS    real checkpoints + PROVENANCE.tsv       (default: ../shared/corpus)
 Needs Debian's /usr/bin/python3 (torch 1.13, numpy). Missing fixtures fail; nothing is skipped.
 
-The independent oracle is torch.load, through an unpickler that keeps BUILD state raw: classes
+The independent oracle is torch.load (ckptfs_reference.torch_load, in scripts/, shared with
+make_fixtures.py and ckptfs-verify), through an unpickler that keeps BUILD state raw: classes
 that cannot be imported and nn.Module subclasses become stub objects holding exactly their pickled
 state (the flattening rule walks that state, e.g. `_modules.conv1._parameters.weight`), and
 pre-0.4 `torch.cuda.*Tensor` objects are rebuilt as CPU tensors. Debian's torch 1.13 ignores
@@ -16,52 +17,36 @@ torch.load's `pickle_module` argument, so the unpickler is swapped in by patchin
 torch.serialization.pickle for the duration of one load.
 """
 
-import collections
 import csv
 import hashlib
 import json
-import os
 import pickle
 import random
 import re
 import subprocess
+import sys
 import tempfile
 import time
-import types
 import unittest
 import warnings
 import zipfile
 from pathlib import Path
-from unittest import mock
 
 import numpy as np
-import torch
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[1] / "scripts"))
+sys.path.insert(0, str(HERE))
+
+# The reference logic (torch.load with raw object state, the flattening rule, tensor bytes,
+# values as JSON) is shared with scripts/make_fixtures.py and scripts/ckptfs-verify.
+import ckptfs_reference as ref  # noqa: E402
+from fixtures import (CKPTFS, CORPUS, FIXTURE_NAMES, NOT_TORCH_LOADABLE, REPO,  # noqa: E402
+                      corpus_files, expected_doc, fixture_path)
 
 warnings.filterwarnings("ignore")
 
-REPO = Path(__file__).resolve().parents[2]
-CKPTFS = Path(os.environ.get("CKPTFS", REPO / "build" / "ckptfs")).absolute()
-FIXTURES = Path(os.environ.get("CKPTFS_FIXTURES", REPO / "build" / "fixtures")).absolute()
-CORPUS = Path(os.environ.get("CKPTFS_CORPUS", REPO.parent / "shared" / "corpus")).absolute()
 SAMPLE = REPO / "tests" / "data" / "sample.pth"
-
-# Every fixture scripts/make_fixtures.py writes. A missing one is a failure.
-FIXTURE_NAMES = ["convnet", "dtypes", "views", "training", "keys", "params", "module", "bare",
-                 "zip64", "zip64_cd", "legacy", "bigendian", "new_dtypes"]
-# Fixtures torch 1.13 cannot load: new dtypes and the torch >= 2.7 layout (hand-built), and a
-# zip64 central directory whose zero-length record carries only a zip64 offset (valid; miniz 2.1
-# checks the saturated 32-bit offset against the file size). bigendian.pth does load (1.13 ignores
-# the byteorder record, so the values are swapped, but keys, dtypes and layouts are right).
-NOT_TORCH_LOADABLE = {"new_dtypes", "zip64_cd"}
-
-DTYPE_SIZES = {
-    "float32": 4, "float64": 8, "float16": 2, "bfloat16": 2,
-    "int64": 8, "int32": 4, "int16": 2, "int8": 1, "uint8": 1, "bool": 1,
-    "complex64": 8, "complex128": 16, "complex32": 4,
-    "float8_e5m2": 1, "float8_e4m3fn": 1, "float8_e5m2fnuz": 1, "float8_e4m3fnuz": 1,
-    "float8_e8m0fnu": 1, "uint16": 2, "uint32": 4, "uint64": 8, "bits8": 1,
-    "qint8": 1, "quint8": 1, "qint32": 4,
-}
 
 TENSOR_FIELDS = ("dtype", "shape", "stride", "storage_offset", "requires_grad", "nbytes")
 
@@ -101,151 +86,23 @@ def inspect_json(path):
 
 
 # --------------------------------------------------------------------------------------------
-# torch.load, with raw object state
+# torch.load, flattened
 # --------------------------------------------------------------------------------------------
-
-class StubObject:
-    """An instance of a class the test does not import; keeps its BUILD state as __dict__."""
-
-    dump_patches = False  # read by torch's legacy loader for saved nn.Module classes
-
-    def __init__(self, *args, **kwargs):
-        pass
-
-    def __setstate__(self, state):
-        if isinstance(state, dict):
-            self.__dict__.update(state)
-        elif (isinstance(state, tuple) and len(state) == 2
-              and isinstance(state[0], (dict, type(None)))):
-            self.__dict__.update(state[0] or {})
-            self.__dict__.update(state[1] or {})
-        else:
-            self.__dict__["__state__"] = state
-
-
-_stub_classes = {}
-
-
-def _stub(module, name):
-    if (module, name) not in _stub_classes:
-        _stub_classes[(module, name)] = type(name, (StubObject,),
-                                             {"__module__": module, "__qualname__": name})
-    return _stub_classes[(module, name)]
-
-
-class _StubUnpickler(pickle.Unpickler):
-    def find_class(self, module, name):
-        if module == "torch.cuda" and name.endswith("Tensor"):  # pre-0.4 tensor objects
-            module = "torch"
-        try:
-            obj = super().find_class(module, name)
-        except (ImportError, AttributeError):
-            return _stub(module, name)
-        if isinstance(obj, type) and issubclass(obj, torch.nn.Module):
-            return _stub(module, name)
-        return obj
-
-
-_stub_pickle = types.ModuleType("stub_pickle")
-_stub_pickle.__dict__.update({k: v for k, v in pickle.__dict__.items() if not k.startswith("__")})
-_stub_pickle.Unpickler = _StubUnpickler
-
-
-def torch_load(path):
-    with mock.patch.object(torch.serialization, "pickle", _stub_pickle):
-        return torch.load(str(path), map_location="cpu")
-
-
-
-def _children(x):
-    if isinstance(x, dict):
-        return [(k if isinstance(k, str) else str(k), v) for k, v in x.items()]
-    if type(x) in (list, tuple):
-        return [(str(i), v) for i, v in enumerate(x)]
-    if isinstance(x, (torch.Tensor, str, bytes, int, float, complex, type(None), type,
-                      np.ndarray, np.generic)):
-        return []
-    d = getattr(x, "__dict__", None)
-    if isinstance(d, dict):
-        return [(k if isinstance(k, str) else str(k), v) for k, v in d.items()]
-    return []
-
-
-def _has_tensor(x, seen):
-    if isinstance(x, torch.Tensor):
-        return True
-    if id(x) in seen:
-        return False
-    seen.add(id(x))
-    return any(_has_tensor(v, seen) for _, v in _children(x))
-
-
-NOT_JSON = object()
-
-
-def simple_json(v):
-    """The JSON of a simple value (None, bool, int, float, str, lists/tuples, dicts of those),
-    or NOT_JSON."""
-    if v is None or type(v) in (bool, int, str):
-        return v
-    if type(v) is float:
-        return v if np.isfinite(v) else NOT_JSON
-    if type(v) in (list, tuple):
-        items = [simple_json(i) for i in v]
-        return NOT_JSON if any(i is NOT_JSON for i in items) else items
-    if type(v) in (dict, collections.OrderedDict):
-        out = {}
-        for k, i in v.items():
-            j = simple_json(i)
-            if type(k) not in (str, int) or j is NOT_JSON or str(k) in out:
-                return NOT_JSON
-            out[str(k)] = j
-        return out
-    return NOT_JSON
-
-
-def tensor_bytes(t):
-    c = t.detach().contiguous()
-    if c.dtype == torch.bfloat16:
-        c = c.view(torch.int16)
-    return c.numpy().tobytes()
-
 
 def torch_entries(root):
     """torch.load's result flattened by the contract's rule: a list of entry dicts, tensors
-    with their layout (and "_bytes", "_storage" for the test's own use)."""
-    flat = []
-
-    def walk(x, prefix):
-        for k, v in _children(x):
-            key = k if prefix is None else f"{prefix}.{k}"
-            if isinstance(v, torch.Tensor):
-                flat.append((key, v))
-            elif _has_tensor(v, set()):
-                walk(v, key)
-            else:
-                flat.append((key, v))
-
-    if isinstance(root, torch.Tensor):
-        flat.append(("tensor", root))
-    elif type(root) in (dict, list, collections.OrderedDict) or _has_tensor(root, set()):
-        walk(root, None)
-    else:
-        flat.append(("value", root))
-
+    with their layout (and "_bytes", the elements as in memory, and "_storage" for the test's
+    own use)."""
     entries = []
-    for key, v in flat:
-        if isinstance(v, torch.Tensor):
-            e = {"key": key, "kind": "tensor", "dtype": str(v.dtype).removeprefix("torch."),
+    for key, v in ref.flatten(root):
+        if ref.is_torch_tensor(v):
+            e = {"key": key, "kind": "tensor", "dtype": ref.dtype_name(v.dtype),
                  "shape": list(v.shape), "stride": list(v.stride()),
                  "storage_offset": v.storage_offset(), "requires_grad": bool(v.requires_grad),
                  "nbytes": v.numel() * v.element_size(), "contiguous": v.is_contiguous(),
-                 "_storage": v.storage()._cdata, "_bytes": tensor_bytes(v)}
+                 "_storage": ref.storage_of(v)[0], "_bytes": ref.tensor_bytes(v)}
         else:
-            e = {"key": key, "kind": "value"}
-            j = simple_json(v)
-            if j is not NOT_JSON:
-                e["value"] = j
+            e = ref.value_entry(key, v)
         entries.append(e)
     for e in entries:
         if e["kind"] == "tensor":
@@ -257,25 +114,6 @@ def torch_entries(root):
 # --------------------------------------------------------------------------------------------
 # Checks
 # --------------------------------------------------------------------------------------------
-
-def has_opaque(j):
-    """True when JSON from ckptfs holds an object it could not represent ({"__class__": ...})."""
-    if isinstance(j, dict):
-        return "__class__" in j or any(has_opaque(v) for v in j.values())
-    if isinstance(j, list):
-        return any(has_opaque(v) for v in j)
-    return False
-
-
-def gather(storage_bytes, elsize, shape, stride, offset):
-    numel = int(np.prod(shape)) if shape else 1
-    if numel == 0:
-        return b""
-    base = np.frombuffer(storage_bytes, dtype=np.dtype((np.void, elsize)))
-    view = np.lib.stride_tricks.as_strided(base[offset:], shape=tuple(shape),
-                                           strides=tuple(s * elsize for s in stride))
-    return np.ascontiguousarray(view).tobytes()
-
 
 class CheckMixin:
     def assert_text_lines(self, stdout, n, where):
@@ -320,7 +158,7 @@ class CheckMixin:
     def file_bytes(self, path, g, where):
         """The tensor's elements in C order as stored in the file, gathered with the storage
         offset and sizes ckptfs reports."""
-        elsize = DTYPE_SIZES[g["dtype"]]
+        elsize = ref.DTYPE_SIZES[g["dtype"]]
         numel = int(np.prod(g["shape"])) if g["shape"] else 1
         self.assertEqual(g["nbytes"], numel * elsize, f"{where}: nbytes")
         st = g.get("storage")
@@ -340,7 +178,7 @@ class CheckMixin:
         with open(path, "rb") as f:
             f.seek(st["file_offset"])
             raw = f.read(st["nbytes"])
-        return gather(raw, elsize, g["shape"], g["stride"], g["storage_offset"])
+        return ref.gather(raw, elsize, g["shape"], g["stride"], g["storage_offset"])
 
     def assert_records(self, doc, path, where):
         """Zip storages name their record, whose size is the storage's; legacy ones have none."""
@@ -363,7 +201,7 @@ class CheckMixin:
 
     def assert_matches_torch(self, doc, path, where, check_values=True):
         """ckptfs agrees with torch.load: keys, kinds, tensor layouts, bytes, simple values."""
-        want = torch_entries(torch_load(path))
+        want = torch_entries(ref.torch_load(path))
         got = doc["entries"]
         self.assert_keys(got, want, where)
         for g, w in zip(got, want):
@@ -374,27 +212,13 @@ class CheckMixin:
                 if doc["byteorder"] == "little":
                     self.assertEqual(hashlib.sha256(data).hexdigest(),
                                      hashlib.sha256(w["_bytes"]).hexdigest(), f"{at}: bytes")
-            elif check_values and "value" in w and not has_opaque(g.get("value")):
+            elif check_values and "value" in w and not ref.has_opaque(g.get("value")):
                 self.assertEqual(g.get("value"), w["value"], f"{at}: value")
 
 
 # --------------------------------------------------------------------------------------------
 # Fixtures
 # --------------------------------------------------------------------------------------------
-
-def fixture_path(name):
-    path = FIXTURES / f"{name}.pth"
-    if not path.is_file():
-        raise AssertionError(f"missing fixture {path} (run scripts/make_fixtures.py)")
-    return path
-
-
-def expected_doc(name):
-    path = FIXTURES / f"{name}.expected.json"
-    if not path.is_file():
-        raise AssertionError(f"missing {path} (run scripts/make_fixtures.py)")
-    return json.loads(path.read_text(encoding="utf-8"))
-
 
 class FixtureTests(unittest.TestCase, CheckMixin):
     def check_expected(self, name):
@@ -421,7 +245,7 @@ class FixtureTests(unittest.TestCase, CheckMixin):
     def check_oracles(self, name):
         """No binary needed: torch.load flattened here agrees with expected.json."""
         want = expected_doc(name)
-        got = torch_entries(torch_load(fixture_path(name)))
+        got = torch_entries(ref.torch_load(fixture_path(name)))
         self.assert_keys(got, want["entries"], name)
         for g, w in zip(got, want["entries"]):
             at = f"{name}: {g['key']!r}"
@@ -481,13 +305,6 @@ for _name in FIXTURE_NAMES:
 # The corpus of real checkpoints
 # --------------------------------------------------------------------------------------------
 
-def corpus_files():
-    if not CORPUS.is_dir():
-        return []
-    return sorted(p for p in CORPUS.iterdir() if p.is_file() and p.name != "PROVENANCE.tsv"
-                  and not p.name.startswith("."))
-
-
 def provenance():
     path = CORPUS / "PROVENANCE.tsv"
     if not path.is_file():
@@ -515,7 +332,7 @@ class CorpusTests(unittest.TestCase, CheckMixin):
         self.assertEqual(doc["byteorder"], "little", name)
         self.assert_records(doc, path, name)
         try:
-            root = torch_load(path)
+            root = ref.torch_load(path)
         except Exception as e:  # only the inspect side can be checked
             tensors = [e for e in doc["entries"] if e["kind"] == "tensor"]
             for t in tensors:

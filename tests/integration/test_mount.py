@@ -13,7 +13,7 @@ Every test mounts on a fresh temporary directory and always unmounts, also when 
 mounted. The oracles: the fixtures' expected.json (sha256 of every tensor's C-order bytes in the
 file's byte order), scripts/make_fixtures.py's independent reference reader (bytes for random
 reads), `ckptfs inspect --json`, and torch.load (through scripts/ckptfs-verify; which files
-torch loads is decided with test_inspect.py's loader).
+torch loads is decided with the same loader, scripts/ckptfs_reference.py's).
 """
 
 import errno
@@ -40,102 +40,41 @@ import numpy as np
 import torch
 
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[1]
+sys.path.insert(0, str(HERE.parents[1] / "scripts"))
 sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(REPO / "scripts"))
 
-# The flattening rule and torch.load with raw object state are shared with test_inspect.py;
-# make_fixtures.py's reference reader gives every tensor's bytes without torch or ckptfs.
-from test_inspect import NOT_TORCH_LOADABLE, inspect_json, torch_load  # noqa: E402
+# The reference logic (torch.load with raw object state, the flattening rule, the naming rule,
+# numpy descrs, /proc/self/mountinfo) is shared with test_inspect.py, scripts/make_fixtures.py
+# and ckptfs-verify; make_fixtures.py's reference reader gives every tensor's bytes without
+# torch or ckptfs.
+import ckptfs_reference as ref  # noqa: E402
 import make_fixtures  # noqa: E402
+from ckptfs_reference import directory_name, fnv1a64, mount_points  # noqa: E402
+from fixtures import (CKPTFS, CORPUS, FIXTURE_NAMES, NOT_TORCH_LOADABLE, REPO,  # noqa: E402
+                      corpus_files, expected_doc, fixture_path)
+from test_inspect import inspect_json  # noqa: E402
 
 warnings.filterwarnings("ignore")
 
-CKPTFS = Path(os.environ.get("CKPTFS", REPO / "build" / "ckptfs")).absolute()
-FIXTURES = Path(os.environ.get("CKPTFS_FIXTURES", REPO / "build" / "fixtures")).absolute()
-CORPUS = Path(os.environ.get("CKPTFS_CORPUS", REPO.parent / "shared" / "corpus")).absolute()
 VERIFY = REPO / "scripts" / "ckptfs-verify"
-
-FIXTURE_NAMES = ["convnet", "dtypes", "views", "training", "keys", "params", "module", "bare",
-                 "zip64", "zip64_cd", "legacy", "bigendian", "new_dtypes"]
 
 MOUNT_TIMEOUT = 20.0    # seconds until index.json must be readable (generous for sanitizers)
 EXIT_TIMEOUT = 10.0     # seconds for ckptfs to exit after an unmount or a signal
 COMMAND_TIMEOUT = 60.0  # seconds for one tool run (rsync, tar, ckptfs-verify, ...)
-
-NUMPY_KIND = {
-    "float32": "f4", "float64": "f8", "float16": "f2", "int8": "i1", "uint8": "u1",
-    "int16": "i2", "int32": "i4", "int64": "i8", "uint16": "u2", "uint32": "u4", "uint64": "u8",
-    "bool": "b1", "complex64": "c8", "complex128": "c16",
-    "bfloat16": "u2", "complex32": "u4", "bits8": "u1",
-    "float8_e5m2": "u1", "float8_e4m3fn": "u1", "float8_e5m2fnuz": "u1", "float8_e4m3fnuz": "u1",
-    "float8_e8m0fnu": "u1",
-}
-
-
-def numpy_descr(dtype, byteorder):
-    kind = NUMPY_KIND[dtype]
-    if kind.endswith("1"):
-        return "|" + kind
-    return (">" if byteorder == "big" else "<") + kind
-
-
-def fnv1a64(data):
-    h = 0xCBF29CE484222325
-    for c in data:
-        h = ((h ^ c) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
-    return h
-
-
-def directory_name(key):
-    """The naming rule, computed here from the key."""
-    raw = key.encode("utf-8", "surrogatepass")
-    name = bytearray(b"%" if raw in (b"", b".", b"..", b"index.json") else b"")
-    cut = 0
-    for c in raw:
-        if c & 0xC0 != 0x80 and len(name) <= 200:  # a character starts here
-            cut = len(name)
-        name += {0x25: b"%25", 0x2F: b"%2F", 0: b"%00"}.get(c, bytes([c]))
-    if len(name) <= 200:
-        cut = len(name)
-    if len(name) > 255:
-        name = name[:cut] + b"~" + f"{fnv1a64(raw):016x}".encode()
-    return bytes(name).decode("utf-8", "surrogateescape")
 
 
 def sha256(data):
     return hashlib.sha256(data).hexdigest()
 
 
-def fixture_path(name):
-    path = FIXTURES / f"{name}.pth"
-    if not path.is_file():
-        raise AssertionError(f"missing fixture {path} (run scripts/make_fixtures.py)")
-    return path
-
-
-def expected_doc(name):
-    path = FIXTURES / f"{name}.expected.json"
-    if not path.is_file():
-        raise AssertionError(f"missing {path} (run scripts/make_fixtures.py)")
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
-def corpus_files():
-    if not CORPUS.is_dir():
-        return []
-    return sorted(p for p in CORPUS.iterdir() if p.is_file() and p.name != "PROVENANCE.tsv"
-                  and not p.name.startswith("."))
-
-
 _torch_loadable = {}
 
 
 def torch_loadable(path):
-    """Whether torch 1.13 (with test_inspect's unpickler) loads the file."""
+    """Whether torch 1.13 (with ckptfs_reference's unpickler) loads the file."""
     if path not in _torch_loadable:
         try:
-            torch_load(path)
+            ref.torch_load(path)
             _torch_loadable[path] = True
         except Exception:  # any failure of the oracle only limits what can be compared
             _torch_loadable[path] = False
@@ -146,35 +85,16 @@ def reference_tensors(path):
     """{key: C-order bytes as stored in the file} from make_fixtures.py's reference reader."""
     _, _, root = make_fixtures.reference_read(path)
     out = {}
-    for key, obj in make_fixtures.flatten(root):
+    for key, obj in ref.flatten(root, make_fixtures.is_tensor):
         if isinstance(obj, make_fixtures.TensorDesc):
-            out[key] = make_fixtures.gather(obj.storage_bytes,
-                                            make_fixtures.DTYPE_SIZES[obj.dtype], obj.shape,
-                                            obj.stride, obj.offset)
+            out[key] = ref.gather(obj.storage_bytes, ref.DTYPE_SIZES[obj.dtype], obj.shape,
+                                  obj.stride, obj.offset)
     return out
 
 
 # --------------------------------------------------------------------------------------------
 # Mounting
 # --------------------------------------------------------------------------------------------
-
-def _unescape(field):
-    out, i = "", 0
-    while i < len(field):
-        if field[i] == "\\" and field[i + 1:i + 4].isdigit() and len(field[i + 1:i + 4]) == 3:
-            out += chr(int(field[i + 1:i + 4], 8))
-            i += 4
-        else:
-            out += field[i]
-            i += 1
-    return out
-
-
-def mount_points():
-    """Every mount point, in /proc/self/mountinfo order (a path twice when stacked)."""
-    with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
-        return [_unescape(line.split()[4]) for line in f if len(line.split()) > 4]
-
 
 def mount_count(path):
     path = os.path.realpath(path)
@@ -400,7 +320,8 @@ class FixtureMountTests(MountTestCase):
             for field in ("key", "dtype", "shape", "stride", "storage_offset", "contiguous",
                           "nbytes", "requires_grad"):
                 self.assertEqual(meta.get(field), w[field], f"{at}: meta.json {field}")
-            descr = numpy_descr(w["dtype"], want["byteorder"])
+            descr = ref.numpy_descr(w["dtype"], want["byteorder"])
+            self.assertIsNotNone(descr, f"{at}: no numpy descr for {w['dtype']}")
             self.assertEqual(meta.get("numpy"), descr, f"{at}: meta.json numpy")
             self.assertEqual(meta.get("byteorder"), want["byteorder"], f"{at}: meta.json")
             self.assertEqual(set(meta.get("shared_with", [None])), set(w["shared_with"]),
@@ -459,9 +380,8 @@ class CorpusMountTests(MountTestCase):
                             continue
                         st = g["storage"]
                         raw = os.pread(f.fileno(), st["nbytes"], st["file_offset"])
-                        want = make_fixtures.gather(raw, make_fixtures.DTYPE_SIZES[g["dtype"]],
-                                                    g["shape"], g["stride"],
-                                                    g["storage_offset"])
+                        want = ref.gather(raw, ref.DTYPE_SIZES[g["dtype"]], g["shape"],
+                                          g["stride"], g["storage_offset"])
                         self.assertEqual(os.stat(d / "data").st_size, g["nbytes"], e["key"])
                         self.assertEqual(sha256((d / "data").read_bytes()), sha256(want),
                                          f"{e['key']!r}: data")

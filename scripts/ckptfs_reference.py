@@ -1,0 +1,411 @@
+# SPDX-License-Identifier: MIT
+"""What a correct reader of a PyTorch checkpoint reports, computed in Python without ckptfs.
+
+The one copy of the reference logic that scripts/make_fixtures.py, scripts/ckptfs-verify and the
+integration tests (tests/integration/) share:
+
+    dtypes      DTYPE_SIZES, NUMPY_KIND, dtype_name, numpy_descr, swap_unit, byteswap
+    bytes       gather (a strided view over raw storage bytes, in C order),
+                tensor_bytes (a torch tensor's elements in C order, in a given byte order),
+                storage_of (the identity and size of a tensor's storage)
+    loading     torch_load: torch.load on the CPU even when the checkpoint's classes are missing
+                (StubObject, stub_class, StubUnpickler, stubbed_names)
+    flattening  flatten: a loaded object as ordered (key, tensor | value) entries, the rule of
+                `ckptfs inspect` and of the mount (children, contains_tensor)
+    values      simple_json, NOT_JSON, value_entry, has_opaque, json_equal: which values JSON
+                can hold, a value's entry, and how ckptfs's JSON compares with them
+    names       directory_name, fnv1a64: the directory name of a key in the mount
+    mounts      mount_points: what /proc/self/mountinfo lists
+
+Needs torch (Debian's 1.13, or later) and numpy; everything else is the standard library.
+Importing it only defines things. Tools import it from their own directory, where it sits beside
+them (scripts/ in the repository, or wherever ckptfs-verify is installed).
+"""
+
+import collections
+import inspect
+import pickle
+import sys
+import types
+from unittest import mock
+
+import numpy as np
+import torch
+
+# --------------------------------------------------------------------------------------------
+# dtypes
+# --------------------------------------------------------------------------------------------
+
+# Every dtype name a reader may report (torch's name, without "torch.") -> element size in bytes.
+DTYPE_SIZES = {
+    "float32": 4, "float64": 8, "float16": 2, "bfloat16": 2,
+    "int64": 8, "int32": 4, "int16": 2, "int8": 1, "uint8": 1, "bool": 1,
+    "complex64": 8, "complex128": 16, "complex32": 4,
+    "float8_e5m2": 1, "float8_e4m3fn": 1, "float8_e5m2fnuz": 1, "float8_e4m3fnuz": 1,
+    "float8_e8m0fnu": 1, "uint16": 2, "uint32": 4, "uint64": 8, "bits8": 1,
+    "qint8": 1, "quint8": 1, "qint32": 4,
+}
+
+# The numpy descr kind ckptfs uses in tensor.npy for each dtype; the dtypes numpy lacks are the
+# unsigned integer of their width, bit for bit.
+NUMPY_KIND = {
+    "float32": "f4", "float64": "f8", "float16": "f2", "int8": "i1", "uint8": "u1",
+    "int16": "i2", "int32": "i4", "int64": "i8", "uint16": "u2", "uint32": "u4", "uint64": "u8",
+    "bool": "b1", "complex64": "c8", "complex128": "c16",
+    "bfloat16": "u2", "complex32": "u4", "bits8": "u1",
+    "float8_e5m2": "u1", "float8_e4m3fn": "u1", "float8_e5m2fnuz": "u1", "float8_e4m3fnuz": "u1",
+    "float8_e8m0fnu": "u1",
+}
+
+# Byte swapping is per element, complex numbers per half (their real and imaginary parts).
+SWAP_UNIT = {"complex64": 4, "complex128": 8, "complex32": 2}
+
+
+def dtype_name(dt):
+    """torch's name of a dtype without the module: torch.float32 -> 'float32'."""
+    return str(dt).removeprefix("torch.")
+
+
+def numpy_descr(dtype, byteorder):
+    """The numpy descr of tensor.npy for a dtype name in a file of `byteorder` ('little' or
+    'big'): '<f4', '>i8', '|u1'...; None for a dtype without one (quantized dtypes)."""
+    kind = NUMPY_KIND.get(dtype)
+    if kind is None:
+        return None
+    if kind.endswith("1"):
+        return "|" + kind
+    return (">" if byteorder == "big" else "<") + kind
+
+
+def swap_unit(dtype):
+    """How many bytes reverse together when a dtype changes byte order."""
+    return SWAP_UNIT.get(dtype, DTYPE_SIZES[dtype])
+
+
+def byteswap(data, unit):
+    """`data` with every `unit`-byte group reversed (as bytes)."""
+    if unit <= 1 or not data:
+        return bytes(data)
+    a = np.frombuffer(bytes(data), dtype=np.uint8).reshape(-1, unit)
+    return a[:, ::-1].tobytes()
+
+
+# --------------------------------------------------------------------------------------------
+# Bytes
+# --------------------------------------------------------------------------------------------
+
+def gather(storage_bytes, elsize, shape, stride, offset):
+    """The logical elements of a strided view over raw storage bytes, in C order: `elsize`
+    bytes an element; `shape`, `stride` and `offset` in elements, as torch stores them."""
+    numel = 1
+    for s in shape:
+        numel *= s
+    if numel == 0:
+        return b""
+    base = np.frombuffer(storage_bytes, dtype=np.dtype((np.void, elsize)))
+    view = np.lib.stride_tricks.as_strided(base[offset:], shape=tuple(shape),
+                                           strides=tuple(s * elsize for s in stride))
+    return np.ascontiguousarray(view).tobytes()
+
+
+def tensor_bytes(t, byteorder=sys.byteorder):
+    """A torch tensor's logical elements in C order, each as its bytes in `byteorder` ('little'
+    or 'big'; by default this machine's, i.e. the bytes as they are in memory).
+
+    Dtypes numpy lacks (bfloat16, float8, complex32...) give their raw bits; a conjugated tensor
+    gives its stored, un-conjugated values; a quantized one its integer representation. Another
+    byte order swaps every element (complex numbers per half)."""
+    unit = SWAP_UNIT.get(dtype_name(t.dtype), t.element_size())
+    t = t.detach()
+    if getattr(t, "is_quantized", False):
+        t = t.int_repr()
+    if t.is_conj():
+        t = t.conj()  # the view without the conj bit: the stored values
+    t = t.cpu().contiguous().reshape(-1)
+    if t.numel() == 0:
+        return b""
+    try:
+        data = t.view(torch.uint8).numpy().tobytes()
+    except (RuntimeError, TypeError):
+        if t.dtype == torch.bfloat16:
+            data = t.view(torch.int16).numpy().tobytes()
+        else:
+            data = t.numpy().tobytes()
+    if byteorder != sys.byteorder:
+        data = byteswap(data, unit)
+    return data
+
+
+def storage_of(t):
+    """(identity, nbytes) of a torch tensor's storage: tensors over one storage have the same
+    identity; nbytes is None when this torch cannot tell."""
+    try:
+        s = t.untyped_storage()
+    except AttributeError:  # torch < 2.0
+        s = t.storage()
+    try:
+        nbytes = s.nbytes()
+    except (AttributeError, TypeError, RuntimeError):
+        nbytes = None
+    return s._cdata, nbytes
+
+
+# --------------------------------------------------------------------------------------------
+# Loading: torch.load with raw object state
+# --------------------------------------------------------------------------------------------
+
+class StubObject:
+    """An instance of a class that is not imported (missing, or deliberately not run): keeps its
+    pickled BUILD state as its __dict__, which is what the flattening rule walks."""
+
+    dump_patches = False  # read by torch's legacy loader for saved nn.Module classes
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def __setstate__(self, state):
+        if isinstance(state, dict):
+            self.__dict__.update(state)
+        elif (isinstance(state, tuple) and len(state) == 2
+              and isinstance(state[0], (dict, type(None)))):
+            self.__dict__.update(state[0] or {})  # (state, slotstate)
+            self.__dict__.update(state[1] or {})
+        else:
+            self.__dict__["__state__"] = state
+
+
+_stub_classes = {}
+
+
+def stub_class(module, name):
+    """The StubObject subclass standing for `module.name` (one class per name)."""
+    key = (module, name)
+    if key not in _stub_classes:
+        _stub_classes[key] = type(name, (StubObject,), {"__module__": module, "__qualname__": name})
+    return _stub_classes[key]
+
+
+# The "module.name" of every class torch_load could not import and kept as a plain object (a
+# caller may report and clear it).
+stubbed_names = set()
+
+
+class StubUnpickler(pickle.Unpickler):
+    """An unpickler for torch.load: classes that cannot be imported and nn.Module subclasses
+    become stub classes; pre-0.4 `torch.cuda.*Tensor` objects are rebuilt as CPU tensors."""
+
+    def find_class(self, module, name):
+        if module == "torch.cuda" and name.endswith("Tensor"):  # pre-0.4 tensor objects
+            module = "torch"
+        try:
+            obj = super().find_class(module, name)
+        except (ImportError, AttributeError):
+            stubbed_names.add(f"{module}.{name}")
+            return stub_class(module, name)
+        if isinstance(obj, type) and issubclass(obj, torch.nn.Module):
+            return stub_class(module, name)
+        return obj
+
+
+# A stand-in for the pickle module whose Unpickler is StubUnpickler.
+_stub_pickle = types.ModuleType("stub_pickle")
+_stub_pickle.__dict__.update({k: v for k, v in pickle.__dict__.items() if not k.startswith("__")})
+_stub_pickle.Unpickler = StubUnpickler
+
+
+def torch_load(path):
+    """torch.load(path, map_location="cpu") through StubUnpickler (this runs the checkpoint's
+    pickle: trusted files only). torch 1.13 ignores torch.load's `pickle_module` argument, so the
+    pickle module torch.serialization uses is swapped for the duration of the load."""
+    kwargs = {"map_location": "cpu"}
+    try:
+        if "weights_only" in inspect.signature(torch.load).parameters:
+            kwargs["weights_only"] = False
+    except (TypeError, ValueError):
+        pass
+    with mock.patch.object(torch.serialization, "pickle", _stub_pickle):
+        return torch.load(str(path), **kwargs)
+
+
+# --------------------------------------------------------------------------------------------
+# Flattening (the rule of `ckptfs inspect` and of the mount)
+# --------------------------------------------------------------------------------------------
+
+def is_torch_tensor(x):
+    return isinstance(x, torch.Tensor)
+
+
+def key_text(k):
+    """A dict key as a flattened key part: strings as they are, anything else as str()."""
+    return k if isinstance(k, str) else str(k)
+
+
+def children(x):
+    """The (key part, child) pairs the rule walks below `x`: a dict's items, a list's or
+    tuple's items (indices in decimal), an object's state (its __dict__); none for tensors,
+    scalars, strings, bytes, classes and numpy values."""
+    if isinstance(x, dict):
+        return [(key_text(k), v) for k, v in x.items()]
+    if type(x) in (list, tuple):
+        return [(str(i), v) for i, v in enumerate(x)]
+    if isinstance(x, (torch.Tensor, str, bytes, int, float, complex, type(None), type,
+                      np.ndarray, np.generic)):
+        return []
+    d = getattr(x, "__dict__", None)
+    if isinstance(d, dict):
+        return [(key_text(k), v) for k, v in d.items()]
+    return []
+
+
+def contains_tensor(x, is_tensor=is_torch_tensor, seen=None):
+    """Whether a tensor stands anywhere below `x` (each object visited once)."""
+    if is_tensor(x):
+        return True
+    seen = set() if seen is None else seen
+    if id(x) in seen:
+        return False
+    seen.add(id(x))
+    return any(contains_tensor(v, is_tensor, seen) for _, v in children(x))
+
+
+def flatten(root, is_tensor=is_torch_tensor):
+    """The entries of a loaded checkpoint, in order: [(key, object)].
+
+    Tensors are leaves; a child holding a tensor somewhere below is walked, keyed
+    "parent.child"; a subtree without tensors is one value. A bare tensor is the entry "tensor";
+    a root that is neither a dict, a list, nor holds a tensor is the entry "value".
+    `is_tensor` says what a tensor is (torch tensors by default)."""
+    out = []
+
+    def walk(x, prefix):
+        for k, v in children(x):
+            key = k if prefix is None else f"{prefix}.{k}"
+            if is_tensor(v):
+                out.append((key, v))
+            elif contains_tensor(v, is_tensor):
+                walk(v, key)
+            else:
+                out.append((key, v))
+
+    if is_tensor(root):
+        out.append(("tensor", root))
+    elif type(root) in (dict, list, collections.OrderedDict) or contains_tensor(root, is_tensor):
+        walk(root, None)
+    else:
+        out.append(("value", root))
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Values as JSON
+# --------------------------------------------------------------------------------------------
+
+NOT_JSON = object()  # what simple_json returns for a value JSON cannot hold exactly
+
+
+def simple_json(v):
+    """The JSON of a simple value (None, bool, int, finite float, str, lists/tuples of those,
+    dicts of those with str or int keys), or NOT_JSON."""
+    if v is None or type(v) in (bool, int, str):
+        return v
+    if type(v) is float:
+        return v if np.isfinite(v) else NOT_JSON
+    if type(v) in (list, tuple):
+        items = [simple_json(i) for i in v]
+        return NOT_JSON if any(i is NOT_JSON for i in items) else items
+    if type(v) in (dict, collections.OrderedDict):
+        out = {}
+        for k, i in v.items():
+            j = simple_json(i)
+            if type(k) not in (str, int) or j is NOT_JSON or str(k) in out:
+                return NOT_JSON
+            out[str(k)] = j
+        return out
+    return NOT_JSON
+
+
+def value_entry(key, v):
+    """The entry of a value (not a tensor) as `ckptfs inspect --json` and expected.json give it:
+    {"key", "kind": "value"}, with "value" only when JSON can hold it exactly."""
+    e = {"key": key, "kind": "value"}
+    j = simple_json(v)
+    if j is not NOT_JSON:
+        e["value"] = j
+    return e
+
+
+def has_opaque(j):
+    """True when ckptfs's JSON holds an object it could not evaluate ({"__class__": ...}): the
+    result of a call ckptfs never runs, which torch.load did run."""
+    if isinstance(j, dict):
+        return "__class__" in j or any(has_opaque(v) for v in j.values())
+    if isinstance(j, list):
+        return any(has_opaque(v) for v in j)
+    return False
+
+
+def json_equal(a, b):
+    """Equality of JSON values that tells bools from ints and ints from floats."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, list):
+        return len(a) == len(b) and all(json_equal(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(json_equal(a[k], b[k]) for k in a)
+    return a == b
+
+
+# --------------------------------------------------------------------------------------------
+# Directory names
+# --------------------------------------------------------------------------------------------
+
+def fnv1a64(data):
+    """The FNV-1a 64-bit hash of bytes."""
+    h = 0xCBF29CE484222325
+    for c in data:
+        h = ((h ^ c) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def directory_name(key):
+    """The directory name of a key: '%' -> %25, '/' -> %2F, NUL -> %00; '', '.', '..' and
+    'index.json' get a '%' in front; past 255 bytes: the first 200 bytes (cut where a character
+    starts) + '~' + FNV-1a 64 of the key in 16 hex digits."""
+    raw = key.encode("utf-8", "surrogatepass")
+    name = bytearray(b"%" if raw in (b"", b".", b"..", b"index.json") else b"")
+    cut = 0
+    for c in raw:
+        if c & 0xC0 != 0x80 and len(name) <= 200:  # a character starts here
+            cut = len(name)
+        name += {0x25: b"%25", 0x2F: b"%2F", 0: b"%00"}.get(c, bytes([c]))
+    if len(name) <= 200:
+        cut = len(name)
+    if len(name) > 255:
+        name = name[:cut] + b"~" + f"{fnv1a64(raw):016x}".encode()
+    return bytes(name).decode("utf-8", "surrogateescape")
+
+
+# --------------------------------------------------------------------------------------------
+# Mounts
+# --------------------------------------------------------------------------------------------
+
+def _unescape_mountinfo(field):
+    """A path field of /proc/self/mountinfo with its octal escapes (\\040 for a space...)
+    undone."""
+    out, i = "", 0
+    while i < len(field):
+        if field[i] == "\\" and field[i + 1:i + 4].isdigit() and len(field[i + 1:i + 4]) == 3:
+            out += chr(int(field[i + 1:i + 4], 8))
+            i += 4
+        else:
+            out += field[i]
+            i += 1
+    return out
+
+
+def mount_points():
+    """Every mount point of this process's namespace, in /proc/self/mountinfo order (a path
+    twice when two mounts are stacked on it); read without touching any of them. Raises
+    OSError when /proc is not there."""
+    with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
+        return [_unescape_mountinfo(line.split()[4]) for line in f if len(line.split()) > 4]

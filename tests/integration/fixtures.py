@@ -1,0 +1,51 @@
+# SPDX-License-Identifier: MIT
+"""Where the integration tests (test_inspect.py, test_mount.py) find what they run and read:
+
+    CKPTFS           the ckptfs binary                       (default: build/ckptfs)
+    CKPTFS_FIXTURES  output of scripts/make_fixtures.py      (default: build/fixtures)
+    CKPTFS_CORPUS    real checkpoints + PROVENANCE.tsv       (default: ../shared/corpus)
+
+and which fixtures there are. A missing fixture is a failure, never a skip.
+"""
+
+import json
+import os
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+CKPTFS = Path(os.environ.get("CKPTFS", REPO / "build" / "ckptfs")).absolute()
+FIXTURES = Path(os.environ.get("CKPTFS_FIXTURES", REPO / "build" / "fixtures")).absolute()
+CORPUS = Path(os.environ.get("CKPTFS_CORPUS", REPO.parent / "shared" / "corpus")).absolute()
+
+# Every fixture scripts/make_fixtures.py writes. A missing one is a failure.
+FIXTURE_NAMES = ["convnet", "dtypes", "views", "training", "keys", "params", "module", "bare",
+                 "zip64", "zip64_cd", "legacy", "bigendian", "new_dtypes"]
+# Fixtures torch 1.13 cannot load: new dtypes and the torch >= 2.7 layout (hand-built), and a
+# zip64 central directory whose zero-length record carries only a zip64 offset (valid; miniz 2.1
+# checks the saturated 32-bit offset against the file size). bigendian.pth does load (1.13 ignores
+# the byteorder record, so the values are swapped, but keys, dtypes and layouts are right).
+NOT_TORCH_LOADABLE = {"new_dtypes", "zip64_cd"}
+
+
+def fixture_path(name):
+    """FIXTURES/<name>.pth; fails when it is missing."""
+    path = FIXTURES / f"{name}.pth"
+    if not path.is_file():
+        raise AssertionError(f"missing fixture {path} (run scripts/make_fixtures.py)")
+    return path
+
+
+def expected_doc(name):
+    """The parsed FIXTURES/<name>.expected.json; fails when it is missing."""
+    path = FIXTURES / f"{name}.expected.json"
+    if not path.is_file():
+        raise AssertionError(f"missing {path} (run scripts/make_fixtures.py)")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def corpus_files():
+    """The checkpoints of CORPUS, sorted (PROVENANCE.tsv and hidden files left out)."""
+    if not CORPUS.is_dir():
+        return []
+    return sorted(p for p in CORPUS.iterdir() if p.is_file() and p.name != "PROVENANCE.tsv"
+                  and not p.name.startswith("."))
