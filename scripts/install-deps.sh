@@ -6,6 +6,7 @@ packages=(
   libfuse3-dev fuse3 libfmt-dev nlohmann-json3-dev doctest-dev
   python3-torch python3-numpy
   rsync fuse-zip
+  dpkg-dev file man-db groff-base  # scripts/package.sh (dpkg-shlibdeps) and the man page tests
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -31,14 +31,17 @@ state_dict key becomes a directory with the tensor's raw `data`, a `meta.json` a
 `tensor.npy`, and every read is an offset read inside the checkpoint. Its pickle is never
 executed.
 
-options:
-  -f                     stay in the foreground
+options (before or after CHECKPOINT MOUNTPOINT):
+  -f                     stay in the foreground; "ckptfs: mounted ..." on stderr once mounted
   -d, --debug            foreground, with libfuse's debug output
   -o OPT[,OPT...]        mount options:
        uid=N, gid=N        owner of every file (default: the user who mounts)
        umask=OCTAL         permission bits to clear (default 0222: files 0444, dirs 0555)
        allow_other         let other users read the mount (needs user_allow_other for non-root)
-       ...                 any other libfuse or kernel mount option
+       notify_fd=N         write "1\n" to descriptor N once mounted ("0\n" if not), close it
+       ...                 any other libfuse or kernel mount option; ro is implied, rw and
+                           fstab's own options (defaults, noauto, nofail, _netdev, x-*) ignored
+  --notify-fd N          the same as -o notify_fd=N
   -h, --help             show this help and exit
   -V, --version          show the version and exit
 
@@ -53,7 +56,8 @@ the tree:
   MOUNTPOINT/<key>/tensor.npy     the same bytes behind a .npy header
   MOUNTPOINT/<key>/value.json     a non-tensor value as JSON
 
-unmount with: fusermount3 -u MOUNTPOINT
+mount from fstab or mount(8): mount -t fuse.ckptfs CHECKPOINT MOUNTPOINT -o ro,allow_other
+unmount with: fusermount3 -u MOUNTPOINT (or umount as root)
 
 exit status:
   0  success
@@ -116,6 +120,22 @@ std::string escaped_fsname(const std::string& path) {
   return out;
 }
 
+// "ckptfs: mounted CHECKPOINT on MOUNTPOINT (N tensors, M values, X bytes)": X counts the bytes
+// of the tensors that are served, as index.json's total_bytes.
+std::string ready_line(const ckptfs::Checkpoint& c, const std::string& checkpoint,
+                       const std::string& mountpoint) {
+  std::size_t tensors = 0;
+  std::uint64_t bytes = 0;
+  for (const auto& e : c.entries) {
+    if (e.kind != ckptfs::Entry::Kind::tensor) continue;
+    ++tensors;
+    const auto& t = c.tensors[e.tensor];
+    if (t.broken.empty()) bytes += t.nbytes();
+  }
+  return fmt::format("ckptfs: mounted {} on {} ({} tensors, {} values, {} bytes)", checkpoint,
+                     mountpoint, tensors, c.entries.size() - tensors, bytes);
+}
+
 int run_mount(const std::vector<std::string>& args) {
   auto parsed = ckptfs::cli::parse_mount_options(args);
   if (!parsed.error.empty()) return usage_error(parsed.error);
@@ -127,6 +147,11 @@ int run_mount(const std::vector<std::string>& args) {
   if (o.version) {
     fmt::print("ckptfs {}\n", CKPTFS_VERSION);
     return 0;
+  }
+  // Told "0" on every way out that is not a mount (its destructor), "1" by mount_and_serve().
+  ckptfs::fuse::ReadinessNotifier notifier;
+  if (o.notify_fd && !notifier.open(*o.notify_fd)) {
+    return usage_error(fmt::format("notify_fd={}: not an open file descriptor", *o.notify_fd));
   }
   char resolved[PATH_MAX];
   std::string absolute = ::realpath(o.checkpoint.c_str(), resolved) ? resolved : o.checkpoint;
@@ -145,6 +170,8 @@ int run_mount(const std::vector<std::string>& args) {
     request.debug = o.debug;
     request.fuse_options = o.fuse_options;
     request.fsname = escaped_fsname(absolute);
+    request.notifier = &notifier;
+    request.ready_line = ready_line(vfs.checkpoint(), o.checkpoint, o.mountpoint);
     return ckptfs::fuse::mount_and_serve(vfs, source, request);
   } catch (const ckptfs::Error& e) {
     return fail(e.code(), fmt::format("{}: {}", o.checkpoint, e.what()));

@@ -38,10 +38,12 @@ std::string take_option(std::string_view item, MountOptions& o) {
     mode_t mask;
     if (!parse_number(*u, mask, 8) || mask > 0777) return fmt::format("invalid umask '{}'", *u);
     o.umask = mask;
-  } else if (item == "ro" || item.empty()) {
-    // always read-only
-  } else if (item == "rw") {
-    return "ckptfs mounts are read-only: 'rw' is not possible";
+  } else if (auto n = value_of("notify_fd")) {
+    int fd;
+    if (!parse_number(*n, fd, 10) || fd < 0) return fmt::format("invalid notify_fd '{}'", *n);
+    o.notify_fd = fd;
+  } else if (item == "ro" || item.empty() || is_ignored_option(item)) {
+    // always read-only; fstab-only options mean nothing here
   } else {
     o.fuse_options.emplace_back(item);
   }
@@ -58,6 +60,28 @@ std::string take_option_list(std::string_view list, MountOptions& o) {
 }
 
 }  // namespace
+
+bool is_ignored_option(std::string_view option) {
+  // mount(8), fstab and systemd options that can reach a helper (mount.fuse3 drops only a few of
+  // them), and "rw", which mount.fuse3 passes whenever fstab does not say "ro".
+  static constexpr std::string_view fstab_only[] = {
+      "rw", "defaults", "auto", "noauto", "user", "nouser", "users", "owner", "group", "nofail",
+      "_netdev", "_rnetdev"};
+  // Kernel flags libfuse 3 does not know; meaningless here, where every time is the
+  // checkpoint's mtime and nothing is written or linked.
+  static constexpr std::string_view time_flags[] = {
+      "diratime", "nodiratime", "relatime", "norelatime", "strictatime", "nostrictatime",
+      "lazytime", "nolazytime", "iversion", "noiversion", "mand", "nomand", "symfollow",
+      "nosymfollow", "silent", "loud"};
+  for (auto name : fstab_only) {
+    if (option == name) return true;
+  }
+  for (auto name : time_flags) {
+    if (option == name) return true;
+  }
+  return option.starts_with("x-") || option.starts_with("comment=") ||
+         option.starts_with("helper=");
+}
 
 ParseResult parse_mount_options(const std::vector<std::string>& args) {
   ParseResult r;
@@ -82,6 +106,17 @@ ParseResult parse_mount_options(const std::vector<std::string>& args) {
       r.error = take_option_list(args[++i], o);
     } else if (a.starts_with("-o")) {
       r.error = take_option_list(std::string_view(a).substr(2), o);
+    } else if (a == "--notify-fd" || a.starts_with("--notify-fd=")) {
+      std::string value;
+      if (a.size() > 11) {
+        value = a.substr(12);
+      } else if (i + 1 < args.size()) {
+        value = args[++i];
+      } else {
+        r.error = "--notify-fd needs an argument";
+        return r;
+      }
+      r.error = take_option("notify_fd=" + value, o);
     } else if (a.starts_with("-") && a != "-") {
       r.error = fmt::format("unknown option '{}'", a);
     } else {

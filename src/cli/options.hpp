@@ -4,6 +4,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <sys/types.h>
 #include <vector>
 
@@ -19,16 +20,26 @@ struct MountOptions {
   std::optional<uid_t> uid;
   std::optional<gid_t> gid;
   std::optional<mode_t> umask;
+  std::optional<int> notify_fd;           // -o notify_fd=N, --notify-fd N: readiness is written there
   std::vector<std::string> fuse_options;  // every other -o option, for libfuse and the kernel
 };
 
 // Parses argv (without the program name). Returns the options, or an error message for a usage
-// error. -o takes comma-separated options ("-o a,b" or "-oa,b"); uid=N, gid=N and umask=OCTAL are
-// ckptfs's own, "ro" is implied, everything else goes to libfuse.
+// error. Options may come before or after the positional arguments (mount.fuse3 runs
+// `ckptfs SOURCE MOUNTPOINT -o OPTIONS`). -o takes comma-separated options ("-o a,b" or "-oa,b");
+// uid=N, gid=N, umask=OCTAL and notify_fd=N are ckptfs's own; "ro" is implied and "rw" (which
+// mount.fuse3 passes when fstab says nothing) is ignored: the mount is read-only either way. The
+// options that only mean something to mount(8), fstab or systemd (defaults, noauto, nofail,
+// _netdev, x-systemd.*, comment=...) and the access-time flags libfuse does not know (relatime,
+// nodiratime, lazytime...) are ignored; every other option goes to libfuse and the kernel.
 struct ParseResult {
   MountOptions options;
   std::string error;  // non-empty on a usage error
 };
 ParseResult parse_mount_options(const std::vector<std::string>& args);
+
+// Whether an -o option is one that parse_mount_options() accepts and ignores (fstab, mount(8) and
+// systemd options, access-time flags, "rw").
+bool is_ignored_option(std::string_view option);
 
 }  // namespace ckptfs::cli

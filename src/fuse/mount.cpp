@@ -9,24 +9,40 @@
 #include <fmt/format.h>
 
 #include <cerrno>
+#include <csignal>
 #include <cstdarg>
+#include <cstddef>
+#include <cstdlib>
 #include <cstring>
+#include <fcntl.h>
 #include <memory>
+#include <mutex>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <thread>
+#include <unistd.h>
 
 namespace ckptfs::fuse {
 namespace {
 
 // libfuse reports mount failures through its log; keep the last message so that the failure is
-// reported as our one line, not as libfuse's several.
+// reported as our one line, not as libfuse's several. Some messages come in several calls
+// ("unknown option(s): `-o " then "relatime'\n"): parts are joined up to the newline. The
+// serving threads log too (with -d): the mutex keeps their parts apart.
+std::mutex fuse_log_mutex;
 std::string last_fuse_message;
+std::string partial_fuse_message;
 bool pass_fuse_messages = false;
 
 void capture_fuse_log(enum fuse_log_level level, const char* fmt, va_list ap) {
   char buffer[1024];
   std::vsnprintf(buffer, sizeof buffer, fmt, ap);
-  std::string message(buffer);
+  std::lock_guard lock(fuse_log_mutex);
+  partial_fuse_message += buffer;
+  if (partial_fuse_message.empty() || partial_fuse_message.back() != '\n') return;
+  std::string message = std::move(partial_fuse_message);
+  partial_fuse_message.clear();
   while (!message.empty() && (message.back() == '\n' || message.back() == ' ')) message.pop_back();
   if (message.starts_with("fuse: ")) message = message.substr(6);
   if (pass_fuse_messages || level <= FUSE_LOG_CRIT) {
@@ -35,9 +51,43 @@ void capture_fuse_log(enum fuse_log_level level, const char* fmt, va_list ap) {
   if (level <= FUSE_LOG_ERR) last_fuse_message = message;
 }
 
+std::string fuse_failure(const char* fallback) {
+  std::lock_guard lock(fuse_log_mutex);
+  if (!last_fuse_message.empty()) return last_fuse_message;
+  if (!partial_fuse_message.empty()) return partial_fuse_message;
+  return fallback;
+}
+
 int fail(const std::string& mountpoint, const std::string& what) {
   fmt::print(stderr, "ckptfs: {}: {}\n", mountpoint, what);
   return static_cast<int>(ExitCode::mount_failed);
+}
+
+// "/dev/fd/N": mount.fuse3 -o drop_privileges opened /dev/fuse and mounted it itself; libfuse
+// then serves descriptor N.
+bool is_fuse_fd_path(const std::string& path) {
+  constexpr std::string_view prefix = "/dev/fd/";
+  if (!path.starts_with(prefix) || path.size() == prefix.size()) return false;
+  return path.find_first_not_of("0123456789", prefix.size()) == std::string::npos;
+}
+
+// sd_notify(3) without libsystemd: one datagram to $NOTIFY_SOCKET (a path, or an abstract
+// socket written with a leading '@'). Nothing happens without it; errors are ignored.
+void notify_systemd(std::string_view state) {
+  const char* path = std::getenv("NOTIFY_SOCKET");
+  if (path == nullptr || (path[0] != '/' && path[0] != '@')) return;
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  std::size_t length = std::strlen(path);
+  if (length >= sizeof address.sun_path) return;
+  std::memcpy(address.sun_path, path, length);
+  if (path[0] == '@') address.sun_path[0] = '\0';
+  int fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return;
+  (void)::sendto(fd, state.data(), state.size(), MSG_NOSIGNAL,
+                 reinterpret_cast<const sockaddr*>(&address),
+                 static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + length));
+  ::close(fd);
 }
 
 // A mountpoint must be an existing directory that is not already a mount point (mounting twice
@@ -59,8 +109,34 @@ using Session = std::unique_ptr<fuse_session, SessionDeleter>;
 
 }  // namespace
 
+bool ReadinessNotifier::open(int fd) {
+  int flags = ::fcntl(fd, F_GETFD);
+  if (fd < 0 || flags == -1) return false;
+  if (fd > 2) ::fcntl(fd, F_SETFD, flags | FD_CLOEXEC);  // not for fusermount3 or the shell
+  fd_ = fd;
+  return true;
+}
+
+void ReadinessNotifier::send(bool ready) {
+  if (fd_ < 0) return;
+  // A reader that closed its end must not kill ckptfs with SIGPIPE.
+  struct sigaction ignore {}, previous {};
+  ignore.sa_handler = SIG_IGN;
+  ::sigaction(SIGPIPE, &ignore, &previous);
+  const char* line = ready ? "1\n" : "0\n";
+  ssize_t written;
+  do {
+    written = ::write(fd_, line, 2);
+  } while (written < 0 && errno == EINTR);
+  ::sigaction(SIGPIPE, &previous, nullptr);
+  if (fd_ > 2) ::close(fd_);
+  fd_ = -1;
+}
+
 int mount_and_serve(const Vfs& vfs, const FileSource& source, const MountRequest& request) {
-  if (auto problem = check_mountpoint(request.mountpoint); !problem.empty()) {
+  if (is_fuse_fd_path(request.mountpoint)) {
+    // Checked by libfuse: it must be an open /dev/fuse descriptor.
+  } else if (auto problem = check_mountpoint(request.mountpoint); !problem.empty()) {
     return fail(request.mountpoint, problem);
   }
   pass_fuse_messages = request.debug;
@@ -81,18 +157,23 @@ int mount_and_serve(const Vfs& vfs, const FileSource& source, const MountRequest
   Session session(fuse_session_new(&args, &ops, sizeof ops, &context));
   fuse_opt_free_args(&args);
   if (!session) {
-    return fail(request.mountpoint, last_fuse_message.empty() ? "cannot create the FUSE session"
-                                                              : last_fuse_message);
+    return fail(request.mountpoint, fuse_failure("cannot create the FUSE session"));
   }
   if (fuse_set_signal_handlers(session.get()) != 0) {
     return fail(request.mountpoint, "cannot install signal handlers");
   }
   if (fuse_session_mount(session.get(), request.mountpoint.c_str()) != 0) {
     fuse_remove_signal_handlers(session.get());
-    return fail(request.mountpoint,
-                last_fuse_message.empty() ? "mount failed" : last_fuse_message);
+    return fail(request.mountpoint, fuse_failure("mount failed"));
   }
-  // From here the mount exists: the parent returns now, the child serves.
+  // From here the mount exists (requests wait in the kernel until the loop below serves them):
+  // tell whoever waits, then the parent returns and the child serves.
+  if (request.notifier != nullptr) request.notifier->send(true);
+  if (request.foreground) {
+    if (!request.ready_line.empty()) fmt::print(stderr, "{}\n", request.ready_line);
+    std::fflush(stderr);
+    notify_systemd("READY=1\nSTATUS=" + request.ready_line);
+  }
   if (fuse_daemonize(request.foreground ? 1 : 0) != 0) {
     fuse_session_unmount(session.get());
     fuse_remove_signal_handlers(session.get());
