@@ -71,6 +71,7 @@ void write_tensor_fields(JsonWriter& j, const Checkpoint& c, std::size_t entry_i
 std::string tensor_meta_json(const Checkpoint& c, std::size_t entry_index,
                              const SharingIndex& sharing) {
   std::string out;
+  out.reserve(640);  // a typical meta.json: one allocation
   JsonWriter j(out);
   j.begin_object().key("key").string(c.entries[entry_index].key);
   write_tensor_fields(j, c, entry_index, sharing);

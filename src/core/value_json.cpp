@@ -274,6 +274,15 @@ void append_json_string(std::string& out, std::string_view text) {
   out += '"';
   std::size_t i = 0;
   while (i < text.size()) {
+    // Printable ASCII other than quote and backslash is copied in runs: keys are mostly that.
+    std::size_t run = i;
+    while (run < text.size() && text[run] >= 0x20 && text[run] < 0x7f && text[run] != '"' &&
+           text[run] != '\\') {
+      ++run;
+    }
+    out.append(text.substr(i, run - i));
+    i = run;
+    if (i == text.size()) break;
     auto c = static_cast<unsigned char>(text[i]);
     if (c == '"' || c == '\\') {
       out += '\\';
