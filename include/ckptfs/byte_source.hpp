@@ -59,10 +59,18 @@ class FileSource final : public ByteSource {
   const FileIdentity& identity() const noexcept { return identity_; }
   const std::string& path() const noexcept { return path_; }
 
+  // Whether the file is still the one that was opened: its descriptor, and with `check_path`
+  // the file its path names now, have the identity recorded at open (device, inode, size, mtime,
+  // ctime). The path is looked up in the directory opened with the file, so it still works from
+  // a daemon that changed directory or a mount that hides that directory.
+  bool unchanged(bool check_path) const noexcept;
+
  private:
   void read_in_range(std::uint64_t offset, std::span<std::byte> out) const override;
   std::string path_;
   int fd_ = -1;
+  int directory_fd_ = -1;  // O_PATH descriptor of the path's directory; -1 if it cannot be opened
+  std::string name_;       // the path's last component
   FileIdentity identity_;
 };
 

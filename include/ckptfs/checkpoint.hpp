@@ -69,7 +69,13 @@ struct Checkpoint {
 struct ReadLimits {
   pickle::Limits pickle;
   std::uint64_t max_entries = 4'000'000;  // flattened entries (a DAG can multiply them)
+  // Entries may outnumber the pickle's nodes only up to this: more means that objects shared
+  // along many paths multiply them (a DAG of dicts: 2^n entries from n small dicts).
+  std::uint64_t min_entries_per_graph = 65'536;
   std::size_t max_key_bytes = 4096;       // a flattened key longer than this is refused
+  // All keys and value.json texts together: a shared value reached along many paths would
+  // otherwise be copied into every entry.
+  std::uint64_t max_flattened_bytes = 64ull << 20;
   std::size_t max_value_json = 1 << 20;   // a longer value.json is cut (valid JSON says so)
   std::size_t max_dims = 64;              // torch's own limit on tensor dimensions
 };

@@ -22,8 +22,10 @@ class SharingIndex {
   std::vector<std::vector<std::size_t>> by_storage_;
 };
 
-// At most this many keys are listed in shared_with; shared_with_count has the full number.
+// At most this many keys are listed in shared_with, and no more once their bytes reach
+// max_shared_with_bytes; shared_with_count has the full number.
 inline constexpr std::size_t max_shared_with = 100;
+inline constexpr std::size_t max_shared_with_bytes = 2048;
 
 // Writes, into an open JSON object, the fields that describe tensor entry `entry_index` after its
 // key: dtype, shape, stride, storage_offset, contiguous, nbytes, file_offset, numpy, byteorder,

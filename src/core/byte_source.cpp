@@ -48,10 +48,34 @@ FileSource::FileSource(const std::string& path) : path_(path) {
   identity_ = {st.st_dev,          st.st_ino,          static_cast<std::uint64_t>(st.st_size),
                st.st_mtim.tv_sec,  st.st_mtim.tv_nsec, st.st_ctim.tv_sec,
                st.st_ctim.tv_nsec};
+  const auto slash = path.rfind('/');
+  const std::string directory =
+      slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  name_ = slash == std::string::npos ? path : path.substr(slash + 1);
+  directory_fd_ = ::open(directory.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
 }
 
 FileSource::~FileSource() {
   if (fd_ >= 0) ::close(fd_);
+  if (directory_fd_ >= 0) ::close(directory_fd_);
+}
+
+namespace {
+bool same_identity(const struct stat& st, const FileIdentity& id) {
+  return st.st_dev == id.device && st.st_ino == id.inode &&
+         static_cast<std::uint64_t>(st.st_size) == id.size && st.st_mtim.tv_sec == id.mtime_sec &&
+         st.st_mtim.tv_nsec == id.mtime_nsec && st.st_ctim.tv_sec == id.ctime_sec &&
+         st.st_ctim.tv_nsec == id.ctime_nsec;
+}
+}  // namespace
+
+bool FileSource::unchanged(bool check_path) const noexcept {
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0 || !same_identity(st, identity_)) return false;
+  if (!check_path) return true;
+  const int found = directory_fd_ >= 0 ? ::fstatat(directory_fd_, name_.c_str(), &st, 0)
+                                       : ::stat(path_.c_str(), &st);
+  return found == 0 && same_identity(st, identity_);
 }
 
 void FileSource::read_in_range(std::uint64_t offset, std::span<std::byte> out) const {

@@ -50,9 +50,19 @@ void write_tensor_fields(JsonWriter& j, const Checkpoint& c, std::size_t entry_i
     j.key("nbytes").number(s.nbytes);
     j.end_object();
     j.key("shared_with").begin_array();
-    for (std::size_t other : sharing.entries_of_storage(*t.storage)) {
+    // The entry itself is among its storage's entries: the others are the rest. The list stops
+    // at max_shared_with keys or max_shared_with_bytes of them, so that N entries over one
+    // storage cost O(N) and not O(N^2), in time and in the size of their meta.json files.
+    const auto& sharers = sharing.entries_of_storage(*t.storage);
+    others = sharers.size() - 1;
+    std::size_t listed = 0;
+    std::size_t listed_bytes = 0;
+    for (std::size_t other : sharers) {
+      if (listed == max_shared_with || listed_bytes >= max_shared_with_bytes) break;
       if (other == entry_index) continue;
-      if (++others <= max_shared_with) j.string(c.entries[other].key);
+      j.string(c.entries[other].key);
+      ++listed;
+      listed_bytes += c.entries[other].key.size();
     }
     j.end_array();
   } else {

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -228,6 +229,13 @@ class Flattener {
       throw Error(ExitCode::bad_checkpoint,
                   fmt::format("more than {} entries", limits_.max_entries));
     }
+    if (entries_.size() >= std::max<std::uint64_t>(limits_.min_entries_per_graph, g_.size())) {
+      throw Error(ExitCode::bad_checkpoint,
+                  fmt::format("more than {} entries from a pickle of {} objects: objects shared "
+                              "along many paths multiply them",
+                              entries_.size(), g_.size()));
+    }
+    charge(key.size());
     if (keys_.insert(key).second) return key;
     for (std::size_t n = 2;; ++n) {
       std::string candidate = fmt::format("{}#{}", key, n);
@@ -248,7 +256,21 @@ class Flattener {
     e.key = unique_key(std::move(key));
     e.kind = Entry::Kind::value;
     e.value_json = value_json(g_, id, limits_.max_value_json);
+    charge(e.value_json.size());
     entries_.push_back(std::move(e));
+  }
+
+  // Counts the bytes of keys and values against limits_.max_flattened_bytes, or 64 bytes per
+  // pickle object when that is more: a checkpoint of a million tensors has long keys legitimately,
+  // and its pickle grows with them, while a hostile DAG multiplies them without growing.
+  void charge(std::size_t bytes) {
+    flattened_bytes_ += bytes;
+    const std::uint64_t allowed = std::max<std::uint64_t>(limits_.max_flattened_bytes, 64 * g_.size());
+    if (flattened_bytes_ > allowed) {
+      throw Error(ExitCode::bad_checkpoint,
+                  fmt::format("the keys and values of its {} entries take more than {} bytes",
+                              entries_.size(), allowed));
+    }
   }
 
   const Graph& g_;
@@ -259,6 +281,7 @@ class Flattener {
   std::unordered_set<NodeId> on_path_;
   std::unordered_set<std::string> keys_;
   std::vector<Entry> entries_;
+  std::uint64_t flattened_bytes_ = 0;
 };
 
 }  // namespace

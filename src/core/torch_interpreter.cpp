@@ -250,10 +250,13 @@ class Interpreter {
       } else if (n == "_rebuild_sparse_tensor" || n == "_rebuild_sparse_csr_tensor") {
         add_sparse(id, arg(a, 0), arg(a, 1));
       } else if (n == "_rebuild_nested_tensor") {
-        out_.composites[id] = {{"buffer", arg(a, 0)},
-                               {"sizes", arg(a, 1)},
-                               {"strides", arg(a, 2)},
-                               {"storage_offsets", arg(a, 3)}};
+        Composite c{{"buffer", arg(a, 0)},
+                    {"sizes", arg(a, 1)},
+                    {"strides", arg(a, 2)},
+                    {"storage_offsets", arg(a, 3)}};
+        // A call with fewer arguments has fewer parts (flatten indexes by every part).
+        std::erase_if(c, [](const auto& part) { return part.second == no_node; });
+        out_.composites[id] = std::move(c);
       }
       return;
     }

@@ -4,10 +4,13 @@
 #include "fuse_ops.hpp"
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fcntl.h>
 #include <new>
+#include <sys/ioctl.h>
 #include <sys/statvfs.h>
+#include <unistd.h>
 
 namespace ckptfs::fuse {
 namespace {
@@ -69,6 +72,25 @@ void op_getattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
   fuse_reply_attr(req, &st, forever);
 }
 
+// The tree describes the checkpoint as it was at mount. Once the file is replaced (renamed over,
+// deleted), truncated or rewritten, its bytes may no longer be the ones the tree points to, so
+// every open and read fails with EIO from then on: never a short or wrong reply. Checked at each
+// open (the descriptor and the path: device, inode, size, mtime, ctime) and at each read (the
+// descriptor). Not caught: a change within one tick of the file system's timestamps that keeps
+// the size, and one made while a read is in flight. Pages the kernel cached before (keep_cache)
+// may still be served: they hold the old checkpoint's bytes, which were right.
+bool checkpoint_changed(const Context& ctx, bool check_path) {
+  if (ctx.changed.load(std::memory_order_relaxed)) return true;
+  if (ctx.source->unchanged(check_path)) return false;
+  if (!ctx.changed.exchange(true)) {
+    std::fprintf(stderr,
+                 "ckptfs: %s changed while mounted (replaced, truncated or rewritten): opens and "
+                 "reads fail with EIO from now on; unmount and mount it again\n",
+                 ctx.source->path().c_str());
+  }
+  return true;
+}
+
 void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   const Vfs::Node* n = context(req).vfs->node(ino);
   if (!n) {
@@ -77,6 +99,8 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     fuse_reply_err(req, EISDIR);
   } else if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
     fuse_reply_err(req, EROFS);
+  } else if (checkpoint_changed(context(req), true)) {
+    fuse_reply_err(req, EIO);
   } else {
     fi->keep_cache = 1;  // the checkpoint is immutable: cached pages stay valid across opens
     fi->noflush = 1;
@@ -91,22 +115,140 @@ struct Pieces {
   fuse_bufvec* vec() { return reinterpret_cast<fuse_bufvec*>(bytes); }
 };
 
+// The pipe each serving thread splices checkpoint bytes into before replying. libfuse, given the
+// checkpoint's fd, would splice it itself but send a short reply when the file ends early (it was
+// truncated): the kernel would take that for the end of the file. Splicing here first counts
+// every byte, and libfuse then moves the pipe's pages on to /dev/fuse, still without a copy.
+class ThreadPipe {
+ public:
+  ThreadPipe() = default;
+  ThreadPipe(const ThreadPipe&) = delete;
+  ThreadPipe& operator=(const ThreadPipe&) = delete;
+  ~ThreadPipe() { close(); }
+
+  // The pipe, created on first use with room for the largest read; false when no pipe can be
+  // made (the read is then copied).
+  bool open() {
+    if (fds_[0] >= 0) return true;
+    if (::pipe2(fds_, O_CLOEXEC | O_NONBLOCK) != 0) {
+      fds_[0] = fds_[1] = -1;
+      return false;
+    }
+    // The kernel's largest read (1 MiB) plus its partial first and last pages, or as much as
+    // this user may have; a piece that does not fit is copied instead.
+    if (::fcntl(fds_[0], F_SETPIPE_SZ, (1 << 20) + 2 * 4096) < 0) {
+      ::fcntl(fds_[0], F_SETPIPE_SZ, 1 << 20);
+    }
+    return true;
+  }
+  int read_end() const noexcept { return fds_[0]; }
+  int write_end() const noexcept { return fds_[1]; }
+  // Whether bytes were left in the pipe (a reply that failed half way); it is then replaced.
+  void discard_leftovers() {
+    int left = 0;
+    if (fds_[0] >= 0 && (::ioctl(fds_[0], FIONREAD, &left) != 0 || left != 0)) close();
+  }
+  void close() {
+    for (int& fd : fds_) {
+      if (fd >= 0) ::close(fd);
+      fd = -1;
+    }
+  }
+
+ private:
+  int fds_[2] = {-1, -1};
+};
+
+enum class Moved { all, short_file, cannot };
+
+// Splices [offset, offset + length) of the checkpoint into the pipe: all of it, or short_file
+// when the file ends first (it shrank), or cannot (the pipe is full, splice is not supported)
+// and the read is to be copied instead.
+Moved splice_range(int fd, std::uint64_t offset, std::size_t length, int pipe) {
+  auto at = static_cast<loff_t>(offset);
+  while (length > 0) {
+    ssize_t n = ::splice(fd, &at, pipe, nullptr, length, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+    if (n > 0) {
+      length -= static_cast<std::size_t>(n);
+    } else if (n == 0) {
+      return Moved::short_file;  // end of file before the range ends: the file shrank
+    } else if (errno != EINTR) {
+      return Moved::cannot;
+    }
+  }
+  return Moved::all;
+}
+
 void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info*) {
   const Context& ctx = context(req);
   // Reused by each serving thread: no allocation per read once warm.
   thread_local std::vector<ReadPiece> pieces;
   thread_local std::vector<char> scratch;
-  try {
-    ctx.vfs->read(ino, static_cast<std::uint64_t>(off), size, *ctx.source, pieces, scratch);
-  } catch (const std::bad_alloc&) {
-    fuse_reply_err(req, ENOMEM);
-    return;
-  } catch (...) {
+  thread_local std::vector<char> copied;
+  thread_local ThreadPipe pipe;
+  bool spliced = false;
+  if (ctx.changed.load(std::memory_order_relaxed)) {
     fuse_reply_err(req, EIO);
     return;
   }
-  if (pieces.size() > Pieces::capacity) {
+  try {
+    ctx.vfs->read(ino, static_cast<std::uint64_t>(off), size, *ctx.source, pieces, scratch);
+    if (pieces.size() > Pieces::capacity) {
+      fuse_reply_err(req, EIO);
+      return;
+    }
+    // Checkpoint ranges go into the pipe, whole, or are copied when the pipe has no room.
+    bool copy = false;
+    for (const ReadPiece& p : pieces) {
+      if (p.memory || copy) continue;
+      if (!pipe.open()) {
+        copy = true;
+        break;
+      }
+      Moved moved = splice_range(ctx.source->fd(), p.source_offset, p.length, pipe.write_end());
+      if (moved == Moved::short_file) {
+        pipe.close();
+        fuse_reply_err(req, EIO);
+        return;
+      }
+      if (moved == Moved::cannot) {
+        pipe.close();
+        copy = true;
+      }
+      spliced = !copy;
+    }
+    if (copy) {
+      std::size_t total = 0;
+      for (const ReadPiece& p : pieces) total += p.memory ? 0 : p.length;
+      copied.resize(total);
+      std::size_t at = 0;
+      for (ReadPiece& p : pieces) {
+        if (p.memory) continue;
+        // Throws Error(io) when the file ends early.
+        ctx.source->read(p.source_offset, std::as_writable_bytes(std::span(copied.data() + at,
+                                                                           p.length)));
+        p.memory = copied.data() + at;
+        at += p.length;
+      }
+      spliced = false;
+    }
+    // The bytes read must be the checkpoint's: its size, times and inode are unchanged.
+    if (checkpoint_changed(ctx, false)) {
+      if (spliced) pipe.close();
+      fuse_reply_err(req, EIO);
+      return;
+    }
+  } catch (const std::bad_alloc&) {
+    pipe.close();
+    fuse_reply_err(req, ENOMEM);
+    return;
+  } catch (...) {
+    pipe.close();
     fuse_reply_err(req, EIO);
+    return;
+  }
+  if (pieces.empty()) {
+    fuse_reply_buf(req, nullptr, 0);
     return;
   }
   Pieces storage;
@@ -119,16 +261,13 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_i
     if (pieces[i].memory) {
       b.mem = const_cast<char*>(pieces[i].memory);
     } else {
-      b.flags = static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
-      b.fd = ctx.source->fd();
-      b.pos = static_cast<off_t>(pieces[i].source_offset);
+      // Already in the pipe, in order; libfuse reads or splices it on.
+      b.flags = static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_RETRY);
+      b.fd = pipe.read_end();
     }
   }
-  if (pieces.empty()) {
-    fuse_reply_buf(req, nullptr, 0);
-    return;
-  }
   fuse_reply_data(req, vec, FUSE_BUF_SPLICE_MOVE);
+  if (spliced) pipe.discard_leftovers();
 }
 
 void op_opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {

@@ -8,12 +8,17 @@
 #include <ckptfs/byte_source.hpp>
 #include <ckptfs/vfs.hpp>
 
+#include <atomic>
+
 namespace ckptfs::fuse {
 
 // What every operation needs; handed to libfuse as the session's userdata.
 struct Context {
   const Vfs* vfs = nullptr;
   const FileSource* source = nullptr;
+  // Set once the checkpoint is found replaced, truncated or rewritten (see op_open, op_read):
+  // from then on every open and read fails with EIO.
+  mutable std::atomic<bool> changed{false};
 };
 
 // The operation table: lookup, getattr, open, read, opendir, readdir(plus), statfs, release...
