@@ -1,15 +1,17 @@
 # SPDX-License-Identifier: MIT
-"""Where the integration tests (test_inspect.py, test_mount.py) find what they run and read:
+"""What the integration tests share: where they find what they run and read,
 
     CKPTFS           the ckptfs binary                       (default: build/ckptfs)
     CKPTFS_FIXTURES  output of scripts/make_fixtures.py      (default: build/fixtures)
     CKPTFS_CORPUS    real checkpoints + PROVENANCE.tsv       (default: ../shared/corpus)
 
-and which fixtures there are. A missing fixture is a failure, never a skip.
+which fixtures there are (a missing fixture is a failure, never a skip), and how they wait for
+and find ckptfs daemons.
 """
 
 import json
 import os
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -49,3 +51,28 @@ def corpus_files():
         return []
     return sorted(p for p in CORPUS.iterdir() if p.is_file() and p.name != "PROVENANCE.tsv"
                   and not p.name.startswith("."))
+
+
+def wait_until(predicate, timeout):
+    """Polls `predicate` until it is true or `timeout` seconds pass; its last answer."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return predicate()
+
+
+def processes_with_arg(arg):
+    """PIDs of the ckptfs processes whose command line has `arg` (e.g. a mountpoint)."""
+    pids = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit() or int(d.name) == os.getpid():
+            continue
+        try:
+            argv = (d / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if os.fsencode(str(arg)) in argv and argv[0].endswith(b"ckptfs"):
+            pids.append(int(d.name))
+    return pids

@@ -51,7 +51,7 @@ import ckptfs_reference as ref  # noqa: E402
 import make_fixtures  # noqa: E402
 from ckptfs_reference import directory_name, fnv1a64, mount_points  # noqa: E402
 from fixtures import (CKPTFS, CORPUS, FIXTURE_NAMES, NOT_TORCH_LOADABLE, REPO,  # noqa: E402
-                      corpus_files, expected_doc, fixture_path)
+                      corpus_files, expected_doc, fixture_path, processes_with_arg, wait_until)
 from test_inspect import inspect_json  # noqa: E402
 
 warnings.filterwarnings("ignore")
@@ -105,22 +105,6 @@ def is_mounted(path):
     return mount_count(path) > 0
 
 
-def processes_with_arg(arg):
-    """PIDs of processes whose command line has `arg` (a ckptfs daemon serving a mountpoint)."""
-    arg = os.fsencode(str(arg))
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                if arg in f.read().split(b"\0"):
-                    pids.append(int(entry))
-        except OSError:
-            pass
-    return pids
-
-
 def fusermount_u(path, lazy=False):
     return subprocess.run(["fusermount3", "-u", *(["-z"] if lazy else []), str(path)],
                           capture_output=True, timeout=EXIT_TIMEOUT)
@@ -135,15 +119,6 @@ def force_unmount(path):
         r = fusermount_u(path, lazy=attempt >= 10)
         if r.returncode != 0:
             time.sleep(0.05)
-
-
-def wait_until(predicate, timeout):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return predicate()
 
 
 def index_readable(mnt):

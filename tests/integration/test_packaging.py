@@ -27,6 +27,8 @@ import time
 import unittest
 from pathlib import Path
 
+from fixtures import processes_with_arg, wait_until
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 CKPTFS = Path(os.environ.get("CKPTFS", REPO / "build" / "ckptfs")).absolute()
@@ -75,29 +77,6 @@ def is_mounted(path):
 def mount_of(path):
     found = [m for m in mounts() if m[0] == str(path)]
     return found[-1] if found else None
-
-
-def processes_with_arg(arg):
-    pids = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit() or int(d.name) == os.getpid():
-            continue
-        try:
-            argv = (d / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if str(arg).encode() in argv and any(a.endswith(b"ckptfs") for a in argv[:1]):
-            pids.append(int(d.name))
-    return pids
-
-
-def wait_until(predicate, timeout):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return predicate()
 
 
 def force_unmount(path):
