@@ -93,13 +93,17 @@ case "${1:-}" in
     committed=tests/fuzz/corpus/$target
     tmp=$(mktemp -d)
     trap 'rm -rf "$tmp"' EXIT
-    # -merge=1 keeps the smallest inputs that together reach every feature of all of them.
-    nice -n 19 "$build/tests/fuzz/fuzz_$target" -merge=1 -max_len=65536 -rss_limit_mb=2048 \
-      -timeout=10 "$tmp" "$committed" "$build/corpus/$target" 2>&1 | tail -2
+    # -merge=1 keeps the smallest inputs that together reach every edge of all of them (edges
+    # only: -use_counters=0), each cut to a few KiB, so that the committed corpus stays a few
+    # hundred KiB (all three: 415 KiB, 97-99% of the edges of the whole work corpus).
+    max_len=8192
+    [ "$target" = checkpoint ] && max_len=4096
+    nice -n 19 "$build/tests/fuzz/fuzz_$target" -merge=1 -use_counters=0 -max_len=$max_len \
+      -rss_limit_mb=2048 -timeout=30 "$tmp" "$committed" "$build/corpus/$target" 2>&1 | tail -1
     find "$committed" -type f ! -name .gitkeep -delete
     cp "$tmp"/* "$committed"/
-    echo "$committed: $(find "$committed" -type f ! -name .gitkeep | wc -l) files," \
-      "$(du -sk "$committed" | cut -f1) KiB"
+    find "$committed" -type f ! -name .gitkeep -printf '%s\n' |
+      awk -v d="$committed" '{n++; s+=$1} END {printf "%s: %d files, %d KiB\n", d, n, s / 1024}'
     ;;
   *)
     target=${1:-}
