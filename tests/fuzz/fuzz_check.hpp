@@ -14,3 +14,14 @@
       std::abort();                                                                   \
     }                                                                                 \
   } while (0)
+
+#include <ckptfs/checkpoint.hpp>
+
+// The limits the pickle and checkpoint targets read with: small enough that a fuzzed input
+// reaches them, large enough for every seed.
+inline ckptfs::ReadLimits fuzz_limits() {
+  ckptfs::ReadLimits limits;
+  limits.pickle = {.max_nodes = 1 << 20, .max_stack = 1 << 20, .max_memo = 1 << 20};
+  limits.max_entries = 1 << 16;
+  return limits;
+}

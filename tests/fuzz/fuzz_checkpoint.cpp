@@ -94,9 +94,7 @@ void check_tensor_file(const Checkpoint& c, const Tensor& t, const std::string& 
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   MemorySource source(std::string(reinterpret_cast<const char*>(data), size));
-  ReadLimits limits;
-  limits.pickle = {.max_nodes = 1 << 20, .max_stack = 1 << 20, .max_memo = 1 << 20};
-  limits.max_entries = 1 << 16;
+  const ReadLimits limits = fuzz_limits();
   Checkpoint checkpoint;
   try {
     checkpoint = read_checkpoint(source, limits);

@@ -70,10 +70,7 @@ void check_graph(const pickle::Graph& g) {
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   MemorySource source(std::string(reinterpret_cast<const char*>(data), size));
-  ReadLimits limits;
-  // Small enough that a fuzzed input reaches them, large enough for every seed.
-  limits.pickle = {.max_nodes = 1 << 20, .max_stack = 1 << 20, .max_memo = 1 << 20};
-  limits.max_entries = 1 << 16;
+  const ReadLimits limits = fuzz_limits();
   pickle::ParseResult parsed;
   try {
     parsed = pickle::parse(source, 0, size, limits.pickle);
