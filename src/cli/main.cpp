@@ -39,6 +39,10 @@ options (before or after CHECKPOINT MOUNTPOINT):
        umask=OCTAL         permission bits to clear (default 0222: files 0444, dirs 0555)
        allow_other         let other users read the mount (needs user_allow_other for non-root)
        notify_fd=N         write "1\n" to descriptor N once mounted ("0\n" if not), close it
+       read_ahead_kb=N     the mount's readahead in KiB, set when run as root (default 512;
+                           0 keeps the kernel's 128)
+       busy_poll_us=N      after each request, one thread polls N microseconds for the next
+                           before sleeping (default 200; 0 never; off with a single CPU)
        ...                 any other libfuse or kernel mount option; ro is implied, rw and
                            fstab's own options (defaults, noauto, nofail, _netdev, x-*) ignored
   --notify-fd N          the same as -o notify_fd=N
@@ -169,6 +173,8 @@ int run_mount(const std::vector<std::string>& args) {
     request.foreground = o.foreground;
     request.debug = o.debug;
     request.fuse_options = o.fuse_options;
+    request.read_ahead_kb = o.read_ahead_kb;
+    request.busy_poll = std::chrono::microseconds(o.busy_poll_us);
     request.fsname = escaped_fsname(absolute);
     request.notifier = &notifier;
     request.ready_line = ready_line(vfs.checkpoint(), o.checkpoint, o.mountpoint);

@@ -42,6 +42,15 @@ std::string take_option(std::string_view item, MountOptions& o) {
     int fd;
     if (!parse_number(*n, fd, 10) || fd < 0) return fmt::format("invalid notify_fd '{}'", *n);
     o.notify_fd = fd;
+  } else if (auto r = value_of("read_ahead_kb")) {
+    // The kernel takes up to 2^31 KiB here; past a few MiB readahead only wastes memory.
+    if (!parse_number(*r, o.read_ahead_kb, 10) || o.read_ahead_kb > (1u << 20)) {
+      return fmt::format("invalid read_ahead_kb '{}' (0 to 1048576)", *r);
+    }
+  } else if (auto b = value_of("busy_poll_us")) {
+    if (!parse_number(*b, o.busy_poll_us, 10) || o.busy_poll_us > 1'000'000) {
+      return fmt::format("invalid busy_poll_us '{}' (0 to 1000000)", *b);
+    }
   } else if (item == "ro" || item.empty() || is_ignored_option(item)) {
     // always read-only; fstab-only options mean nothing here
   } else {

@@ -21,13 +21,15 @@ struct MountOptions {
   std::optional<gid_t> gid;
   std::optional<mode_t> umask;
   std::optional<int> notify_fd;           // -o notify_fd=N, --notify-fd N: readiness is written there
+  unsigned read_ahead_kb = 512;           // -o read_ahead_kb=N: the mount's readahead (root only)
+  unsigned busy_poll_us = 200;            // -o busy_poll_us=N: polling for the next request
   std::vector<std::string> fuse_options;  // every other -o option, for libfuse and the kernel
 };
 
 // Parses argv (without the program name). Returns the options, or an error message for a usage
 // error. Options may come before or after the positional arguments (mount.fuse3 runs
 // `ckptfs SOURCE MOUNTPOINT -o OPTIONS`). -o takes comma-separated options ("-o a,b" or "-oa,b");
-// uid=N, gid=N, umask=OCTAL and notify_fd=N are ckptfs's own; "ro" is implied and "rw" (which
+// uid=N, gid=N, umask=OCTAL, notify_fd=N, read_ahead_kb=N and busy_poll_us=N are ckptfs's own; "ro" is implied and "rw" (which
 // mount.fuse3 passes when fstab says nothing) is ignored: the mount is read-only either way. The
 // options that only mean something to mount(8), fstab or systemd (defaults, noauto, nofail,
 // _netdev, x-systemd.*, comment=...) and the access-time flags libfuse does not know (relatime,

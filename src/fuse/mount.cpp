@@ -3,6 +3,8 @@
 #include "mount.hpp"
 
 #include "fuse_ops.hpp"
+#include "readahead.hpp"
+#include "serve_loop.hpp"
 
 #include <ckptfs/error.hpp>
 
@@ -17,6 +19,8 @@
 #include <fcntl.h>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <sched.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -102,6 +106,12 @@ std::string check_mountpoint(const std::string& path) {
   return {};
 }
 
+unsigned usable_cpus() {
+  cpu_set_t set;
+  if (::sched_getaffinity(0, sizeof set, &set) != 0) return std::thread::hardware_concurrency();
+  return static_cast<unsigned>(CPU_COUNT(&set));
+}
+
 struct SessionDeleter {
   void operator()(fuse_session* se) const { fuse_session_destroy(se); }
 };
@@ -162,6 +172,12 @@ int mount_and_serve(const Vfs& vfs, const FileSource& source, const MountRequest
   if (fuse_set_signal_handlers(session.get()) != 0) {
     return fail(request.mountpoint, "cannot install signal handlers");
   }
+  // Resolved now: once mounted, resolving the path would ask the mount itself.
+  std::string canonical_mountpoint;
+  if (char* resolved = ::realpath(request.mountpoint.c_str(), nullptr)) {
+    canonical_mountpoint = resolved;
+    std::free(resolved);
+  }
   if (fuse_session_mount(session.get(), request.mountpoint.c_str()) != 0) {
     fuse_remove_signal_handlers(session.get());
     return fail(request.mountpoint, fuse_failure("mount failed"));
@@ -179,16 +195,30 @@ int mount_and_serve(const Vfs& vfs, const FileSource& source, const MountRequest
     fuse_remove_signal_handlers(session.get());
     return fail(request.mountpoint, "cannot start the daemon");
   }
-  fuse_loop_config* config = fuse_loop_cfg_create();
-  unsigned threads = std::max(4u, 2 * std::thread::hardware_concurrency());
-  fuse_loop_cfg_set_max_threads(config, threads);
-  fuse_loop_cfg_set_idle_threads(config, threads);
-  int status = fuse_session_loop_mt(session.get(), config);
-  fuse_loop_cfg_destroy(config);
+  ServeOptions serving;
+  serving.threads = std::max(4u, 2 * std::thread::hardware_concurrency());
+  // Polling for the next request only pays when another CPU is free to run the caller.
+  if (usable_cpus() > 1) serving.busy_poll = request.busy_poll;
+  if (request.read_ahead_kb != 0 && !canonical_mountpoint.empty()) {
+    // After INIT: the kernel sets the readahead from INIT's answer, over whatever was set before.
+    serving.after_init = [&] {
+      std::optional<std::string> device = mount_device(canonical_mountpoint);
+      std::string problem = device ? set_read_ahead(*device, request.read_ahead_kb)
+                                   : "not found in /proc/self/mountinfo";
+      if (request.debug && !problem.empty()) {
+        fmt::print(stderr, "ckptfs: read_ahead_kb not set: {}\n", problem);
+      }
+    };
+  }
+  int status = serve(session.get(), serving);
   fuse_session_unmount(session.get());
   fuse_remove_signal_handlers(session.get());
-  // A loop ended by a signal returns the signal number; that is a clean stop too.
-  return status < 0 ? static_cast<int>(ExitCode::mount_failed) : 0;
+  if (status < 0) {
+    fmt::print(stderr, "ckptfs: {}: reading /dev/fuse: {}\n", request.mountpoint,
+               std::strerror(-status));
+    return static_cast<int>(ExitCode::mount_failed);
+  }
+  return 0;
 }
 
 }  // namespace ckptfs::fuse

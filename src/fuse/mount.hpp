@@ -5,6 +5,7 @@
 #include <ckptfs/byte_source.hpp>
 #include <ckptfs/vfs.hpp>
 
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,8 @@ struct MountRequest {
   bool debug = false;
   std::vector<std::string> fuse_options;  // passed to libfuse as -o options (allow_other, ...)
   std::string fsname;                     // shown in /proc/mounts
+  unsigned read_ahead_kb = 0;             // set on the mount when allowed (root); 0: the kernel's
+  std::chrono::microseconds busy_poll{0};  // see ServeOptions::busy_poll
   std::string ready_line;            // printed on stderr in the foreground once the mount exists
   ReadinessNotifier* notifier = nullptr;  // told once the mount exists (or failed)
 };

@@ -796,6 +796,92 @@ class ProcessTests(MountTestCase):
 
 
 # --------------------------------------------------------------------------------------------
+# Serving: readahead, busy polling
+# --------------------------------------------------------------------------------------------
+
+def mount_read_ahead_kb(mnt):
+    dev = os.stat(mnt).st_dev
+    return int(Path(f"/sys/class/bdi/{os.major(dev)}:{os.minor(dev)}/read_ahead_kb").read_text())
+
+
+class ServingTests(MountTestCase):
+    @unittest.skipUnless(os.geteuid() == 0, "only root may set a mount's readahead")
+    def test_read_ahead_kb(self):
+        """Raised to 512 KiB by default, set to what -o read_ahead_kb asks, the kernel's own
+        (128 KiB for FUSE) with 0; set again by every mount, whatever the device number."""
+        for options, expected in (((), 512), (("-o", "read_ahead_kb=1024"), 1024),
+                                  (("-o", "read_ahead_kb=0"), 128)):
+            with self.subTest(options=options):
+                mnt, proc = self.mount(fixture_path("convnet"), *options)
+                self.assertEqual(mount_read_ahead_kb(mnt), expected)
+                self.unmount(mnt, proc)
+
+    def test_bad_values_are_usage_errors(self):
+        for option in ("read_ahead_kb=-1", "read_ahead_kb=1048577", "read_ahead_kb=1k",
+                       "busy_poll_us=", "busy_poll_us=1000001", "busy_poll_us=0x10"):
+            with self.subTest(option):
+                r = run([CKPTFS, "-o", option, fixture_path("convnet"), self.new_dir()])
+                err = r.stderr.decode(errors="replace")
+                self.assertEqual(r.returncode, 1, err)
+                self.assertIn(option.split("=")[0], err)
+
+    def read_concurrently(self, files, seconds):
+        """Threads reading whole files over and over, comparing bytes, until told to stop;
+        returns (stop, threads, errors)."""
+        expected = {f: f.read_bytes() for f in files}
+        stop, errors = threading.Event(), []
+
+        def reader(offset):
+            i = offset
+            while not stop.is_set():
+                f = files[i % len(files)]
+                i += 1
+                try:
+                    if f.read_bytes() != expected[f]:
+                        errors.append(f"{f}: wrong bytes")
+                except OSError as e:
+                    if not stop.is_set():
+                        errors.append(f"{f}: {e}")
+                    return
+        threads = [threading.Thread(target=reader, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        time.sleep(seconds)
+        return stop, threads, errors
+
+    def test_busy_poll_settings_serve_the_same_bytes(self):
+        """With polling off, short and long, many readers at once get the right bytes."""
+        for value in ("0", "1", "200", "100000"):
+            with self.subTest(busy_poll_us=value):
+                mnt, proc = self.mount(fixture_path("views"), "-o", f"busy_poll_us={value}")
+                files = sorted(p for p in mnt.rglob("*") if p.is_file())
+                stop, threads, errors = self.read_concurrently(files, 1.0)
+                stop.set()
+                for t in threads:
+                    t.join()
+                self.assertEqual(errors, [])
+                self.unmount(mnt, proc)
+
+    def test_sigterm_while_busy(self):
+        """A signal ends a mount that is answering requests (one thread polling, others asleep
+        or serving): exit status 0, nothing left mounted."""
+        mnt, proc = self.mount(fixture_path("views"), "-o", "busy_poll_us=100000")
+        files = sorted(p for p in mnt.rglob("*") if p.is_file())
+        stop, threads, errors = self.read_concurrently(files, 0.5)
+        proc.send_signal(signal.SIGTERM)
+        try:
+            rc = proc.wait(timeout=EXIT_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self.fail("ckptfs -f busy with readers ignored SIGTERM")
+        finally:
+            stop.set()
+            for t in threads:
+                t.join()
+        self.assertEqual(rc, 0, self.output(proc).strip())
+        self.assertFalse(is_mounted(mnt), "still mounted after SIGTERM")
+
+
+# --------------------------------------------------------------------------------------------
 # Names
 # --------------------------------------------------------------------------------------------
 

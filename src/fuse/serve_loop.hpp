@@ -1,0 +1,27 @@
+// SPDX-License-Identifier: MIT
+// serve(): the threads that take requests from /dev/fuse and answer them, in place of libfuse's
+// multithreaded loop, so that one of them can busy-poll for the next request.
+#pragma once
+
+#include "fuse_ops.hpp"
+
+#include <chrono>
+#include <functional>
+
+namespace ckptfs::fuse {
+
+struct ServeOptions {
+  unsigned threads = 4;
+  // After answering a request, one thread keeps polling /dev/fuse for this long before it sleeps.
+  // Zero: every idle thread sleeps at once (as libfuse's loop does).
+  std::chrono::microseconds busy_poll{0};
+  // Called once, right after the first request (the kernel's INIT) has been answered: from then
+  // on the kernel has applied what INIT negotiated.
+  std::function<void()> after_init;
+};
+
+// Serves `session` until it is unmounted or fuse_session_exit() is called (libfuse's signal
+// handlers do). Returns 0, or -errno when reading /dev/fuse failed.
+int serve(fuse_session* session, const ServeOptions& options);
+
+}  // namespace ckptfs::fuse
