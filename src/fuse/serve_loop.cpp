@@ -8,14 +8,17 @@
 // round trip: an IOCTL round trip took 21 us with libfuse's loop and 12 us with a thread polling
 // for it. So after answering a request, one thread (never two) keeps polling for the next for a
 // short while. The other threads sleep in one shared epoll set, which wakes one of them per
-// request; while a thread polls, /dev/fuse is taken out of that set so that no request wakes a
-// sleeper for nothing (that wake-up alone cost the caller as much as the round trip saved).
+// request; while a thread polls, /dev/fuse is taken out of that set so that the request it is
+// about to take does not wake a sleeper for nothing (a wake-up that cost the caller as much as
+// the round trip saved).
 #include "serve_loop.hpp"
 
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <fcntl.h>
+#include <cstdint>
+#include <cstring>
 #include <mutex>
 #include <poll.h>
 #include <sys/epoll.h>
@@ -87,6 +90,15 @@ bool request_waiting(const Shared& s) {
   return ::poll(&p, 1, 0) > 0;
 }
 
+// READ is the one request whose answer may take long (the checkpoint's pages may have to come
+// from a disk). The opcode is the second 32-bit field of every request (struct fuse_in_header).
+bool is_read(const fuse_buf& buf) {
+  constexpr std::uint32_t fuse_read = 15;  // FUSE_READ in <linux/fuse.h>, fixed by the ABI
+  std::uint32_t opcode = 0;
+  if (buf.mem != nullptr && buf.size >= 8) std::memcpy(&opcode, static_cast<char*>(buf.mem) + 4, 4);
+  return opcode == fuse_read;
+}
+
 void run_worker(Shared& s) {
   const auto busy_poll = s.options->busy_poll;
   fuse_buf buf{};        // libfuse allocates its memory on the first receive
@@ -111,8 +123,11 @@ void run_worker(Shared& s) {
       if (res < 0) s.status.store(res);
       break;
     }
-    // More requests than this one: a sleeping thread answers them meanwhile.
-    if (poller && !s.sleepers_woken && request_waiting(s)) wake_sleepers(s, true);
+    // Sleepers are woken again when other requests already wait, and before a READ: requests
+    // that come while it is answered must not wait for it.
+    if (poller && !s.sleepers_woken && (is_read(buf) || request_waiting(s))) {
+      wake_sleepers(s, true);
+    }
     fuse_session_process_buf(s.session, &buf);
     if (s.options->after_init) std::call_once(s.init_done, s.options->after_init);
     if (!poller && busy_poll.count() > 0 && !s.polling.exchange(true)) poller = true;
