@@ -3,6 +3,8 @@
 // fd buffers so tensor bytes go from the checkpoint to the kernel without being staged here.
 #include "fuse_ops.hpp"
 
+#include "serve_loop.hpp"
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -91,6 +93,43 @@ bool checkpoint_changed(const Context& ctx, bool check_path) {
   return true;
 }
 
+// The bytes a file's first open stores in the kernel's page cache: reading them then needs no
+// READ round trip. Small files (a tensor.npy of a few elements, meta.json) fit whole; for large
+// ones it is the first pages, which every reader reads first (a .npy header, a file's type).
+constexpr std::size_t prefill_bytes = 64 * 1024;
+
+// Called before the open is answered, so the caller's first read finds the bytes. Best effort:
+// any failure leaves the bytes to READ, which checks everything again.
+void prefill_page_cache(const Context& ctx, fuse_ino_t ino, std::uint64_t size) {
+  if (ctx.session == nullptr || size == 0 || !ctx.prefilled.add(ino)) return;
+  thread_local std::vector<ReadPiece> pieces;
+  thread_local std::vector<char> scratch;
+  thread_local std::vector<char> bytes;
+  std::size_t length = size < prefill_bytes ? static_cast<std::size_t>(size) : prefill_bytes;
+  try {
+    may_wait();  // the checkpoint's pages may come from a disk; the store waits for page locks
+    ctx.vfs->read(ino, 0, length, *ctx.source, pieces, scratch);
+    bytes.resize(length);
+    std::size_t at = 0;
+    for (const ReadPiece& p : pieces) {
+      if (at + p.length > length) return;
+      if (p.memory) {
+        std::memcpy(bytes.data() + at, p.memory, p.length);
+      } else {
+        ctx.source->read(p.source_offset,
+                         std::as_writable_bytes(std::span(bytes.data() + at, p.length)));
+      }
+      at += p.length;
+    }
+    if (at != length || checkpoint_changed(ctx, false)) return;
+  } catch (...) {
+    return;
+  }
+  fuse_bufvec vec = FUSE_BUFVEC_INIT(length);
+  vec.buf[0].mem = bytes.data();
+  (void)fuse_lowlevel_notify_store(ctx.session, ino, 0, &vec, fuse_buf_copy_flags{});
+}
+
 void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   const Vfs::Node* n = context(req).vfs->node(ino);
   if (!n) {
@@ -102,6 +141,7 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   } else if (checkpoint_changed(context(req), true)) {
     fuse_reply_err(req, EIO);
   } else {
+    prefill_page_cache(context(req), ino, n->size);
     fi->keep_cache = 1;  // the checkpoint is immutable: cached pages stay valid across opens
     fi->noflush = 1;
     fuse_reply_open(req, fi);
@@ -199,6 +239,12 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_i
     }
     // Checkpoint ranges go into the pipe, whole, or are copied when the pipe has no room.
     bool copy = false;
+    for (const ReadPiece& p : pieces) {
+      if (!p.memory) {
+        may_wait();  // the checkpoint's pages may have to come from a disk
+        break;
+      }
+    }
     for (const ReadPiece& p : pieces) {
       if (p.memory || copy) continue;
       if (!pipe.open()) {

@@ -9,13 +9,33 @@
 #include <ckptfs/vfs.hpp>
 
 #include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
 
 namespace ckptfs::fuse {
 
+// A set of inode numbers that each thread may add to; add() says whether it was the first.
+class InodeSet {
+ public:
+  explicit InodeSet(std::size_t inodes) : words_(inodes / 64 + 1) {}
+  bool add(std::uint64_t ino) noexcept {
+    if (ino / 64 >= words_.size()) return false;
+    std::uint64_t bit = std::uint64_t{1} << (ino % 64);
+    return (words_[ino / 64].fetch_or(bit, std::memory_order_relaxed) & bit) == 0;
+  }
+
+ private:
+  std::vector<std::atomic<std::uint64_t>> words_;
+};
+
 // What every operation needs; handed to libfuse as the session's userdata.
 struct Context {
-  const Vfs* vfs = nullptr;
-  const FileSource* source = nullptr;
+  Context(const Vfs* v, const FileSource* s) : vfs(v), source(s), prefilled(v->node_count() + 1) {}
+  const Vfs* vfs;
+  const FileSource* source;
+  fuse_session* session = nullptr;  // set before serving; for stores into the page cache
+  mutable InodeSet prefilled;  // files whose first bytes were stored at their first open
   // Set once the checkpoint is found replaced, truncated or rewritten (see op_open, op_read):
   // from then on every open and read fails with EIO.
   mutable std::atomic<bool> changed{false};

@@ -169,6 +169,7 @@ int mount_and_serve(const Vfs& vfs, const FileSource& source, const MountRequest
   if (!session) {
     return fail(request.mountpoint, fuse_failure("cannot create the FUSE session"));
   }
+  context.session = session.get();
   if (fuse_set_signal_handlers(session.get()) != 0) {
     return fail(request.mountpoint, "cannot install signal handlers");
   }

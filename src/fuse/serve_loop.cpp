@@ -17,8 +17,6 @@
 #include <cerrno>
 #include <cstdlib>
 #include <fcntl.h>
-#include <cstdint>
-#include <cstring>
 #include <mutex>
 #include <poll.h>
 #include <sys/epoll.h>
@@ -90,16 +88,12 @@ bool request_waiting(const Shared& s) {
   return ::poll(&p, 1, 0) > 0;
 }
 
-// READ is the one request whose answer may take long (the checkpoint's pages may have to come
-// from a disk). The opcode is the second 32-bit field of every request (struct fuse_in_header).
-bool is_read(const fuse_buf& buf) {
-  constexpr std::uint32_t fuse_read = 15;  // FUSE_READ in <linux/fuse.h>, fixed by the ABI
-  std::uint32_t opcode = 0;
-  if (buf.mem != nullptr && buf.size >= 8) std::memcpy(&opcode, static_cast<char*>(buf.mem) + 4, 4);
-  return opcode == fuse_read;
-}
+// The polling thread's state, for may_wait() called from a request handler on this thread.
+thread_local Shared* this_threads_loop = nullptr;
+thread_local bool this_thread_polls = false;
 
 void run_worker(Shared& s) {
+  this_threads_loop = &s;
   const auto busy_poll = s.options->busy_poll;
   fuse_buf buf{};        // libfuse allocates its memory on the first receive
   bool poller = false;   // this thread holds s.polling
@@ -123,11 +117,10 @@ void run_worker(Shared& s) {
       if (res < 0) s.status.store(res);
       break;
     }
-    // Sleepers are woken again when other requests already wait, and before a READ: requests
-    // that come while it is answered must not wait for it.
-    if (poller && !s.sleepers_woken && (is_read(buf) || request_waiting(s))) {
-      wake_sleepers(s, true);
-    }
+    // Requests that already wait are for the sleepers; so are those that come while this one is
+    // answered, once its handler calls may_wait().
+    if (poller && !s.sleepers_woken && request_waiting(s)) wake_sleepers(s, true);
+    this_thread_polls = poller;
     fuse_session_process_buf(s.session, &buf);
     if (s.options->after_init) std::call_once(s.init_done, s.options->after_init);
     if (!poller && busy_poll.count() > 0 && !s.polling.exchange(true)) poller = true;
@@ -142,6 +135,10 @@ void run_worker(Shared& s) {
 }
 
 }  // namespace
+
+void may_wait() {
+  if (this_threads_loop != nullptr && this_thread_polls) wake_sleepers(*this_threads_loop, true);
+}
 
 int serve(fuse_session* session, const ServeOptions& options) {
   int fd = fuse_session_fd(session);

@@ -20,6 +20,12 @@ struct ServeOptions {
   std::function<void()> after_init;
 };
 
+// Called by a request handler before something that may wait: a read from the checkpoint (its
+// pages may have to come from a disk), a store into the kernel's page cache (it waits for reads
+// in flight on the same pages). Requests that come meanwhile then wake a sleeping thread instead
+// of waiting for this one. Does nothing outside serve()'s threads.
+void may_wait();
+
 // Serves `session` until it is unmounted or fuse_session_exit() is called (libfuse's signal
 // handlers do). Returns 0, or -errno when reading /dev/fuse failed.
 int serve(fuse_session* session, const ServeOptions& options);

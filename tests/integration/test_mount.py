@@ -862,6 +862,22 @@ class ServingTests(MountTestCase):
                 self.assertEqual(errors, [])
                 self.unmount(mnt, proc)
 
+    def test_first_open_fills_the_page_cache(self):
+        """The first open of a file stores its first 64 KiB in the kernel's page cache: reading
+        a small file then sends no READ (libfuse's debug log lists every request)."""
+        mnt, proc = self.mount(fixture_path("convnet"), "-d")
+        d = mnt / directory_name("conv1.bias")
+        small = [d / "tensor.npy", d / "meta.json"]
+        expected = [p.stat().st_size for p in small]
+        inodes = [p.stat().st_ino for p in small]
+        for p, size in zip(small, expected):
+            self.assertEqual(len(p.read_bytes()), size)
+        self.unmount(mnt, proc)
+        log = self.output(proc)
+        for ino in inodes:
+            self.assertRegex(log, rf"opcode: OPEN \(14\), nodeid: {ino},")
+            self.assertNotRegex(log, rf"opcode: READ \(15\), nodeid: {ino},")
+
     def test_sigterm_while_busy(self):
         """A signal ends a mount that is answering requests (one thread polling, others asleep
         or serving): exit status 0, nothing left mounted."""
