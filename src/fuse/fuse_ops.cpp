@@ -101,7 +101,13 @@ constexpr std::size_t prefill_bytes = 64 * 1024;
 // Called before the open is answered, so the caller's first read finds the bytes. Best effort:
 // any failure leaves the bytes to READ, which checks everything again.
 void prefill_page_cache(const Context& ctx, fuse_ino_t ino, std::uint64_t size) {
-  if (ctx.session == nullptr || size == 0 || !ctx.prefilled.add(ino)) return;
+  if (ctx.session == nullptr || size == 0) return;
+  struct StoreSlot {
+    const Context& ctx;
+    bool taken = ctx.stores.fetch_add(1) < ctx.max_stores;
+    ~StoreSlot() { ctx.stores.fetch_sub(1); }
+  } slot{ctx};
+  if (!slot.taken || !ctx.prefilled.add(ino)) return;
   thread_local std::vector<ReadPiece> pieces;
   thread_local std::vector<char> scratch;
   thread_local std::vector<char> bytes;

@@ -36,6 +36,11 @@ struct Context {
   const FileSource* source;
   fuse_session* session = nullptr;  // set before serving; for stores into the page cache
   mutable InodeSet prefilled;  // files whose first bytes were stored at their first open
+  // Stores into the page cache wait for reads in flight on the same pages, which other serving
+  // threads answer: at most this many stores at once (the thread count less one), so one thread
+  // is always free for those reads.
+  unsigned max_stores = 1;
+  mutable std::atomic<unsigned> stores{0};
   // Set once the checkpoint is found replaced, truncated or rewritten (see op_open, op_read):
   // from then on every open and read fails with EIO.
   mutable std::atomic<bool> changed{false};

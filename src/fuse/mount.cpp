@@ -198,6 +198,7 @@ int mount_and_serve(const Vfs& vfs, const FileSource& source, const MountRequest
   }
   ServeOptions serving;
   serving.threads = std::max(4u, 2 * std::thread::hardware_concurrency());
+  context.max_stores = serving.threads - 1;
   // Polling for the next request only pays when another CPU is free to run the caller.
   if (usable_cpus() > 1) serving.busy_poll = request.busy_poll;
   if (request.read_ahead_kb != 0 && !canonical_mountpoint.empty()) {

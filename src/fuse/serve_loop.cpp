@@ -19,7 +19,8 @@
 #include <cerrno>
 #include <cstdlib>
 #include <fcntl.h>
-#include <mutex>
+#include <csignal>
+#include <pthread.h>
 #include <poll.h>
 #include <sched.h>
 #include <sys/epoll.h>
@@ -42,11 +43,14 @@ struct Shared {
   int fuse_fd;   // /dev/fuse, non-blocking
   int epoll_fd;  // where sleeping threads wait: /dev/fuse and stop_fd
   int stop_fd;   // an eventfd written when stopping
-  bool sleepers_woken = true;  // whether /dev/fuse is in the epoll set; owned by the poller
+  sigset_t wait_mask{};  // the signal mask while sleeping: libfuse's signals delivered only then
+  // Whether /dev/fuse is in the epoll set. Changed by the poller only (the thread that holds
+  // `polling`, which always puts /dev/fuse back before letting go); read by any thread.
+  std::atomic<bool> sleepers_woken{true};
   std::atomic<bool> stop{false};
   std::atomic<bool> polling{false};  // one thread at a time busy-polls
   std::atomic<int> status{0};
-  std::once_flag init_done;
+  std::atomic<bool> init_done{false};
 };
 
 class Descriptor {
@@ -77,9 +81,9 @@ bool stopping(Shared& s) {
 // Whether a request on /dev/fuse wakes a sleeping thread: /dev/fuse is taken out of the epoll set
 // and put back. (EPOLL_CTL_MOD with no events does not do it: the kernel adds EPOLLERR|EPOLLHUP,
 // and /dev/fuse's wake-ups carry no event mask, so they still wake the sleepers; measured.)
-// Changed by the polling thread only. Returns whether the state is now `on`.
+// Called by the poller only. Returns whether the state is now `on`.
 bool wake_sleepers(Shared& s, bool on) {
-  if (s.sleepers_woken == on) return true;
+  if (s.sleepers_woken.load(std::memory_order_relaxed) == on) return true;
   epoll_event ev{};
   ev.events = EPOLLIN | EPOLLET;
   ev.data.fd = s.fuse_fd;
@@ -87,8 +91,19 @@ bool wake_sleepers(Shared& s, bool on) {
   if (::epoll_ctl(s.epoll_fd, on ? EPOLL_CTL_ADD : EPOLL_CTL_DEL, s.fuse_fd, &ev) != 0) {
     return false;
   }
-  s.sleepers_woken = on;
+  s.sleepers_woken.store(on, std::memory_order_relaxed);
   return true;
+}
+
+// Edge-triggered, requests that arrive together may wake one sleeper between them: a thread that
+// takes a request and sees more waiting wakes another (EPOLL_CTL_MOD re-checks /dev/fuse and
+// wakes a sleeper when it is readable). Fails harmlessly when the poller has /dev/fuse out of the
+// set; the poller then sees the backlog itself.
+void share_backlog(Shared& s) {
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLET;
+  ev.data.fd = s.fuse_fd;
+  (void)::epoll_ctl(s.epoll_fd, EPOLL_CTL_MOD, s.fuse_fd, &ev);
 }
 
 bool request_waiting(const Shared& s) {
@@ -122,8 +137,10 @@ void run_worker(Shared& s) {
         s.polling.store(false);
         poller = false;
       }
+      // libfuse's signals (SIGTERM...) are blocked except here: one that came after the
+      // stopping() check above is delivered now and ends the wait with EINTR.
       epoll_event ready[2];
-      (void)::epoll_wait(s.epoll_fd, ready, 2, -1);  // EINTR: a signal, seen by stopping()
+      (void)::epoll_pwait(s.epoll_fd, ready, 2, -1, &s.wait_mask);
       continue;
     }
     if (res == -EINTR) continue;
@@ -133,11 +150,26 @@ void run_worker(Shared& s) {
     }
     // Requests that already wait are for the sleepers; so are those that come while this one is
     // answered, once its handler calls may_wait().
-    if (poller && !s.sleepers_woken && request_waiting(s)) (void)wake_sleepers(s, true);
+    if (request_waiting(s)) {
+      if (s.sleepers_woken.load(std::memory_order_relaxed)) {
+        share_backlog(s);
+      } else if (poller) {
+        (void)wake_sleepers(s, true);
+      }
+    }
     this_thread_polls = poller;
     fuse_session_process_buf(s.session, &buf);
-    if (s.options->after_init) std::call_once(s.init_done, s.options->after_init);
-    if (!poller && busy_poll.count() > 0 && !s.polling.exchange(true)) poller = true;
+    if (s.options->after_init && !s.init_done.exchange(true)) {
+      try {
+        s.options->after_init();
+      } catch (...) {
+        // a tuning step; serving goes on without it
+      }
+    }
+    if (!poller && busy_poll.count() > 0 && !s.polling.load(std::memory_order_relaxed) &&
+        !s.polling.exchange(true)) {
+      poller = true;
+    }
     if (poller) deadline = Clock::now() + busy_poll;
   }
   if (poller) {
@@ -174,16 +206,28 @@ int serve(fuse_session* session, const ServeOptions& options) {
     return -errno;
   }
   Shared shared(session, &options, epoll.get(), stop_fd.get());
+  // The signals libfuse handles (fuse_set_signal_handlers) are blocked in every serving thread
+  // (threads inherit this one's mask) and let through only while a thread sleeps, so that one
+  // cannot slip in between a thread's last look at fuse_session_exited() and its sleep.
+  sigset_t handled;
+  sigemptyset(&handled);
+  for (int signum : {SIGHUP, SIGINT, SIGTERM}) sigaddset(&handled, signum);
+  sigset_t previous;
+  pthread_sigmask(SIG_BLOCK, &handled, &previous);
+  shared.wait_mask = previous;
+  for (int signum : {SIGHUP, SIGINT, SIGTERM}) sigdelset(&shared.wait_mask, signum);
   std::vector<std::thread> threads;
-  for (unsigned i = 1; i < options.threads; ++i) {
-    try {
+  try {
+    threads.reserve(options.threads);
+    for (unsigned i = 1; i < options.threads; ++i) {
       threads.emplace_back(run_worker, std::ref(shared));
-    } catch (const std::system_error&) {
-      break;  // fewer threads serve too
     }
+  } catch (const std::exception&) {
+    // fewer threads serve too
   }
   run_worker(shared);  // this thread serves as well
   for (std::thread& t : threads) t.join();
+  pthread_sigmask(SIG_SETMASK, &previous, nullptr);
   return shared.status.load();
 }
 
