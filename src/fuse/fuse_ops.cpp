@@ -5,6 +5,7 @@
 
 #include "serve_loop.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -93,6 +94,48 @@ bool checkpoint_changed(const Context& ctx, bool check_path) {
   return true;
 }
 
+// A bufvec with room for the few pieces a read can have (header, body).
+struct Pieces {
+  static constexpr std::size_t capacity = 4;
+  alignas(fuse_bufvec) unsigned char bytes[sizeof(fuse_bufvec) + capacity * sizeof(fuse_buf)];
+};
+
+// Reads every checkpoint range of `pieces` into `buffer` and points the piece at its bytes there.
+// Throws Error(io) when the checkpoint ends early.
+void copy_source_pieces(std::vector<ReadPiece>& pieces, const FileSource& source,
+                        std::vector<char>& buffer) {
+  std::size_t total = 0;
+  for (const ReadPiece& p : pieces) total += p.memory ? 0 : p.length;
+  buffer.resize(total);
+  std::size_t at = 0;
+  for (ReadPiece& p : pieces) {
+    if (p.memory) continue;
+    source.read(p.source_offset, std::as_writable_bytes(std::span(buffer.data() + at, p.length)));
+    p.memory = buffer.data() + at;
+    at += p.length;
+  }
+}
+
+// The bufvec of `pieces` (at most Pieces::capacity) in `storage`: memory pieces as they are,
+// checkpoint ranges as `pipe`, where they were spliced in order.
+fuse_bufvec* make_bufvec(Pieces& storage, const std::vector<ReadPiece>& pieces, int pipe) {
+  fuse_bufvec* vec = new (storage.bytes) fuse_bufvec{};
+  vec->count = pieces.size();
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    fuse_buf& b = vec->buf[i];
+    b = fuse_buf{};
+    b.size = pieces[i].length;
+    if (pieces[i].memory) {
+      b.mem = const_cast<char*>(pieces[i].memory);
+    } else {
+      // Already in the pipe, in order; libfuse reads or splices it on.
+      b.flags = static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_RETRY);
+      b.fd = pipe;
+    }
+  }
+  return vec;
+}
+
 // The bytes a file's first open stores in the kernel's page cache: reading them then needs no
 // READ round trip. Small files (a tensor.npy of a few elements, meta.json) fit whole; for large
 // ones it is the first pages, which every reader reads first (a .npy header, a file's type).
@@ -110,30 +153,20 @@ void prefill_page_cache(const Context& ctx, fuse_ino_t ino, std::uint64_t size) 
   if (!slot.taken || !ctx.prefilled.add(ino)) return;
   thread_local std::vector<ReadPiece> pieces;
   thread_local std::vector<char> scratch;
-  thread_local std::vector<char> bytes;
+  thread_local std::vector<char> copied;
   std::size_t length = size < prefill_bytes ? static_cast<std::size_t>(size) : prefill_bytes;
   try {
     may_wait();  // the checkpoint's pages may come from a disk; the store waits for page locks
     ctx.vfs->read(ino, 0, length, *ctx.source, pieces, scratch);
-    bytes.resize(length);
-    std::size_t at = 0;
-    for (const ReadPiece& p : pieces) {
-      if (at + p.length > length) return;
-      if (p.memory) {
-        std::memcpy(bytes.data() + at, p.memory, p.length);
-      } else {
-        ctx.source->read(p.source_offset,
-                         std::as_writable_bytes(std::span(bytes.data() + at, p.length)));
-      }
-      at += p.length;
-    }
-    if (at != length || checkpoint_changed(ctx, false)) return;
+    if (pieces.size() > Pieces::capacity) return;
+    copy_source_pieces(pieces, *ctx.source, copied);
+    if (checkpoint_changed(ctx, false)) return;
   } catch (...) {
     return;
   }
-  fuse_bufvec vec = FUSE_BUFVEC_INIT(length);
-  vec.buf[0].mem = bytes.data();
-  (void)fuse_lowlevel_notify_store(ctx.session, ino, 0, &vec, fuse_buf_copy_flags{});
+  Pieces storage;
+  (void)fuse_lowlevel_notify_store(ctx.session, ino, 0, make_bufvec(storage, pieces, -1),
+                                   fuse_buf_copy_flags{});
 }
 
 void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
@@ -153,13 +186,6 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     fuse_reply_open(req, fi);
   }
 }
-
-// A bufvec with room for the few pieces a read can have (header, body).
-struct Pieces {
-  static constexpr std::size_t capacity = 4;
-  alignas(fuse_bufvec) unsigned char bytes[sizeof(fuse_bufvec) + capacity * sizeof(fuse_buf)];
-  fuse_bufvec* vec() { return reinterpret_cast<fuse_bufvec*>(bytes); }
-};
 
 // The pipe each serving thread splices checkpoint bytes into before replying. libfuse, given the
 // checkpoint's fd, would splice it itself but send a short reply when the file ends early (it was
@@ -245,11 +271,8 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_i
     }
     // Checkpoint ranges go into the pipe, whole, or are copied when the pipe has no room.
     bool copy = false;
-    for (const ReadPiece& p : pieces) {
-      if (!p.memory) {
-        may_wait();  // the checkpoint's pages may have to come from a disk
-        break;
-      }
+    if (std::ranges::any_of(pieces, [](const ReadPiece& p) { return p.memory == nullptr; })) {
+      may_wait();  // the checkpoint's pages may have to come from a disk
     }
     for (const ReadPiece& p : pieces) {
       if (p.memory || copy) continue;
@@ -270,18 +293,7 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_i
       spliced = !copy;
     }
     if (copy) {
-      std::size_t total = 0;
-      for (const ReadPiece& p : pieces) total += p.memory ? 0 : p.length;
-      copied.resize(total);
-      std::size_t at = 0;
-      for (ReadPiece& p : pieces) {
-        if (p.memory) continue;
-        // Throws Error(io) when the file ends early.
-        ctx.source->read(p.source_offset, std::as_writable_bytes(std::span(copied.data() + at,
-                                                                           p.length)));
-        p.memory = copied.data() + at;
-        at += p.length;
-      }
+      copy_source_pieces(pieces, *ctx.source, copied);
       spliced = false;
     }
     // The bytes read must be the checkpoint's: its size, times and inode are unchanged.
@@ -304,21 +316,7 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_i
     return;
   }
   Pieces storage;
-  fuse_bufvec* vec = new (storage.bytes) fuse_bufvec{};
-  vec->count = pieces.size();
-  for (std::size_t i = 0; i < pieces.size(); ++i) {
-    fuse_buf& b = vec->buf[i];
-    b = fuse_buf{};
-    b.size = pieces[i].length;
-    if (pieces[i].memory) {
-      b.mem = const_cast<char*>(pieces[i].memory);
-    } else {
-      // Already in the pipe, in order; libfuse reads or splices it on.
-      b.flags = static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_RETRY);
-      b.fd = pipe.read_end();
-    }
-  }
-  fuse_reply_data(req, vec, FUSE_BUF_SPLICE_MOVE);
+  fuse_reply_data(req, make_bufvec(storage, pieces, pipe.read_end()), FUSE_BUF_SPLICE_MOVE);
   if (spliced) pipe.discard_leftovers();
 }
 

@@ -16,6 +16,7 @@ reads), `ckptfs inspect --json`, and torch.load (through scripts/ckptfs-verify; 
 torch loads is decided with the same loader, scripts/ckptfs_reference.py's).
 """
 
+import contextlib
 import errno
 import fnmatch
 import gc
@@ -692,13 +693,19 @@ class AttributeTests(MountTestCase):
 # --------------------------------------------------------------------------------------------
 
 class ProcessTests(MountTestCase):
-    def check_signal(self, signum):
-        mnt, proc = self.mount(fixture_path("bare"))
-        proc.send_signal(signum)
-        try:
-            rc = proc.wait(timeout=EXIT_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            self.fail(f"ckptfs -f ignored {signal.Signals(signum).name}")
+    def check_signal(self, signum, *options, checkpoint="bare", busy=False):
+        """The signal unmounts and ends ckptfs -f with status 0; with `busy`, while threads
+        read (one serving thread polling, others asleep or answering)."""
+        mnt, proc = self.mount(fixture_path(checkpoint), *options)
+        files = sorted(p for p in mnt.rglob("*") if p.is_file()) if busy else []
+        with concurrent_readers(files, threads=4 if busy else 0):
+            if busy:
+                time.sleep(0.5)
+            proc.send_signal(signum)
+            try:
+                rc = proc.wait(timeout=EXIT_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                self.fail(f"ckptfs -f ignored {signal.Signals(signum).name}")
         self.assertEqual(rc, 0, f"exit status after {signal.Signals(signum).name}: "
                                 f"{self.output(proc).strip()}")
         self.assertFalse(is_mounted(mnt), f"still mounted after {signal.Signals(signum).name}")
@@ -708,6 +715,10 @@ class ProcessTests(MountTestCase):
 
     def test_sigint(self):
         self.check_signal(signal.SIGINT)
+
+    def test_sigterm_while_busy(self):
+        self.check_signal(signal.SIGTERM, "-o", "busy_poll_us=100000", checkpoint="views",
+                          busy=True)
 
     def test_fusermount_ends_foreground(self):
         mnt, proc = self.mount(fixture_path("bare"))
@@ -799,6 +810,37 @@ class ProcessTests(MountTestCase):
 # Serving: readahead, busy polling
 # --------------------------------------------------------------------------------------------
 
+@contextlib.contextmanager
+def concurrent_readers(files, threads=4):
+    """Threads reading whole files over and over, comparing their bytes with a first read, while
+    the block runs; yields the list of their errors (a failed read ends its thread). They are
+    stopped and joined when the block ends."""
+    expected = {f: f.read_bytes() for f in files}
+    stop, errors = threading.Event(), []
+
+    def reader(first):
+        i = first
+        while not stop.is_set():
+            f = files[i % len(files)]
+            i += 1
+            try:
+                if f.read_bytes() != expected[f]:
+                    errors.append(f"{f}: wrong bytes")
+            except OSError as e:
+                if not stop.is_set():
+                    errors.append(f"{f}: {e}")
+                return
+    running = [threading.Thread(target=reader, args=(k,)) for k in range(threads)]
+    for t in running:
+        t.start()
+    try:
+        yield errors
+    finally:
+        stop.set()
+        for t in running:
+            t.join()
+
+
 def mount_read_ahead_kb(mnt):
     dev = os.stat(mnt).st_dev
     return int(Path(f"/sys/class/bdi/{os.major(dev)}:{os.minor(dev)}/read_ahead_kb").read_text())
@@ -825,40 +867,13 @@ class ServingTests(MountTestCase):
                 self.assertEqual(r.returncode, 1, err)
                 self.assertIn(option.split("=")[0], err)
 
-    def read_concurrently(self, files, seconds):
-        """Threads reading whole files over and over, comparing bytes, until told to stop;
-        returns (stop, threads, errors)."""
-        expected = {f: f.read_bytes() for f in files}
-        stop, errors = threading.Event(), []
-
-        def reader(offset):
-            i = offset
-            while not stop.is_set():
-                f = files[i % len(files)]
-                i += 1
-                try:
-                    if f.read_bytes() != expected[f]:
-                        errors.append(f"{f}: wrong bytes")
-                except OSError as e:
-                    if not stop.is_set():
-                        errors.append(f"{f}: {e}")
-                    return
-        threads = [threading.Thread(target=reader, args=(k,)) for k in range(4)]
-        for t in threads:
-            t.start()
-        time.sleep(seconds)
-        return stop, threads, errors
-
     def test_busy_poll_settings_serve_the_same_bytes(self):
         """With polling off, short and long, many readers at once get the right bytes."""
         for value in ("0", "1", "200", "100000"):
             with self.subTest(busy_poll_us=value):
                 mnt, proc = self.mount(fixture_path("views"), "-o", f"busy_poll_us={value}")
-                files = sorted(p for p in mnt.rglob("*") if p.is_file())
-                stop, threads, errors = self.read_concurrently(files, 1.0)
-                stop.set()
-                for t in threads:
-                    t.join()
+                with concurrent_readers(sorted(p for p in mnt.rglob("*") if p.is_file())) as errors:
+                    time.sleep(1.0)
                 self.assertEqual(errors, [])
                 self.unmount(mnt, proc)
 
@@ -877,24 +892,6 @@ class ServingTests(MountTestCase):
         for ino in inodes:
             self.assertRegex(log, rf"opcode: OPEN \(14\), nodeid: {ino},")
             self.assertNotRegex(log, rf"opcode: READ \(15\), nodeid: {ino},")
-
-    def test_sigterm_while_busy(self):
-        """A signal ends a mount that is answering requests (one thread polling, others asleep
-        or serving): exit status 0, nothing left mounted."""
-        mnt, proc = self.mount(fixture_path("views"), "-o", "busy_poll_us=100000")
-        files = sorted(p for p in mnt.rglob("*") if p.is_file())
-        stop, threads, errors = self.read_concurrently(files, 0.5)
-        proc.send_signal(signal.SIGTERM)
-        try:
-            rc = proc.wait(timeout=EXIT_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            self.fail("ckptfs -f busy with readers ignored SIGTERM")
-        finally:
-            stop.set()
-            for t in threads:
-                t.join()
-        self.assertEqual(rc, 0, self.output(proc).strip())
-        self.assertFalse(is_mounted(mnt), "still mounted after SIGTERM")
 
 
 # --------------------------------------------------------------------------------------------
