@@ -17,15 +17,15 @@
 
 #include <atomic>
 #include <cerrno>
-#include <cstdlib>
-#include <fcntl.h>
 #include <csignal>
-#include <pthread.h>
+#include <cstdlib>
+#include <exception>
+#include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sched.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
-#include <system_error>
 #include <thread>
 #include <unistd.h>
 #include <vector>
