@@ -219,12 +219,15 @@ class MountTestCase(unittest.TestCase):
         self.assertEqual(r.returncode, 0, f"fusermount3 -u {mnt}: {r.stderr.decode().strip()}")
         self.assertFalse(is_mounted(mnt), f"{mnt} still mounted after fusermount3 -u")
         if proc is not None:
-            try:
-                rc = proc.wait(timeout=EXIT_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                self.fail(f"ckptfs did not exit within {EXIT_TIMEOUT:g} s of fusermount3 -u")
-            self.assertEqual(rc, 0, f"ckptfs exit status after fusermount3 -u: "
-                                    f"{self.output(proc).strip()}")
+            self.assert_exits_cleanly(proc, "fusermount3 -u")
+
+    def assert_exits_cleanly(self, proc, after):
+        """The ckptfs process ends within EXIT_TIMEOUT of `after`, with status 0."""
+        try:
+            rc = proc.wait(timeout=EXIT_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self.fail(f"ckptfs did not exit within {EXIT_TIMEOUT:g} s of {after}")
+        self.assertEqual(rc, 0, f"ckptfs exit status after {after}: {self.output(proc).strip()}")
 
     def read_json(self, path):
         return json.loads(Path(path).read_bytes().decode("utf-8"))
@@ -702,12 +705,7 @@ class ProcessTests(MountTestCase):
             if busy:
                 time.sleep(0.5)
             proc.send_signal(signum)
-            try:
-                rc = proc.wait(timeout=EXIT_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                self.fail(f"ckptfs -f ignored {signal.Signals(signum).name}")
-        self.assertEqual(rc, 0, f"exit status after {signal.Signals(signum).name}: "
-                                f"{self.output(proc).strip()}")
+            self.assert_exits_cleanly(proc, signal.Signals(signum).name)
         self.assertFalse(is_mounted(mnt), f"still mounted after {signal.Signals(signum).name}")
 
     def test_sigterm(self):
