@@ -5,10 +5,10 @@
 #include "inspect.hpp"
 #include "options.hpp"
 
-#include <ckptfs/byte_source.hpp>
-#include <ckptfs/checkpoint.hpp>
-#include <ckptfs/error.hpp>
-#include <ckptfs/vfs.hpp>
+#include <ckptfs/base/error.hpp>
+#include <ckptfs/format/torch_reader.hpp>
+#include <ckptfs/source/byte_source.hpp>
+#include <ckptfs/view/vfs.hpp>
 
 #include <fmt/format.h>
 
@@ -100,11 +100,11 @@ int run_inspect(const std::vector<std::string>& args) {
   if (path.empty()) return usage_error("inspect: missing CHECKPOINT");
   try {
     ckptfs::FileSource source(path);
-    ckptfs::Checkpoint checkpoint = ckptfs::read_checkpoint(source);
+    ckptfs::Model model = ckptfs::read_torch(source, path);
     if (json) {
-      ckptfs::cli::print_inspect_json(checkpoint, stdout);
+      ckptfs::cli::print_inspect_json(model, stdout);
     } else {
-      ckptfs::cli::print_inspect_table(checkpoint, stdout);
+      ckptfs::cli::print_inspect_table(model, stdout);
     }
   } catch (const ckptfs::Error& e) {
     return fail(e.code(), fmt::format("{}: {}", path, e.what()));
@@ -126,7 +126,7 @@ std::string escaped_fsname(const std::string& path) {
 
 // "ckptfs: mounted CHECKPOINT on MOUNTPOINT (N tensors, M values, X bytes)": X counts the bytes
 // of the tensors that are served, as index.json's total_bytes.
-std::string ready_line(const ckptfs::Checkpoint& c, const std::string& checkpoint,
+std::string ready_line(const ckptfs::Model& c, const std::string& checkpoint,
                        const std::string& mountpoint) {
   std::size_t tensors = 0;
   std::uint64_t bytes = 0;
@@ -167,7 +167,7 @@ int run_mount(const std::vector<std::string>& args) {
     vfs_options.uid = o.uid.value_or(::getuid());
     vfs_options.gid = o.gid.value_or(::getgid());
     vfs_options.umask = o.umask.value_or(0222);
-    ckptfs::Vfs vfs(ckptfs::read_checkpoint(source), source.identity(), vfs_options);
+    ckptfs::Vfs vfs(ckptfs::read_torch(source, o.checkpoint), source.identity(), vfs_options);
     ckptfs::fuse::MountRequest request;
     request.mountpoint = o.mountpoint;
     request.foreground = o.foreground;
@@ -177,8 +177,9 @@ int run_mount(const std::vector<std::string>& args) {
     request.busy_poll = std::chrono::microseconds(o.busy_poll_us);
     request.fsname = escaped_fsname(absolute);
     request.notifier = &notifier;
-    request.ready_line = ready_line(vfs.checkpoint(), o.checkpoint, o.mountpoint);
-    return ckptfs::fuse::mount_and_serve(vfs, source, request);
+    request.ready_line = ready_line(vfs.model(), o.checkpoint, o.mountpoint);
+    const ckptfs::ByteSource* sources[] = {&source};
+    return ckptfs::fuse::mount_and_serve(vfs, sources, request);
   } catch (const ckptfs::Error& e) {
     return fail(e.code(), fmt::format("{}: {}", o.checkpoint, e.what()));
   } catch (const std::bad_alloc&) {

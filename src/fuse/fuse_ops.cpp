@@ -82,16 +82,32 @@ void op_getattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
 // descriptor). Not caught: a change within one tick of the file system's timestamps that keeps
 // the size, and one made while a read is in flight. Pages the kernel cached before (keep_cache)
 // may still be served: they hold the old checkpoint's bytes, which were right.
-bool checkpoint_changed(const Context& ctx, bool check_path) {
-  if (ctx.changed.load(std::memory_order_relaxed)) return true;
-  if (ctx.source->unchanged(check_path)) return false;
-  if (!ctx.changed.exchange(true)) {
+bool source_changed(const Context& ctx, std::uint32_t source, bool check_path) {
+  std::atomic<bool>& changed = ctx.changed[source];
+  if (changed.load(std::memory_order_relaxed)) return true;
+  if (ctx.sources[source]->unchanged(check_path)) return false;
+  if (!changed.exchange(true)) {
     std::fprintf(stderr,
                  "ckptfs: %s changed while mounted (replaced, truncated or rewritten): opens and "
                  "reads fail with EIO from now on; unmount and mount it again\n",
-                 ctx.source->path().c_str());
+                 ctx.sources[source]->name().c_str());
   }
   return true;
+}
+
+// Whether any source a read took bytes from changed.
+bool pieces_changed(const Context& ctx, const std::vector<ReadPiece>& pieces) {
+  for (const ReadPiece& p : pieces) {
+    if (p.source != ReadPiece::generated && source_changed(ctx, p.source, false)) return true;
+  }
+  return false;
+}
+
+bool any_source_changed(const Context& ctx, bool check_path) {
+  for (std::uint32_t i = 0; i < ctx.sources.size(); ++i) {
+    if (source_changed(ctx, i, check_path)) return true;
+  }
+  return false;
 }
 
 // A bufvec with room for the few pieces a read can have (header, body).
@@ -100,9 +116,9 @@ struct Pieces {
   alignas(fuse_bufvec) unsigned char bytes[sizeof(fuse_bufvec) + capacity * sizeof(fuse_buf)];
 };
 
-// Reads every checkpoint range of `pieces` into `buffer` and points the piece at its bytes there.
-// Throws Error(io) when the checkpoint ends early.
-void copy_source_pieces(std::vector<ReadPiece>& pieces, const FileSource& source,
+// Reads every source range of `pieces` into `buffer` and points the piece at its bytes there.
+// Throws Error(io) when a source ends early.
+void copy_source_pieces(std::vector<ReadPiece>& pieces, Sources sources,
                         std::vector<char>& buffer) {
   std::size_t total = 0;
   for (const ReadPiece& p : pieces) total += p.memory ? 0 : p.length;
@@ -110,7 +126,8 @@ void copy_source_pieces(std::vector<ReadPiece>& pieces, const FileSource& source
   std::size_t at = 0;
   for (ReadPiece& p : pieces) {
     if (p.memory) continue;
-    source.read(p.source_offset, std::as_writable_bytes(std::span(buffer.data() + at, p.length)));
+    sources[p.source]->read(p.source_offset,
+                            std::as_writable_bytes(std::span(buffer.data() + at, p.length)));
     p.memory = buffer.data() + at;
     at += p.length;
   }
@@ -157,10 +174,10 @@ void prefill_page_cache(const Context& ctx, fuse_ino_t ino, std::uint64_t size) 
   std::size_t length = size < prefill_bytes ? static_cast<std::size_t>(size) : prefill_bytes;
   try {
     may_wait();  // the checkpoint's pages may come from a disk; the store waits for page locks
-    ctx.vfs->read(ino, 0, length, *ctx.source, pieces, scratch);
+    ctx.vfs->read(ino, 0, length, ctx.sources, pieces, scratch);
     if (pieces.size() > Pieces::capacity) return;
-    copy_source_pieces(pieces, *ctx.source, copied);
-    if (checkpoint_changed(ctx, false)) return;
+    copy_source_pieces(pieces, ctx.sources, copied);
+    if (pieces_changed(ctx, pieces)) return;
   } catch (...) {
     return;
   }
@@ -177,7 +194,7 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     fuse_reply_err(req, EISDIR);
   } else if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
     fuse_reply_err(req, EROFS);
-  } else if (checkpoint_changed(context(req), true)) {
+  } else if (any_source_changed(context(req), true)) {
     fuse_reply_err(req, EIO);
   } else {
     prefill_page_cache(context(req), ino, n->size);
@@ -259,12 +276,12 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_i
   thread_local std::vector<char> copied;
   thread_local ThreadPipe pipe;
   bool spliced = false;
-  if (ctx.changed.load(std::memory_order_relaxed)) {
-    fuse_reply_err(req, EIO);
-    return;
-  }
   try {
-    ctx.vfs->read(ino, static_cast<std::uint64_t>(off), size, *ctx.source, pieces, scratch);
+    ctx.vfs->read(ino, static_cast<std::uint64_t>(off), size, ctx.sources, pieces, scratch);
+    if (pieces_changed(ctx, pieces)) {
+      fuse_reply_err(req, EIO);
+      return;
+    }
     if (pieces.size() > Pieces::capacity) {
       fuse_reply_err(req, EIO);
       return;
@@ -276,11 +293,13 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_i
     }
     for (const ReadPiece& p : pieces) {
       if (p.memory || copy) continue;
-      if (!pipe.open()) {
+      const int fd = ctx.sources[p.source]->fd();
+      if (fd < 0 || !pipe.open()) {
+        pipe.close();  // what was spliced before is read again by the copy
         copy = true;
         break;
       }
-      Moved moved = splice_range(ctx.source->fd(), p.source_offset, p.length, pipe.write_end());
+      Moved moved = splice_range(fd, p.source_offset, p.length, pipe.write_end());
       if (moved == Moved::short_file) {
         pipe.close();
         fuse_reply_err(req, EIO);
@@ -293,11 +312,11 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_i
       spliced = !copy;
     }
     if (copy) {
-      copy_source_pieces(pieces, *ctx.source, copied);
+      copy_source_pieces(pieces, ctx.sources, copied);
       spliced = false;
     }
-    // The bytes read must be the checkpoint's: its size, times and inode are unchanged.
-    if (checkpoint_changed(ctx, false)) {
+    // The bytes read must be the sources': their size, times and inode are unchanged.
+    if (pieces_changed(ctx, pieces)) {
       if (spliced) pipe.close();
       fuse_reply_err(req, EIO);
       return;
@@ -395,7 +414,9 @@ void op_statfs(fuse_req_t req, fuse_ino_t) {
   struct statvfs st {};
   st.f_bsize = 4096;
   st.f_frsize = 4096;
-  st.f_blocks = (context(req).source->size() + 4095) / 4096;
+  std::uint64_t bytes = 0;
+  for (const ByteSource* source : context(req).sources) bytes += source->size();
+  st.f_blocks = (bytes + 4095) / 4096;
   st.f_files = vfs.node_count();
   st.f_namemax = 255;
   st.f_flag = ST_RDONLY;

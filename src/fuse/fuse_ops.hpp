@@ -5,8 +5,10 @@
 #define FUSE_USE_VERSION FUSE_MAKE_VERSION(3, 12)
 #include <fuse_lowlevel.h>
 
-#include <ckptfs/byte_source.hpp>
-#include <ckptfs/vfs.hpp>
+#include <ckptfs/source/byte_source.hpp>
+#include <ckptfs/view/vfs.hpp>
+
+#include <memory>
 
 #include <atomic>
 #include <cstddef>
@@ -31,9 +33,11 @@ class InodeSet {
 
 // What every operation needs; handed to libfuse as the session's userdata.
 struct Context {
-  Context(const Vfs* v, const FileSource* s) : vfs(v), source(s), prefilled(v->node_count() + 1) {}
+  Context(const Vfs* v, Sources s)
+      : vfs(v), sources(s), prefilled(v->node_count() + 1),
+        changed(std::make_unique<std::atomic<bool>[]>(s.size())) {}
   const Vfs* vfs;
-  const FileSource* source;
+  Sources sources;
   fuse_session* session = nullptr;  // set before serving; for stores into the page cache
   mutable InodeSet prefilled;  // files whose first bytes were stored at their first open
   // Stores into the page cache wait for reads in flight on the same pages, which other serving
@@ -41,9 +45,9 @@ struct Context {
   // is always free for those reads.
   unsigned max_stores = 1;
   mutable std::atomic<unsigned> stores{0};
-  // Set once the checkpoint is found replaced, truncated or rewritten (see op_open, op_read):
-  // from then on every open and read fails with EIO.
-  mutable std::atomic<bool> changed{false};
+  // Per source: set once it is found replaced, truncated or rewritten (see op_open, op_read):
+  // from then on every open and read of a file over it fails with EIO.
+  std::unique_ptr<std::atomic<bool>[]> changed;
 };
 
 // The operation table: lookup, getattr, open, read, opendir, readdir(plus), statfs, release...

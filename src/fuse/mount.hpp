@@ -2,8 +2,8 @@
 // Mounting: the session's life from the parsed checkpoint to the unmount.
 #pragma once
 
-#include <ckptfs/byte_source.hpp>
-#include <ckptfs/vfs.hpp>
+#include <ckptfs/source/byte_source.hpp>
+#include <ckptfs/view/vfs.hpp>
 
 #include <chrono>
 #include <string>
@@ -49,6 +49,6 @@ struct MountRequest {
 // (a Type=notify service). Without `foreground`, returns in the parent once the mount exists and
 // serves from a daemon child. Returns the process exit code; on failure prints one line
 // "ckptfs: MOUNTPOINT: what" and leaves nothing mounted.
-int mount_and_serve(const Vfs& vfs, const FileSource& source, const MountRequest& request);
+int mount_and_serve(const Vfs& vfs, Sources sources, const MountRequest& request);
 
 }  // namespace ckptfs::fuse

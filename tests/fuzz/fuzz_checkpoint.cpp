@@ -9,11 +9,11 @@
 
 #include "../../src/cli/inspect.hpp"
 
-#include <ckptfs/byte_source.hpp>
-#include <ckptfs/checkpoint.hpp>
-#include <ckptfs/describe.hpp>
-#include <ckptfs/error.hpp>
-#include <ckptfs/vfs.hpp>
+#include <ckptfs/source/byte_source.hpp>
+#include <ckptfs/format/torch_reader.hpp>
+#include <ckptfs/view/describe.hpp>
+#include <ckptfs/base/error.hpp>
+#include <ckptfs/view/vfs.hpp>
 
 #include <algorithm>
 #include <cstdio>
@@ -37,11 +37,12 @@ std::string read_file(const Vfs& vfs, Vfs::Ino ino, std::uint64_t offset, std::u
   std::vector<ReadPiece> pieces;
   std::vector<char> scratch;
   std::string out;
+  const ByteSource* sources[] = {&source};
   std::uint64_t at = offset;
   const std::uint64_t end = offset + length;
   for (std::size_t step = 1237; at < end; step = step * 3 + 5) {
     const std::size_t ask = static_cast<std::size_t>(std::min<std::uint64_t>(step, end - at));
-    vfs.read(ino, at, ask, source, pieces, scratch);
+    vfs.read(ino, at, ask, sources, pieces, scratch);
     std::uint64_t got = 0;
     for (const ReadPiece& p : pieces) {
       if (p.memory) {
@@ -57,13 +58,13 @@ std::string read_file(const Vfs& vfs, Vfs::Ino ino, std::uint64_t offset, std::u
     at += ask;
   }
   // Past the end: nothing.
-  vfs.read(ino, n->size, 10, source, pieces, scratch);
+  vfs.read(ino, n->size, 10, sources, pieces, scratch);
   FUZZ_CHECK(pieces.empty());
   return out;
 }
 
 // Byte `position` of the tensor's logical C-order bytes, element by element from the storage.
-char reference_byte(const Checkpoint& c, const Tensor& t, const MemorySource& source,
+char reference_byte(const Model& c, const Tensor& t, const MemorySource& source,
                     std::uint64_t position) {
   const std::uint64_t es = t.element_size();
   std::uint64_t element = position / es;
@@ -80,7 +81,7 @@ char reference_byte(const Checkpoint& c, const Tensor& t, const MemorySource& so
   return source.read_string(s.file_offset + storage_element * es + position % es, 1)[0];
 }
 
-void check_tensor_file(const Checkpoint& c, const Tensor& t, const std::string& bytes,
+void check_tensor_file(const Model& c, const Tensor& t, const std::string& bytes,
                        std::uint64_t data_offset, std::uint64_t offset,
                        const MemorySource& source) {
   for (std::uint64_t i = 0; i < bytes.size(); ++i) {
@@ -95,9 +96,9 @@ void check_tensor_file(const Checkpoint& c, const Tensor& t, const std::string& 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   MemorySource source(std::string(reinterpret_cast<const char*>(data), size));
   const ReadLimits limits = fuzz_limits();
-  Checkpoint checkpoint;
+  Model checkpoint;
   try {
-    checkpoint = read_checkpoint(source, limits);
+    checkpoint = read_torch(source, "fuzz.pth", limits);
   } catch (const Error& e) {
     FUZZ_CHECK(e.code() == ExitCode::bad_zip || e.code() == ExitCode::bad_checkpoint ||
                e.code() == ExitCode::unsupported);
@@ -115,7 +116,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       FUZZ_CHECK(source.contains(*offset, t.nbytes()));
     }
   }
-  (void)checkpoint_json(checkpoint);
+  (void)model_json(checkpoint);
   if (std::FILE* devnull = std::fopen("/dev/null", "w")) {
     cli::print_inspect_table(checkpoint, devnull);
     cli::print_inspect_json(checkpoint, devnull);
@@ -123,7 +124,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
 
   Vfs vfs(std::move(checkpoint), FileIdentity{}, VfsOptions{.source_path = "fuzz.pth"});
-  const Checkpoint& copy = vfs.checkpoint();
+  const Model& copy = vfs.model();
   for (Vfs::Ino ino = Vfs::root_ino; ino <= vfs.node_count(); ++ino) {
     const Vfs::Node* n = vfs.node(ino);
     FUZZ_CHECK(n != nullptr);

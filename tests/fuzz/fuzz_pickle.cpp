@@ -4,13 +4,13 @@
 // either throws Error(bad_checkpoint) or yields a graph whose every reference is a valid node.
 #include "fuzz_check.hpp"
 
-#include <ckptfs/byte_source.hpp>
-#include <ckptfs/checkpoint.hpp>
-#include <ckptfs/error.hpp>
-#include <ckptfs/flatten.hpp>
-#include <ckptfs/pickle_machine.hpp>
-#include <ckptfs/torch_interpreter.hpp>
-#include <ckptfs/value_json.hpp>
+#include <ckptfs/source/byte_source.hpp>
+#include <ckptfs/format/torch_reader.hpp>
+#include <ckptfs/base/error.hpp>
+#include <ckptfs/format/flatten.hpp>
+#include <ckptfs/format/pickle_machine.hpp>
+#include <ckptfs/format/torch_interpreter.hpp>
+#include <ckptfs/format/value_json.hpp>
 
 #include <string>
 

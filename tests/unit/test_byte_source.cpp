@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 // Unit tests of FileSource: bounds, short files, and unchanged() (what the mount checks at each
 // open and read to refuse a checkpoint replaced, truncated or rewritten under it).
-#include <ckptfs/byte_source.hpp>
-#include <ckptfs/error.hpp>
+#include <ckptfs/source/byte_source.hpp>
+#include <ckptfs/base/error.hpp>
 
 #include <doctest/doctest.h>
 

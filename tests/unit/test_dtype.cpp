@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // Unit tests of the dtype table.
-#include <ckptfs/dtype.hpp>
+#include <ckptfs/model/dtype.hpp>
 
 #include <doctest/doctest.h>
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // Unit tests of directory_name(): escapes, reserved names, and the cut of long names.
-#include <ckptfs/names.hpp>
+#include <ckptfs/view/names.hpp>
 
 #include <doctest/doctest.h>
 #include <fmt/format.h>

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // Unit tests of npy_header(): byte-exact headers, 64-byte alignment, version 2.0.
-#include <ckptfs/npy.hpp>
+#include <ckptfs/view/npy.hpp>
 
 #include <doctest/doctest.h>
 

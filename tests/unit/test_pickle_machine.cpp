@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 // Tests of the pickle machine: every opcode, real pickles from CPython and torch, hostile bytes.
-#include <ckptfs/byte_source.hpp>
-#include <ckptfs/error.hpp>
-#include <ckptfs/pickle_machine.hpp>
+#include <ckptfs/source/byte_source.hpp>
+#include <ckptfs/base/error.hpp>
+#include <ckptfs/format/pickle_machine.hpp>
 
 #include <doctest/doctest.h>
 #include <fmt/format.h>
@@ -286,6 +286,7 @@ class CountingSource final : public ckptfs::ByteSource {
  public:
   CountingSource(std::string head, std::uint64_t size) : head_(std::move(head)), size_(size) {}
   std::uint64_t size() const override { return size_; }
+  const std::string& name() const noexcept override { return name_; }
   std::uint64_t furthest() const noexcept { return furthest_; }
 
  private:
@@ -298,6 +299,7 @@ class CountingSource final : public ckptfs::ByteSource {
   std::string head_;
   std::uint64_t size_;
   mutable std::uint64_t furthest_ = 0;
+  std::string name_ = "counting";
 };
 
 // How many sequences deep the first items go from the root.

@@ -2,8 +2,9 @@
 // Unit tests of the virtual tree: layout, names, attributes, and reads of every kind of extent.
 #include "support/fake_checkpoint.hpp"
 
-#include <ckptfs/npy.hpp>
-#include <ckptfs/vfs.hpp>
+#include <ckptfs/format/torch_reader.hpp>
+#include <ckptfs/view/npy.hpp>
+#include <ckptfs/view/vfs.hpp>
 
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
@@ -17,12 +18,13 @@ struct Mounted {
   MemorySource source;
   Vfs vfs;
   explicit Mounted(const std::string& bytes, VfsOptions options = {})
-      : source(bytes), vfs(read_checkpoint(source), FileIdentity{.mtime_sec = 1234}, options) {}
+      : source(bytes), vfs(read_torch(source, "test.pth"), FileIdentity{.mtime_sec = 1234}, options) {}
 
   std::string read_all(Vfs::Ino ino, std::uint64_t offset = 0, std::size_t length = 1 << 20) {
     std::vector<ReadPiece> pieces;
     std::vector<char> scratch;
-    vfs.read(ino, offset, length, source, pieces, scratch);
+    const ByteSource* sources[] = {&source};
+    vfs.read(ino, offset, length, sources, pieces, scratch);
     std::string out;
     for (const auto& p : pieces) {
       if (p.memory) {

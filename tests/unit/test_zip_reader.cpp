@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 // Unit tests of ZipArchive: valid layouts, torch's quirks, and hostile archives built in C++.
-#include <ckptfs/byte_source.hpp>
-#include <ckptfs/error.hpp>
-#include <ckptfs/zip_reader.hpp>
+#include <ckptfs/source/byte_source.hpp>
+#include <ckptfs/base/error.hpp>
+#include <ckptfs/format/zip_reader.hpp>
 
 #include <doctest/doctest.h>
 #include <fmt/format.h>

@@ -1,0 +1,65 @@
+// SPDX-License-Identifier: MIT
+// ZIP container reader: EOCD, ZIP64 locator and record, central directory, local headers.
+// Produces the absolute payload offset of every entry; reads no payload.
+#pragma once
+
+#include <ckptfs/source/byte_source.hpp>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace ckptfs {
+
+struct ZipEntry {
+  std::string name;                  // as stored in the central directory (raw bytes)
+  std::uint64_t header_offset = 0;   // absolute offset of the local file header
+  std::uint64_t data_offset = 0;     // absolute offset of the payload: header + 30 + name + extra
+  std::uint64_t compressed_size = 0; // bytes of payload in the file
+  std::uint64_t size = 0;            // uncompressed size (== compressed_size when stored)
+  std::uint16_t method = 0;          // 0 = stored, 8 = deflate, ...
+  std::uint16_t flags = 0;           // general purpose bits; bit 0 = encrypted
+  std::uint32_t crc32 = 0;           // as stored; never checked (torch writes 0 at times)
+
+  bool stored() const noexcept { return method == 0 && (flags & 1) == 0; }
+};
+
+struct ZipLimits {
+  std::uint64_t max_entries = 4'000'000;         // more is refused as a zip bomb
+  std::uint64_t max_central_directory = 1ull << 30;  // bytes
+};
+
+// A validated ZIP archive. Construction checks, and throws Error(bad_zip) naming the problem:
+//  - an EOCD within the last 65,557 bytes; when the ZIP64 locator is present (torch always
+//    writes it) the ZIP64 EOCD it points to, whose counts and offsets take precedence;
+//  - the central directory lies inside the file, before the EOCD, and holds exactly the number
+//    of entries both records declare (no more, no less), each with a valid signature;
+//  - ZIP64 extra fields supply each saturated (0xFFFFFFFF) size or offset;
+//  - each local header lies inside the file with a valid signature; payload = header + 30 +
+//    name length + extra length *of the local header* (torch pads that extra to align data);
+//  - every [local header, end of payload) lies inside the file, before the central directory,
+//    and no two entries overlap;
+//  - a stored entry has compressed_size == size.
+// Multi-disk archives are refused. Compressed or encrypted entries are kept (method/flags), so
+// that the caller can name the record it cannot serve. Duplicate names are allowed; find()
+// returns the first, as torch does.
+class ZipArchive {
+ public:
+  ZipArchive(const ByteSource& source, const ZipLimits& limits = {});
+
+  const std::vector<ZipEntry>& entries() const noexcept { return entries_; }
+  const ZipEntry* find(std::string_view name) const;
+  std::uint64_t central_directory_offset() const noexcept { return cd_offset_; }
+
+ private:
+  std::vector<ZipEntry> entries_;
+  std::unordered_map<std::string, std::size_t> first_by_name_;
+  std::uint64_t cd_offset_ = 0;
+};
+
+// True when the source starts with a local file header signature ("PK\3\4").
+bool looks_like_zip(const ByteSource& source);
+
+}  // namespace ckptfs

@@ -1,0 +1,104 @@
+// SPDX-License-Identifier: MIT
+// The model every format reader produces and every view is built on: storages (byte runs in one
+// of the model's sources), tensors (typed, strided views of a storage) and flattened entries
+// (keyed tensors and values), with every offset validated. It knows no file format and no FUSE.
+#pragma once
+
+#include <ckptfs/model/dtype.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace ckptfs {
+
+// What a model was read from. The names are what index.json and inspect call it.
+enum class Format : std::uint8_t {
+  zip,          // torch.save of torch >= 1.6: data.pkl plus one stored record per storage
+  legacy,       // torch < 1.6 or _use_new_zipfile_serialization=False: pickles, then storages
+  torchscript,  // torch.jit.save: data.pkl and constants.pkl over stored records
+  safetensors,  // an 8-byte header length, a JSON header, then the tensors' bytes
+  sharded,      // a Hugging Face sharded set: an *.index.json naming one shard per key
+};
+std::string_view format_name(Format format);
+
+// A run of bytes in one source holding one storage (torch) or one tensor's bytes (safetensors).
+struct Storage {
+  std::uint32_t source = 0;       // index into Model::sources
+  std::string key;                // the persistent id's key ("0", "94613254123456"), or a name
+  std::string record;             // zip record name ("archive/data/0"); empty outside zips
+  std::uint64_t file_offset = 0;  // absolute offset of the storage's first byte in its source
+  std::uint64_t nbytes = 0;       // bytes of the storage in the source
+  bool big_endian = false;        // byte order of its elements (the zip's `byteorder` record)
+  std::string broken;             // why it cannot be served (missing record); empty when fine
+};
+
+// The quantization parameters of a quantized tensor (torch's _rebuild_qtensor), without which
+// its integer data cannot be dequantized.
+struct Quantization {
+  std::string scheme;                  // "per_tensor_affine", "per_channel_affine", ...
+  double scale = 0;                    // per-tensor schemes
+  std::int64_t zero_point = 0;         // per-tensor schemes
+  std::int64_t axis = 0;               // per-channel schemes
+  // Per-channel schemes: indices into Model::tensors of the scales (float64) and zero points
+  // (int64) tensors; also entries of their own, under the keys the flattener gives them.
+  std::optional<std::size_t> scales;
+  std::optional<std::size_t> zero_points;
+};
+
+struct Tensor {
+  DType dtype = DType::float32;
+  std::vector<std::int64_t> shape;
+  std::vector<std::int64_t> stride;   // in elements, as stored
+  std::int64_t storage_offset = 0;    // in elements, as stored
+  bool requires_grad = false;
+  std::optional<std::size_t> storage;  // index into Model::storages; none for meta tensors
+  std::optional<Quantization> quantization;
+  std::string broken;                  // why the bytes cannot be served; empty when fine
+
+  std::uint64_t numel() const noexcept;   // valid when !broken (checked for overflow)
+  std::uint64_t nbytes() const noexcept;  // numel × element size: the logical tensor in C order
+  // True when the tensor's bytes in C order are one range of its storage (empty tensors too).
+  bool contiguous() const noexcept;
+  std::size_t element_size() const noexcept { return info(dtype).element_size; }
+};
+
+// One flattened item of the model (see format/flatten.hpp for torch's rule).
+struct Entry {
+  enum class Kind : std::uint8_t { tensor, value };
+  std::string key;           // the flattened key as text; two entries may share it
+  // The Python keys along the way, as compact JSON ([0, "exp_avg"]), when the text alone does
+  // not say them (a key that is not a str, or a text another entry has too); else empty.
+  std::string key_path;
+  Kind kind = Kind::value;
+  std::size_t tensor = 0;    // index into Model::tensors when kind == tensor
+  std::string value_json;    // the value as compact JSON when kind == value
+};
+
+struct Model {
+  Format format = Format::zip;
+  // The files (or URLs) the bytes come from, as the user named them relative to what was
+  // mounted; index = Storage::source. One for every format but sharded sets.
+  std::vector<std::string> sources;
+  std::vector<Storage> storages;
+  std::vector<Tensor> tensors;
+  std::vector<Entry> entries;  // in the model's order
+  // String metadata of the file (safetensors' __metadata__), in the file's order.
+  std::vector<std::pair<std::string, std::string>> metadata;
+
+  // Absolute offset in its source of the tensor's first byte, when the tensor is servable, its
+  // bytes in C order are one range of its storage, and that range lies inside the storage.
+  std::optional<std::uint64_t> file_offset(const Tensor& tensor) const;
+  // "little" or "big" when every storage agrees, "mixed" otherwise ("little" without storages).
+  std::string_view byteorder() const;
+};
+
+// The byte order of a tensor's elements: its storage's.
+inline bool big_endian(const Model& model, const Tensor& tensor) {
+  return tensor.storage && model.storages[*tensor.storage].big_endian;
+}
+
+}  // namespace ckptfs

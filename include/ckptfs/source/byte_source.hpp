@@ -1,0 +1,107 @@
+// SPDX-License-Identifier: MIT
+// Read-only random access to a model's bytes: pread on a local file, memory in tests; the
+// interface every source (a remote one too) implements for the formats and views above it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <sys/types.h>
+
+namespace ckptfs {
+
+// All reads are positional and bounds-checked, so one source can be shared by many threads.
+class ByteSource {
+ public:
+  virtual ~ByteSource() = default;
+  virtual std::uint64_t size() const = 0;
+
+  // What the source is called in messages and logs: a path, or a URL without credentials.
+  virtual const std::string& name() const noexcept = 0;
+
+  // A descriptor whose bytes at the same offsets are the source's, for splicing them into a
+  // reply without copying; -1 when there is none (memory, remote sources: read() instead).
+  virtual int fd() const noexcept { return -1; }
+
+  // Whether the source still holds the bytes it had when it was opened, so that what was read
+  // from it then is still right. `check_path`: also look its name up again, which costs more
+  // (local files: a stat of the path). Sources that cannot change say true.
+  virtual bool unchanged(bool check_path) const noexcept {
+    (void)check_path;
+    return true;
+  }
+
+  // Fills `out` with the bytes at [offset, offset + out.size()). Throws Error(bad_checkpoint)
+  // when the range is not inside the source ("truncated"), Error(io) when the read fails.
+  void read(std::uint64_t offset, std::span<std::byte> out) const;
+
+  // The same, into a string of `length` bytes.
+  std::string read_string(std::uint64_t offset, std::size_t length) const;
+
+  // True when [offset, offset + length) lies inside the source (overflow-safe).
+  bool contains(std::uint64_t offset, std::uint64_t length) const noexcept {
+    return offset <= size() && length <= size() - offset;
+  }
+
+ protected:
+  // Reads exactly out.size() bytes at an offset already checked to be in range.
+  virtual void read_in_range(std::uint64_t offset, std::span<std::byte> out) const = 0;
+};
+
+// Identity of a file at open time, to detect that it changed later (size, mtime, inode).
+struct FileIdentity {
+  dev_t device = 0;
+  ino_t inode = 0;
+  std::uint64_t size = 0;
+  std::int64_t mtime_sec = 0;
+  std::int64_t mtime_nsec = 0;
+  std::int64_t ctime_sec = 0;
+  std::int64_t ctime_nsec = 0;
+};
+
+class FileSource final : public ByteSource {
+ public:
+  // Opens `path` read-only. Throws Error(io) with strerror when it cannot, or when it is not a
+  // regular file.
+  explicit FileSource(const std::string& path);
+  ~FileSource() override;
+  FileSource(const FileSource&) = delete;
+  FileSource& operator=(const FileSource&) = delete;
+
+  std::uint64_t size() const override { return identity_.size; }
+  const std::string& name() const noexcept override { return path_; }
+  int fd() const noexcept override { return fd_; }
+  const FileIdentity& identity() const noexcept { return identity_; }
+  const std::string& path() const noexcept { return path_; }
+
+  // Whether the file is still the one that was opened: its descriptor, and with `check_path`
+  // the file its path names now, have the identity recorded at open (device, inode, size, mtime,
+  // ctime). The path is looked up in the directory opened with the file, so it still works from
+  // a daemon that changed directory or a mount that hides that directory.
+  bool unchanged(bool check_path) const noexcept override;
+
+ private:
+  void read_in_range(std::uint64_t offset, std::span<std::byte> out) const override;
+  std::string path_;
+  int fd_ = -1;
+  int directory_fd_ = -1;  // O_PATH descriptor of the path's directory; -1 if it cannot be opened
+  std::string name_;       // the path's last component
+  FileIdentity identity_;
+};
+
+class MemorySource final : public ByteSource {
+ public:
+  explicit MemorySource(std::string bytes, std::string name = "memory")
+      : bytes_(std::move(bytes)), name_(std::move(name)) {}
+  std::uint64_t size() const override { return bytes_.size(); }
+  const std::string& name() const noexcept override { return name_; }
+
+ private:
+  void read_in_range(std::uint64_t offset, std::span<std::byte> out) const override;
+  std::string bytes_;
+  std::string name_;
+};
+
+}  // namespace ckptfs

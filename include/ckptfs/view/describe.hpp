@@ -1,0 +1,44 @@
+// SPDX-License-Identifier: MIT
+// JSON descriptions of a model's entries: meta.json, `inspect --json` and index.json share them.
+#pragma once
+
+#include <ckptfs/model/model.hpp>
+#include <ckptfs/base/json_writer.hpp>
+
+#include <string>
+#include <vector>
+
+namespace ckptfs {
+
+// For each storage, the entries whose tensors use it (for meta.json's shared_with).
+class SharingIndex {
+ public:
+  explicit SharingIndex(const Model& model);
+  const std::vector<std::size_t>& entries_of_storage(std::size_t storage) const {
+    return by_storage_[storage];
+  }
+
+ private:
+  std::vector<std::vector<std::size_t>> by_storage_;
+};
+
+// At most this many keys are listed in shared_with, and no more once their bytes reach
+// max_shared_with_bytes; shared_with_count has the full number.
+inline constexpr std::size_t max_shared_with = 100;
+inline constexpr std::size_t max_shared_with_bytes = 2048;
+
+// Writes, into an open JSON object, the fields that describe tensor entry `entry_index` after its
+// key: dtype, shape, stride, storage_offset, contiguous, nbytes, file_offset, numpy, byteorder,
+// requires_grad, storage, shared_with, shared_with_count, broken.
+void write_tensor_fields(JsonWriter& json, const Model& model, std::size_t entry_index,
+                         const SharingIndex& sharing);
+
+// meta.json of a tensor entry: {"key", ...write_tensor_fields}, indented, with a final newline.
+std::string tensor_meta_json(const Model& model, std::size_t entry_index,
+                             const SharingIndex& sharing);
+
+// `inspect --json`: {"format", "byteorder", "entries": [...]}, tensors as {"key", "kind":
+// "tensor", ...write_tensor_fields}, values as {"key", "kind": "value", "value"}.
+std::string model_json(const Model& model);
+
+}  // namespace ckptfs

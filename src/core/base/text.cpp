@@ -1,0 +1,97 @@
+// SPDX-License-Identifier: MIT
+// UTF-8 validation and the escaping of untrusted text for JSON, messages and listings.
+#include <ckptfs/base/text.hpp>
+
+#include <fmt/format.h>
+
+namespace ckptfs {
+
+std::size_t utf8_sequence_length(std::string_view text, std::size_t at) noexcept {
+  auto byte = [&](std::size_t i) { return static_cast<unsigned char>(text[i]); };
+  const unsigned c = byte(at);
+  if (c < 0x80) return 1;
+  const std::size_t len = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3
+                          : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+  if (len == 0 || at + len > text.size()) return 0;
+  for (std::size_t k = 1; k < len; ++k) {
+    if ((byte(at + k) & 0xc0) != 0x80) return 0;
+  }
+  const unsigned c1 = byte(at + 1);
+  // Overlong three- and four-byte forms, surrogates, and code points past U+10FFFF.
+  if ((c == 0xe0 && c1 < 0xa0) || (c == 0xed && c1 >= 0xa0) || (c == 0xf0 && c1 < 0x90) ||
+      (c == 0xf4 && c1 >= 0x90)) {
+    return 0;
+  }
+  return len;
+}
+
+void append_json_string(std::string& out, std::string_view text) {
+  out += '"';
+  std::size_t i = 0;
+  while (i < text.size()) {
+    // Printable ASCII other than quote and backslash is copied in runs: keys are mostly that.
+    std::size_t run = i;
+    while (run < text.size() && text[run] >= 0x20 && text[run] < 0x7f && text[run] != '"' &&
+           text[run] != '\\') {
+      ++run;
+    }
+    out.append(text.substr(i, run - i));
+    i = run;
+    if (i == text.size()) break;
+    auto c = static_cast<unsigned char>(text[i]);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+      ++i;
+    } else if (c < 0x20) {
+      switch (c) {
+        case '\n': out += "\\n"; break;
+        case '\t': out += "\\t"; break;
+        case '\r': out += "\\r"; break;
+        default: fmt::format_to(std::back_inserter(out), "\\u{:04x}", c);
+      }
+      ++i;
+    } else if (std::size_t len = utf8_sequence_length(text, i); len != 0) {
+      out.append(text.substr(i, len));  // DEL, or a well-formed multi-byte sequence
+      i += len;
+    } else {
+      fmt::format_to(std::back_inserter(out), "\\udc{:02x}", c);
+      ++i;
+    }
+  }
+  out += '"';
+}
+
+std::string escape_for_terminal(std::string_view text, std::size_t max_bytes) {
+  std::string out;
+  std::size_t i = 0;
+  while (i < text.size()) {
+    if (out.size() >= max_bytes) {
+      out += "...";
+      break;
+    }
+    auto c = static_cast<unsigned char>(text[i]);
+    std::size_t len = utf8_sequence_length(text, i);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+      ++i;
+    } else if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+      ++i;
+    } else if (c >= 0x80 && len != 0 && !(c == 0xc2 && static_cast<unsigned char>(text[i + 1]) < 0xa0)) {
+      out.append(text.substr(i, len));  // printable beyond ASCII (C1 controls are escaped)
+      i += len;
+    } else {
+      fmt::format_to(std::back_inserter(out), "\\x{:02x}", c);
+      ++i;
+    }
+  }
+  return out;
+}
+
+std::string quote(std::string_view text, std::size_t max_bytes) {
+  return '"' + escape_for_terminal(text, max_bytes) + '"';
+}
+
+}  // namespace ckptfs

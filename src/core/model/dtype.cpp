@@ -1,0 +1,97 @@
+// SPDX-License-Identifier: MIT
+// The dtype table and lookups by torch name, storage class and legacy tensor class.
+#include <ckptfs/model/dtype.hpp>
+
+#include <array>
+#include <string>
+
+namespace ckptfs {
+namespace {
+
+// numpy has no bfloat16, float8, complex32, quantized or bits types: those are shown as the
+// unsigned integer of the same width, bit for bit, and meta.json carries the true dtype.
+constexpr std::array<DTypeInfo, 32> table{{
+    {DType::float32, "float32", 4, 4, "f4", true, "FloatStorage"},
+    {DType::float64, "float64", 8, 8, "f8", true, "DoubleStorage"},
+    {DType::float16, "float16", 2, 2, "f2", true, "HalfStorage"},
+    {DType::bfloat16, "bfloat16", 2, 2, "u2", false, "BFloat16Storage"},
+    {DType::float8_e5m2, "float8_e5m2", 1, 1, "u1", false, ""},
+    {DType::float8_e4m3fn, "float8_e4m3fn", 1, 1, "u1", false, ""},
+    {DType::float8_e5m2fnuz, "float8_e5m2fnuz", 1, 1, "u1", false, ""},
+    {DType::float8_e4m3fnuz, "float8_e4m3fnuz", 1, 1, "u1", false, ""},
+    {DType::float8_e8m0fnu, "float8_e8m0fnu", 1, 1, "u1", false, ""},
+    {DType::float4_e2m1fn_x2, "float4_e2m1fn_x2", 1, 1, "u1", false, ""},
+    {DType::int8, "int8", 1, 1, "i1", true, "CharStorage"},
+    {DType::int16, "int16", 2, 2, "i2", true, "ShortStorage"},
+    {DType::int32, "int32", 4, 4, "i4", true, "IntStorage"},
+    {DType::int64, "int64", 8, 8, "i8", true, "LongStorage"},
+    {DType::uint8, "uint8", 1, 1, "u1", true, "ByteStorage"},
+    {DType::uint16, "uint16", 2, 2, "u2", true, ""},
+    {DType::uint32, "uint32", 4, 4, "u4", true, ""},
+    {DType::uint64, "uint64", 8, 8, "u8", true, ""},
+    {DType::boolean, "bool", 1, 1, "b1", true, "BoolStorage"},
+    {DType::complex32, "complex32", 4, 2, "u4", false, ""},
+    {DType::complex64, "complex64", 8, 4, "c8", true, "ComplexFloatStorage"},
+    {DType::complex128, "complex128", 16, 8, "c16", true, "ComplexDoubleStorage"},
+    {DType::qint8, "qint8", 1, 1, "i1", false, "QInt8Storage"},
+    {DType::quint8, "quint8", 1, 1, "u1", false, "QUInt8Storage"},
+    {DType::qint32, "qint32", 4, 4, "i4", false, "QInt32Storage"},
+    {DType::quint4x2, "quint4x2", 1, 1, "u1", false, "QUInt4x2Storage"},
+    {DType::quint2x4, "quint2x4", 1, 1, "u1", false, "QUInt2x4Storage"},
+    {DType::bits8, "bits8", 1, 1, "u1", false, ""},
+    {DType::bits16, "bits16", 2, 2, "u2", false, ""},
+    {DType::bits1x8, "bits1x8", 1, 1, "u1", false, ""},
+    {DType::bits2x4, "bits2x4", 1, 1, "u1", false, ""},
+    {DType::bits4x2, "bits4x2", 1, 1, "u1", false, ""},
+}};
+
+struct Alias {
+  std::string_view alias;
+  DType dtype;
+};
+// torch exposes these as module attributes too (torch.half is torch.float16), and old pickles
+// name dtypes by them.
+constexpr std::array<Alias, 10> aliases{{
+    {"float", DType::float32},   {"double", DType::float64}, {"half", DType::float16},
+    {"short", DType::int16},     {"int", DType::int32},      {"long", DType::int64},
+    {"cfloat", DType::complex64}, {"cdouble", DType::complex128},
+    {"chalf", DType::complex32}, {"uint8", DType::uint8},
+}};
+
+}  // namespace
+
+const DTypeInfo& info(DType dtype) { return table[static_cast<std::size_t>(dtype)]; }
+
+std::optional<DType> dtype_from_name(std::string_view torch_name) {
+  for (const auto& entry : table) {
+    if (entry.name == torch_name) return entry.dtype;
+  }
+  for (const auto& alias : aliases) {
+    if (alias.alias == torch_name) return alias.dtype;
+  }
+  return std::nullopt;
+}
+
+std::optional<DType> dtype_from_storage_class(std::string_view name) {
+  for (const auto& entry : table) {
+    if (!entry.storage_class.empty() && entry.storage_class == name) return entry.dtype;
+  }
+  return std::nullopt;
+}
+
+std::optional<DType> dtype_from_tensor_class(std::string_view name) {
+  // "FloatTensor" names the same dtype as "FloatStorage".
+  constexpr std::string_view suffix = "Tensor";
+  if (name.size() <= suffix.size() || !name.ends_with(suffix)) return std::nullopt;
+  std::string storage(name.substr(0, name.size() - suffix.size()));
+  storage += "Storage";
+  return dtype_from_storage_class(storage);
+}
+
+std::string numpy_descr(DType dtype, bool big_endian) {
+  const auto& i = info(dtype);
+  char order = i.element_size == 1 ? '|' : big_endian ? '>' : '<';
+  return order + std::string(i.numpy_kind);
+}
+
+}  // namespace ckptfs

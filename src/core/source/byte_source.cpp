@@ -1,0 +1,100 @@
+// SPDX-License-Identifier: MIT
+// FileSource (pread) and MemorySource, with the range checks shared by both.
+#include <ckptfs/source/byte_source.hpp>
+#include <ckptfs/base/error.hpp>
+
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace ckptfs {
+
+void ByteSource::read(std::uint64_t offset, std::span<std::byte> out) const {
+  if (!contains(offset, out.size())) {
+    throw Error(ExitCode::bad_checkpoint,
+                fmt::format("file is truncated: needs bytes {}..{} but has {}", offset,
+                            offset + out.size(), size()));
+  }
+  if (!out.empty()) read_in_range(offset, out);
+}
+
+std::string ByteSource::read_string(std::uint64_t offset, std::size_t length) const {
+  if (!contains(offset, length)) {
+    throw Error(ExitCode::bad_checkpoint,
+                fmt::format("file is truncated: needs bytes {}..{} but has {}", offset,
+                            offset + length, size()));
+  }
+  std::string s(length, '\0');
+  read(offset, std::as_writable_bytes(std::span(s)));
+  return s;
+}
+
+FileSource::FileSource(const std::string& path) : path_(path) {
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd_ < 0) throw Error(ExitCode::io, std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0) {
+    int e = errno;
+    ::close(fd_);
+    throw Error(ExitCode::io, std::strerror(e));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd_);
+    throw Error(ExitCode::io, S_ISDIR(st.st_mode) ? "is a directory" : "not a regular file");
+  }
+  identity_ = {st.st_dev,          st.st_ino,          static_cast<std::uint64_t>(st.st_size),
+               st.st_mtim.tv_sec,  st.st_mtim.tv_nsec, st.st_ctim.tv_sec,
+               st.st_ctim.tv_nsec};
+  const auto slash = path.rfind('/');
+  const std::string directory =
+      slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  name_ = slash == std::string::npos ? path : path.substr(slash + 1);
+  directory_fd_ = ::open(directory.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+}
+
+FileSource::~FileSource() {
+  if (fd_ >= 0) ::close(fd_);
+  if (directory_fd_ >= 0) ::close(directory_fd_);
+}
+
+namespace {
+bool same_identity(const struct stat& st, const FileIdentity& id) {
+  return st.st_dev == id.device && st.st_ino == id.inode &&
+         static_cast<std::uint64_t>(st.st_size) == id.size && st.st_mtim.tv_sec == id.mtime_sec &&
+         st.st_mtim.tv_nsec == id.mtime_nsec && st.st_ctim.tv_sec == id.ctime_sec &&
+         st.st_ctim.tv_nsec == id.ctime_nsec;
+}
+}  // namespace
+
+bool FileSource::unchanged(bool check_path) const noexcept {
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0 || !same_identity(st, identity_)) return false;
+  if (!check_path) return true;
+  const int found = directory_fd_ >= 0 ? ::fstatat(directory_fd_, name_.c_str(), &st, 0)
+                                       : ::stat(path_.c_str(), &st);
+  return found == 0 && same_identity(st, identity_);
+}
+
+void FileSource::read_in_range(std::uint64_t offset, std::span<std::byte> out) const {
+  std::size_t done = 0;
+  while (done < out.size()) {
+    ssize_t n = ::pread(fd_, out.data() + done, out.size() - done,
+                        static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw Error(ExitCode::io, fmt::format("read failed: {}", std::strerror(errno)));
+    if (n == 0) {
+      throw Error(ExitCode::io,
+                  fmt::format("file shrank while being read (at offset {})", offset + done));
+    }
+    done += static_cast<std::size_t>(n);
+  }
+}
+
+void MemorySource::read_in_range(std::uint64_t offset, std::span<std::byte> out) const {
+  std::memcpy(out.data(), bytes_.data() + offset, out.size());
+}
+
+}  // namespace ckptfs

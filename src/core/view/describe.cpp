@@ -1,0 +1,116 @@
+// SPDX-License-Identifier: MIT
+// The JSON forms of entries: meta.json and `inspect --json`.
+#include <ckptfs/view/describe.hpp>
+
+namespace ckptfs {
+
+SharingIndex::SharingIndex(const Model& c) : by_storage_(c.storages.size()) {
+  for (std::size_t i = 0; i < c.entries.size(); ++i) {
+    const Entry& e = c.entries[i];
+    if (e.kind != Entry::Kind::tensor) continue;
+    const Tensor& t = c.tensors[e.tensor];
+    if (t.storage) by_storage_[*t.storage].push_back(i);
+  }
+}
+
+void write_tensor_fields(JsonWriter& j, const Model& c, std::size_t entry_index,
+                         const SharingIndex& sharing) {
+  const Entry& e = c.entries[entry_index];
+  const Tensor& t = c.tensors[e.tensor];
+  j.key("dtype").string(info(t.dtype).name);
+  j.key("shape").numbers(t.shape);
+  j.key("stride").numbers(t.stride);
+  j.key("storage_offset").number(t.storage_offset);
+  j.key("contiguous").boolean(t.broken.empty() && t.contiguous());
+  j.key("nbytes").number(t.broken.empty() ? t.nbytes() : std::uint64_t{0});
+  j.key("file_offset");
+  if (auto offset = c.file_offset(t)) {
+    j.number(*offset);
+  } else {
+    j.null();
+  }
+  j.key("numpy").string(numpy_descr(t.dtype, big_endian(c, t)));
+  j.key("byteorder").string(big_endian(c, t) ? "big" : "little");
+  j.key("requires_grad").boolean(t.requires_grad);
+  std::uint64_t others = 0;
+  j.key("storage");
+  if (t.storage) {
+    const Storage& s = c.storages[*t.storage];
+    j.begin_object();
+    j.key("key").string(s.key);
+    j.key("record");
+    if (s.record.empty()) {
+      j.null();
+    } else {
+      j.string(s.record);
+    }
+    j.key("file_offset").number(s.file_offset);
+    j.key("nbytes").number(s.nbytes);
+    j.end_object();
+    j.key("shared_with").begin_array();
+    // The entry itself is among its storage's entries: the others are the rest. The list stops
+    // at max_shared_with keys or max_shared_with_bytes of them, so that N entries over one
+    // storage cost O(N) and not O(N^2), in time and in the size of their meta.json files.
+    const auto& sharers = sharing.entries_of_storage(*t.storage);
+    others = sharers.size() - 1;
+    std::size_t listed = 0;
+    std::size_t listed_bytes = 0;
+    for (std::size_t other : sharers) {
+      if (listed == max_shared_with || listed_bytes >= max_shared_with_bytes) break;
+      if (other == entry_index) continue;
+      j.string(c.entries[other].key);
+      ++listed;
+      listed_bytes += c.entries[other].key.size();
+    }
+    j.end_array();
+  } else {
+    j.null();
+    j.key("shared_with").begin_array().end_array();
+  }
+  j.key("shared_with_count").number(others);
+  j.key("broken");
+  if (t.broken.empty()) {
+    j.null();
+  } else {
+    j.string(t.broken);
+  }
+}
+
+std::string tensor_meta_json(const Model& c, std::size_t entry_index,
+                             const SharingIndex& sharing) {
+  std::string out;
+  out.reserve(640);  // a typical meta.json: one allocation
+  JsonWriter j(out);
+  j.begin_object().key("key").string(c.entries[entry_index].key);
+  write_tensor_fields(j, c, entry_index, sharing);
+  j.end_object();
+  out += '\n';
+  return out;
+}
+
+std::string model_json(const Model& c) {
+  SharingIndex sharing(c);
+  std::string out;
+  JsonWriter j(out);
+  j.begin_object();
+  j.key("format").string(format_name(c.format));
+  j.key("byteorder").string(c.byteorder());
+  j.key("entries").begin_array();
+  for (std::size_t i = 0; i < c.entries.size(); ++i) {
+    const Entry& e = c.entries[i];
+    j.begin_object().key("key").string(e.key);
+    if (e.kind == Entry::Kind::tensor) {
+      j.key("kind").string("tensor");
+      write_tensor_fields(j, c, i, sharing);
+    } else {
+      j.key("kind").string("value");
+      j.key("value").raw(e.value_json);
+    }
+    j.end_object();
+  }
+  j.end_array().end_object();
+  out += '\n';
+  return out;
+}
+
+}  // namespace ckptfs

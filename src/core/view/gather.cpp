@@ -1,0 +1,96 @@
+// SPDX-License-Identifier: MIT
+// gather_tensor(): a strided view's bytes in C order, read from its storage in coalesced windows.
+#include <ckptfs/view/vfs.hpp>
+
+#include <algorithm>
+#include <cstring>
+
+namespace ckptfs {
+namespace {
+
+struct Run {
+  std::uint64_t source;  // absolute offset in the checkpoint
+  std::uint64_t target;  // offset in the gathered buffer
+  std::uint64_t length;
+};
+
+// Runs closer than this are read with one pread, and one pread reads at most max_window bytes:
+// a transposed matrix then costs one small read per row instead of one per element.
+constexpr std::uint64_t max_gap = 4096;
+constexpr std::uint64_t max_window = 1 << 20;
+
+}  // namespace
+
+void gather_tensor(const Model& c, const Tensor& t, std::uint64_t offset, std::size_t length,
+                   Sources sources, std::vector<char>& out) {
+  out.resize(length);
+  if (length == 0) return;
+  const std::uint64_t es = t.element_size();
+  const Storage& storage = c.storages[*t.storage];
+  const ByteSource& source = *sources[storage.source];
+  const std::uint64_t base = storage.file_offset;
+  const std::size_t dims = t.shape.size();
+  const std::uint64_t first = offset / es;
+  const std::uint64_t last = (offset + length + es - 1) / es;  // one past the last element
+  // Runs of elements adjacent in the storage: the innermost dimension when its stride is 1.
+  const bool inner_contiguous = dims > 0 && t.stride[dims - 1] == 1;
+  const std::uint64_t inner = dims > 0 ? static_cast<std::uint64_t>(t.shape[dims - 1]) : 1;
+
+  // The multi-index of element `first`.
+  std::vector<std::uint64_t> index(dims, 0);
+  std::uint64_t rest = first;
+  for (std::size_t d = dims; d-- > 0;) {
+    auto size = static_cast<std::uint64_t>(t.shape[d]);
+    index[d] = rest % size;
+    rest /= size;
+  }
+
+  thread_local std::vector<Run> runs;
+  runs.clear();
+  std::uint64_t element = first;
+  while (element < last) {
+    std::uint64_t storage_element = static_cast<std::uint64_t>(t.storage_offset);
+    for (std::size_t d = 0; d < dims; ++d) {
+      storage_element += index[d] * static_cast<std::uint64_t>(t.stride[d]);
+    }
+    std::uint64_t count = 1;
+    if (inner_contiguous) count = std::min(inner - index[dims - 1], last - element);
+    runs.push_back({base + storage_element * es, (element - first) * es, count * es});
+    element += count;
+    // Advance the multi-index by `count` elements (count only spans the innermost dimension).
+    if (dims > 0) {
+      index[dims - 1] += count;
+      for (std::size_t d = dims; d-- > 1 && index[d] >= static_cast<std::uint64_t>(t.shape[d]);) {
+        index[d] = 0;
+        ++index[d - 1];
+      }
+    }
+  }
+
+  // Elements are read whole into `elements`, then the requested bytes are cut out of it.
+  thread_local std::vector<char> elements;
+  thread_local std::vector<char> window;
+  elements.resize((last - first) * es);
+  std::sort(runs.begin(), runs.end(),
+            [](const Run& a, const Run& b) { return a.source < b.source; });
+  for (std::size_t i = 0; i < runs.size();) {
+    std::uint64_t begin = runs[i].source;
+    std::uint64_t end = begin + runs[i].length;
+    std::size_t j = i + 1;
+    while (j < runs.size() && runs[j].source <= end + max_gap &&
+           std::max(end, runs[j].source + runs[j].length) - begin <= max_window) {
+      end = std::max(end, runs[j].source + runs[j].length);
+      ++j;
+    }
+    window.resize(end - begin);
+    source.read(begin, std::as_writable_bytes(std::span(window)));
+    for (std::size_t k = i; k < j; ++k) {
+      std::memcpy(elements.data() + runs[k].target, window.data() + (runs[k].source - begin),
+                  runs[k].length);
+    }
+    i = j;
+  }
+  std::memcpy(out.data(), elements.data() + (offset - first * es), length);
+}
+
+}  // namespace ckptfs
