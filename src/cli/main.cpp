@@ -6,7 +6,7 @@
 #include "options.hpp"
 
 #include <ckptfs/base/error.hpp>
-#include <ckptfs/format/torch_reader.hpp>
+#include <ckptfs/format/open_model.hpp>
 #include <ckptfs/source/byte_source.hpp>
 #include <ckptfs/view/vfs.hpp>
 
@@ -99,12 +99,11 @@ int run_inspect(const std::vector<std::string>& args) {
   }
   if (path.empty()) return usage_error("inspect: missing CHECKPOINT");
   try {
-    ckptfs::FileSource source(path);
-    ckptfs::Model model = ckptfs::read_torch(source, path);
+    ckptfs::OpenedModel opened = ckptfs::open_model(path);
     if (json) {
-      ckptfs::cli::print_inspect_json(model, stdout);
+      ckptfs::cli::print_inspect_json(opened.model(), stdout);
     } else {
-      ckptfs::cli::print_inspect_table(model, stdout);
+      ckptfs::cli::print_inspect_table(opened.model(), stdout);
     }
   } catch (const ckptfs::Error& e) {
     return fail(e.code(), fmt::format("{}: {}", path, e.what()));
@@ -161,13 +160,14 @@ int run_mount(const std::vector<std::string>& args) {
   std::string absolute = ::realpath(o.checkpoint.c_str(), resolved) ? resolved : o.checkpoint;
   try {
     // Everything is parsed and validated before the mount: a bad checkpoint never mounts.
-    ckptfs::FileSource source(o.checkpoint);
+    ckptfs::OpenedModel opened = ckptfs::open_model(o.checkpoint);
     ckptfs::VfsOptions vfs_options;
     vfs_options.source_path = absolute;
     vfs_options.uid = o.uid.value_or(::getuid());
     vfs_options.gid = o.gid.value_or(::getgid());
     vfs_options.umask = o.umask.value_or(0222);
-    ckptfs::Vfs vfs(ckptfs::read_torch(source, o.checkpoint), source.identity(), vfs_options);
+    vfs_options.times = opened.source(0).times();
+    ckptfs::Vfs vfs(std::move(opened.model()), vfs_options);
     ckptfs::fuse::MountRequest request;
     request.mountpoint = o.mountpoint;
     request.foreground = o.foreground;
@@ -178,8 +178,7 @@ int run_mount(const std::vector<std::string>& args) {
     request.fsname = escaped_fsname(absolute);
     request.notifier = &notifier;
     request.ready_line = ready_line(vfs.model(), o.checkpoint, o.mountpoint);
-    const ckptfs::ByteSource* sources[] = {&source};
-    return ckptfs::fuse::mount_and_serve(vfs, sources, request);
+    return ckptfs::fuse::mount_and_serve(vfs, opened.sources(), request);
   } catch (const ckptfs::Error& e) {
     return fail(e.code(), fmt::format("{}: {}", o.checkpoint, e.what()));
   } catch (const std::bad_alloc&) {

@@ -123,7 +123,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     std::fclose(devnull);
   }
 
-  Vfs vfs(std::move(checkpoint), FileIdentity{}, VfsOptions{.source_path = "fuzz.pth"});
+  Vfs vfs(std::move(checkpoint), VfsOptions{.source_path = "fuzz.pth"});
   const Model& copy = vfs.model();
   for (Vfs::Ino ino = Vfs::root_ino; ino <= vfs.node_count(); ++ino) {
     const Vfs::Node* n = vfs.node(ino);

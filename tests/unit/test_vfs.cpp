@@ -14,11 +14,16 @@ using namespace ckptfs::test;
 
 namespace {
 
+VfsOptions with_times(VfsOptions options) {
+  options.times.mtime_sec = 1234;
+  return options;
+}
+
 struct Mounted {
   MemorySource source;
   Vfs vfs;
   explicit Mounted(const std::string& bytes, VfsOptions options = {})
-      : source(bytes), vfs(read_torch(source, "test.pth"), FileIdentity{.mtime_sec = 1234}, options) {}
+      : source(bytes), vfs(read_torch(source, "test.pth"), with_times(options)) {}
 
   std::string read_all(Vfs::Ino ino, std::uint64_t offset = 0, std::size_t length = 1 << 20) {
     std::vector<ReadPiece> pieces;

@@ -12,6 +12,14 @@
 
 namespace ckptfs {
 
+// When a source was last modified and changed (its mtime and ctime); zero when unknown.
+struct SourceTimes {
+  std::int64_t mtime_sec = 0;
+  std::int64_t mtime_nsec = 0;
+  std::int64_t ctime_sec = 0;
+  std::int64_t ctime_nsec = 0;
+};
+
 // All reads are positional and bounds-checked, so one source can be shared by many threads.
 class ByteSource {
  public:
@@ -20,6 +28,8 @@ class ByteSource {
 
   // What the source is called in messages and logs: a path, or a URL without credentials.
   virtual const std::string& name() const noexcept = 0;
+
+  virtual SourceTimes times() const noexcept { return {}; }
 
   // A descriptor whose bytes at the same offsets are the source's, for splicing them into a
   // reply without copying; -1 when there is none (memory, remote sources: read() instead).
@@ -72,6 +82,9 @@ class FileSource final : public ByteSource {
 
   std::uint64_t size() const override { return identity_.size; }
   const std::string& name() const noexcept override { return path_; }
+  SourceTimes times() const noexcept override {
+    return {identity_.mtime_sec, identity_.mtime_nsec, identity_.ctime_sec, identity_.ctime_nsec};
+  }
   int fd() const noexcept override { return fd_; }
   const FileIdentity& identity() const noexcept { return identity_; }
   const std::string& path() const noexcept { return path_; }

@@ -47,6 +47,7 @@ struct Extent {
 
 struct VfsOptions {
   std::string source_path;  // shown in index.json
+  SourceTimes times;        // of every node: the sources' own, so that rsync -a twice copies once
   uid_t uid = 0;
   gid_t gid = 0;
   mode_t umask = 0222;      // files 0444, directories 0555
@@ -68,9 +69,8 @@ class Vfs {
     std::uint64_t size = 0;
   };
 
-  // Builds the tree; `identity` gives the times of every node (the checkpoint's own mtime and
-  // ctime) so that copies stay in sync with rsync -a.
-  Vfs(Model model, const FileIdentity& identity, VfsOptions options);
+  // Builds the tree of `model`.
+  Vfs(Model model, VfsOptions options);
   Vfs(const Vfs&) = delete;  // root_children_ holds views into the nodes' names
   Vfs& operator=(const Vfs&) = delete;
 
@@ -102,7 +102,6 @@ class Vfs {
   void add_file(std::string name, Ino parent, const std::vector<Extent>& extents);
 
   Model model_;
-  FileIdentity identity_;
   VfsOptions options_;
   std::vector<Node> nodes_;
   std::vector<Extent> extents_;

@@ -11,8 +11,8 @@
 
 namespace ckptfs {
 
-Vfs::Vfs(Model model, const FileIdentity& identity, VfsOptions options)
-    : model_(std::move(model)), identity_(identity), options_(std::move(options)) {
+Vfs::Vfs(Model model, VfsOptions options)
+    : model_(std::move(model)), options_(std::move(options)) {
   const auto& entries = model_.entries;
   const std::size_t dirs = entries.size();
   // Layout: the root, index.json, the entry directories, then each directory's files. The node
@@ -193,8 +193,8 @@ bool Vfs::stat(Ino ino, struct stat& st) const noexcept {
   }
   st.st_blksize = 4096;
   st.st_blocks = static_cast<blkcnt_t>((n->size + 511) / 512);
-  st.st_mtim = {identity_.mtime_sec, identity_.mtime_nsec};
-  st.st_ctim = {identity_.ctime_sec, identity_.ctime_nsec};
+  st.st_mtim = {options_.times.mtime_sec, options_.times.mtime_nsec};
+  st.st_ctim = {options_.times.ctime_sec, options_.times.ctime_nsec};
   st.st_atim = st.st_mtim;
   return true;
 }
