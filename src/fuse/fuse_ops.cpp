@@ -77,7 +77,9 @@ void op_getattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
 
 // The tree describes the checkpoint as it was at mount. Once the file is replaced (renamed over,
 // deleted), truncated or rewritten, its bytes may no longer be the ones the tree points to, so
-// every open and read fails with EIO from then on: never a short or wrong reply. Checked at each
+// every open and read fails with EIO from then on: never a short or wrong reply. In a sharded
+// set each shard is a source of its own: the files of its tensors fail, the others' are served
+// (index.json, which describes them all, fails with any). Checked at each
 // open (the descriptor and the path: device, inode, size, mtime, ctime) and at each read (the
 // descriptor). Not caught: a change within one tick of the file system's timestamps that keeps
 // the size, and one made while a read is in flight. Pages the kernel cached before (keep_cache)
@@ -194,7 +196,10 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     fuse_reply_err(req, EISDIR);
   } else if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
     fuse_reply_err(req, EROFS);
-  } else if (any_source_changed(context(req), true)) {
+  } else if (n->source == Vfs::every_source ? any_source_changed(context(req), true)
+                                            : source_changed(context(req), n->source, true)) {
+    // Only the files of a changed source fail: in a sharded set, the other shards' tensors
+    // are still served.
     fuse_reply_err(req, EIO);
   } else {
     prefill_page_cache(context(req), ino, n->size);

@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: MIT
 // Unit tests of the virtual tree: layout, names, attributes, and reads of every kind of extent.
 #include "support/fake_checkpoint.hpp"
+#include "support/safetensors_builder.hpp"
 
+#include <ckptfs/format/safetensors_reader.hpp>
+#include <ckptfs/format/sharded_reader.hpp>
 #include <ckptfs/format/torch_reader.hpp>
 #include <ckptfs/view/npy.hpp>
 #include <ckptfs/view/vfs.hpp>
@@ -149,6 +152,62 @@ TEST_CASE("meta.json describes the view and its sharing") {
   CHECK(meta["shared_with"] == nlohmann::json::array({"w", "a/b", "x", "bad"}));
   auto bad = nlohmann::json::parse(m.read_all(m.path("bad", "meta.json")));
   CHECK(bad["broken"] == "its view needs 56 bytes of storage \"0\" but it has 48");
+}
+
+TEST_CASE("sources: meta.json and index.json name each tensor's file; nodes know theirs") {
+  std::string one = safetensors_file({{"a", "F32", {2}, floats(2)}}, {{"format", "pt"}});
+  std::string two = safetensors_file({{"b", "U8", {3}, "xyz"}});
+  MemorySource first(one, "one.safetensors"), second(two, "two.safetensors");
+  ShardIndex index;
+  index.shards = {"sub/one.safetensors", "two.safetensors"};
+  index.weight_map = {{"b", 1}, {"a", 0}, {"gone", 1}};
+  index.metadata = {{"note", "hi"}};
+  std::vector<Model> shards;
+  shards.push_back(read_safetensors(first, "sub/one.safetensors"));
+  shards.push_back(read_safetensors(second, "two.safetensors"));
+  Vfs vfs(combine_shards(index, std::move(shards)), {.source_path = "/models/x"});
+  const ByteSource* sources[] = {&first, &second};
+  auto read = [&](std::string_view dir, std::string_view file) {
+    Vfs::Ino ino = vfs.lookup(Vfs::root_ino, dir);
+    if (!file.empty()) ino = vfs.lookup(ino, file);
+    REQUIRE(ino != 0);
+    std::vector<ReadPiece> pieces;
+    std::vector<char> scratch;
+    vfs.read(ino, 0, 1 << 20, sources, pieces, scratch);
+    std::string out;
+    for (const auto& p : pieces) {
+      out += p.memory ? std::string(p.memory, p.length)
+                      : sources[p.source]->read_string(p.source_offset, p.length);
+    }
+    return out;
+  };
+  auto index_json = nlohmann::json::parse(read("index.json", ""));
+  CHECK(index_json["format"] == "sharded");
+  CHECK(index_json["source"] == "/models/x");
+  CHECK(index_json["sources"] == nlohmann::json::array({"sub/one.safetensors", "two.safetensors"}));
+  CHECK(index_json["metadata"] == nlohmann::json::object({{"note", "hi"}}));
+  CHECK(index_json["total_bytes"] == 11);  // 8 + 3; the broken "gone" counts nothing
+  auto meta_a = nlohmann::json::parse(read("a", "meta.json"));
+  CHECK(meta_a["source"] == "sub/one.safetensors");
+  CHECK(meta_a["file_offset"] == one.size() - 8);  // in its own file
+  CHECK(nlohmann::json::parse(read("b", "meta.json"))["source"] == "two.safetensors");
+  auto meta_gone = nlohmann::json::parse(read("gone", "meta.json"));
+  CHECK(meta_gone["source"].is_null());
+  CHECK(meta_gone["broken"] == "the index puts it in \"two.safetensors\", which has no tensor of "
+                               "that name");
+  CHECK(read("b", "data") == "xyz");
+  // Opens check the source of what they open: a tensor's files, its file; the rest, every file.
+  auto node = [&](std::string_view dir, std::string_view file = {}) {
+    Vfs::Ino d = vfs.lookup(Vfs::root_ino, dir);
+    return vfs.node(file.empty() ? d : vfs.lookup(d, file));
+  };
+  CHECK(node("a", "data")->source == 0);
+  CHECK(node("a", "meta.json")->source == 0);
+  CHECK(node("b", "tensor.npy")->source == 1);
+  CHECK(node("b")->source == 1);
+  CHECK(node("gone", "meta.json")->source == Vfs::every_source);
+  CHECK(node("index.json")->source == Vfs::every_source);
+  CHECK(vfs.node(Vfs::root_ino)->source == Vfs::every_source);
 }
 
 TEST_SUITE_END();

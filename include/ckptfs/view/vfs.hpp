@@ -58,10 +58,16 @@ class Vfs {
   using Ino = std::uint64_t;  // inode numbers: node index + 1; the root is 1
   static constexpr Ino root_ino = 1;
 
+  // Node::source of the nodes that depend on every source (the root, index.json).
+  static constexpr std::uint32_t every_source = 0xffffffff;
+
   struct Node {
     std::string name;
     Ino parent = root_ino;
     bool directory = false;
+    // The source whose bytes the node shows or describes: a tensor's directory and files, its
+    // storage's source; every_source for the rest. When it changes, opens of the node fail.
+    std::uint32_t source = every_source;
     std::uint32_t first_child = 0;  // directories: children are nodes [first, first + count)
     std::uint32_t child_count = 0;
     std::uint32_t first_extent = 0;  // files: extents [first, first + count) of extents_

@@ -61,10 +61,17 @@ Vfs::Vfs(Model model, VfsOptions options)
       continue;
     }
     const Tensor& t = model_.tensors[e.tensor];
+    const std::uint32_t source = t.storage ? model_.storages[*t.storage].source : every_source;
+    nodes_[dir_index].source = source;
+    auto files_from = [&](std::size_t first) {
+      for (std::size_t n = first; n < nodes_.size(); ++n) nodes_[n].source = source;
+    };
+    const std::size_t first_file = nodes_.size();
     if (!t.broken.empty()) {
       // A broken tensor has no bytes to serve: its meta.json says why.
       literal_file("meta.json", tensor_meta_json(model_, i, sharing));
       nodes_[dir_index].child_count = 1;
+      files_from(first_file);
       continue;
     }
     std::vector<Extent> body;
@@ -83,6 +90,7 @@ Vfs::Vfs(Model model, VfsOptions options)
     literal_file("meta.json", tensor_meta_json(model_, i, sharing));
     add_file("tensor.npy", dir_ino, npy);
     nodes_[dir_index].child_count = 3;
+    files_from(first_file);
   }
 
   std::uint32_t lit = add_literal(index_json());
@@ -111,6 +119,7 @@ std::string Vfs::index_json() const {
   j.key("tensors").number(std::uint64_t{tensors});
   j.key("values").number(std::uint64_t{model_.entries.size() - tensors});
   j.key("total_bytes").number(total_bytes);
+  write_sources_and_metadata(j, model_);
   j.key("entries").begin_array();
   for (std::size_t i = 0; i < model_.entries.size(); ++i) {
     const Entry& e = model_.entries[i];
