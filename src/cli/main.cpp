@@ -15,6 +15,7 @@
 #include <climits>
 #include <cstdlib>
 #include <string>
+#include <sys/resource.h>
 #include <unistd.h>
 #include <vector>
 
@@ -166,7 +167,7 @@ int run_mount(const std::vector<std::string>& args) {
     vfs_options.uid = o.uid.value_or(::getuid());
     vfs_options.gid = o.gid.value_or(::getgid());
     vfs_options.umask = o.umask.value_or(0222);
-    vfs_options.times = opened.source(0).times();
+    vfs_options.times = opened.times();
     ckptfs::Vfs vfs(std::move(opened.model()), vfs_options);
     ckptfs::fuse::MountRequest request;
     request.mountpoint = o.mountpoint;
@@ -186,9 +187,20 @@ int run_mount(const std::vector<std::string>& args) {
   }
 }
 
+// A sharded set keeps two descriptors open per shard (the file and its directory): the soft
+// limit of 1024 would stop at some 500 shards, while the hard limit is there to be used.
+void raise_file_limit() {
+  struct rlimit limit {};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
+    limit.rlim_cur = limit.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &limit);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  raise_file_limit();
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty()) return usage_error("needs a CHECKPOINT and a MOUNTPOINT");
   if (args[0] == "inspect") return run_inspect({args.begin() + 1, args.end()});
