@@ -42,7 +42,8 @@ DTYPE_SIZES = {
     "int64": 8, "int32": 4, "int16": 2, "int8": 1, "uint8": 1, "bool": 1,
     "complex64": 8, "complex128": 16, "complex32": 4,
     "float8_e5m2": 1, "float8_e4m3fn": 1, "float8_e5m2fnuz": 1, "float8_e4m3fnuz": 1,
-    "float8_e8m0fnu": 1, "uint16": 2, "uint32": 4, "uint64": 8, "bits8": 1,
+    "float8_e8m0fnu": 1, "float4_e2m1fn_x2": 1, "uint16": 2, "uint32": 4, "uint64": 8,
+    "bits8": 1,
     "qint8": 1, "quint8": 1, "qint32": 4,
 }
 
@@ -54,7 +55,7 @@ NUMPY_KIND = {
     "bool": "b1", "complex64": "c8", "complex128": "c16",
     "bfloat16": "u2", "complex32": "u4", "bits8": "u1",
     "float8_e5m2": "u1", "float8_e4m3fn": "u1", "float8_e5m2fnuz": "u1", "float8_e4m3fnuz": "u1",
-    "float8_e8m0fnu": "u1",
+    "float8_e8m0fnu": "u1", "float4_e2m1fn_x2": "u1",
 }
 
 # Byte swapping is per element, complex numbers per half (their real and imaginary parts).
