@@ -35,6 +35,10 @@ Fixtures:
     new_dtypes  torch >= 2.7 layout: _rebuild_tensor_v3 + UntypedStorage for float8*, uint16/32/64,
                 complex32, bits8; two dtypes over one storage; Parameter with state; conj
 
+and the safetensors files and Hugging Face sharded sets of scripts/safetensors_fixtures.py
+(st_dtypes, st_mlx, st_keys, st_empty, sharded_st/, sharded_bin/), whose expected.json has its
+own form (see there).
+
 Fixtures torch 1.13 cannot write (bigendian.pth, new_dtypes.pth) are assembled here: a zip writer
 that lays records out exactly as torch's miniz writer does (the 'FB' padding field, 64-byte
 aligned payloads, data descriptors, zip64 end records), and a protocol-2 pickle assembler. torch
@@ -68,6 +72,7 @@ from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
 import ckptfs_reference as ref  # noqa: E402  (beside this script)
+import safetensors_fixtures  # noqa: E402  (beside this script)
 
 warnings.filterwarnings("ignore")
 
@@ -1053,7 +1058,8 @@ def make_all(outdir):
     check(mine == theirs, "the pickle assembler differs from torch's pickler")
     raw = (out / "convnet.pth").read_bytes()
     check(torch_zip(read_zip_records(raw)) == raw, "the zip writer differs from torch's writer")
-    return sorted(made)
+    # The safetensors files and sharded sets, with their own self-check.
+    return sorted(made) + safetensors_fixtures.make_all(out)
 
 
 def make_sample(path):

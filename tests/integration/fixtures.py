@@ -29,6 +29,31 @@ FIXTURE_NAMES = ["convnet", "dtypes", "views", "training", "keys", "params", "mo
 NOT_TORCH_LOADABLE = {"new_dtypes", "zip64_cd"}
 
 
+# The safetensors files (<name>.safetensors) and sharded sets (<name>/, a directory) that
+# scripts/safetensors_fixtures.py writes, each with its <name>.expected.json. A missing one fails.
+SAFETENSORS_FIXTURES = ["st_dtypes", "st_mlx", "st_keys", "st_empty"]
+SHARDED_FIXTURES = ["sharded_st", "sharded_bin"]
+
+
+def model_fixture_path(name):
+    """FIXTURES/<name>.safetensors or the directory FIXTURES/<name>; fails when it is missing."""
+    path = FIXTURES / name if name in SHARDED_FIXTURES else FIXTURES / f"{name}.safetensors"
+    if not path.exists():
+        raise AssertionError(f"missing fixture {path} (run scripts/make_fixtures.py)")
+    return path
+
+
+def formats_corpus():
+    """The safetensors files and the sharded sets (directories holding an *.index.json) of
+    CORPUS/formats, sorted. Its other files (TorchScript) are not read by these tests."""
+    d = CORPUS / "formats"
+    if not d.is_dir():
+        return []
+    return sorted(p for p in d.iterdir()
+                  if (p.is_file() and p.name.endswith(".safetensors"))
+                  or (p.is_dir() and any(p.glob("*.index.json"))))
+
+
 def fixture_path(name):
     """FIXTURES/<name>.pth; fails when it is missing."""
     path = FIXTURES / f"{name}.pth"
