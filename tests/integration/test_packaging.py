@@ -315,7 +315,8 @@ class ManPageTests(TempDirTestCase):
 
 INSTALLED = {  # relative to the prefix
     "bin/ckptfs", "bin/ckptfs-verify", "libexec/ckptfs/ckptfs-verify",
-    "libexec/ckptfs/ckptfs_reference.py", "share/man/man1/ckptfs.1.gz",
+    "libexec/ckptfs/ckptfs_reference.py", "libexec/ckptfs/ckptfs_safetensors.py",
+    "share/man/man1/ckptfs.1.gz",
     "share/bash-completion/completions/ckptfs", "share/doc/ckptfs/README.md",
     "share/doc/ckptfs/copyright", "share/doc/ckptfs/examples/mnt-model.mount",
 }
