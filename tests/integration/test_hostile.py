@@ -648,3 +648,281 @@ class MultiplyingPickleTests(HostileTestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+# --------------------------------------------------------------------------------------------
+# safetensors files and sharded-set indexes that are hostile
+# --------------------------------------------------------------------------------------------
+
+def safetensors_bytes(header, data=b"", length=None):
+    """8 bytes of little-endian `length` (the header's own by default), the header, the data."""
+    header = header.encode() if isinstance(header, str) else header
+    return struct.pack("<Q", len(header) if length is None else length) + header + data
+
+
+def good_safetensors():
+    """{"a": F32 [2, 2], "b": U8 [4]}, as the safetensors library lays it out."""
+    header = ('{"__metadata__":{"format":"pt"},"a":{"dtype":"F32","shape":[2,2],'
+              '"data_offsets":[0,16]},"b":{"dtype":"U8","shape":[4],"data_offsets":[16,20]}}')
+    header += " " * (-len(header) % 8)
+    return safetensors_bytes(header, floats(4) + b"wxyz")
+
+
+def metadata_header(n):
+    """A header whose __metadata__ has n distinct entries ("k":"") and nothing else, the keys
+    the shortest strings of 90 printable characters: 10 million fit in 100,000,000 bytes."""
+    import numpy as np
+    alphabet = np.frombuffer(bytes(c for c in range(0x21, 0x7f) if c not in b'"\\')[:90],
+                             dtype=np.uint8)
+    parts, done, width = [b'{"__metadata__":{'], 0, 1
+    while done < n:
+        count = min(n - done, 90 ** width)
+        idx = np.arange(count, dtype=np.int64)
+        rows = np.empty((count, width + 6), dtype=np.uint8)
+        rows[:, 0] = ord('"')
+        for col in range(width):
+            rows[:, 1 + col] = alphabet[(idx // 90 ** (width - 1 - col)) % 90]
+        rows[:, width + 1:] = np.frombuffer(b'":"",', dtype=np.uint8)
+        parts.append(rows.tobytes())
+        done += count
+        width += 1
+    text = b"".join(parts)[:-1] + b"}}"
+    return text
+
+
+class HostileSafetensorsTests(HostileTestCase):
+    def st(self, name, header, data=b"", length=None):
+        return self.write(f"{name}.safetensors", safetensors_bytes(header, data, length))
+
+    def test_good_file_mounts(self):
+        path = self.write("good.safetensors", good_safetensors())
+        r = self.inspect(path)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        mnt, proc = self.mount(path)
+        self.assertEqual((mnt / "a" / "data").read_bytes(), floats(4))
+        self.assertEqual((mnt / "b" / "data").read_bytes(), b"wxyz")
+        self.unmount(mnt, proc)
+
+    def test_header_length_lies(self):
+        self.assert_refused(self.st("past_end", "{}", b"", 1000), EXIT["checkpoint"],
+                            r"header length 1000 runs past the end of the file \(10 bytes\)$")
+        self.assert_refused(self.st("over_100mb", "{}", b"", 100_000_001), EXIT["checkpoint"],
+                            r"header length 100000001 is over the limit of 100000000 bytes")
+        self.assert_refused(self.st("length_2_64", "{}", b"", (1 << 64) - 1), EXIT["checkpoint"],
+                            r"is over the limit")
+        self.assert_refused(self.write("short.safetensors", b"\x02\0\0"), EXIT["checkpoint"],
+                            r"a 3-byte file: too short for a safetensors header length")
+        # A header length that is right, but a file of 100 MB of spaces around it would be read
+        # in bounded memory: the header is streamed, never held whole.
+        header = b"{}" + b" " * 99_999_990
+        self.assert_refused(self.st("huge_padding", header, b"x"), EXIT["checkpoint"],
+                            r"the tensors' data ends at byte 100000000 of the file, but the file "
+                            r"has 100000001 bytes", rss_limit_mb=64 * SLOWDOWN)
+
+    def test_header_not_an_object(self):
+        for i, header in enumerate(["[]", "5", '"x"', "null", "", "{", "{} {}", "{}\0",
+                                    '{"__metadata__":{},}', "{'a':1}", '{"a":NaN}', '\xff']):
+            path = self.st(f"not_object{i}", header.encode("latin-1"))
+            self.assert_refused(path, EXIT["checkpoint"],
+                                r"safetensors header: (at byte \d+: the header is not a JSON "
+                                r"object|invalid JSON at byte \d+: )")
+
+    def test_duplicate_keys(self):
+        t = '"dtype":"U8","shape":[2],"data_offsets":[0,2]'
+        self.assert_refused(self.st("dup_tensor", f'{{"t":{{{t}}},"t":{{{t}}}}}', b"ab"),
+                            EXIT["checkpoint"], r'has the key "t" twice')
+        self.assert_refused(self.st("dup_field", f'{{"t":{{{t},"dtype":"U8"}}}}', b"ab"),
+                            EXIT["checkpoint"], r'has the key "dtype" twice')
+        self.assert_refused(self.st("dup_metadata",
+                                    '{"__metadata__":{"a":"1","a":"2"}}'), EXIT["checkpoint"],
+                            r'has the key "a" twice')
+
+    def test_offsets_that_lie(self):
+        def two(a, b, data):
+            return ('{"x":{"dtype":"U8","shape":[4],"data_offsets":' + a + '},'
+                    '"y":{"dtype":"U8","shape":[4],"data_offsets":' + b + '}}', data)
+        cases = {
+            "overlap": (two("[0,4]", "[2,6]", b"0123456"), r'overlap those of tensor "x"'),
+            "same": (two("[0,4]", "[0,4]", b"0123"), r"overlap"),
+            "gap": (two("[0,4]", "[5,9]", b"012345678"), r"leave bytes \[4, 5\) of the data"),
+            "out_of_order": (two("[4,8]", "[0,4]", b"01234567"), None),  # valid: data order
+            "past_end": (two("[0,4]", "[4,8]", b"0123"), r"past its end .* truncated"),
+            "trailing": (two("[0,4]", "[4,8]", b"0123456789"), r"but the file has"),
+            "reversed": (('{"x":{"dtype":"U8","shape":[0],"data_offsets":[4,0]}}', b"0123"),
+                         r"end before they begin"),
+            "huge": (('{"x":{"dtype":"U8","shape":[1],"data_offsets":'
+                      '[18446744073709551614,18446744073709551615]}}', b""), r"leave bytes"),
+        }
+        for name, ((header, data), pattern) in cases.items():
+            path = self.st(name, header, data)
+            if pattern is None:
+                r = self.inspect(path)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                self.assertEqual([e["key"] for e in json.loads(r.stdout)["entries"]], ["y", "x"])
+            else:
+                self.assert_refused(path, EXIT["checkpoint"], pattern)
+
+    def test_bad_descriptions(self):
+        cases = {
+            "unknown_dtype": ('{"dtype":"F7","shape":[4],"data_offsets":[0,4]}',
+                              r'unknown dtype "F7"'),
+            "size_mismatch": ('{"dtype":"F32","shape":[2],"data_offsets":[0,4]}',
+                              r"hold 4 bytes, but F32 \[2\] needs 8"),
+            "negative": ('{"dtype":"U8","shape":[-4],"data_offsets":[0,4]}',
+                         r'shape holds "-4", not an integer'),
+            "fraction": ('{"dtype":"U8","shape":[4],"data_offsets":[0,4.0]}',
+                         r'data_offsets holds "4.0"'),
+            "exponent": ('{"dtype":"U8","shape":[4e0],"data_offsets":[0,4]}', r'holds "4e0"'),
+            "too_big": ('{"dtype":"U8","shape":[4],"data_offsets":[0,18446744073709551620]}',
+                        r"not an integer from 0 to 2\^64 - 1"),
+            "three_offsets": ('{"dtype":"U8","shape":[4],"data_offsets":[0,4,4]}',
+                              r"more than two numbers"),
+            "no_dtype": ('{"shape":[4],"data_offsets":[0,4]}', r'tensor "t" has no dtype'),
+            "not_object": ("[1]", r"its description is not an object"),
+            "overflow": ('{"dtype":"F32","shape":[4294967296,4294967296,0],'
+                         '"data_offsets":[0,4]}', r"more elements than 64 bits count"),
+        }
+        for name, (description, pattern) in cases.items():
+            self.assert_refused(self.st(name, '{"t":' + description + '}', b"0123"),
+                                EXIT["checkpoint"], pattern)
+
+    def test_valid_but_not_servable(self):
+        cases = {
+            "f6": ('{"dtype":"F6_E2M3","shape":[4],"data_offsets":[0,3]}', b"012",
+                   r"dtype F6_E2M3 \(6-bit elements\)"),
+            "f4_odd": ('{"dtype":"F4","shape":[2,3],"data_offsets":[0,3]}', b"012",
+                       r"last dimension"),
+            "dims_65": ('{"dtype":"U8","shape":[' + ",".join(["1"] * 65) +
+                        '],"data_offsets":[0,1]}', b"0", r"more than 64 dimensions"),
+        }
+        for name, (description, data, pattern) in cases.items():
+            self.assert_refused(self.st(name, '{"t":' + description + '}', data),
+                                EXIT["unsupported"], pattern)
+
+    def test_ten_million_entry_header(self):
+        """__metadata__ with 10,000,000 entries in a 99 MB header: refused at the 65,537th, in
+        bounded time and memory."""
+        header = metadata_header(10_000_000)
+        self.assertLessEqual(len(header), 100_000_000)
+        self.assertEqual(header.count(b'":"",') + 1, 10_000_000)
+        path = self.st("ten_million", header)
+        self.assert_refused(path, EXIT["unsupported"],
+                            r"__metadata__ has more than 65536 entries or 67108864 bytes",
+                            rss_limit_mb=64 * SLOWDOWN)
+
+    def test_ten_million_dimensions(self):
+        shape = b",".join([b"1"] * 10_000_000)
+        header = b'{"t":{"dtype":"U8","shape":[' + shape + b'],"data_offsets":[0,1]}}'
+        self.assert_refused(self.st("ten_million_dims", header, b"0"), EXIT["unsupported"],
+                            r"more than 64 dimensions", rss_limit_mb=64 * SLOWDOWN)
+
+    def test_deep_nesting_in_an_ignored_member(self):
+        header = (b'{"t":{"dtype":"U8","shape":[1],"data_offsets":[0,1],"x":' +
+                  b"[" * 2_000_000 + b"]" * 2_000_000 + b"}}")
+        self.assert_refused(self.st("deep", header, b"0"), EXIT["checkpoint"],
+                            r"nested deeper than 128 levels", rss_limit_mb=64 * SLOWDOWN)
+
+    def test_invalid_utf8_names(self):
+        header = b'{"\xc0\xaf":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}'
+        self.assert_refused(self.st("utf8", header, b"0"), EXIT["checkpoint"],
+                            r"not well-formed UTF-8")
+
+    def test_truncated_at_many_points(self):
+        data = good_safetensors()
+        for cut in sorted({1, 7, 8, 9, 20, len(data) // 2, len(data) - 21, len(data) - 1}):
+            path = self.write(f"st_cut{cut}.safetensors", data[:cut])
+            self.assert_refused(path, EXIT["checkpoint"],
+                                r"too short|runs past the end|truncated")
+
+
+def index_bytes(weight_map, metadata=None):
+    return json.dumps({"metadata": metadata or {"total_size": 0},
+                       "weight_map": weight_map}).encode()
+
+
+class HostileIndexTests(HostileTestCase):
+    def set_with(self, name, weight_map, shards=None, index_name="model.safetensors.index.json"):
+        d = self.tmp / name
+        d.mkdir()
+        for shard, data in (shards or {"model-1.safetensors": good_safetensors()}).items():
+            (d / shard).write_bytes(data)
+        (d / index_name).write_bytes(index_bytes(weight_map) if isinstance(weight_map, dict)
+                                     else weight_map)
+        return d, d / index_name
+
+    def test_paths_out_of_the_directory(self):
+        for i, target in enumerate(["../../etc/passwd", "/etc/passwd", "..", "./model-1.safetensors",
+                                    "sub/../../x", ""]):
+            d, index = self.set_with(f"out{i}", {"a": "model-1.safetensors", "b": target})
+            for path in (d, index):
+                self.assert_refused(path, EXIT["checkpoint"],
+                                    r'index: at byte \d+: weight_map: key "b" names the file .*'
+                                    r"which could lead out of the index's directory")
+
+    def test_missing_shard(self):
+        d, index = self.set_with("missing", {"a": "model-1.safetensors",
+                                             "b": "model-2-of-2.safetensors"})
+        for path in (d, index):
+            self.assert_refused(path, EXIT["io"], r'shard "model-2-of-2.safetensors" \(named by the '
+                                                  r"index\): No such file or directory$")
+
+    def test_shard_is_a_directory_or_a_loop(self):
+        d, index = self.set_with("dir_shard", {"a": "model-1.safetensors", "b": "sub"})
+        (d / "sub").mkdir()
+        self.assert_refused(index, EXIT["io"], r'shard "sub" \(named by the index\): is a '
+                                               r"directory")
+        d, index = self.set_with("loop", {"a": "loop.safetensors"})
+        os.symlink("loop.safetensors", d / "loop.safetensors")
+        self.assert_refused(index, EXIT["io"], r'shard "loop.safetensors" .*: Too many levels of '
+                                               r"symbolic links")
+
+    def test_hostile_shard(self):
+        d, index = self.set_with("bad_shard", {"a": "model-1.safetensors", "b": "bad.safetensors"},
+                                 {"model-1.safetensors": good_safetensors(),
+                                  "bad.safetensors": good_safetensors()[:-3]})
+        self.assert_refused(index, EXIT["checkpoint"],
+                            r'shard "bad.safetensors" \(named by the index\): .*truncated')
+
+    def test_index_not_an_index(self):
+        cases = {"not_json": (b"{weight_map}", r"index: invalid JSON at byte 1"),
+                 "no_map": (b'{"metadata": {}}', r"index: no weight_map"),
+                 "number": (b'{"weight_map": {"a": 1}}',
+                            r'weight_map: the file of key "a" is not a string'),
+                 "dup": (b'{"weight_map": {"a": "model-1.safetensors", '
+                         b'"a": "model-1.safetensors"}}', r'has the key "a" twice'),
+                 "array": (b'{"weight_map": ["a"]}', r"weight_map is not an object")}
+        for name, (text, pattern) in cases.items():
+            _, index = self.set_with(name, text)
+            self.assert_refused(index, EXIT["checkpoint"], pattern)
+
+    def test_directories_without_one_model(self):
+        empty = self.tmp / "empty_dir"
+        empty.mkdir()
+        self.assert_refused(empty, EXIT["io"], r"nothing to mount")
+        d, _ = self.set_with("two_indexes", {"a": "model-1.safetensors"}, index_name="a.index.json")
+        (d / "b.index.json").write_bytes(index_bytes({"a": "model-1.safetensors"}))
+        self.assert_refused(d, EXIT["io"], r'2 \*.index.json files \("a.index.json", '
+                                           r'"b.index.json"\): name the one to mount')
+
+    def test_key_its_shard_lacks_is_broken(self):
+        d, index = self.set_with("lacks", {"a": "model-1.safetensors",
+                                           "ghost": "model-1.safetensors"})
+        r = self.inspect(index)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        mnt, proc = self.mount(d)
+        self.assertEqual(sorted(os.listdir(mnt)), ["a", "ghost", "index.json"])  # b: unlisted
+        self.assertEqual((mnt / "a" / "data").read_bytes(), floats(4))
+        self.assertEqual(os.listdir(mnt / "ghost"), ["meta.json"])
+        self.assertRegex(json.loads((mnt / "ghost" / "meta.json").read_bytes())["broken"],
+                         r'the index puts it in "model-1.safetensors", which has no tensor')
+        self.assertEqual(json.loads((mnt / "index.json").read_bytes())["total_bytes"], 16)
+        self.unmount(mnt, proc)
+
+    def test_huge_weight_map(self):
+        """A million keys naming one shard that has none of them: a million broken tensors,
+        inspected in bounded time and memory."""
+        weight_map = {f"k{i}": "model-1.safetensors" for i in range(1_000_000)}
+        _, index = self.set_with("huge_map", weight_map)
+        r = self.inspect(index, rss_limit_mb=1024 * SLOWDOWN, json_output=False)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn(b"1000000 tensors (0 bytes), 0 values", r.stdout)
