@@ -27,10 +27,10 @@ constexpr const char* usage_text = R"(usage: ckptfs [options] CHECKPOINT MOUNTPO
        ckptfs inspect CHECKPOINT [--json]
        ckptfs -h | --help | -V | --version
 
-Mounts a PyTorch checkpoint (.pth/.pt/.ckpt/.bin written by torch.save) read-only: every
-state_dict key becomes a directory with the tensor's raw `data`, a `meta.json` and a
-`tensor.npy`, and every read is an offset read inside the checkpoint. Its pickle is never
-executed.
+Mounts a checkpoint read-only: a PyTorch file written by torch.save (.pth/.pt/.ckpt/.bin), a
+safetensors file, or a Hugging Face sharded set (its directory or its *.index.json). Every key
+becomes a directory with the tensor's raw `data`, a `meta.json` and a `tensor.npy`, and every
+read is an offset read inside the file that holds the tensor. No pickle is ever executed.
 
 options (before or after CHECKPOINT MOUNTPOINT):
   -f                     stay in the foreground; "ckptfs: mounted ..." on stderr once mounted
@@ -52,12 +52,20 @@ options (before or after CHECKPOINT MOUNTPOINT):
 
 inspect CHECKPOINT [--json]
   lists every entry without mounting: key, kind, dtype, shape, bytes, file offset, and totals;
-  --json prints {"format", "byteorder", "entries": [...]}
+  --json prints {"format", "byteorder", "sources", "metadata", "entries": [...]}
+
+CHECKPOINT:
+  FILE.safetensors                a safetensors file (also any file with its header)
+  DIR                             model.safetensors, model.safetensors.index.json,
+                                  pytorch_model.bin or pytorch_model.bin.index.json in DIR (the
+                                  first there), else its one *.index.json or *.safetensors
+  DIR/NAME.index.json             a sharded set: each key from the shard its weight_map names
 
 the tree:
-  MOUNTPOINT/index.json           every entry: key, path, kind, dtype, shape, nbytes
+  MOUNTPOINT/index.json           every entry: key, path, kind, dtype, shape, nbytes; the
+                                  files read (sources) and the file's metadata
   MOUNTPOINT/<key>/data           a tensor's bytes in C order, as stored
-  MOUNTPOINT/<key>/meta.json      dtype, shape, stride, offsets, storage, sharing
+  MOUNTPOINT/<key>/meta.json      dtype, shape, stride, source file, offsets, storage, sharing
   MOUNTPOINT/<key>/tensor.npy     the same bytes behind a .npy header
   MOUNTPOINT/<key>/value.json     a non-tensor value as JSON
 
@@ -67,10 +75,10 @@ unmount with: fusermount3 -u MOUNTPOINT (or umount as root)
 exit status:
   0  success
   1  usage error
-  2  the checkpoint cannot be opened or read
+  2  the checkpoint, or a shard its index names, cannot be opened or read
   3  the zip container is invalid
-  4  the pickle is invalid or the checkpoint is inconsistent
-  5  a valid file ckptfs does not serve (compressed record, TorchScript, tar format)
+  4  the pickle, safetensors header or index is invalid, or the checkpoint is inconsistent
+  5  a valid file ckptfs does not serve (compressed record, TorchScript, tar format, F6 dtype)
   6  the mount failed (mountpoint, /dev/fuse, permissions)
 )";
 

@@ -59,7 +59,8 @@ bool looks_like_safetensors(const ByteSource& source);
 // than limits.max_dims dimensions, a dimension or stride past 2^63 - 1; and files past the
 // other limits.
 //
-// Messages start with "safetensors header: " and name tensors quoted.
+// The errors found while reading the header start with "safetensors header: " (and the JSON's
+// with the byte offset in the header); every message quotes the tensor names it gives.
 Model read_safetensors(const ByteSource& source, std::string source_name,
                        const SafetensorsLimits& limits = {});
 
