@@ -11,10 +11,11 @@ integration tests (tests/integration/) share:
     loading     torch_load: torch.load on the CPU even when the checkpoint's classes are missing
                 (StubObject, stub_class, StubUnpickler, stubbed_names)
     flattening  flatten: a loaded object as ordered (key, tensor | value) entries, the rule of
-                `ckptfs inspect` and of the mount (children, contains_tensor)
+                `ckptfs inspect` and of the mount (children, contains_tensor); key_paths: the
+                Python keys of the entries whose text does not say them
     values      simple_json, NOT_JSON, value_entry, has_opaque, json_equal: which values JSON
                 can hold, a value's entry, and how ckptfs's JSON compares with them
-    names       directory_name, fnv1a64: the directory name of a key in the mount
+    names       directory_name, entry_names, fnv1a64: the names of keys in the mount
     mounts      mount_points: what /proc/self/mountinfo lists
 
 Needs torch (Debian's 1.13, or later) and numpy; everything else is the standard library.
@@ -24,6 +25,7 @@ them (scripts/ in the repository, or wherever ckptfs-verify is installed).
 
 import collections
 import inspect
+import re
 import pickle
 import sys
 import types
@@ -55,6 +57,7 @@ NUMPY_KIND = {
     "bfloat16": "u2", "complex32": "u4", "bits8": "u1",
     "float8_e5m2": "u1", "float8_e4m3fn": "u1", "float8_e5m2fnuz": "u1", "float8_e4m3fnuz": "u1",
     "float8_e8m0fnu": "u1",
+    "qint8": "i1", "quint8": "u1", "qint32": "i4",  # the integer representation
 }
 
 # Byte swapping is per element, complex numbers per half (their real and imaginary parts).
@@ -268,8 +271,9 @@ def contains_tensor(x, is_tensor=is_torch_tensor, seen=None):
     return any(contains_tensor(v, is_tensor, seen) for _, v in children(x))
 
 
-def flatten(root, is_tensor=is_torch_tensor):
-    """The entries of a loaded checkpoint, in order: [(key, object)].
+def flatten(root, is_tensor=is_torch_tensor, with_parts=False):
+    """The entries of a loaded checkpoint, in order: [(key, object)], or with `with_parts`
+    [(key, object, parts)], `parts` being the Python keys (and list indices) along the way.
 
     Tensors are leaves; a child holding a tensor somewhere below is walked, keyed
     "parent.child"; a subtree without tensors is one value. A bare tensor is the entry "tensor";
@@ -277,22 +281,110 @@ def flatten(root, is_tensor=is_torch_tensor):
     `is_tensor` says what a tensor is (torch tensors by default)."""
     out = []
 
-    def walk(x, prefix):
-        for k, v in children(x):
+    def tensor(key, t, parts):
+        out.append((key, t, parts))
+        # A per-channel quantized tensor: its scales and zero points follow as entries.
+        for name, part in quantized_parts(t):
+            out.append((f"{key}.{name}", part, parts + [Part(name)]))
+
+    def walk(x, prefix, parts):
+        for (k, v), part in zip(children(x), raw_keys(x)):
             key = k if prefix is None else f"{prefix}.{k}"
+            here = parts + [part]
             if is_tensor(v):
-                out.append((key, v))
+                tensor(key, v, here)
             elif contains_tensor(v, is_tensor):
-                walk(v, key)
+                walk(v, key, here)
             else:
-                out.append((key, v))
+                out.append((key, v, here))
 
     if is_tensor(root):
-        out.append(("tensor", root))
+        tensor("tensor", root, [])
     elif type(root) in (dict, list, collections.OrderedDict) or contains_tensor(root, is_tensor):
-        walk(root, None)
+        walk(root, None, [])
     else:
-        out.append(("value", root))
+        out.append(("value", root, []))
+    return out if with_parts else [(k, v) for k, v, _ in out]
+
+
+def quantized_parts(t):
+    """[(name, tensor)] of the scales and zero points of a per-channel quantized tensor (torch's,
+    or any object with a `quantized_parts` list); [] for others."""
+    if isinstance(t, torch.Tensor):
+        if t.is_quantized and t.qscheme() in (torch.per_channel_affine,
+                                              torch.per_channel_affine_float_qparams):
+            return [("q_per_channel_scales", t.q_per_channel_scales()),
+                    ("q_per_channel_zero_points", t.q_per_channel_zero_points())]
+        return []
+    return list(getattr(t, "quantized_parts", []))
+
+
+def quantization(t, key):
+    """meta.json's "quantization" of a tensor saved under `key`: None unless it is quantized
+    (a torch tensor, or an object with a `quantization` dict, as make_fixtures' reader makes)."""
+    if not isinstance(t, torch.Tensor):
+        q = getattr(t, "quantization", None)
+        if q is None:
+            return None
+        q = dict(q)
+    elif not t.is_quantized:
+        return None
+    elif t.qscheme() in (torch.per_tensor_affine, torch.per_tensor_symmetric):
+        return {"qscheme": str(t.qscheme()).removeprefix("torch."), "scale": t.q_scale(),
+                "zero_point": t.q_zero_point()}
+    else:
+        # torch saves every per-channel scheme under the per_channel_affine tag
+        q = {"qscheme": "per_channel_affine", "axis": t.q_per_channel_axis()}
+    if "axis" in q:
+        q.update(scales=f"{key}.q_per_channel_scales",
+                 zero_points=f"{key}.q_per_channel_zero_points")
+    return q
+
+
+class Part(str):
+    """A key part ckptfs names itself (a quantized tensor's "q_per_channel_scales"), not a
+    Python key."""
+
+
+def raw_keys(x):
+    """The Python keys of children(x), in the same order: dict keys as they are, positions of a
+    list or tuple as ints, an object's attribute names."""
+    if isinstance(x, dict):
+        return list(x.keys())
+    if type(x) in (list, tuple):
+        return list(range(len(x)))
+    d = getattr(x, "__dict__", None)
+    if isinstance(d, dict) and not isinstance(x, (torch.Tensor, type, np.ndarray, np.generic)):
+        return list(d.keys())
+    return []
+
+
+def key_part_json(k):
+    """A Python key as ckptfs writes it in a key path: str, int, bool and None as JSON does,
+    a float as a number or {"__float__": ...}, bytes as {"__bytes__": hex}, a tuple as
+    {"__tuple__": repr}."""
+    if isinstance(k, Part):
+        return {"__part__": str(k)}
+    if type(k) in (str, int, bool) or k is None:
+        return k
+    if type(k) is float:
+        return k if np.isfinite(k) else {"__float__": repr(k)}
+    if type(k) is bytes:
+        return {"__bytes__": k.hex()}
+    if type(k) is tuple:
+        return {"__tuple__": repr(k)}
+    return {"__key__": str(k)}
+
+
+def key_paths(flat):
+    """For the entries of flatten(..., with_parts=True): each entry's "key_path" as ckptfs
+    writes it in index.json and meta.json, or None where it has none. An entry has one when a
+    part is not a str, or when another entry has the same key text."""
+    count = collections.Counter(key for key, _, _ in flat)
+    out = []
+    for key, _, parts in flat:
+        needed = count[key] > 1 or any(type(p) is not str for p in parts)
+        out.append([key_part_json(p) for p in parts] if needed else None)
     return out
 
 
@@ -367,12 +459,21 @@ def fnv1a64(data):
     return h
 
 
-def directory_name(key):
-    """The directory name of a key: '%' -> %25, '/' -> %2F, NUL -> %00; '', '.', '..' and
-    'index.json' get a '%' in front; past 255 bytes: the first 200 bytes (cut where a character
-    starts) + '~' + FNV-1a 64 of the key in 16 hex digits."""
-    raw = key.encode("utf-8", "surrogatepass")
-    name = bytearray(b"%" if raw in (b"", b".", b"..", b"index.json") else b"")
+_RESERVED = {b"", b".", b"..", b"index.json", b"map", b"model.safetensors",
+             b"model.safetensors.index.json"}
+
+
+def _reserved(raw):
+    """Whether a key's name is one the mount's root uses itself (in any layout or view)."""
+    if raw in _RESERVED:
+        return True
+    m = re.fullmatch(rb"model-([0-9]+)-of-([0-9]+)\.safetensors", raw)
+    return m is not None
+
+
+def _escaped(raw):
+    """The escaped name of a key's bytes, and where a cut keeps at most 200 bytes."""
+    name = bytearray(b"%" if _reserved(raw) else b"")
     cut = 0
     for c in raw:
         if c & 0xC0 != 0x80 and len(name) <= 200:  # a character starts here
@@ -380,9 +481,42 @@ def directory_name(key):
         name += {0x25: b"%25", 0x2F: b"%2F", 0: b"%00"}.get(c, bytes([c]))
     if len(name) <= 200:
         cut = len(name)
+    return bytes(name), cut
+
+
+def _cut(name, cut, raw):
+    return name[:cut] + b"%~" + f"{fnv1a64(raw):016x}".encode()
+
+
+def directory_name(key):
+    """The directory name of a key: '%' -> %25, '/' -> %2F, NUL -> %00; the root's own names
+    ('', '.', '..', 'index.json', 'map', 'model.safetensors', 'model.safetensors.index.json',
+    'model-N-of-M.safetensors') get a '%' in front; past 255 bytes: the first 200 bytes (cut
+    where a character starts) + '%~' + FNV-1a 64 of the key in 16 hex digits."""
+    raw = key.encode("utf-8", "surrogatepass")
+    name, cut = _escaped(raw)
     if len(name) > 255:
-        name = name[:cut] + b"~" + f"{fnv1a64(raw):016x}".encode()
-    return bytes(name).decode("utf-8", "surrogateescape")
+        name = _cut(name, cut, raw)
+    return name.decode("utf-8", "surrogateescape")
+
+
+def entry_names(keys):
+    """The names of the keys of a mount, in order: directory_name(), and for a name an earlier
+    key already has, '%#2', '%#3'... (the smallest number free), cut when it passes 255 bytes."""
+    taken, out = set(), []
+    for key in keys:
+        raw = key.encode("utf-8", "surrogatepass")
+        name, cut = _escaped(raw)
+        plain = name if len(name) <= 255 else _cut(name, cut, raw)
+        n, candidate = 1, plain
+        while candidate in taken:
+            n += 1
+            suffix = f"%#{n}".encode()
+            candidate = (plain + suffix if len(plain) + len(suffix) <= 255
+                         else _cut(name, cut, raw) + suffix)
+        taken.add(candidate)
+        out.append(candidate.decode("utf-8", "surrogateescape"))
+    return out
 
 
 # --------------------------------------------------------------------------------------------

@@ -89,6 +89,9 @@ STORAGE_CLASSES = {
     "BoolStorage": ("bool", 1),
     "ComplexFloatStorage": ("complex64", 8),
     "ComplexDoubleStorage": ("complex128", 16),
+    "QInt8Storage": ("qint8", 1),
+    "QUInt8Storage": ("quint8", 1),
+    "QInt32Storage": ("qint32", 4),
     "UntypedStorage": ("uint8", 1),
 }
 
@@ -118,6 +121,8 @@ class TensorDesc:
         self.dtype, self.shape, self.stride = dtype, list(shape), list(stride)
         self.offset, self.storage_key, self.storage_bytes = offset, storage_key, storage_bytes
         self.requires_grad, self.conj = requires_grad, conj
+        self.quantization = None  # meta.json's "quantization" (without the parts' keys)
+        self.quantized_parts = []  # per-channel: [(name, TensorDesc)] of scales, zero points
 
     def with_requires_grad(self, rg):
         c = copy.copy(self)
@@ -161,22 +166,27 @@ def tensor_entry(t, byteorder):
 def describe(root, fmt, byteorder):
     """The expected.json document for an object that a reader will see as `root`."""
     entries, idents = [], []
-    for key, obj in ref.flatten(root, is_tensor):
+    flat = ref.flatten(root, is_tensor, with_parts=True)
+    for (key, obj, _), key_path in zip(flat, ref.key_paths(flat)):
         if is_tensor(obj):
             e = {"key": key, "kind": "tensor"}
             e.update(tensor_entry(obj, byteorder))
+            q = ref.quantization(obj, key)
+            if q is not None:
+                e["quantization"] = q
             entries.append(e)
             idents.append(storage_identity(obj))
         else:
             entries.append(ref.value_entry(key, obj))
             idents.append(None)
+        if key_path is not None:
+            entries[-1]["key_path"] = key_path
     for i, e in enumerate(entries):
         if e["kind"] == "tensor":
             e["shared_with"] = [entries[j]["key"] for j in range(len(entries))
                                 if j != i and idents[j] is not None and idents[j] == idents[i]]
-    keys = [e["key"] for e in entries]
-    assert len(set(keys)) == len(keys), "flattened keys must be unique in a fixture"
     return {"format": fmt, "byteorder": byteorder, "entries": entries}
+
 
 
 # --------------------------------------------------------------------------------------------
@@ -426,6 +436,18 @@ def _rebuild_old(storage, offset, size, stride):
     return TensorDesc(storage.dtype, size, stride, offset, storage.key, None, False)
 
 
+def _rebuild_qtensor(storage, offset, size, stride, qparams, requires_grad, hooks):
+    t = TensorDesc(storage.dtype, size, stride, offset, storage.key, None, requires_grad)
+    scheme = qparams[0]
+    if len(qparams) == 3:
+        t.quantization = {"qscheme": scheme, "scale": qparams[1], "zero_point": qparams[2]}
+    else:
+        t.quantization = {"qscheme": scheme, "axis": qparams[3]}
+        t.quantized_parts = [("q_per_channel_scales", qparams[1]),
+                             ("q_per_channel_zero_points", qparams[2])]
+    return t
+
+
 def _rebuild_parameter(data, requires_grad, hooks, state=None):
     return data.with_requires_grad(requires_grad)
 
@@ -435,6 +457,7 @@ class _RefUnpickler(pickle.Unpickler):
         ("torch._utils", "_rebuild_tensor_v2"): _rebuild_v2,
         ("torch._utils", "_rebuild_tensor_v3"): _rebuild_v3,
         ("torch._utils", "_rebuild_tensor"): _rebuild_old,
+        ("torch._utils", "_rebuild_qtensor"): _rebuild_qtensor,
         ("torch._utils", "_rebuild_parameter"): _rebuild_parameter,
         ("torch._utils", "_rebuild_parameter_with_state"): _rebuild_parameter,
         ("collections", "OrderedDict"): collections.OrderedDict,
@@ -450,8 +473,8 @@ class _RefUnpickler(pickle.Unpickler):
             return self.FUNCS[(module, name)]
         if "Storage" in name:
             return _StorageClass(name)
-        if module == "torch" and name in ref.DTYPE_SIZES:
-            return name
+        if module == "torch" and (name in ref.DTYPE_SIZES or name.startswith("per_")):
+            return name  # a dtype or a qscheme, by its name
         if module in ("builtins", "__builtin__", "_codecs", "argparse"):
             return super().find_class(module, name)
         return ref.stub_class(module, name)
@@ -510,6 +533,8 @@ def reference_read(path):
     def attach(x, seen):
         if isinstance(x, TensorDesc):
             x.storage_bytes = blobs[x.storage_key]
+            for _, part in x.quantized_parts:
+                attach(part, seen)
             return
         if id(x) in seen:
             return
@@ -698,6 +723,44 @@ def fixture_keys():
         -7: t(1),
         "nested": {"": t(1), "x/y": t(1), 3: "a value", "deeper": {"z": t(1)}},
         "note": "keys test ✓",
+    }
+
+
+def fixture_collisions():
+    """Keys that render to the same text but are different Python keys, and literal keys that
+    look like another key's suffixed or cut name: every one is an entry of its own."""
+    gen = torch.Generator().manual_seed(11)
+
+    def t(*shape):
+        return torch.randn(*shape, generator=gen)
+
+    long = "k" * 300
+    return {
+        0: t(1), "0": t(2),
+        b"x": t(1), "x": t(2), "b'x'": t(3),
+        (1, 2): t(1), "(1, 2)": t(2),
+        None: t(1), "None": t(2),
+        b"\xff": t(1), b"\xfe": t(2),
+        "a.b": t(1), "a": {"b": t(2)}, "a.b#2": t(3), "a.b%#2": t(4),
+        1.5: t(1), "1.5": "a value with the text of a float key",
+        (1, "a'b"): t(1),
+        long: t(1), ref.directory_name(long): t(2),
+        "map": t(1), "model.safetensors": t(1), "model-00001-of-00002.safetensors": t(1),
+    }
+
+
+def fixture_quantized():
+    """Quantized tensors of every scheme torch 1.13 saves: their parameters are kept."""
+    torch.manual_seed(12)
+    x = torch.randn(4, 3)
+    return {
+        "per_tensor": torch.quantize_per_tensor(x, 0.05, 3, torch.qint8),
+        "per_tensor_u8": torch.quantize_per_tensor(x, 0.1, 128, torch.quint8),
+        "per_channel": torch.quantize_per_channel(x, torch.tensor([0.1, 0.2, 0.3], dtype=torch.double),
+                                                  torch.tensor([0, 1, -1]), 1, torch.qint8),
+        "per_channel_float_qparams": torch.quantize_per_channel(
+            x, torch.tensor([0.1, 0.2, 0.3, 0.4], dtype=torch.float),
+            torch.tensor([0.0, 1.0, 2.0, 3.0]), 0, torch.quint8),
     }
 
 
@@ -986,6 +1049,8 @@ def make_all(outdir):
     torch_fixture("views", fixture_views(), to_path=False)
     torch_fixture("training", fixture_training())
     torch_fixture("keys", fixture_keys())
+    torch_fixture("collisions", fixture_collisions())
+    torch_fixture("quantized", fixture_quantized())
     torch_fixture("params", fixture_params())
     torch_fixture("module", fixture_module())
     torch_fixture("bare", fixture_bare())

@@ -6,6 +6,7 @@
 #include "options.hpp"
 
 #include <ckptfs/base/error.hpp>
+#include <ckptfs/base/numbers.hpp>
 #include <ckptfs/format/open_model.hpp>
 #include <ckptfs/source/byte_source.hpp>
 #include <ckptfs/view/vfs.hpp>
@@ -128,7 +129,7 @@ std::string escaped_fsname(const std::string& path) {
 std::string ready_line(const ckptfs::Model& c, const std::string& checkpoint,
                        const std::string& mountpoint) {
   std::size_t tensors = 0;
-  std::uint64_t bytes = 0;
+  ckptfs::uint128 bytes = 0;
   for (const auto& e : c.entries) {
     if (e.kind != ckptfs::Entry::Kind::tensor) continue;
     ++tensors;
@@ -136,7 +137,7 @@ std::string ready_line(const ckptfs::Model& c, const std::string& checkpoint,
     if (t.broken.empty()) bytes += t.nbytes();
   }
   return fmt::format("ckptfs: mounted {} on {} ({} tensors, {} values, {} bytes)", checkpoint,
-                     mountpoint, tensors, c.entries.size() - tensors, bytes);
+                     mountpoint, tensors, c.entries.size() - tensors, ckptfs::decimal(bytes));
 }
 
 int run_mount(const std::vector<std::string>& args) {

@@ -20,7 +20,8 @@ FIXTURES = Path(os.environ.get("CKPTFS_FIXTURES", REPO / "build" / "fixtures")).
 CORPUS = Path(os.environ.get("CKPTFS_CORPUS", REPO.parent / "shared" / "corpus")).absolute()
 
 # Every fixture scripts/make_fixtures.py writes. A missing one is a failure.
-FIXTURE_NAMES = ["convnet", "dtypes", "views", "training", "keys", "params", "module", "bare",
+FIXTURE_NAMES = ["convnet", "dtypes", "views", "training", "keys", "collisions", "quantized",
+                 "params", "module", "bare",
                  "zip64", "zip64_cd", "legacy", "bigendian", "new_dtypes"]
 # Fixtures torch 1.13 cannot load: new dtypes and the torch >= 2.7 layout (hand-built), and a
 # zip64 central directory whose zero-length record carries only a zip64 offset (valid; miniz 2.1

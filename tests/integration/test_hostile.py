@@ -535,6 +535,24 @@ class HostilePickleTests(HostileTestCase):
         self.assertIn("depth_limit", (mnt / "0" / "value.json").read_text())
         self.unmount(mnt, proc)
 
+    def test_tensor_at_the_bottom_of_two_million_levels(self):
+        # A legal key of 4 MB: the tensor is found and served (no limit on one key's length but
+        # the budget of all keys), in bounded time and memory.
+        n = 2_000_000
+        tensor = PickleAsm().dump(v2("0", 4, (4,)))[2:-1]
+        pkl = b"\x80\x02" + b"]" * n + tensor + b"a" * n + b"."
+        path = self.write("deep_tensor.pth", checkpoint(pkl, {"0": floats(4)}))
+        r = self.inspect(path, rss_limit_mb=512 * SLOWDOWN)
+        self.assertEqual(r.returncode, 0, r.stderr.decode(errors="replace"))
+        (entry,) = json.loads(r.stdout)["entries"]
+        self.assertEqual(entry["key"], ".".join(["0"] * n))
+        mnt, proc = self.mount(path)
+        index = json.loads((mnt / "index.json").read_bytes())
+        name = index["entries"][0]["path"]
+        self.assertLessEqual(len(os.fsencode(name)), 255)
+        self.assertEqual((mnt / name / "data").read_bytes(), floats(4))
+        self.unmount(mnt, proc)
+
     def test_huge_length_prefixes(self):
         cases = {
             "binunicode8_4g": b"\x80\x04\x8d" + struct.pack("<Q", 1 << 32) + b"abc.",
@@ -600,6 +618,55 @@ def dag_pickle(depth, key_bytes, leaf=None):
             out += b"X" + struct.pack("<I", len(key)) + key + b"j" + struct.pack("<I", 1000 + level)
         out += b"ur" + struct.pack("<I", 1001 + level)
     return bytes(out + b".")
+
+
+class HugeSizeTests(HostileTestCase):
+    """Views whose sizes or offsets do not fit the file system's off_t (stride-0 views of a
+    one-element storage): each is broken with its reason or served exactly; no size, offset or
+    total wraps, and every entry of the mount can be stat'ed."""
+
+    def test_sizes_past_off_t(self):
+        big = 1 << 31
+        pkl = PickleAsm().dump({
+            "wraps_u64": v2("0", 1, (big, big, 4), (0, 0, 0)),      # 2^64 elements: wraps
+            "past_off_t": v2("0", 1, (big, 1 << 30), (0, 0)),       # 2^63 bytes: past off_t
+            "fits": v2("0", 1, (1 << 30, 1 << 30), (0, 0)),         # 2^62 bytes: served
+            "empty_far": v2("0", 1, (0,), (1,), offset=1 << 62),    # empty, far past the end
+            **{f"many{i}": v2("0", 1, (1 << 30, 1 << 30), (0, 0)) for i in range(8)},
+            "step": 7,
+        })
+        path = self.write("huge_views.pth", checkpoint(pkl, {"0": floats(1)}))
+        r = self.inspect(path)
+        self.assertEqual(r.returncode, 0, r.stderr.decode(errors="replace"))
+        doc = {e["key"]: e for e in json.loads(r.stdout)["entries"]}
+        for key in ("wraps_u64", "past_off_t"):
+            self.assertRegex(doc[key]["broken"] or "", "do not fit a file", key)
+        self.assertIsNone(doc["fits"]["broken"])
+        self.assertEqual(doc["fits"]["nbytes"], 1 << 62)
+        self.assertIsNone(doc["empty_far"]["file_offset"])
+        mnt, proc = self.mount(path)
+        index = json.loads((mnt / "index.json").read_bytes())
+        # 9 tensors of 2^62 bytes: more than 2^64 in all, written exactly.
+        self.assertEqual(index["total_bytes"], 9 * (1 << 62))
+        for entry in os.listdir(mnt):
+            os.stat(mnt / entry)
+            if (mnt / entry).is_dir():
+                for name in os.listdir(mnt / entry):
+                    st = os.stat(mnt / entry / name)  # never EIO, never a negative size
+                    self.assertGreaterEqual(st.st_size, 0, f"{entry}/{name}")
+        self.assertEqual(os.listdir(mnt / "wraps_u64"), ["meta.json"])
+        meta = json.loads((mnt / "past_off_t" / "meta.json").read_bytes())
+        self.assertRegex(meta["broken"], "do not fit a file")
+        fits = mnt / "fits"
+        self.assertEqual(os.stat(fits / "data").st_size, 1 << 62)
+        header = os.stat(fits / "tensor.npy").st_size - (1 << 62)
+        self.assertTrue(0 < header <= 4096, header)
+        with open(fits / "data", "rb") as f:
+            self.assertEqual(os.pread(f.fileno(), 8, (1 << 62) - 8), floats(1) * 2)
+        self.assertIsNone(json.loads((mnt / "empty_far" / "meta.json").read_bytes())["file_offset"])
+        r = run_measured([str(CKPTFS), "inspect", str(path)])
+        self.assertRegex(r.stdout.decode(), r"\b%d bytes" % (9 * (1 << 62)))
+        self.unmount(mnt, proc)
 
 
 class MultiplyingPickleTests(HostileTestCase):

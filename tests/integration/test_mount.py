@@ -50,7 +50,7 @@ sys.path.insert(0, str(HERE))
 # torch or ckptfs.
 import ckptfs_reference as ref  # noqa: E402
 import make_fixtures  # noqa: E402
-from ckptfs_reference import directory_name, fnv1a64, mount_points  # noqa: E402
+from ckptfs_reference import directory_name, entry_names, fnv1a64, mount_points  # noqa: E402
 from fixtures import (CKPTFS, CORPUS, FIXTURE_NAMES, NOT_TORCH_LOADABLE, REPO,  # noqa: E402
                       corpus_files, expected_doc, fixture_path, processes_with_arg, wait_until)
 from test_inspect import inspect_json  # noqa: E402
@@ -281,10 +281,11 @@ class FixtureMountTests(MountTestCase):
                          f"{name}: total_bytes")
         self.assertEqual(set(os.listdir(mnt)), {"index.json"} | {e["path"] for e in entries},
                          f"{name}: root listing")
-        for e, w in zip(entries, want["entries"]):
+        for e, w, path_name in zip(entries, want["entries"], entry_names(want_keys)):
             at = f"{name}: {w['key']!r}"
-            self.assertEqual(e["path"], directory_name(w["key"]), f"{at}: path")
+            self.assertEqual(e["path"], path_name, f"{at}: path")
             self.assertEqual(e["kind"], w["kind"], f"{at}: kind")
+            self.assertEqual(e.get("key_path"), w.get("key_path"), f"{at}: index.json key_path")
             d = mnt / e["path"]
             if w["kind"] == "value":
                 self.assertEqual(os.listdir(d), ["value.json"], at)
@@ -299,6 +300,9 @@ class FixtureMountTests(MountTestCase):
             for field in ("key", "dtype", "shape", "stride", "storage_offset", "contiguous",
                           "nbytes", "requires_grad"):
                 self.assertEqual(meta.get(field), w[field], f"{at}: meta.json {field}")
+            self.assertEqual(meta.get("key_path"), w.get("key_path"), f"{at}: meta.json key_path")
+            self.assertEqual(meta.get("quantization", "missing"), w.get("quantization"),
+                             f"{at}: meta.json quantization")
             descr = ref.numpy_descr(w["dtype"], want["byteorder"])
             self.assertIsNotNone(descr, f"{at}: no numpy descr for {w['dtype']}")
             self.assertEqual(meta.get("numpy"), descr, f"{at}: meta.json numpy")
@@ -907,16 +911,54 @@ class NameTests(MountTestCase):
         self.assertEqual(directory_name("index.json"), "%index.json")
         self.assertEqual(directory_name("x\0y"), "x%00y")
         self.assertEqual(directory_name("index.json.x"), "index.json.x")
+        for root_name in ("map", "model.safetensors", "model.safetensors.index.json",
+                          "model-00001-of-00004.safetensors"):
+            self.assertEqual(directory_name(root_name), "%" + root_name)
         long = directory_name("k" * 300)
-        self.assertEqual(long, "k" * 200 + "~" + f"{fnv1a64(b'k' * 300):016x}")
+        self.assertEqual(long, "k" * 200 + "%~" + f"{fnv1a64(b'k' * 300):016x}")
         self.assertEqual(len(directory_name("k" * 255).encode()), 255)
         # A cut never splits an escape nor a UTF-8 sequence.
         cut = directory_name("k" * 199 + "/" * 40)
-        self.assertTrue(cut.startswith("k" * 199 + "~"), cut)
+        self.assertTrue(cut.startswith("k" * 199 + "%~"), cut)
         cut = directory_name("k" * 199 + "层" * 40)
-        self.assertTrue(cut.startswith("k" * 199 + "~"), cut)
+        self.assertTrue(cut.startswith("k" * 199 + "%~"), cut)
+        # Keys with the same text: the first has the rule's name, the others %#N after it; a
+        # literal key never loses its name to a suffixed one.
+        self.assertEqual(entry_names(["a.b", "a.b", "a.b#2", "a.b"]),
+                         ["a.b", "a.b%#2", "a.b#2", "a.b%#3"])
         self.assertTrue(all(len(directory_name(k * n).encode()) <= 255
                             for k in ("a", "%", "层", "🔥") for n in range(60, 300, 7)))
+
+    def test_collisions_fixture(self):
+        """The issue's case: {0: A, "0": B, b"x": C, "x": D, (1, 2): E, "(1, 2)": F, None: G,
+        "None": H, ...}: every tensor is reachable, each under the name the rule gives it, and
+        index.json says which Python key each came from."""
+        name = "collisions"
+        want = expected_doc(name)
+        mnt, proc = self.mount(fixture_path(name))
+        index = self.read_json(mnt / "index.json")
+        keys = [w["key"] for w in want["entries"]]
+        names = entry_names(keys)
+        self.assertEqual(len(index["entries"]), len(want["entries"]), "an entry was lost")
+        self.assertEqual([e["path"] for e in index["entries"]], names)
+        self.assertEqual(sorted(os.listdir(mnt)), sorted(["index.json", *names]), "listing")
+        by_name = dict(zip(names, want["entries"]))
+        self.assertEqual(by_name["0"]["key_path"], [0])
+        self.assertEqual(by_name["0%#2"]["key_path"], ["0"])
+        self.assertEqual(by_name["a.b%#2"]["key_path"], ["a", "b"])
+        # Literal keys that look like suffixed, cut or root names keep the rule's name.
+        for literal in ("a.b#2", "a.b%#2", "map", "model.safetensors", "k" * 300):
+            self.assertIn(directory_name(literal), names, literal)
+        self.assertEqual(directory_name("a.b%#2"), "a.b%25#2")
+        self.assertEqual(directory_name("map"), "%map")
+        for w, n in zip(want["entries"], names):
+            if w["kind"] != "tensor":
+                continue
+            meta = self.read_json(mnt / n / "meta.json")
+            self.assertEqual(meta["key"], w["key"], n)
+            self.assertEqual(meta.get("key_path"), w.get("key_path"), n)
+            self.assertEqual(sha256((mnt / n / "data").read_bytes()), w["sha256"], n)
+        self.unmount(mnt, proc)
 
     def test_keys_fixture(self):
         name = "keys"
@@ -939,7 +981,7 @@ class NameTests(MountTestCase):
                     self.assertEqual(sha256((d / "data").read_bytes()), w["sha256"])
                 else:
                     self.assertEqual(self.read_json(d / "value.json"), w["value"])
-        self.assertIn("k" * 200 + "~" + f"{fnv1a64(b'k' * 300):016x}", os.listdir(mnt))
+        self.assertIn("k" * 200 + "%~" + f"{fnv1a64(b'k' * 300):016x}", os.listdir(mnt))
         for n in ("%", "%.", "%..", "%index.json", "a%2Fb", "100%25", "nested.x%2Fy"):
             self.assertTrue((mnt / n).is_dir(), n)
         self.unmount(mnt, proc)

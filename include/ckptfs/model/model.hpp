@@ -49,6 +49,11 @@ struct Quantization {
   std::optional<std::size_t> zero_points;
 };
 
+// The most bytes a tensor may have: every file made of its data (data, tensor.npy, tensor.pt,
+// a header of a few KiB included) must have a size that fits off_t. A larger one (a stride-0
+// view of 2^62 elements, say) is marked broken.
+inline constexpr std::uint64_t max_tensor_bytes = (std::uint64_t{1} << 63) - (std::uint64_t{1} << 24);
+
 struct Tensor {
   DType dtype = DType::float32;
   std::vector<std::int64_t> shape;

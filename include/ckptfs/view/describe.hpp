@@ -28,17 +28,19 @@ inline constexpr std::size_t max_shared_with = 100;
 inline constexpr std::size_t max_shared_with_bytes = 2048;
 
 // Writes, into an open JSON object, the fields that describe tensor entry `entry_index` after its
-// key: dtype, shape, stride, storage_offset, contiguous, nbytes, file_offset, numpy, byteorder,
-// requires_grad, storage, shared_with, shared_with_count, broken.
+// key (and key_path): dtype, shape, stride, storage_offset, contiguous, nbytes, file_offset,
+// numpy, byteorder, requires_grad, quantization, storage, shared_with, shared_with_count, broken.
 void write_tensor_fields(JsonWriter& json, const Model& model, std::size_t entry_index,
                          const SharingIndex& sharing);
 
-// meta.json of a tensor entry: {"key", ...write_tensor_fields}, indented, with a final newline.
+// meta.json of a tensor entry: {"key", "key_path" when the entry has one, ...write_tensor_fields},
+// indented, with a final newline.
 std::string tensor_meta_json(const Model& model, std::size_t entry_index,
                              const SharingIndex& sharing);
 
-// `inspect --json`: {"format", "byteorder", "entries": [...]}, tensors as {"key", "kind":
-// "tensor", ...write_tensor_fields}, values as {"key", "kind": "value", "value"}.
+// `inspect --json`: {"format", "byteorder", "entries": [...]}, tensors as {"key", "key_path"?,
+// "kind": "tensor", ...write_tensor_fields}, values as {"key", "key_path"?, "kind": "value",
+// "value"}.
 std::string model_json(const Model& model);
 
 }  // namespace ckptfs

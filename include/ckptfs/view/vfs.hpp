@@ -47,10 +47,10 @@ struct Extent {
 
 struct VfsOptions {
   std::string source_path;  // shown in index.json
-  SourceTimes times;        // of every node: the sources' own, so that rsync -a twice copies once
   uid_t uid = 0;
   gid_t gid = 0;
   mode_t umask = 0222;      // files 0444, directories 0555
+  SourceTimes times = {};   // of every node: the sources' own, so that rsync -a twice copies once
 };
 
 class Vfs {

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
 // The JSON forms of entries: meta.json and `inspect --json`.
+#include <ckptfs/base/numbers.hpp>
 #include <ckptfs/view/describe.hpp>
 
 namespace ckptfs {
@@ -32,6 +33,22 @@ void write_tensor_fields(JsonWriter& j, const Model& c, std::size_t entry_index,
   j.key("numpy").string(numpy_descr(t.dtype, big_endian(c, t)));
   j.key("byteorder").string(big_endian(c, t) ? "big" : "little");
   j.key("requires_grad").boolean(t.requires_grad);
+  j.key("quantization");
+  if (const auto& q = t.quantization) {
+    j.begin_object().key("qscheme").string(q->scheme);
+    if (q->scales || q->zero_points) {
+      // Per channel: the entries holding the scales (float64) and zero points (int64).
+      j.key("axis").number(q->axis);
+      j.key("scales").string(e.key + ".q_per_channel_scales");
+      j.key("zero_points").string(e.key + ".q_per_channel_zero_points");
+    } else {
+      j.key("scale").raw(float_json(q->scale));
+      j.key("zero_point").number(q->zero_point);
+    }
+    j.end_object();
+  } else {
+    j.null();
+  }
   std::uint64_t others = 0;
   j.key("storage");
   if (t.storage) {
@@ -81,7 +98,9 @@ std::string tensor_meta_json(const Model& c, std::size_t entry_index,
   std::string out;
   out.reserve(640);  // a typical meta.json: one allocation
   JsonWriter j(out);
-  j.begin_object().key("key").string(c.entries[entry_index].key);
+  const Entry& e = c.entries[entry_index];
+  j.begin_object().key("key").string(e.key);
+  if (!e.key_path.empty()) j.key("key_path").raw(e.key_path);
   write_tensor_fields(j, c, entry_index, sharing);
   j.end_object();
   out += '\n';
@@ -99,6 +118,7 @@ std::string model_json(const Model& c) {
   for (std::size_t i = 0; i < c.entries.size(); ++i) {
     const Entry& e = c.entries[i];
     j.begin_object().key("key").string(e.key);
+    if (!e.key_path.empty()) j.key("key_path").raw(e.key_path);
     if (e.kind == Entry::Kind::tensor) {
       j.key("kind").string("tensor");
       write_tensor_fields(j, c, i, sharing);

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // The virtual tree: index.json, one directory per entry, and the extents of every file.
-#include <ckptfs/view/describe.hpp>
 #include <ckptfs/base/error.hpp>
+#include <ckptfs/base/numbers.hpp>
+#include <ckptfs/view/describe.hpp>
 #include <ckptfs/view/names.hpp>
 #include <ckptfs/view/npy.hpp>
 #include <ckptfs/view/vfs.hpp>
@@ -33,13 +34,10 @@ Vfs::Vfs(Model model, VfsOptions options)
   nodes_[1].parent = root_ino;
   root_children_.reserve(dirs + 1);
   root_children_.emplace(nodes_[1].name, 1);
+  NameAllocator names;
   for (std::size_t i = 0; i < dirs; ++i) {
     Node& dir = nodes_[2 + i];
-    dir.name = directory_name(entries[i].key);
-    // Keys are unique, and so are their names but for a 64-bit hash collision among cut names.
-    for (int n = 2; root_children_.contains(dir.name); ++n) {
-      dir.name = fmt::format("{}~{}", directory_name(entries[i].key), n);
-    }
+    dir.name = names.name(entries[i].key);
     dir.directory = true;
     dir.parent = root_ino;
     root_children_.emplace(dir.name, static_cast<std::uint32_t>(2 + i));
@@ -95,7 +93,7 @@ Vfs::Vfs(Model model, VfsOptions options)
 
 std::string Vfs::index_json() const {
   std::size_t tensors = 0;
-  std::uint64_t total_bytes = 0;
+  uint128 total_bytes = 0;
   for (const Entry& e : model_.entries) {
     if (e.kind != Entry::Kind::tensor) continue;
     ++tensors;
@@ -110,12 +108,13 @@ std::string Vfs::index_json() const {
   j.key("byteorder").string(model_.byteorder());
   j.key("tensors").number(std::uint64_t{tensors});
   j.key("values").number(std::uint64_t{model_.entries.size() - tensors});
-  j.key("total_bytes").number(total_bytes);
+  j.key("total_bytes").raw(decimal(total_bytes));
   j.key("entries").begin_array();
   for (std::size_t i = 0; i < model_.entries.size(); ++i) {
     const Entry& e = model_.entries[i];
     j.begin_object();
     j.key("key").string(e.key);
+    if (!e.key_path.empty()) j.key("key_path").raw(e.key_path);
     j.key("path").string(entry_directory(i));
     if (e.kind == Entry::Kind::value) {
       j.key("kind").string("value").key("dtype").null().key("shape").null().key("nbytes").null();
