@@ -459,6 +459,9 @@ def fnv1a64(data):
     return h
 
 
+# The files at the root of a mount (the default layout, one model.safetensors).
+ROOT_FILES = ("index.json", "model.safetensors")
+
 _RESERVED = {b"", b".", b"..", b"index.json", b"map", b"model.safetensors",
              b"model.safetensors.index.json"}
 

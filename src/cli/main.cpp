@@ -9,7 +9,7 @@
 #include <ckptfs/base/numbers.hpp>
 #include <ckptfs/format/open_model.hpp>
 #include <ckptfs/source/byte_source.hpp>
-#include <ckptfs/view/vfs.hpp>
+#include <ckptfs/view/tree.hpp>
 
 #include <fmt/format.h>
 
@@ -162,13 +162,13 @@ int run_mount(const std::vector<std::string>& args) {
   try {
     // Everything is parsed and validated before the mount: a bad checkpoint never mounts.
     ckptfs::OpenedModel opened = ckptfs::open_model(o.checkpoint);
-    ckptfs::VfsOptions vfs_options;
-    vfs_options.source_path = absolute;
-    vfs_options.uid = o.uid.value_or(::getuid());
-    vfs_options.gid = o.gid.value_or(::getgid());
-    vfs_options.umask = o.umask.value_or(0222);
-    vfs_options.times = opened.source(0).times();
-    ckptfs::Vfs vfs(std::move(opened.model()), vfs_options);
+    ckptfs::TreeOptions tree_options;
+    tree_options.source_path = absolute;
+    tree_options.uid = o.uid.value_or(::getuid());
+    tree_options.gid = o.gid.value_or(::getgid());
+    tree_options.umask = o.umask.value_or(0222);
+    tree_options.times = opened.source(0).times();
+    ckptfs::Tree tree(std::move(opened.model()), tree_options);
     ckptfs::fuse::MountRequest request;
     request.mountpoint = o.mountpoint;
     request.foreground = o.foreground;
@@ -178,8 +178,8 @@ int run_mount(const std::vector<std::string>& args) {
     request.busy_poll = std::chrono::microseconds(o.busy_poll_us);
     request.fsname = escaped_fsname(absolute);
     request.notifier = &notifier;
-    request.ready_line = ready_line(vfs.model(), o.checkpoint, o.mountpoint);
-    return ckptfs::fuse::mount_and_serve(vfs, opened.sources(), request);
+    request.ready_line = ready_line(tree.model(), o.checkpoint, o.mountpoint);
+    return ckptfs::fuse::mount_and_serve(tree, opened.sources(), request);
   } catch (const ckptfs::Error& e) {
     return fail(e.code(), fmt::format("{}: {}", o.checkpoint, e.what()));
   } catch (const std::bad_alloc&) {

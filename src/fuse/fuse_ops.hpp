@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: MIT
-// The FUSE low-level operations over an immutable Vfs. The only place with FUSE callbacks.
+// The FUSE low-level operations over an immutable Tree. The only place with FUSE callbacks.
 #pragma once
 
 #define FUSE_USE_VERSION FUSE_MAKE_VERSION(3, 12)
 #include <fuse_lowlevel.h>
 
 #include <ckptfs/source/byte_source.hpp>
-#include <ckptfs/view/vfs.hpp>
+#include <ckptfs/view/tree.hpp>
 
 #include <memory>
 
@@ -33,10 +33,10 @@ class InodeSet {
 
 // What every operation needs; handed to libfuse as the session's userdata.
 struct Context {
-  Context(const Vfs* v, Sources s)
-      : vfs(v), sources(s), prefilled(v->node_count() + 1),
+  Context(const Tree* t, Sources s)
+      : tree(t), sources(s), prefilled(t->node_count_hint() + 1),
         changed(std::make_unique<std::atomic<bool>[]>(s.size())) {}
-  const Vfs* vfs;
+  const Tree* tree;
   Sources sources;
   fuse_session* session = nullptr;  // set before serving; for stores into the page cache
   mutable InodeSet prefilled;  // files whose first bytes were stored at their first open

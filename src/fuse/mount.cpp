@@ -143,7 +143,7 @@ void ReadinessNotifier::send(bool ready) {
   fd_ = -1;
 }
 
-int mount_and_serve(const Vfs& vfs, Sources sources, const MountRequest& request) {
+int mount_and_serve(const Tree& tree, Sources sources, const MountRequest& request) {
   if (is_fuse_fd_path(request.mountpoint)) {
     // Checked by libfuse: it must be an open /dev/fuse descriptor.
   } else if (auto problem = check_mountpoint(request.mountpoint); !problem.empty()) {
@@ -162,7 +162,7 @@ int mount_and_serve(const Vfs& vfs, Sources sources, const MountRequest& request
   for (auto& s : argv_strings) argv.push_back(s.data());
   fuse_args args = FUSE_ARGS_INIT(static_cast<int>(argv.size()), argv.data());
 
-  Context context{&vfs, sources};
+  Context context{&tree, sources};
   const fuse_lowlevel_ops& ops = operations();
   Session session(fuse_session_new(&args, &ops, sizeof ops, &context));
   fuse_opt_free_args(&args);

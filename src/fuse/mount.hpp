@@ -3,7 +3,7 @@
 #pragma once
 
 #include <ckptfs/source/byte_source.hpp>
-#include <ckptfs/view/vfs.hpp>
+#include <ckptfs/view/tree.hpp>
 
 #include <chrono>
 #include <string>
@@ -43,12 +43,12 @@ struct MountRequest {
   ReadinessNotifier* notifier = nullptr;  // told once the mount exists (or failed)
 };
 
-// Mounts `vfs` on request.mountpoint and serves it until unmounted or signalled (SIGTERM, SIGINT,
+// Mounts `tree` on request.mountpoint and serves it until unmounted or signalled (SIGTERM, SIGINT,
 // SIGHUP unmount cleanly). Once the mount exists: tells request.notifier; in the foreground,
 // prints request.ready_line on stderr and sends READY=1 to systemd when $NOTIFY_SOCKET is set
 // (a Type=notify service). Without `foreground`, returns in the parent once the mount exists and
 // serves from a daemon child. Returns the process exit code; on failure prints one line
 // "ckptfs: MOUNTPOINT: what" and leaves nothing mounted.
-int mount_and_serve(const Vfs& vfs, Sources sources, const MountRequest& request);
+int mount_and_serve(const Tree& tree, Sources sources, const MountRequest& request);
 
 }  // namespace ckptfs::fuse

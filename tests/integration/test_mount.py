@@ -50,7 +50,8 @@ sys.path.insert(0, str(HERE))
 # torch or ckptfs.
 import ckptfs_reference as ref  # noqa: E402
 import make_fixtures  # noqa: E402
-from ckptfs_reference import directory_name, entry_names, fnv1a64, mount_points  # noqa: E402
+from ckptfs_reference import (ROOT_FILES, directory_name, entry_names, fnv1a64,  # noqa: E402
+                              mount_points)
 from fixtures import (CKPTFS, CORPUS, FIXTURE_NAMES, NOT_TORCH_LOADABLE, REPO,  # noqa: E402
                       corpus_files, expected_doc, fixture_path, processes_with_arg, wait_until)
 from test_inspect import inspect_json  # noqa: E402
@@ -279,7 +280,7 @@ class FixtureMountTests(MountTestCase):
         self.assertEqual(index.get("values"), len(want_keys) - len(tensors), f"{name}: values")
         self.assertEqual(index.get("total_bytes"), sum(w["nbytes"] for w in tensors),
                          f"{name}: total_bytes")
-        self.assertEqual(set(os.listdir(mnt)), {"index.json"} | {e["path"] for e in entries},
+        self.assertEqual(set(os.listdir(mnt)), set(ROOT_FILES) | {e["path"] for e in entries},
                          f"{name}: root listing")
         for e, w, path_name in zip(entries, want["entries"], entry_names(want_keys)):
             at = f"{name}: {w['key']!r}"
@@ -355,7 +356,7 @@ class CorpusMountTests(MountTestCase):
                 self.assertEqual([e["key"] for e in index["entries"]],
                                  [e["key"] for e in doc["entries"]], "keys vs inspect --json")
                 self.assertEqual(set(os.listdir(mnt)),
-                                 {"index.json"} | {e["path"] for e in index["entries"]})
+                                 set(ROOT_FILES) | {e["path"] for e in index["entries"]})
                 with open(path, "rb") as f:
                     for e, g in zip(index["entries"], doc["entries"]):
                         d = mnt / e["path"]
@@ -544,7 +545,7 @@ class ToolTests(MountTestCase):
         path, want = fixture_path(name), expected_doc(name)
         mnt, proc = self.mount(path)
         names = [directory_name(w["key"]) for w in want["entries"]]
-        n_files = 1 + sum(3 if w["kind"] == "tensor" else 1 for w in want["entries"])
+        n_files = len(ROOT_FILES) + sum(3 if w["kind"] == "tensor" else 1 for w in want["entries"])
 
         with self.subTest("glob"):
             for pattern in ("model.bn1.*", "optimizer.state.*.exp_avg", "*.running_var"):
@@ -941,7 +942,7 @@ class NameTests(MountTestCase):
         names = entry_names(keys)
         self.assertEqual(len(index["entries"]), len(want["entries"]), "an entry was lost")
         self.assertEqual([e["path"] for e in index["entries"]], names)
-        self.assertEqual(sorted(os.listdir(mnt)), sorted(["index.json", *names]), "listing")
+        self.assertEqual(sorted(os.listdir(mnt)), sorted([*ROOT_FILES, *names]), "listing")
         by_name = dict(zip(names, want["entries"]))
         self.assertEqual(by_name["0"]["key_path"], [0])
         self.assertEqual(by_name["0%#2"]["key_path"], ["0"])
@@ -970,7 +971,7 @@ class NameTests(MountTestCase):
         self.assertEqual(len(set(names)), len(names), "the expected names collide")
         self.assertEqual({e["key"]: e["path"] for e in index["entries"]}, dict(zip(keys, names)),
                          "index.json key -> path")
-        self.assertEqual(sorted(os.listdir(mnt)), sorted(["index.json", *names]), "listing")
+        self.assertEqual(sorted(os.listdir(mnt)), sorted([*ROOT_FILES, *names]), "listing")
         for w, n in zip(want["entries"], names):
             with self.subTest(w["key"]):
                 self.assertLessEqual(len(n.encode()), 255)

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
-// gather_tensor(): a strided view's bytes in C order, read from its storage in coalesced windows.
-#include <ckptfs/view/vfs.hpp>
+// serve(), read_served() and gather_tensor(): a tensor's bytes as served, a strided view's read
+// from its storage in coalesced windows.
+#include <ckptfs/source/byte_source.hpp>
+#include <ckptfs/view/served.hpp>
 
 #include <algorithm>
 #include <cstring>
@@ -21,9 +23,9 @@ constexpr std::uint64_t max_window = 1 << 20;
 
 }  // namespace
 
-void gather_tensor(const Model& c, const Tensor& t, std::uint64_t offset, std::size_t length,
-                   Sources sources, std::vector<char>& out) {
-  out.resize(length);
+void gather_tensor(const Model& c, const Tensor& t, std::uint64_t offset, Sources sources,
+                   std::span<char> out) {
+  const std::size_t length = out.size();
   if (length == 0) return;
   const std::uint64_t es = t.element_size();
   const Storage& storage = c.storages[*t.storage];
@@ -91,6 +93,39 @@ void gather_tensor(const Model& c, const Tensor& t, std::uint64_t offset, std::s
     i = j;
   }
   std::memcpy(out.data(), elements.data() + (offset - first * es), length);
+}
+
+ServedTensor serve(const Model& model, const Tensor& tensor) {
+  ServedTensor s;
+  s.dtype = tensor.dtype;
+  s.big_endian = big_endian(model, tensor);
+  if (!tensor.broken.empty()) return s;
+  s.nbytes = tensor.nbytes();
+  if (s.nbytes == 0) return s;
+  if (auto offset = model.file_offset(tensor)) {
+    s.way = ServedTensor::Way::range;
+    s.source = model.storages[*tensor.storage].source;
+    s.offset = *offset;
+  } else {
+    s.way = ServedTensor::Way::gather;
+  }
+  return s;
+}
+
+void read_served(const Model& model, const Tensor& tensor, const ServedTensor& served,
+                 std::uint64_t offset, std::size_t length, Sources sources, ReadBuffer& out) {
+  switch (served.way) {
+    case ServedTensor::Way::none:
+      return;
+    case ServedTensor::Way::range:
+      out.add_source(served.source, served.offset + offset, length);
+      return;
+    case ServedTensor::Way::gather: {
+      const std::uint32_t source = model.storages[*tensor.storage].source;
+      gather_tensor(model, tensor, offset, sources, out.add_staged(length, source));
+      return;
+    }
+  }
 }
 
 }  // namespace ckptfs

@@ -1,0 +1,323 @@
+// SPDX-License-Identifier: MIT
+// The tree: inode numbers computed from an entry's place, names, attributes, and the reads of
+// every kind of file, with derived files made on first use.
+#include <ckptfs/base/error.hpp>
+#include <ckptfs/base/numbers.hpp>
+#include <ckptfs/base/json_writer.hpp>
+#include <ckptfs/view/describe.hpp>
+#include <ckptfs/view/names.hpp>
+#include <ckptfs/view/npy.hpp>
+#include <ckptfs/view/safetensors_export.hpp>
+#include <ckptfs/view/served.hpp>
+#include <ckptfs/view/tree.hpp>
+
+#include <algorithm>
+
+namespace ckptfs {
+
+struct Tree::EntryFiles {
+  std::string meta_json;
+  std::string npy_header;
+};
+
+namespace {
+
+// Makes *slot once: the first thread to finish publishes its result, the others drop theirs.
+template <typename T, typename Make>
+const T& once(std::atomic<const T*>& slot, Make make) {
+  if (const T* made = slot.load(std::memory_order_acquire)) return *made;
+  auto fresh = std::make_unique<const T>(make());
+  const T* expected = nullptr;
+  if (slot.compare_exchange_strong(expected, fresh.get(), std::memory_order_acq_rel)) {
+    return *fresh.release();
+  }
+  return *expected;
+}
+
+constexpr const char* entry_file_names[] = {"data", "meta.json", "tensor.npy"};
+constexpr Tree::Kind entry_file_kinds[] = {Tree::Kind::data, Tree::Kind::meta_json,
+                                           Tree::Kind::tensor_npy};
+
+}  // namespace
+
+Tree::Tree(Model model, TreeOptions options)
+    : model_(std::move(model)), options_(std::move(options)) {
+  root_files_.push_back({"index.json", Kind::index_json, 0});
+  if (options_.shard_size == 0) {
+    root_files_.push_back({"model.safetensors", Kind::safetensors_file, 0});
+  } else {
+    // The shards' names say how many there are: the export is laid out now.
+    root_files_.push_back({"model.safetensors.index.json", Kind::safetensors_index, 0});
+    const auto& files = safetensors().files();
+    for (std::size_t i = 0; i < files.size(); ++i) {
+      root_files_.push_back({files[i].name, Kind::safetensors_file, i});
+    }
+  }
+  first_entry_ino_ = root_ino + 1 + root_files_.size();
+  const std::size_t entries = model_.entries.size();
+  entry_names_.reserve(entries);
+  NameAllocator names;
+  for (const Entry& e : model_.entries) entry_names_.push_back(names.name(e.key));
+  root_lookup_.reserve(root_files_.size() + entries);
+  for (std::size_t i = 0; i < root_files_.size(); ++i) root_lookup_.emplace(root_files_[i].name, i);
+  for (std::size_t i = 0; i < entries; ++i) {
+    // Entry names never equal a root file's (the naming rule reserves them).
+    root_lookup_.emplace(entry_names_[i], root_files_.size() + i);
+  }
+  entry_files_ = std::make_unique<std::atomic<const EntryFiles*>[]>(entries);
+}
+
+Tree::~Tree() {
+  for (std::size_t i = 0; i < model_.entries.size(); ++i) delete entry_files_[i].load();
+  delete index_json_.load();
+  delete safetensors_.load();
+  delete sharing_.load();
+}
+
+std::size_t Tree::files_of_entry(std::size_t entry) const {
+  const Entry& e = model_.entries[entry];
+  if (e.kind == Entry::Kind::value) return 1;                   // value.json
+  return model_.tensors[e.tensor].broken.empty() ? 3 : 1;        // data, meta.json, tensor.npy
+}
+
+std::optional<Tree::Node> Tree::node(Ino ino) const noexcept {
+  if (ino == root_ino) return Node{Kind::root, 0};
+  if (ino > root_ino && ino < first_entry_ino_) {
+    const RootFile& f = root_files_[ino - root_ino - 1];
+    return Node{f.kind, f.index};
+  }
+  if (ino < first_entry_ino_) return std::nullopt;
+  const std::uint64_t entry = (ino - first_entry_ino_) / stride;
+  const std::uint64_t part = (ino - first_entry_ino_) % stride;
+  if (entry >= model_.entries.size()) return std::nullopt;
+  if (part == 0) return Node{Kind::entry_dir, entry};
+  if (part > files_of_entry(entry)) return std::nullopt;
+  const Entry& e = model_.entries[entry];
+  if (e.kind == Entry::Kind::value) return Node{Kind::value_json, entry};
+  if (!model_.tensors[e.tensor].broken.empty()) return Node{Kind::meta_json, entry};
+  return Node{entry_file_kinds[part - 1], entry};
+}
+
+Tree::Ino Tree::parent(Ino ino) const noexcept {
+  if (ino < first_entry_ino_) return root_ino;
+  const std::uint64_t part = (ino - first_entry_ino_) % stride;
+  return part == 0 ? root_ino : ino - part;
+}
+
+std::size_t Tree::child_count(Ino dir) const {
+  auto n = node(dir);
+  if (!n) return 0;
+  if (n->kind == Kind::root) return root_files_.size() + model_.entries.size();
+  if (n->kind == Kind::entry_dir) return files_of_entry(n->index);
+  return 0;
+}
+
+std::pair<std::string_view, Tree::Ino> Tree::child(Ino dir, std::size_t i) const {
+  if (dir == root_ino) {
+    if (i < root_files_.size()) return {root_files_[i].name, root_ino + 1 + i};
+    const std::size_t entry = i - root_files_.size();
+    return {entry_names_[entry], entry_ino(entry)};
+  }
+  auto n = node(dir);
+  const Entry& e = model_.entries[n->index];
+  std::string_view name;
+  if (e.kind == Entry::Kind::value) {
+    name = "value.json";
+  } else if (!model_.tensors[e.tensor].broken.empty()) {
+    name = "meta.json";
+  } else {
+    name = entry_file_names[i];
+  }
+  return {name, dir + 1 + i};
+}
+
+Tree::Ino Tree::lookup(Ino parent, std::string_view name) const {
+  if (parent == root_ino) {
+    auto it = root_lookup_.find(name);
+    if (it == root_lookup_.end()) return 0;
+    return child(root_ino, it->second).second;
+  }
+  auto n = node(parent);
+  if (!n || n->kind != Kind::entry_dir) return 0;
+  for (std::size_t i = 0, count = files_of_entry(n->index); i < count; ++i) {
+    auto [child_name, ino] = child(parent, i);
+    if (child_name == name) return ino;
+  }
+  return 0;
+}
+
+const Tree::EntryFiles& Tree::entry_files(std::size_t entry) const {
+  return once(entry_files_[entry], [&] {
+    EntryFiles f;
+    const Tensor& t = model_.tensors[model_.entries[entry].tensor];
+    f.meta_json = tensor_meta_json(model_, entry, sharing());
+    if (t.broken.empty()) {
+      const ServedTensor served = serve(model_, t);
+      f.npy_header = npy_header(numpy_descr(served.dtype, served.big_endian), t.shape);
+    }
+    return f;
+  });
+}
+
+std::uint64_t Tree::size(const Node& n) const {
+  switch (n.kind) {
+    case Kind::root:
+    case Kind::entry_dir:
+      return 0;
+    case Kind::index_json:
+      return index_json().size();
+    case Kind::safetensors_index:
+      return safetensors().index_json().size();
+    case Kind::safetensors_file:
+      return safetensors().files()[n.index].size;
+    case Kind::data:
+      return serve(model_, model_.tensors[model_.entries[n.index].tensor]).nbytes;
+    case Kind::meta_json:
+      return entry_files(n.index).meta_json.size();
+    case Kind::tensor_npy:
+      return entry_files(n.index).npy_header.size() +
+             serve(model_, model_.tensors[model_.entries[n.index].tensor]).nbytes;
+    case Kind::value_json:
+      return model_.entries[n.index].value_json.size() + 1;
+  }
+  return 0;
+}
+
+bool Tree::stat(Ino ino, struct stat& st) const {
+  auto n = node(ino);
+  if (!n) return false;
+  st = {};
+  st.st_ino = ino;
+  st.st_uid = options_.uid;
+  st.st_gid = options_.gid;
+  const bool directory = n->kind == Kind::root || n->kind == Kind::entry_dir;
+  const std::uint64_t bytes = size(*n);
+  if (directory) {
+    st.st_mode = S_IFDIR | (0555 & ~options_.umask);
+    // "." and the parent's link, plus each subdirectory's "..".
+    st.st_nlink = ino == root_ino ? 2 + model_.entries.size() : 2;
+  } else {
+    st.st_mode = S_IFREG | (0444 & ~options_.umask);
+    st.st_nlink = 1;
+    st.st_size = static_cast<off_t>(bytes);  // every file fits off_t (max_tensor_bytes)
+  }
+  st.st_blksize = 4096;
+  st.st_blocks = static_cast<blkcnt_t>((bytes + 511) / 512);
+  st.st_mtim = {options_.times.mtime_sec, options_.times.mtime_nsec};
+  st.st_ctim = {options_.times.ctime_sec, options_.times.ctime_nsec};
+  st.st_atim = st.st_mtim;
+  return true;
+}
+
+std::size_t Tree::node_count_hint() const noexcept {
+  return 1 + root_files_.size() + model_.entries.size() * stride;
+}
+
+const std::string& Tree::index_json() const {
+  return once(index_json_, [&] {
+    std::size_t tensors = 0;
+    uint128 total_bytes = 0;
+    for (const Entry& e : model_.entries) {
+      if (e.kind != Entry::Kind::tensor) continue;
+      ++tensors;
+      total_bytes += serve(model_, model_.tensors[e.tensor]).nbytes;
+    }
+    std::string out;
+    JsonWriter j(out);
+    j.begin_object();
+    j.key("source").string(options_.source_path);
+    j.key("format").string(format_name(model_.format));
+    j.key("byteorder").string(model_.byteorder());
+    j.key("tensors").number(std::uint64_t{tensors});
+    j.key("values").number(std::uint64_t{model_.entries.size() - tensors});
+    j.key("total_bytes").raw(decimal(total_bytes));
+    j.key("entries").begin_array();
+    for (std::size_t i = 0; i < model_.entries.size(); ++i) {
+      const Entry& e = model_.entries[i];
+      j.begin_object();
+      j.key("key").string(e.key);
+      if (!e.key_path.empty()) j.key("key_path").raw(e.key_path);
+      j.key("path").string(entry_names_[i]);
+      if (e.kind == Entry::Kind::value) {
+        j.key("kind").string("value").key("dtype").null().key("shape").null().key("nbytes").null();
+      } else {
+        const Tensor& t = model_.tensors[e.tensor];
+        const ServedTensor served = serve(model_, t);
+        j.key("kind").string("tensor");
+        j.key("dtype").string(info(served.dtype).name);
+        j.key("shape").numbers(t.shape);
+        j.key("nbytes");
+        if (t.broken.empty()) {
+          j.number(served.nbytes);
+        } else {
+          j.null();
+        }
+      }
+      j.end_object();
+    }
+    j.end_array().end_object();
+    out += '\n';
+    return out;
+  });
+}
+
+const SharingIndex& Tree::sharing() const {
+  return once(sharing_, [&] { return SharingIndex(model_); });
+}
+
+const SafetensorsExport& Tree::safetensors() const {
+  return once(safetensors_, [&] { return SafetensorsExport(model_, options_.shard_size); });
+}
+
+void Tree::read(Ino ino, std::uint64_t offset, std::size_t length, Sources sources,
+                ReadBuffer& out) const {
+  auto n = node(ino);
+  if (!n) return;
+  const std::uint64_t file_size = size(*n);
+  if (offset >= file_size) return;
+  length = static_cast<std::size_t>(std::min<std::uint64_t>(length, file_size - offset));
+  auto literal = [&](const std::string& text) {
+    out.add_memory(text.data() + offset, length);
+  };
+  switch (n->kind) {
+    case Kind::root:
+    case Kind::entry_dir:
+      return;
+    case Kind::index_json:
+      return literal(index_json());
+    case Kind::safetensors_index:
+      return literal(safetensors().index_json());
+    case Kind::safetensors_file:
+      return safetensors().read(model_, n->index, offset, length, sources, out);
+    case Kind::meta_json:
+      return literal(entry_files(n->index).meta_json);
+    case Kind::value_json: {
+      const std::string& json = model_.entries[n->index].value_json;
+      // The JSON, then a newline.
+      const std::size_t from_json = offset < json.size() ? std::min(length, json.size() - offset) : 0;
+      if (from_json) out.add_memory(json.data() + offset, from_json);
+      if (from_json < length) out.add_memory("\n", 1);
+      return;
+    }
+    case Kind::data:
+    case Kind::tensor_npy: {
+      const Tensor& t = model_.tensors[model_.entries[n->index].tensor];
+      std::uint64_t at = offset;
+      std::size_t left = length;
+      if (n->kind == Kind::tensor_npy) {
+        const std::string& header = entry_files(n->index).npy_header;
+        if (at < header.size()) {
+          const std::size_t part = static_cast<std::size_t>(std::min<std::uint64_t>(left, header.size() - at));
+          out.add_memory(header.data() + at, part);
+          at += part;
+          left -= part;
+        }
+        at -= std::min<std::uint64_t>(at, header.size());
+      }
+      if (left) read_served(model_, t, serve(model_, t), at, left, sources, out);
+      return;
+    }
+  }
+}
+
+}  // namespace ckptfs
