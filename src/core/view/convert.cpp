@@ -22,11 +22,12 @@ inline std::uint16_t byteswap(std::uint16_t v) { return __builtin_bswap16(v); }
 inline std::uint32_t byteswap(std::uint32_t v) { return __builtin_bswap32(v); }
 inline std::uint64_t byteswap(std::uint64_t v) { return __builtin_bswap64(v); }
 
-template <class U>
-U load(const std::byte* p, bool big_endian) {
+template <class U, bool big_endian>
+U load(const std::byte* p) {
   U v;
   std::memcpy(&v, p, sizeof v);
-  return big_endian != (std::endian::native == std::endian::big) ? byteswap(v) : v;
+  if constexpr (big_endian != (std::endian::native == std::endian::big)) v = byteswap(v);
+  return v;
 }
 
 template <class U>
@@ -44,25 +45,26 @@ inline std::uint64_t shift_round_even(std::uint64_t v, unsigned shift) {
 }
 
 // The element conversions, on bit patterns. Rounding by integer arithmetic, so that the result
-// does not depend on the CPU or its floating-point environment.
+// does not depend on the CPU or its floating-point environment. Inlined by force: GCC's -O2
+// otherwise makes some of them a call per element.
 
-std::uint32_t f16_to_f32(std::uint16_t h) {
+[[gnu::always_inline]] inline std::uint32_t f16_to_f32(std::uint16_t h) {
   const std::uint32_t sign = std::uint32_t{h & 0x8000u} << 16;
   const std::uint32_t exponent = (h >> 10) & 0x1fu;
   const std::uint32_t mantissa = h & 0x3ffu;
+  if (exponent - 1 < 30) return sign | ((exponent + 112) << 23) | (mantissa << 13);  // normal
   if (exponent == 0x1f) {  // inf, or NaN: quieted, payload kept (what F16C and torch do)
     return mantissa == 0 ? sign | 0x7f800000u : sign | 0x7fc00000u | (mantissa << 13);
   }
-  if (exponent != 0) return sign | ((exponent + 112) << 23) | (mantissa << 13);
   if (mantissa == 0) return sign;
   // A subnormal m * 2^-24 is normal in float32: its leading bit p becomes the implicit one.
   const auto p = static_cast<std::uint32_t>(std::bit_width(mantissa)) - 1;
   return sign | ((p + 103) << 23) | ((mantissa << (23 - p)) & 0x7fffffu);
 }
 
-std::uint32_t bf16_to_f32(std::uint16_t b) { return std::uint32_t{b} << 16; }
+[[gnu::always_inline]] inline std::uint32_t bf16_to_f32(std::uint16_t b) { return std::uint32_t{b} << 16; }
 
-std::uint16_t f32_to_f16(std::uint32_t x) {
+[[gnu::always_inline]] inline std::uint16_t f32_to_f16(std::uint32_t x) {
   const auto sign = static_cast<std::uint16_t>((x >> 16) & 0x8000u);
   const std::uint32_t a = x & 0x7fffffffu;
   if (a > 0x7f800000u) return sign | 0x7e00u;   // NaN: torch drops the payload
@@ -82,12 +84,12 @@ std::uint16_t f32_to_f16(std::uint32_t x) {
 
 // float32 -> bfloat16, round to nearest even; NaN gives `nan` (torch: 0xffff from its vector
 // code, 0x7fc0 from its scalar code, which float16 -> bfloat16 always takes).
-std::uint16_t f32_to_bf16(std::uint32_t x, std::uint16_t nan) {
+[[gnu::always_inline]] inline std::uint16_t f32_to_bf16(std::uint32_t x, std::uint16_t nan) {
   if ((x & 0x7fffffffu) > 0x7f800000u) return nan;
   return static_cast<std::uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
 }
 
-std::uint32_t f64_to_f32(std::uint64_t d) {
+[[gnu::always_inline]] inline std::uint32_t f64_to_f32(std::uint64_t d) {
   const auto sign = static_cast<std::uint32_t>((d >> 32) & 0x80000000u);
   const std::uint64_t a = d & 0x7fffffffffffffffu;
   if (a > 0x7ff0000000000000u) {  // NaN: quieted, the top 23 payload bits kept (as x86 does)
@@ -105,10 +107,17 @@ std::uint32_t f64_to_f32(std::uint64_t d) {
   return sign | static_cast<std::uint32_t>(shift_round_even(mantissa, 926 - e));
 }
 
+// One loop per byte order, so that the order is not tested per element.
 template <class In, class Out, class Fn>
 void scalar_loop(const std::byte* in, std::byte* out, std::size_t count, bool big_endian, Fn fn) {
-  for (std::size_t i = 0; i < count; ++i) {
-    store_little<Out>(out + i * sizeof(Out), fn(load<In>(in + i * sizeof(In), big_endian)));
+  if (big_endian) {
+    for (std::size_t i = 0; i < count; ++i) {
+      store_little<Out>(out + i * sizeof(Out), fn(load<In, true>(in + i * sizeof(In))));
+    }
+  } else {
+    for (std::size_t i = 0; i < count; ++i) {
+      store_little<Out>(out + i * sizeof(Out), fn(load<In, false>(in + i * sizeof(In))));
+    }
   }
 }
 
@@ -148,13 +157,13 @@ void convert_scalar(DType from, DType to, bool big, const std::byte* in, std::by
         return f32_to_bf16(f16_to_f32(v), bf16_nan_scalar);
       });
     case pair(f16, f32):
-      return scalar_loop<U16, U32>(in, out, n, big, f16_to_f32);
+      return scalar_loop<U16, U32>(in, out, n, big, [](U16 v) { return f16_to_f32(v); });
     case pair(bf16, f16):
       return scalar_loop<U16, U16>(in, out, n, big, [](U16 v) { return f32_to_f16(bf16_to_f32(v)); });
     case pair(bf16, f32):
-      return scalar_loop<U16, U32>(in, out, n, big, bf16_to_f32);
+      return scalar_loop<U16, U32>(in, out, n, big, [](U16 v) { return bf16_to_f32(v); });
     case pair(f32, f16):
-      return scalar_loop<U32, U16>(in, out, n, big, f32_to_f16);
+      return scalar_loop<U32, U16>(in, out, n, big, [](U32 v) { return f32_to_f16(v); });
     case pair(f32, bf16):
       return scalar_loop<U32, U16>(in, out, n, big, [](U32 v) { return f32_to_bf16(v, bf16_nan_vector); });
     // float64 -> float16 and bfloat16 round twice, through float32, as torch does.
@@ -165,7 +174,7 @@ void convert_scalar(DType from, DType to, bool big, const std::byte* in, std::by
         return f32_to_bf16(f64_to_f32(v), bf16_nan_vector);
       });
     case pair(f64, f32):
-      return scalar_loop<U64, U32>(in, out, n, big, f64_to_f32);
+      return scalar_loop<U64, U32>(in, out, n, big, [](U64 v) { return f64_to_f32(v); });
     default:
       return;  // not convertible(): a precondition violation, nothing written
   }
