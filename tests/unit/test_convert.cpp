@@ -10,6 +10,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <thread>
 #include <vector>
 
 using namespace ckptfs;
@@ -418,6 +419,16 @@ TEST_CASE("read_converted streams a large tensor through the bounded staging buf
   CHECK(largest == convert_staging_bytes);
   // A partial first element, 3 full buffers (the last one short), a partial last element.
   CHECK(calls == 1 + 4 + 1);
+}
+
+TEST_CASE("convert_staging: one aligned buffer per thread, the same on every call") {
+  std::byte* mine = convert_staging().data();
+  CHECK(reinterpret_cast<std::uintptr_t>(mine) % 64 == 0);
+  CHECK(convert_staging().data() == mine);
+  std::byte* other = nullptr;
+  std::thread([&] { other = convert_staging().data(); }).join();
+  CHECK(other != nullptr);
+  CHECK(other != mine);
 }
 
 TEST_SUITE_END();

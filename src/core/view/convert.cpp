@@ -6,6 +6,8 @@
 
 #include <bit>
 #include <cstring>
+#include <memory>
+#include <new>
 
 namespace ckptfs {
 namespace {
@@ -242,9 +244,15 @@ ConvertWindow convert_window(DType from, DType to, std::uint64_t offset,
   return w;
 }
 
-std::span<std::byte, convert_staging_bytes> convert_staging() noexcept {
-  alignas(64) thread_local std::byte staging[convert_staging_bytes];
-  return std::span<std::byte, convert_staging_bytes>(staging);
+std::span<std::byte, convert_staging_bytes> convert_staging() {
+  // Allocated on a thread's first use: a thread_local array would be static TLS, zeroed by the
+  // C library for every thread of the process, converting or not.
+  struct AlignedDelete {
+    void operator()(std::byte* p) const { ::operator delete[](p, std::align_val_t{64}); }
+  };
+  thread_local std::unique_ptr<std::byte[], AlignedDelete> staging;
+  if (!staging) staging.reset(new (std::align_val_t{64}) std::byte[convert_staging_bytes]);
+  return std::span<std::byte, convert_staging_bytes>(staging.get(), convert_staging_bytes);
 }
 
 }  // namespace ckptfs
