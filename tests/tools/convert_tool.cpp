@@ -91,7 +91,8 @@ double fastest(int runs, Fn fn) {
   return best;
 }
 
-// Two figures per pair and path, in GB/s of source bytes (1 GB = 1e9 bytes):
+// Two figures per pair and path, each the fastest of 5 runs, in GB/s of source bytes (1 GB =
+// 1e9 bytes):
 //  - staged: 64 KiB of source converted again and again, what read_converted() does (the source
 //    stays in cache: the cost of the conversion itself);
 //  - streamed: a MIB-MiB source converted in one call (memory-bound: source and output are
@@ -130,12 +131,12 @@ int bench(std::size_t mib) {
       if (!detail::convert_path_available(path)) continue;
       const std::size_t staged_count = convert_staging_bytes / in_size;
       const std::size_t repeats = std::max<std::size_t>(1, count / staged_count);
-      const double staged = fastest(3, [&] {
+      const double staged = fastest(5, [&] {
         for (std::size_t r = 0; r < repeats; ++r) {
           detail::convert_with(path, from, to, false, in.data(), out.data(), staged_count);
         }
       });
-      const double streamed = fastest(3, [&] {
+      const double streamed = fastest(5, [&] {
         detail::convert_with(path, from, to, false, in.data(), out.data(), count);
       });
       fmt::print("{}\t{}\t{}\t{:.2f}\t{:.2f}\n", info(from).name, info(to).name, path_name(path),

@@ -148,6 +148,10 @@ void convert_scalar(DType from, DType to, bool big, const std::byte* in, std::by
   using U64 = std::uint64_t;
   constexpr DType f16 = DType::float16, bf16 = DType::bfloat16, f32 = DType::float32,
                   f64 = DType::float64;
+  if (from == to && big == (std::endian::native == std::endian::big)) {
+    std::memcpy(out, in, n * info(from).element_size);  // nothing to convert or swap
+    return;
+  }
   switch (pair(from, to)) {
     case pair(f16, f16):
     case pair(bf16, bf16):
