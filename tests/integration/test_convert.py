@@ -21,7 +21,6 @@ takes its vector loop throughout; test_float64_nan_to_bfloat16_remainder pins th
 
 import os
 import re
-import struct
 import subprocess
 import tempfile
 import unittest
@@ -48,7 +47,7 @@ torch.set_num_threads(1)
 
 
 def tensor_of_bits(bits, name):
-    """A torch tensor of dtype `name` holding exactly the bit patterns `bits` (an unsigned array)."""
+    """A torch tensor of dtype `name` holding exactly the bit patterns `bits` (unsigned ints)."""
     signed = bits.view({2: np.int16, 4: np.int32, 8: np.int64}[bits.itemsize])
     return torch.from_numpy(signed.copy()).view(DTYPES[name])
 
@@ -162,8 +161,9 @@ class ConvertMatchesTorch(unittest.TestCase):
         a = np.frombuffer(ours, dtype=UINT[width])
         b = np.frombuffer(theirs, dtype=UINT[width])
         wrong = np.nonzero(a != b)[0]
-        examples = ", ".join(f"in {int(source_bits[i]):#x}: ours {int(a[i]):#x} torch {int(b[i]):#x}"
-                             for i in wrong[:8])
+        examples = ", ".join(
+            f"in {int(source_bits[i]):#x}: ours {int(a[i]):#x} torch {int(b[i]):#x}"
+            for i in wrong[:8])
         self.fail(f"{what}: {wrong.size} of {a.size} elements differ ({examples})")
 
     def test_torch_runs_its_vector_code(self):
@@ -197,8 +197,9 @@ class ConvertMatchesTorch(unittest.TestCase):
             for target in TARGETS:
                 for n in list(range(1, 41)):
                     chunk = rng.choice(specials, n)
-                    ours = np.frombuffer(run_tool(source, target, "little", "best", chunk.tobytes()),
-                                         dtype=UINT[SIZE[target]])
+                    ours = np.frombuffer(
+                        run_tool(source, target, "little", "best", chunk.tobytes()),
+                        dtype=UINT[SIZE[target]])
                     theirs = bits_of_tensor(tensor_of_bits(chunk, source).to(DTYPES[target]))
                     if source == "float64" and target == "bfloat16":
                         # The documented difference: NaNs in torch's scalar remainder.

@@ -2,9 +2,11 @@
 // Test tool for convert(): converts a file of raw elements for the torch comparison, and
 // measures the throughput of each code path.
 //
-//   ckptfs_convert_tool paths                                  the code paths this CPU runs
-//   ckptfs_convert_tool convert FROM TO little|big PATH IN OUT  IN's elements -> OUT (little-endian)
-//   ckptfs_convert_tool bench [MIB]                           GB/s per pair and path (TSV)
+//   ckptfs_convert_tool paths             the code paths this CPU runs, one a line
+//   ckptfs_convert_tool convert FROM TO little|big PATH IN OUT
+//                                         IN's elements (of the byte order given) -> OUT,
+//                                         little-endian
+//   ckptfs_convert_tool bench [MIB]       GB/s per pair and path, as TSV
 // PATH is scalar, avx2 or best. Exit status 0 on success, 1 on a usage error, 2 on an I/O error.
 #include <ckptfs/view/convert.hpp>
 
@@ -12,8 +14,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <optional>
@@ -116,7 +118,8 @@ int bench(std::size_t mib) {
     // for some pairs), written in the source dtype.
     std::vector<float> values(count);
     for (std::size_t i = 0; i < count; ++i) {
-      values[i] = static_cast<float>(static_cast<double>((i * 2654435761u) % 1000003) / 62500.0 - 8.0);
+      values[i] =
+          static_cast<float>(static_cast<double>((i * 2654435761u) % 1000003) / 62500.0 - 8.0);
     }
     if (from == DType::float64) {
       for (std::size_t i = 0; i < count; ++i) {
@@ -136,9 +139,8 @@ int bench(std::size_t mib) {
           detail::convert_with(path, from, to, false, in.data(), out.data(), staged_count);
         }
       });
-      const double streamed = fastest(5, [&] {
-        detail::convert_with(path, from, to, false, in.data(), out.data(), count);
-      });
+      const double streamed = fastest(
+          5, [&] { detail::convert_with(path, from, to, false, in.data(), out.data(), count); });
       fmt::print("{}\t{}\t{}\t{:.2f}\t{:.2f}\n", info(from).name, info(to).name, path_name(path),
                  static_cast<double>(repeats * staged_count * in_size) / staged / 1e9,
                  static_cast<double>(source_bytes) / streamed / 1e9);

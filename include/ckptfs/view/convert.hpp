@@ -30,13 +30,13 @@ bool convertible(DType from, DType to) noexcept;
 //  - float64 -> float16 and float64 -> bfloat16 round twice, through float32, as torch does
 //    (1 + 2^-11 + 2^-40 gives float16 1.0, not 1 + 2^-10).
 //  - NaN, as torch writes it:
-//      float32 or float64 -> bfloat16   0xffff, whatever the sign and payload
-//      float16 -> bfloat16              0x7fc0, whatever the sign and payload
-//      any -> float16                   sign | 0x7e00 (payload dropped)
-//      float16 -> float32               sign | 0x7fc00000 | payload << 13 (quieted)
-//      float64 -> float32               sign | 0x7fc00000 | top 23 payload bits (quieted)
-//      bfloat16 -> float32              its bits << 16 (a signalling NaN stays signalling)
-//      identity pairs                   the same bits (byte-swapped if the source is big-endian)
+//      float32 or float64 -> bfloat16         0xffff, whatever the sign and payload
+//      float16 -> bfloat16                    0x7fc0, whatever the sign and payload
+//      float32, float64, bfloat16 -> float16  sign | 0x7e00 (payload dropped)
+//      float16 -> float32                     sign | 0x7fc00000 | payload << 13 (quieted)
+//      float64 -> float32                     sign | 0x7fc00000 | top 23 payload bits (quieted)
+//      bfloat16 -> float32                    its bits << 16 (a signalling NaN stays signalling)
+//      identity pairs                         the same bits (swapped from a big-endian source)
 //    One choice: torch 1.13 itself converts a float64 NaN to bfloat16 as 0xffff in its vector
 //    loop but 0x7fc0 in its scalar remainder (the last count % 16 elements of a contiguous
 //    tensor, or every element of a tensor under 16); we always give 0xffff, what most elements

@@ -13,8 +13,7 @@ namespace ckptfs {
 namespace {
 
 bool is_float_source(DType d) {
-  return d == DType::float16 || d == DType::bfloat16 || d == DType::float32 ||
-         d == DType::float64;
+  return d == DType::float16 || d == DType::bfloat16 || d == DType::float32 || d == DType::float64;
 }
 bool is_float_target(DType d) {
   return d == DType::float16 || d == DType::bfloat16 || d == DType::float32;
@@ -64,7 +63,9 @@ inline std::uint64_t shift_round_even(std::uint64_t v, unsigned shift) {
   return sign | ((p + 103) << 23) | ((mantissa << (23 - p)) & 0x7fffffu);
 }
 
-[[gnu::always_inline]] inline std::uint32_t bf16_to_f32(std::uint16_t b) { return std::uint32_t{b} << 16; }
+[[gnu::always_inline]] inline std::uint32_t bf16_to_f32(std::uint16_t b) {
+  return std::uint32_t{b} << 16;
+}
 
 [[gnu::always_inline]] inline std::uint16_t f32_to_f16(std::uint32_t x) {
   const auto sign = static_cast<std::uint16_t>((x >> 16) & 0x8000u);
@@ -129,10 +130,14 @@ constexpr std::uint16_t bf16_nan_scalar = 0x7fc0;  // torch's NaN from float16
 // Pairs are numbered from * 4 + to, by the index of each dtype in {f16, bf16, f32, f64}.
 constexpr int float_index(DType d) {
   switch (d) {
-    case DType::float16: return 0;
-    case DType::bfloat16: return 1;
-    case DType::float32: return 2;
-    default: return 3;
+    case DType::float16:
+      return 0;
+    case DType::bfloat16:
+      return 1;
+    case DType::float32:
+      return 2;
+    default:
+      return 3;
   }
 }
 constexpr int pair(DType from, DType to) { return float_index(from) * 4 + float_index(to); }
@@ -159,26 +164,27 @@ void convert_scalar(DType from, DType to, bool big, const std::byte* in, std::by
     case pair(f32, f32):
       return scalar_loop<U32, U32>(in, out, n, big, [](U32 v) { return v; });
     case pair(f16, bf16):
-      return scalar_loop<U16, U16>(in, out, n, big, [](U16 v) {
-        return f32_to_bf16(f16_to_f32(v), bf16_nan_scalar);
-      });
+      return scalar_loop<U16, U16>(
+          in, out, n, big, [](U16 v) { return f32_to_bf16(f16_to_f32(v), bf16_nan_scalar); });
     case pair(f16, f32):
       return scalar_loop<U16, U32>(in, out, n, big, [](U16 v) { return f16_to_f32(v); });
     case pair(bf16, f16):
-      return scalar_loop<U16, U16>(in, out, n, big, [](U16 v) { return f32_to_f16(bf16_to_f32(v)); });
+      return scalar_loop<U16, U16>(in, out, n, big,
+                                   [](U16 v) { return f32_to_f16(bf16_to_f32(v)); });
     case pair(bf16, f32):
       return scalar_loop<U16, U32>(in, out, n, big, [](U16 v) { return bf16_to_f32(v); });
     case pair(f32, f16):
       return scalar_loop<U32, U16>(in, out, n, big, [](U32 v) { return f32_to_f16(v); });
     case pair(f32, bf16):
-      return scalar_loop<U32, U16>(in, out, n, big, [](U32 v) { return f32_to_bf16(v, bf16_nan_vector); });
+      return scalar_loop<U32, U16>(in, out, n, big,
+                                   [](U32 v) { return f32_to_bf16(v, bf16_nan_vector); });
     // float64 -> float16 and bfloat16 round twice, through float32, as torch does.
     case pair(f64, f16):
-      return scalar_loop<U64, U16>(in, out, n, big, [](U64 v) { return f32_to_f16(f64_to_f32(v)); });
+      return scalar_loop<U64, U16>(in, out, n, big,
+                                   [](U64 v) { return f32_to_f16(f64_to_f32(v)); });
     case pair(f64, bf16):
-      return scalar_loop<U64, U16>(in, out, n, big, [](U64 v) {
-        return f32_to_bf16(f64_to_f32(v), bf16_nan_vector);
-      });
+      return scalar_loop<U64, U16>(
+          in, out, n, big, [](U64 v) { return f32_to_bf16(f64_to_f32(v), bf16_nan_vector); });
     case pair(f64, f32):
       return scalar_loop<U64, U32>(in, out, n, big, [](U64 v) { return f64_to_f32(v); });
     default:

@@ -74,9 +74,9 @@ CKPTFS_AVX2 inline __m256 load8_f64(const std::byte* p, bool swap) {
 // writes sign | 0x7e00, which is what F16C makes of a NaN whose payload is cleared.
 CKPTFS_AVX2 inline void store8_f16(std::byte* p, __m256 f) {
   const __m256 nan = _mm256_cmp_ps(f, f, _CMP_UNORD_Q);
-  const __m256 quiet = _mm256_or_ps(_mm256_and_ps(f, _mm256_castsi256_ps(_mm256_set1_epi32(
-                                                      static_cast<int>(0x80000000u)))),
-                                    _mm256_castsi256_ps(_mm256_set1_epi32(0x7fc00000)));
+  const __m256 quiet = _mm256_or_ps(
+      _mm256_and_ps(f, _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int>(0x80000000u)))),
+      _mm256_castsi256_ps(_mm256_set1_epi32(0x7fc00000)));
   const __m128i h = _mm256_cvtps_ph(_mm256_blendv_ps(f, quiet, nan), _MM_FROUND_TO_NEAREST_INT);
   _mm_storeu_si128(reinterpret_cast<__m128i*>(p), h);
 }
@@ -85,8 +85,8 @@ CKPTFS_AVX2 inline void store8_f16(std::byte* p, __m256 f) {
 CKPTFS_AVX2 inline void store8_bf16(std::byte* p, __m256 f, int nan_bits) {
   const __m256i x = _mm256_castps_si256(f);
   const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
-  __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7fff)),
-                                                 lsb), 16);
+  __m256i r =
+      _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7fff)), lsb), 16);
   const __m256 nan = _mm256_cmp_ps(f, f, _CMP_UNORD_Q);
   r = _mm256_blendv_epi8(r, _mm256_set1_epi32(nan_bits), _mm256_castps_si256(nan));
   // Every lane is <= 0xffff, so the unsigned saturating pack is a plain narrowing.
@@ -151,8 +151,10 @@ void convert_avx2(DType from, DType to, bool big, const std::byte* in, std::byte
   } else {
     // Dispatch on the pair; the identity pairs were handled above.
     auto kind = [](DType d) {
-      return d == DType::float16 ? Kind::f16 : d == DType::bfloat16 ? Kind::bf16
-           : d == DType::float32 ? Kind::f32 : Kind::f64;
+      return d == DType::float16    ? Kind::f16
+             : d == DType::bfloat16 ? Kind::bf16
+             : d == DType::float32  ? Kind::f32
+                                    : Kind::f64;
     };
     const Kind f = kind(from);
     const Kind t = kind(to);
