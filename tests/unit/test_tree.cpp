@@ -4,6 +4,7 @@
 #include "support/fake_checkpoint.hpp"
 
 #include <ckptfs/format/torch_reader.hpp>
+#include <ckptfs/view/convert.hpp>
 #include <ckptfs/view/npy.hpp>
 #include <ckptfs/view/tree.hpp>
 
@@ -229,6 +230,51 @@ TEST_CASE("shard_size: the sharded set as save_pretrained splits it") {
   CHECK(header["w.T"]["data_offsets"] == nlohmann::json::array({0, 48}));
   CHECK(header["a/b"]["data_offsets"] == nlohmann::json::array({48, 64}));
   CHECK(second.substr(8 + n, 48) == m.read_all(m.path("w.T", "data")));
+}
+
+TEST_CASE("dtype=float16: floating tensors served converted, described as served") {
+  // Float32 0..11 as a plain, a transposed and a stride-0 view, and an int64 tensor.
+  PickleBuilder p;
+  p.proto(2).empty_dict().mark();
+  p.binunicode("w").tensor_v2("FloatStorage", "0", "cpu", 12, 0, {3, 4}, {4, 1});
+  p.binunicode("w.T").tensor_v2("FloatStorage", "0", "cpu", 12, 0, {4, 3}, {1, 4});
+  p.binunicode("i").tensor_v2("LongStorage", "1", "cpu", 2, 0, {2}, {1});
+  p.setitems().stop();
+  const std::string file = torch_zip(p.bytes(), {{"0", floats(12)}, {"1", std::string(16, '\7')}});
+  Mounted plain(file);
+  Mounted half(file, {.dtype = DType::float16});
+  for (const char* key : {"w", "w.T"}) {
+    CAPTURE(key);
+    const std::string f32 = plain.read_all(plain.path(key, "data"));
+    std::string want(f32.size() / 2, '\0');
+    convert(DType::float32, DType::float16, false, reinterpret_cast<const std::byte*>(f32.data()),
+            reinterpret_cast<std::byte*>(want.data()), f32.size() / 4);
+    CHECK(half.read_all(half.path(key, "data")) == want);
+    for (std::size_t off = 0; off < want.size(); ++off) {  // every offset, odd ones included
+      CHECK(half.read_all(half.path(key, "data"), off, 3) == want.substr(off, 3));
+    }
+    CHECK(half.read_all(half.path(key, "tensor.npy")).ends_with(want));
+    auto meta = nlohmann::json::parse(half.read_all(half.path(key, "meta.json")));
+    CHECK(meta["dtype"] == "float16");
+    CHECK(meta["stored_dtype"] == "float32");
+    CHECK(meta["nbytes"] == want.size());
+    CHECK(meta["numpy"] == "<f2");
+    CHECK(meta["file_offset"].is_null());
+    CHECK(meta["contiguous"] == false);
+  }
+  // Integers are served as stored.
+  CHECK(half.read_all(half.path("i", "data")) == std::string(16, '\7'));
+  auto meta = nlohmann::json::parse(half.read_all(half.path("i", "meta.json")));
+  CHECK(meta["dtype"] == "int64");
+  CHECK_FALSE(meta["file_offset"].is_null());
+  // model.safetensors holds the converted bytes, as F16.
+  const std::string st = half.read_all(half.path("model.safetensors"));
+  std::uint64_t n = 0;
+  std::memcpy(&n, st.data(), 8);
+  auto header = nlohmann::json::parse(st.substr(8, n));
+  CHECK(header["w"]["dtype"] == "F16");
+  CHECK(header["i"]["dtype"] == "I64");
+  CHECK(st.substr(8 + n, 24) == half.read_all(half.path("w", "data")));
 }
 
 TEST_CASE("derived files are made on first use, once") {

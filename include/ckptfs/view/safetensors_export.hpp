@@ -7,6 +7,7 @@
 #include <ckptfs/view/read_buffer.hpp>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,7 +38,9 @@ class SafetensorsExport {
   // file, model.safetensors; else files of at most shard_size bytes of tensors, split as
   // transformers' save_pretrained splits (in order, a file closed when the next tensor would
   // pass shard_size; a larger tensor alone in its file), and model.safetensors.index.json.
-  SafetensorsExport(const Model& model, std::uint64_t shard_size);
+  // `convert_to`: tensors are served converted, as serve() says.
+  SafetensorsExport(const Model& model, std::uint64_t shard_size,
+                    std::optional<DType> convert_to = std::nullopt);
 
   const std::vector<File>& files() const noexcept { return files_; }
   const std::vector<Tensor>& tensors() const noexcept { return tensors_; }
@@ -50,6 +53,7 @@ class SafetensorsExport {
             Sources sources, ReadBuffer& out) const;
 
  private:
+  std::optional<DType> convert_to_;
   std::vector<Tensor> tensors_;
   std::vector<File> files_;
   std::string index_json_;

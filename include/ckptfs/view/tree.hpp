@@ -33,6 +33,8 @@ struct TreeOptions {
   // The safetensors export at the root: one model.safetensors (0), or the sharded set of files
   // of at most this many bytes of tensors and model.safetensors.index.json.
   std::uint64_t shard_size = 0;
+  // Serve every floating-point tensor converted to this dtype (see serve()); none: as stored.
+  std::optional<DType> dtype = std::nullopt;
 };
 
 class Tree {

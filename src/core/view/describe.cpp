@@ -2,6 +2,7 @@
 // The JSON forms of entries: meta.json and `inspect --json`.
 #include <ckptfs/base/numbers.hpp>
 #include <ckptfs/view/describe.hpp>
+#include <ckptfs/view/served.hpp>
 
 namespace ckptfs {
 
@@ -15,23 +16,26 @@ SharingIndex::SharingIndex(const Model& c) : by_storage_(c.storages.size()) {
 }
 
 void write_tensor_fields(JsonWriter& j, const Model& c, std::size_t entry_index,
-                         const SharingIndex& sharing) {
+                         const SharingIndex& sharing, std::optional<DType> convert_to) {
   const Entry& e = c.entries[entry_index];
   const Tensor& t = c.tensors[e.tensor];
-  j.key("dtype").string(info(t.dtype).name);
+  const ServedTensor served = serve(c, t, convert_to);
+  const bool converted = served.dtype != served.stored || served.big_endian != big_endian(c, t);
+  j.key("dtype").string(info(served.dtype).name);
+  j.key("stored_dtype").string(info(served.stored).name);
   j.key("shape").numbers(t.shape);
   j.key("stride").numbers(t.stride);
   j.key("storage_offset").number(t.storage_offset);
-  j.key("contiguous").boolean(t.broken.empty() && t.contiguous());
-  j.key("nbytes").number(t.broken.empty() ? t.nbytes() : std::uint64_t{0});
+  j.key("contiguous").boolean(t.broken.empty() && t.contiguous() && !converted);
+  j.key("nbytes").number(served.nbytes);
   j.key("file_offset");
-  if (auto offset = c.file_offset(t)) {
+  if (auto offset = c.file_offset(t); offset && !converted) {
     j.number(*offset);
   } else {
     j.null();
   }
-  j.key("numpy").string(numpy_descr(t.dtype, big_endian(c, t)));
-  j.key("byteorder").string(big_endian(c, t) ? "big" : "little");
+  j.key("numpy").string(numpy_descr(served.dtype, served.big_endian));
+  j.key("byteorder").string(served.big_endian ? "big" : "little");
   j.key("requires_grad").boolean(t.requires_grad);
   j.key("quantization");
   if (const auto& q = t.quantization) {
@@ -94,14 +98,14 @@ void write_tensor_fields(JsonWriter& j, const Model& c, std::size_t entry_index,
 }
 
 std::string tensor_meta_json(const Model& c, std::size_t entry_index,
-                             const SharingIndex& sharing) {
+                             const SharingIndex& sharing, std::optional<DType> convert_to) {
   std::string out;
   out.reserve(640);  // a typical meta.json: one allocation
   JsonWriter j(out);
   const Entry& e = c.entries[entry_index];
   j.begin_object().key("key").string(e.key);
   if (!e.key_path.empty()) j.key("key_path").raw(e.key_path);
-  write_tensor_fields(j, c, entry_index, sharing);
+  write_tensor_fields(j, c, entry_index, sharing, convert_to);
   j.end_object();
   out += '\n';
   return out;

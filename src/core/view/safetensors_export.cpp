@@ -16,7 +16,7 @@ namespace {
 // The JSON header of a file holding `tensors`, with its 8-byte little-endian length in front
 // and spaces after it up to a multiple of 8, as the format asks.
 std::string header_of(const Model& model, const std::vector<SafetensorsExport::Tensor>& tensors,
-                      std::size_t first, std::size_t end) {
+                      std::size_t first, std::size_t end, std::optional<DType> convert_to) {
   std::string json;
   JsonWriter j(json, 0);
   j.begin_object();
@@ -32,7 +32,7 @@ std::string header_of(const Model& model, const std::vector<SafetensorsExport::T
     const auto& t = tensors[i];
     const Tensor& tensor = model.tensors[model.entries[t.entry].tensor];
     j.key(t.key).begin_object();
-    j.key("dtype").string(info(serve(model, tensor).dtype).safetensors);
+    j.key("dtype").string(info(serve(model, tensor, convert_to).dtype).safetensors);
     j.key("shape").numbers(tensor.shape);
     j.key("data_offsets").begin_array();
     j.number(t.begin).number(t.begin + t.nbytes);
@@ -47,7 +47,9 @@ std::string header_of(const Model& model, const std::vector<SafetensorsExport::T
 
 }  // namespace
 
-SafetensorsExport::SafetensorsExport(const Model& model, std::uint64_t shard_size) {
+SafetensorsExport::SafetensorsExport(const Model& model, std::uint64_t shard_size,
+                                     std::optional<DType> convert_to)
+    : convert_to_(convert_to) {
   // The tensors, with keys made unique: the first of a text keeps it.
   std::unordered_set<std::string_view> texts;
   for (const Entry& e : model.entries) {
@@ -58,7 +60,7 @@ SafetensorsExport::SafetensorsExport(const Model& model, std::uint64_t shard_siz
     const Entry& e = model.entries[i];
     if (e.kind != Entry::Kind::tensor) continue;
     const ckptfs::Tensor& tensor = model.tensors[e.tensor];
-    ServedTensor served = serve(model, tensor);
+    ServedTensor served = serve(model, tensor, convert_to);
     if (!tensor.broken.empty() || info(served.dtype).safetensors.empty()) continue;
     std::string key = e.key;
     for (std::uint64_t n = 2; used.contains(key); ++n) {
@@ -92,7 +94,7 @@ SafetensorsExport::SafetensorsExport(const Model& model, std::uint64_t shard_siz
     File& f = files_[i];
     f.name = shard_size == 0 ? "model.safetensors"
                              : fmt::format("model-{:05}-of-{:05}.safetensors", i + 1, files_.size());
-    f.header = header_of(model, tensors_, f.first, f.end);
+    f.header = header_of(model, tensors_, f.first, f.end, convert_to);
     const std::uint64_t data = f.first < f.end ? tensors_[f.end - 1].begin + tensors_[f.end - 1].nbytes : 0;
     f.size = f.header.size() + data;
   }
@@ -132,7 +134,7 @@ void SafetensorsExport::read(const Model& model, std::size_t file, std::uint64_t
     const std::uint64_t b = std::min(to, it->begin + it->nbytes);
     if (a >= b) continue;
     const ckptfs::Tensor& tensor = model.tensors[model.entries[it->entry].tensor];
-    read_served(model, tensor, serve(model, tensor), a - it->begin,
+    read_served(model, tensor, serve(model, tensor, convert_to_), a - it->begin,
                 static_cast<std::size_t>(b - a), sources, out);
   }
 }

@@ -150,9 +150,9 @@ const Tree::EntryFiles& Tree::entry_files(std::size_t entry) const {
   return once(entry_files_[entry], [&] {
     EntryFiles f;
     const Tensor& t = model_.tensors[model_.entries[entry].tensor];
-    f.meta_json = tensor_meta_json(model_, entry, sharing());
+    f.meta_json = tensor_meta_json(model_, entry, sharing(), options_.dtype);
     if (t.broken.empty()) {
-      const ServedTensor served = serve(model_, t);
+      const ServedTensor served = serve(model_, t, options_.dtype);
       f.npy_header = npy_header(numpy_descr(served.dtype, served.big_endian), t.shape);
     }
     return f;
@@ -171,12 +171,12 @@ std::uint64_t Tree::size(const Node& n) const {
     case Kind::safetensors_file:
       return safetensors().files()[n.index].size;
     case Kind::data:
-      return serve(model_, model_.tensors[model_.entries[n.index].tensor]).nbytes;
+      return serve(model_, model_.tensors[model_.entries[n.index].tensor], options_.dtype).nbytes;
     case Kind::meta_json:
       return entry_files(n.index).meta_json.size();
     case Kind::tensor_npy:
       return entry_files(n.index).npy_header.size() +
-             serve(model_, model_.tensors[model_.entries[n.index].tensor]).nbytes;
+             serve(model_, model_.tensors[model_.entries[n.index].tensor], options_.dtype).nbytes;
     case Kind::value_json:
       return model_.entries[n.index].value_json.size() + 1;
   }
@@ -220,7 +220,7 @@ const std::string& Tree::index_json() const {
     for (const Entry& e : model_.entries) {
       if (e.kind != Entry::Kind::tensor) continue;
       ++tensors;
-      total_bytes += serve(model_, model_.tensors[e.tensor]).nbytes;
+      total_bytes += serve(model_, model_.tensors[e.tensor], options_.dtype).nbytes;
     }
     std::string out;
     JsonWriter j(out);
@@ -242,7 +242,7 @@ const std::string& Tree::index_json() const {
         j.key("kind").string("value").key("dtype").null().key("shape").null().key("nbytes").null();
       } else {
         const Tensor& t = model_.tensors[e.tensor];
-        const ServedTensor served = serve(model_, t);
+        const ServedTensor served = serve(model_, t, options_.dtype);
         j.key("kind").string("tensor");
         j.key("dtype").string(info(served.dtype).name);
         j.key("shape").numbers(t.shape);
@@ -266,7 +266,9 @@ const SharingIndex& Tree::sharing() const {
 }
 
 const SafetensorsExport& Tree::safetensors() const {
-  return once(safetensors_, [&] { return SafetensorsExport(model_, options_.shard_size); });
+  return once(safetensors_, [&] {
+    return SafetensorsExport(model_, options_.shard_size, options_.dtype);
+  });
 }
 
 void Tree::read(Ino ino, std::uint64_t offset, std::size_t length, Sources sources,
@@ -314,7 +316,7 @@ void Tree::read(Ino ino, std::uint64_t offset, std::size_t length, Sources sourc
         }
         at -= std::min<std::uint64_t>(at, header.size());
       }
-      if (left) read_served(model_, t, serve(model_, t), at, left, sources, out);
+      if (left) read_served(model_, t, serve(model_, t, options_.dtype), at, left, sources, out);
       return;
     }
   }
