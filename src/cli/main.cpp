@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include <climits>
+#include <malloc.h>
 #include <cstdlib>
 #include <string>
 #include <unistd.h>
@@ -169,6 +170,9 @@ int run_mount(const std::vector<std::string>& args) {
     tree_options.umask = o.umask.value_or(0222);
     tree_options.times = opened.source(0).times();
     ckptfs::Tree tree(std::move(opened.model()), tree_options);
+    // Parsing peaked at many times what the model keeps (the pickle graph, flattening): give
+    // the freed heap back, so that a mounted daemon holds its model, not its parse.
+    ::malloc_trim(0);
     ckptfs::fuse::MountRequest request;
     request.mountpoint = o.mountpoint;
     request.foreground = o.foreground;
