@@ -15,7 +15,8 @@ integration tests (tests/integration/) share:
     values      simple_json, NOT_JSON, value_entry, has_opaque, json_equal: which values JSON
                 can hold, a value's entry, and how ckptfs's JSON compares with them
     names       directory_name, fnv1a64: the directory name of a key in the mount
-    mounts      mount_points: what /proc/self/mountinfo lists
+
+(Mounts, /proc/self/mountinfo and unmounting are ckptfs_mounts.py's, beside this file.)
 
 Needs torch (Debian's 1.13, or later) and numpy; everything else is the standard library.
 Importing it only defines things. Tools import it from their own directory, where it sits beside
@@ -383,29 +384,3 @@ def directory_name(key):
     if len(name) > 255:
         name = name[:cut] + b"~" + f"{fnv1a64(raw):016x}".encode()
     return bytes(name).decode("utf-8", "surrogateescape")
-
-
-# --------------------------------------------------------------------------------------------
-# Mounts
-# --------------------------------------------------------------------------------------------
-
-def _unescape_mountinfo(field):
-    """A path field of /proc/self/mountinfo with its octal escapes (\\040 for a space...)
-    undone."""
-    out, i = "", 0
-    while i < len(field):
-        if field[i] == "\\" and field[i + 1:i + 4].isdigit() and len(field[i + 1:i + 4]) == 3:
-            out += chr(int(field[i + 1:i + 4], 8))
-            i += 4
-        else:
-            out += field[i]
-            i += 1
-    return out
-
-
-def mount_points():
-    """Every mount point of this process's namespace, in /proc/self/mountinfo order (a path
-    twice when two mounts are stacked on it); read without touching any of them. Raises
-    OSError when /proc is not there."""
-    with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
-        return [_unescape_mountinfo(line.split()[4]) for line in f if len(line.split()) > 4]

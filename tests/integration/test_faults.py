@@ -33,8 +33,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1] / "scripts"))
 sys.path.insert(0, str(HERE))
 
+from ckptfs_mounts import fusermount_u, is_mounted  # noqa: E402
 from ckptfs_reference import directory_name  # noqa: E402
-from test_mount import EXIT_TIMEOUT, MountTestCase, fusermount_u, is_mounted  # noqa: E402
+from test_mount import EXIT_TIMEOUT, MountTestCase  # noqa: E402
 
 READER = """
 import os, sys

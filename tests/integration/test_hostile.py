@@ -29,9 +29,10 @@ sys.path.insert(0, str(HERE.parents[1] / "scripts"))
 sys.path.insert(0, str(HERE))
 
 import make_fixtures  # noqa: E402
+from ckptfs_mounts import is_mounted  # noqa: E402
 from fixtures import CKPTFS, fixture_path  # noqa: E402
 from make_fixtures import PID, G, PickleAsm, R, ordered_dict  # noqa: E402
-from test_mount import MountTestCase, is_mounted  # noqa: E402
+from test_mount import MountTestCase  # noqa: E402
 
 
 def sanitized():

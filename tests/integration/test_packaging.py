@@ -21,16 +21,20 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import textwrap
 import time
 import unittest
 from pathlib import Path
 
-from fixtures import processes_with_arg, wait_until
-
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
+sys.path.insert(0, str(REPO / "scripts"))
+
+from ckptfs_mounts import is_mounted, mount_of, mount_points  # noqa: E402
+from ckptfs_mounts import unmount as force_unmount  # noqa: E402
+from fixtures import processes_with_arg, wait_until  # noqa: E402
 CKPTFS = Path(os.environ.get("CKPTFS", REPO / "build" / "ckptfs")).absolute()
 BUILD = CKPTFS.parent
 PACKAGING = REPO / "packaging"
@@ -52,41 +56,6 @@ def run(args, timeout=TIMEOUT, **kwargs):
 
 def text(result):
     return (result.stdout + result.stderr).decode("utf-8", "replace")
-
-
-def unescape_mountinfo(field):
-    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
-
-
-def mounts():
-    """(mountpoint, fstype, source, options) of this mount namespace."""
-    out = []
-    with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
-        for line in f:
-            left, _, right = line.partition(" - ")
-            fields, tail = left.split(), right.split()
-            out.append((unescape_mountinfo(fields[4]), tail[0], unescape_mountinfo(tail[1]),
-                        fields[5] + "," + tail[2]))
-    return out
-
-
-def is_mounted(path):
-    return any(m[0] == str(path) for m in mounts())
-
-
-def mount_of(path):
-    found = [m for m in mounts() if m[0] == str(path)]
-    return found[-1] if found else None
-
-
-def force_unmount(path):
-    for attempt in range(50):
-        if not is_mounted(path):
-            return
-        lazy = ["-z"] if attempt >= 10 else []
-        if subprocess.run(["fusermount3", "-u", *lazy, str(path)],
-                          capture_output=True).returncode != 0:
-            time.sleep(0.05)
 
 
 def help_text():
@@ -129,7 +98,7 @@ class TempDirTestCase(unittest.TestCase):
 
     def _nothing_left(self):
         prefix = str(self.tmp) + "/"
-        left = [m[0] for m in mounts() if m[0].startswith(prefix)]
+        left = [p for p in mount_points() if p.startswith(prefix)]
         for path in left:
             force_unmount(path)
         self.assertEqual(left, [], "mounts were left behind")
@@ -315,7 +284,8 @@ class ManPageTests(TempDirTestCase):
 
 INSTALLED = {  # relative to the prefix
     "bin/ckptfs", "bin/ckptfs-verify", "libexec/ckptfs/ckptfs-verify",
-    "libexec/ckptfs/ckptfs_reference.py", "share/man/man1/ckptfs.1.gz",
+    "libexec/ckptfs/ckptfs_reference.py", "libexec/ckptfs/ckptfs_mounts.py",
+    "share/man/man1/ckptfs.1.gz",
     "share/bash-completion/completions/ckptfs", "share/doc/ckptfs/README.md",
     "share/doc/ckptfs/copyright", "share/doc/ckptfs/examples/mnt-model.mount",
 }
@@ -620,9 +590,9 @@ class MountHelperConventionTests(TempDirTestCase):
                 try:
                     point = mount_of(mnt)
                     self.assertIsNotNone(point)
-                    self.assertEqual(point[1], "fuse.ckptfs")
-                    self.assertIn("ro", point[3].split(","))
-                    self.assertNotIn("rw", point[3].split(","))
+                    self.assertEqual(point.fstype, "fuse.ckptfs")
+                    self.assertIn("ro", point.options)
+                    self.assertNotIn("rw", point.options)
                     with self.assertRaises(OSError):
                         (mnt / "index.json").write_text("x")
                 finally:
@@ -631,7 +601,7 @@ class MountHelperConventionTests(TempDirTestCase):
             r = run([CKPTFS, SAMPLE, mnt, "-o", "nodev,nosuid,noexec,noatime"])
             self.assertEqual(r.returncode, 0, text(r))
             try:
-                flags = set(mount_of(mnt)[3].split(","))
+                flags = mount_of(mnt).options
                 self.assertGreaterEqual(flags, {"ro", "nodev", "nosuid", "noexec", "noatime"})
             finally:
                 force_unmount(mnt)
