@@ -140,9 +140,15 @@ std::string ready_line(const ckptfs::Model& c, const std::string& checkpoint,
 }
 
 int run_mount(const std::vector<std::string>& args) {
+  // Told "0" on every way out that is not a mount (its destructor), usage errors included, "1"
+  // by mount_and_serve().
+  ckptfs::fuse::ReadinessNotifier notifier;
   auto parsed = ckptfs::cli::parse_mount_options(args);
-  if (!parsed.error.empty()) return usage_error(parsed.error);
   const auto& o = parsed.options;
+  if (!parsed.error.empty()) {
+    if (o.notify_fd) (void)notifier.open(*o.notify_fd);
+    return usage_error(parsed.error);
+  }
   if (o.help) {
     fmt::print("{}", usage_text);
     return 0;
@@ -151,8 +157,6 @@ int run_mount(const std::vector<std::string>& args) {
     fmt::print("ckptfs {}\n", CKPTFS_VERSION);
     return 0;
   }
-  // Told "0" on every way out that is not a mount (its destructor), "1" by mount_and_serve().
-  ckptfs::fuse::ReadinessNotifier notifier;
   if (o.notify_fd && !notifier.open(*o.notify_fd)) {
     return usage_error(fmt::format("notify_fd={}: not an open file descriptor", *o.notify_fd));
   }
@@ -174,6 +178,7 @@ int run_mount(const std::vector<std::string>& args) {
     request.debug = o.debug;
     request.fuse_options = o.fuse_options;
     request.read_ahead_kb = o.read_ahead_kb;
+    request.max_read = o.max_read;
     request.busy_poll = std::chrono::microseconds(o.busy_poll_us);
     request.fsname = escaped_fsname(absolute);
     request.notifier = &notifier;
