@@ -30,6 +30,10 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1] / "scripts"))
 sys.path.insert(0, str(HERE))
 
+from fixtures import require  # noqa: E402
+
+require("fuse", "torch")  # else the module exits 77: skipped, with the reason
+
 import make_fixtures  # noqa: E402
 from ckptfs_mounts import is_mounted  # noqa: E402
 from fixtures import CKPTFS, fixture_path  # noqa: E402

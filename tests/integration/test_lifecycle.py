@@ -19,11 +19,15 @@ import time
 import unittest
 from pathlib import Path
 
-import torch
-
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1] / "scripts"))
 sys.path.insert(0, str(HERE))
+
+from fixtures import require  # noqa: E402
+
+require("fuse", "torch")  # else the module exits 77: skipped, with the reason
+
+import torch  # noqa: E402
 
 from ckptfs_mounts import is_mounted, mount_of, unmount  # noqa: E402
 from fixtures import CKPTFS, fixture_path, processes_with_arg, wait_until  # noqa: E402

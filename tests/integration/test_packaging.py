@@ -31,6 +31,12 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
+sys.path.insert(0, str(HERE))
+from fixtures import require  # noqa: E402
+
+# The mounts need FUSE, and the install tests run ckptfs-verify (torch): the module exits 77
+# (skipped) where they are missing.
+require("fuse", "torch")
 
 from ckptfs_mounts import is_mounted, mount_of, mount_points  # noqa: E402
 from ckptfs_mounts import unmount as force_unmount  # noqa: E402
