@@ -65,7 +65,7 @@ def require(*needs):
 
 # Every fixture scripts/make_fixtures.py writes. A missing one is a failure.
 FIXTURE_NAMES = ["convnet", "dtypes", "views", "training", "keys", "params", "module", "bare",
-                 "zip64", "zip64_cd", "legacy", "bigendian", "new_dtypes"]
+                 "sparse", "zip64", "zip64_cd", "legacy", "bigendian", "new_dtypes"]
 # Fixtures torch 1.13 cannot load: new dtypes and the torch >= 2.7 layout (hand-built), and a
 # zip64 central directory whose zero-length record carries only a zip64 offset (valid; miniz 2.1
 # checks the saturated 32-bit offset against the file size). bigendian.pth does load (1.13 ignores
