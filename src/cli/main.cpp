@@ -32,22 +32,34 @@ state_dict key becomes a directory with the tensor's raw `data`, a `meta.json` a
 executed.
 
 options (before or after CHECKPOINT MOUNTPOINT):
-  -f                     stay in the foreground; "ckptfs: mounted ..." on stderr once mounted
+  -f                     stay in the foreground; "ckptfs: mounted ..." on stderr once ready
   -d, --debug            foreground, with libfuse's debug output
   -o OPT[,OPT...]        mount options:
        uid=N, gid=N        owner of every file (default: the user who mounts)
        umask=OCTAL         permission bits to clear (default 0222: files 0444, dirs 0555)
        allow_other         let other users read the mount (needs user_allow_other for non-root)
-       notify_fd=N         write "1\n" to descriptor N once mounted ("0\n" if not), close it
+       allow_root          let root read it too, and no other user
+       auto_unmount        unmount even when ckptfs is killed (fusermount3 watches it)
+       notify_fd=N         write "1\n" to descriptor N once ready ("0\n" if not), close it
        read_ahead_kb=N     the mount's readahead in KiB, set when run as root (default 512;
                            0 keeps the kernel's 128)
        busy_poll_us=N      after each request, one thread polls N microseconds for the next
                            before sleeping (default 200; 0 never; off with a single CPU)
-       ...                 any other libfuse or kernel mount option; ro is implied, rw and
-                           fstab's own options (defaults, noauto, nofail, _netdev, x-*) ignored
+       max_read=N          the largest read request in bytes (at least 4096; default: the
+                           kernel's own limit)
+       fsname=NAME         the source shown in /proc/mounts (default: the checkpoint's path)
+       subtype=NAME        the type shown, fuse.NAME (default: fuse.ckptfs)
+       ...                 ro and default_permissions are implied; the mount flags nodev,
+                           nosuid, noexec, noatime, sync, dirsync (and dev, suid, exec, atime,
+                           async) go to the kernel; rw and fstab's own options (defaults,
+                           noauto, nofail, _netdev, user=, x-*) are ignored; any other option
+                           is refused (exit 1)
   --notify-fd N          the same as -o notify_fd=N
   -h, --help             show this help and exit
   -V, --version          show the version and exit
+
+ready: once the kernel's INIT request is answered; without -f, ckptfs returns then (0), or
+once the mount has failed and is gone (6). Relative paths work: both are made absolute first.
 
 inspect CHECKPOINT [--json]
   lists every entry without mounting: key, kind, dtype, shape, bytes, file offset, and totals;
@@ -65,12 +77,12 @@ unmount with: fusermount3 -u MOUNTPOINT (or umount as root)
 
 exit status:
   0  success
-  1  usage error
-  2  the checkpoint cannot be opened or read
+  1  usage error (the command line, an unsupported -o option)
+  2  the checkpoint cannot be opened or read (or is not a regular file)
   3  the zip container is invalid
   4  the pickle is invalid or the checkpoint is inconsistent
   5  a valid file ckptfs does not serve (compressed record, TorchScript, tar format)
-  6  the mount failed (mountpoint, /dev/fuse, permissions)
+  6  the mount failed or never came up (mountpoint, /dev/fuse, permissions, INIT refused)
 )";
 
 int fail(ExitCode code, const std::string& message) {

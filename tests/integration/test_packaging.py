@@ -860,7 +860,8 @@ class CompletionTests(TempDirTestCase):
 
     def test_mount_options(self):
         names = sorted(["uid=", "gid=", "umask=", "allow_other", "allow_root", "auto_unmount",
-                        "notify_fd=", "read_ahead_kb=", "busy_poll_us=", "ro"])
+                        "notify_fd=", "read_ahead_kb=", "busy_poll_us=", "max_read=", "fsname=",
+                        "subtype=", "ro"])
         self.assertEqual(self.complete("ckptfs -o "), names)
         self.assertEqual(self.complete("ckptfs a.pth mnt -o "), names)
         self.assertEqual(self.complete("ckptfs -o u"), ["uid=", "umask="])
