@@ -323,7 +323,9 @@ int mount_and_serve(const Vfs& vfs, Sources sources, const MountRequest& request
       ::close(pipe_fds[1]);
       int code = wait_for_daemon(pipe_fds[0], child, session.get(), request);
       fuse_remove_signal_handlers(session.get());
-      return code;  // the child serves; the session's descriptor closes here only
+      // The child serves (or has failed and unmounted); this process's copies of the session's
+      // descriptor and of the checkpoint's close as it returns.
+      return code;
     }
     ::close(pipe_fds[0]);
     report.emplace(pipe_fds[1]);
