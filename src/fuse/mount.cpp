@@ -173,11 +173,16 @@ std::string describe_wait_status(int status) {
   return fmt::format("exited with status {}", WEXITSTATUS(status));
 }
 
-// The parent of a daemon: waits for the child's report (DaemonReport) and returns the exit code.
-// A signal that libfuse's handlers catch here (Ctrl-C while starting) is passed on to the child,
-// which then stops and reports. A child that died before reporting may have left a dead mount:
-// it is unmounted here.
+// The parent of a daemon: waits for the child's report (DaemonReport), tells request.notifier and
+// returns the exit code. A signal that libfuse's handlers catch here (Ctrl-C while starting) is
+// passed on to the child, which then stops and reports. A child that died before reporting may
+// have left a dead mount: it is unmounted here.
 int wait_for_daemon(int report_fd, pid_t child, fuse_session* se, const MountRequest& request) {
+  auto failed = [&](const std::string& what) {
+    const int code = fail(request.mountpoint, what);
+    if (request.notifier != nullptr) request.notifier->send(false);  // after the error line
+    return code;
+  };
   std::string report;
   bool passed_on = false;
   char buffer[512];
@@ -199,13 +204,12 @@ int wait_for_daemon(int report_fd, pid_t child, fuse_session* se, const MountReq
     if (request.notifier != nullptr) request.notifier->send(true);
     return 0;
   }
-  if (!report.empty() && report[0] == 'F') return fail(request.mountpoint, report.substr(1));
+  if (!report.empty() && report[0] == 'F') return failed(report.substr(1));
   int status = 0;
   while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
   }
   fuse_session_unmount(se);
-  return fail(request.mountpoint,
-              "the daemon " + describe_wait_status(status) + " before the mount was ready");
+  return failed("the daemon " + describe_wait_status(status) + " before the mount was ready");
 }
 
 // Why a mount never became ready, once serving has ended: serving failed, libfuse refused the
@@ -321,11 +325,12 @@ int mount_and_serve(const Vfs& vfs, Sources sources, const MountRequest& request
     }
     if (child > 0) {
       ::close(pipe_fds[1]);
-      int code = wait_for_daemon(pipe_fds[0], child, session.get(), request);
-      fuse_remove_signal_handlers(session.get());
-      // The child serves (or has failed and unmounted); this process's copies of the session's
-      // descriptor and of the checkpoint's close as it returns.
-      return code;
+      const int code = wait_for_daemon(pipe_fds[0], child, session.get(), request);
+      // The parent ends here, as fuse_daemonize()'s does, without unwinding: the session is the
+      // child's (it serves it, or failed and unmounted it), and libfuse frees a session's
+      // mountpoint only when it unmounts. Everything it had to say is said.
+      std::fflush(nullptr);
+      ::_exit(code);
     }
     ::close(pipe_fds[0]);
     report.emplace(pipe_fds[1]);

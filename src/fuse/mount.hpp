@@ -55,12 +55,13 @@ struct MountRequest {
 // The mount is ready once the kernel's INIT request is answered (libfuse refuses some, and such
 // a mount is dead: every access fails). Only then: request.notifier is told; in the foreground,
 // request.ready_line is printed on stderr and READY=1 sent to systemd when $NOTIFY_SOCKET is set
-// (a Type=notify service). Without `foreground`, a daemon child serves and the parent waits for
-// its report: it returns 0 once the child is ready, or prints the child's error (or that the child
-// died) and returns ExitCode::mount_failed, after the mount is gone.
+// (a Type=notify service). Without `foreground`, a daemon child serves and the calling process
+// waits for its report, then ends with _exit() (as fuse_daemonize()'s parent does): status 0
+// once the child is ready, or ExitCode::mount_failed after the child's error line (or one saying
+// that it died), once the mount is gone; request.notifier is told before.
 //
-// Returns the process exit code; on every failure prints one line "ckptfs: MOUNTPOINT: what" and
-// leaves nothing mounted.
+// Returns the process exit code (in the daemon child, or with `foreground`); on every failure
+// prints one line "ckptfs: MOUNTPOINT: what" and leaves nothing mounted.
 int mount_and_serve(const Vfs& vfs, Sources sources, const MountRequest& request);
 
 }  // namespace ckptfs::fuse
