@@ -104,7 +104,7 @@ bool is_ignored_option(std::string_view option) {
 }
 
 bool is_passed_option(std::string_view option) {
-  // Each tested on a real mount (tests/integration/test_mount.py, MountOptionTests). libfuse
+  // Each tested on a real mount (tests/integration/test_lifecycle.py, MountOptionTests). libfuse
   // 3.14 knows a few more, refused here: blkdev and blksize= (fuseblk only), the SELinux
   // context options (untested here), debug (-d says it), and its mount-table-only ones.
   static constexpr std::string_view names[] = {
