@@ -11,12 +11,14 @@ integration tests (tests/integration/) share:
     loading     torch_load: torch.load on the CPU even when the checkpoint's classes are missing
                 (StubObject, stub_class, StubUnpickler, stubbed_names)
     flattening  flatten: a loaded object as ordered (key, tensor | value) entries, the rule of
-                `ckptfs inspect` and of the mount (children, contains_tensor); key_paths: the
+                `ckptfs inspect` and of the mount (children, contains_tensor; sparse and nested
+                tensors as their parts: tensor_parts, SPARSE_PARTS, NESTED_PARTS); key_paths: the
                 Python keys of the entries whose text does not say them
     values      simple_json, NOT_JSON, value_entry, has_opaque, json_equal: which values JSON
                 can hold, a value's entry, and how ckptfs's JSON compares with them
-    names       directory_name, entry_names, fnv1a64: the names of keys in the mount
-    mounts      mount_points: what /proc/self/mountinfo lists
+    names       directory_name, entry_names, fnv1a64, ROOT_FILES: the names of keys in the mount
+
+(Mounts, /proc/self/mountinfo and unmounting are ckptfs_mounts.py's, beside this file.)
 
 Needs torch (Debian's 1.13, or later) and numpy; everything else is the standard library.
 Importing it only defines things. Tools import it from their own directory, where it sits beside
@@ -234,8 +236,45 @@ def torch_load(path):
 # Flattening (the rule of `ckptfs inspect` and of the mount)
 # --------------------------------------------------------------------------------------------
 
+# The parts of a sparse tensor, in the order torch saves them (torch._utils._rebuild_sparse_tensor
+# and _rebuild_sparse_csr_tensor), by layout name; ckptfs shows each as the entry KEY.PART.
+SPARSE_PARTS = {
+    "sparse_coo": ("indices", "values", "size"),
+    "sparse_csr": ("crow_indices", "col_indices", "values", "size"),
+    "sparse_bsr": ("crow_indices", "col_indices", "values", "size"),
+    "sparse_csc": ("ccol_indices", "row_indices", "values", "size"),
+    "sparse_bsc": ("ccol_indices", "row_indices", "values", "size"),
+}
+# A nested tensor's parts (torch >= 2.0, torch._utils._rebuild_nested_tensor).
+NESTED_PARTS = ("buffer", "sizes", "strides", "storage_offsets")
+
+
+def tensor_parts(t):
+    """[(part, object)] of a torch tensor that torch saves as parts (sparse, nested), as ckptfs
+    shows them; None for an ordinary (strided) tensor. A size is a tuple of ints.
+
+    torch 1.13 saves only sparse COO and CSR tensors, the layouts the fixtures hold; the other
+    layouts and nested tensors follow the same rule for later torch versions."""
+    layout = str(t.layout).removeprefix("torch.")
+    if layout in SPARSE_PARTS:
+        if layout == "sparse_coo":
+            tensors = (t._indices(), t._values())
+        elif layout in ("sparse_csr", "sparse_bsr"):
+            tensors = (t.crow_indices(), t.col_indices(), t.values())
+        else:
+            tensors = (t.ccol_indices(), t.row_indices(), t.values())
+        return list(zip(SPARSE_PARTS[layout], (*tensors, tuple(t.size()))))
+    if getattr(t, "is_nested", False):
+        return list(zip(NESTED_PARTS, (t.values(), t._nested_tensor_size(),
+                                       t._nested_tensor_strides(),
+                                       t._nested_tensor_storage_offsets())))
+    return None
+
+
 def is_torch_tensor(x):
-    return isinstance(x, torch.Tensor)
+    """A leaf of the flattening: a torch tensor with its own storage (not sparse, not nested:
+    their parts are walked, see children())."""
+    return isinstance(x, torch.Tensor) and tensor_parts(x) is None
 
 
 def key_text(k):
@@ -245,8 +284,11 @@ def key_text(k):
 
 def children(x):
     """The (key part, child) pairs the rule walks below `x`: a dict's items, a list's or
-    tuple's items (indices in decimal), an object's state (its __dict__); none for tensors,
-    scalars, strings, bytes, classes and numpy values."""
+    tuple's items (indices in decimal), an object's state (its __dict__), a sparse or nested
+    tensor's parts (tensor_parts); none for other tensors, scalars, strings, bytes, classes and
+    numpy values."""
+    if isinstance(x, torch.Tensor):
+        return tensor_parts(x) or []
     if isinstance(x, dict):
         return [(key_text(k), v) for k, v in x.items()]
     if type(x) in (list, tuple):
@@ -348,14 +390,18 @@ class Part(str):
 
 def raw_keys(x):
     """The Python keys of children(x), in the same order: dict keys as they are, positions of a
-    list or tuple as ints, an object's attribute names."""
+    list or tuple as ints, an object's attribute names, the parts of a sparse or nested tensor
+    (named by ckptfs: Part)."""
+    if isinstance(x, torch.Tensor):
+        return [Part(name) for name, _ in (tensor_parts(x) or [])]
     if isinstance(x, dict):
         return list(x.keys())
     if type(x) in (list, tuple):
         return list(range(len(x)))
     d = getattr(x, "__dict__", None)
     if isinstance(d, dict) and not isinstance(x, (torch.Tensor, type, np.ndarray, np.generic)):
-        return list(d.keys())
+        # An object standing for a tensor's parts (make_fixtures' SparseDesc) names them Part.
+        return [Part(k) if getattr(x, "tensor_parts", False) else k for k in d.keys()]
     return []
 
 
@@ -522,27 +568,3 @@ def entry_names(keys):
     return out
 
 
-# --------------------------------------------------------------------------------------------
-# Mounts
-# --------------------------------------------------------------------------------------------
-
-def _unescape_mountinfo(field):
-    """A path field of /proc/self/mountinfo with its octal escapes (\\040 for a space...)
-    undone."""
-    out, i = "", 0
-    while i < len(field):
-        if field[i] == "\\" and field[i + 1:i + 4].isdigit() and len(field[i + 1:i + 4]) == 3:
-            out += chr(int(field[i + 1:i + 4], 8))
-            i += 4
-        else:
-            out += field[i]
-            i += 1
-    return out
-
-
-def mount_points():
-    """Every mount point of this process's namespace, in /proc/self/mountinfo order (a path
-    twice when two mounts are stacked on it); read without touching any of them. Raises
-    OSError when /proc is not there."""
-    with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
-        return [_unescape_mountinfo(line.split()[4]) for line in f if len(line.split()) > 4]

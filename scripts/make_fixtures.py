@@ -6,8 +6,9 @@ Usage:
     /usr/bin/python3 scripts/make_fixtures.py OUTDIR         # OUTDIR/*.pth + OUTDIR/*.expected.json
     /usr/bin/python3 scripts/make_fixtures.py --sample PATH  # tests/data/sample.pth
 
-Needs Debian's python3-torch (1.13) and numpy; everything else is the standard library. The output
-is deterministic: fixed seeds, no timestamps, legacy storage keys (heap pointers) rewritten.
+Needs Debian's python3-torch (1.13) and numpy; everything else is the standard library. Without
+them it exits 77 (test harnesses' "skipped"), saying so. The output is deterministic: fixed
+seeds, no timestamps, legacy storage keys (heap pointers) rewritten.
 
 Each `<name>.expected.json` is computed from the objects that were saved (never typed by hand):
     {"format": "zip"|"legacy", "byteorder": "little"|"big", "entries": [...]}
@@ -28,6 +29,7 @@ Fixtures:
     params      nn.Parameter with requires_grad True and False, a requires_grad leaf tensor
     module      torch.save of a whole nn.Module whose class (make_fixtures.TinyNet) readers lack
     bare        a tensor as the root
+    sparse      sparse COO (coalesced, uncoalesced, hybrid, empty) and CSR tensors: their parts
     zip64       re-zipped by Python's zipfile with force_zip64 (zip64 local extras)
     zip64_cd    the same with zip64 extras in the central directory too, and a zip64 EOCD
     legacy      _use_new_zipfile_serialization=False, shared storages and views
@@ -62,9 +64,18 @@ import zipfile
 import zlib
 from pathlib import Path
 
-import numpy as np
-import torch
-from torch import nn
+try:
+    import numpy as np
+    import torch
+    from torch import nn
+except ImportError as _e:
+    if __name__ != "__main__":
+        raise
+    # 77: what test harnesses (ctest's SKIP_RETURN_CODE in tests/CMakeLists.txt) take for
+    # "skipped": a machine without torch cannot make the fixtures, nor run what needs them.
+    print(f"SKIPPED: make_fixtures.py needs torch and numpy for {sys.executable} ({_e})",
+          file=sys.stderr)
+    sys.exit(77)
 
 sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
 import ckptfs_reference as ref  # noqa: E402  (beside this script)
@@ -131,8 +142,9 @@ class TensorDesc:
 
 
 def is_tensor(x):
-    """A leaf of the flattening here: a torch tensor, or a TensorDesc."""
-    return isinstance(x, (torch.Tensor, TensorDesc))
+    """A leaf of the flattening here: a torch tensor with its own storage (ref.is_torch_tensor:
+    not sparse, whose parts are walked), or a TensorDesc."""
+    return isinstance(x, TensorDesc) or ref.is_torch_tensor(x)
 
 
 def storage_identity(t):
@@ -452,6 +464,21 @@ def _rebuild_parameter(data, requires_grad, hooks, state=None):
     return data.with_requires_grad(requires_grad)
 
 
+class SparseDesc:
+    """A sparse tensor as the reference reader sees it: its parts as its state, named and
+    ordered as ref.SPARSE_PARTS says (so that ref.children walks them as ckptfs does)."""
+
+    tensor_parts = True  # its attributes are parts ckptfs names (ref.raw_keys)
+
+    def __init__(self, layout, parts):
+        for name, part in zip(ref.SPARSE_PARTS[layout], parts):
+            setattr(self, name, part)
+
+
+def _rebuild_sparse(layout, data):
+    return SparseDesc(layout, data)
+
+
 class _RefUnpickler(pickle.Unpickler):
     FUNCS = {
         ("torch._utils", "_rebuild_tensor_v2"): _rebuild_v2,
@@ -460,6 +487,11 @@ class _RefUnpickler(pickle.Unpickler):
         ("torch._utils", "_rebuild_qtensor"): _rebuild_qtensor,
         ("torch._utils", "_rebuild_parameter"): _rebuild_parameter,
         ("torch._utils", "_rebuild_parameter_with_state"): _rebuild_parameter,
+        ("torch._utils", "_rebuild_sparse_tensor"): _rebuild_sparse,
+        ("torch._utils", "_rebuild_sparse_csr_tensor"): _rebuild_sparse,
+        ("torch", "Size"): tuple,
+        # A layout: torch.serialization._get_layout("torch.sparse_coo"), or torch.sparse_coo.
+        ("torch.serialization", "_get_layout"): lambda name: name.removeprefix("torch."),
         ("collections", "OrderedDict"): collections.OrderedDict,
     }
 
@@ -473,8 +505,9 @@ class _RefUnpickler(pickle.Unpickler):
             return self.FUNCS[(module, name)]
         if "Storage" in name:
             return _StorageClass(name)
-        if module == "torch" and (name in ref.DTYPE_SIZES or name.startswith("per_")):
-            return name  # a dtype or a qscheme, by its name
+        if module == "torch" and (name in ref.DTYPE_SIZES or name.startswith("per_")
+                                  or name in ref.SPARSE_PARTS):
+            return name  # a dtype, a qscheme or a layout, by its name
         if module in ("builtins", "__builtin__", "_codecs", "argparse"):
             return super().find_class(module, name)
         return ref.stub_class(module, name)
@@ -787,6 +820,21 @@ def fixture_bare():
     return torch.randn(3, 5)
 
 
+def fixture_sparse():
+    """Sparse COO (coalesced, uncoalesced, hybrid with a dense dimension, empty) and CSR
+    tensors, which torch saves as their parts, beside a dense one, nested in a list and dict."""
+    g = torch.Generator().manual_seed(11)
+    dense = torch.randn(5, 6, generator=g) * (torch.rand(5, 6, generator=g) > 0.6)
+    uncoalesced = torch.sparse_coo_tensor([[0, 2, 0], [1, 3, 1]], [1.0, 2.0, 3.0], (4, 5))
+    hybrid = torch.sparse_coo_tensor([[0, 3]], torch.randn(2, 3, generator=g), (4, 3))
+    empty = torch.sparse_coo_tensor(torch.zeros(2, 0, dtype=torch.int64), torch.zeros(0),
+                                    (3, 3))
+    csr64 = torch.tensor([[0, 1.5, 0], [2.5, 0, -1]], dtype=torch.float64).to_sparse_csr()
+    return {"coo": dense.to_sparse(), "uncoalesced": uncoalesced, "hybrid": hybrid,
+            "empty": empty, "csr": dense.to_sparse_csr(),
+            "layers": [{"w": csr64, "b": torch.arange(3.0)}], "dense": dense, "step": 3}
+
+
 def fixture_zip64_source():
     gen = torch.Generator().manual_seed(9)
     w = torch.randn(4, 5, generator=gen)
@@ -1054,6 +1102,7 @@ def make_all(outdir):
     torch_fixture("params", fixture_params())
     torch_fixture("module", fixture_module())
     torch_fixture("bare", fixture_bare())
+    torch_fixture("sparse", fixture_sparse())
 
     src = fixture_zip64_source()
     saved = torch_save_bytes(src)

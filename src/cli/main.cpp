@@ -34,22 +34,34 @@ state_dict key becomes a directory with the tensor's raw `data`, a `meta.json` a
 executed.
 
 options (before or after CHECKPOINT MOUNTPOINT):
-  -f                     stay in the foreground; "ckptfs: mounted ..." on stderr once mounted
+  -f                     stay in the foreground; "ckptfs: mounted ..." on stderr once ready
   -d, --debug            foreground, with libfuse's debug output
   -o OPT[,OPT...]        mount options:
        uid=N, gid=N        owner of every file (default: the user who mounts)
        umask=OCTAL         permission bits to clear (default 0222: files 0444, dirs 0555)
        allow_other         let other users read the mount (needs user_allow_other for non-root)
-       notify_fd=N         write "1\n" to descriptor N once mounted ("0\n" if not), close it
+       allow_root          let root read it too, and no other user
+       auto_unmount        unmount even when ckptfs is killed (fusermount3 watches it)
+       notify_fd=N         write "1\n" to descriptor N once ready ("0\n" if not), close it
        read_ahead_kb=N     the mount's readahead in KiB, set when run as root (default 512;
                            0 keeps the kernel's 128)
        busy_poll_us=N      after each request, one thread polls N microseconds for the next
                            before sleeping (default 200; 0 never; off with a single CPU)
-       ...                 any other libfuse or kernel mount option; ro is implied, rw and
-                           fstab's own options (defaults, noauto, nofail, _netdev, x-*) ignored
+       max_read=N          the largest read request in bytes (at least 4096; default: the
+                           kernel's own limit)
+       fsname=NAME         the source shown in /proc/mounts (default: the checkpoint's path)
+       subtype=NAME        the type shown, fuse.NAME (default: fuse.ckptfs)
+       ...                 ro and default_permissions are implied; the mount flags nodev,
+                           nosuid, noexec, noatime, sync, dirsync (and dev, suid, exec, atime,
+                           async) go to the kernel; rw and fstab's own options (defaults,
+                           noauto, nofail, _netdev, user=, x-*) are ignored; any other option
+                           is refused (exit 1)
   --notify-fd N          the same as -o notify_fd=N
   -h, --help             show this help and exit
   -V, --version          show the version and exit
+
+ready: once the kernel's INIT request is answered; without -f, ckptfs returns then (0), or
+once the mount has failed and is gone (6). Relative paths work: both are made absolute first.
 
 inspect CHECKPOINT [--json]
   lists every entry without mounting: key, kind, dtype, shape, bytes, file offset, and totals;
@@ -67,12 +79,12 @@ unmount with: fusermount3 -u MOUNTPOINT (or umount as root)
 
 exit status:
   0  success
-  1  usage error
-  2  the checkpoint cannot be opened or read
+  1  usage error (the command line, an unsupported -o option)
+  2  the checkpoint cannot be opened or read (or is not a regular file)
   3  the zip container is invalid
   4  the pickle is invalid or the checkpoint is inconsistent
   5  a valid file ckptfs does not serve (compressed record, TorchScript, tar format)
-  6  the mount failed (mountpoint, /dev/fuse, permissions)
+  6  the mount failed or never came up (mountpoint, /dev/fuse, permissions, INIT refused)
 )";
 
 int fail(ExitCode code, const std::string& message) {
@@ -142,9 +154,15 @@ std::string ready_line(const ckptfs::Model& c, const std::string& checkpoint,
 }
 
 int run_mount(const std::vector<std::string>& args) {
+  // Told "0" on every way out that is not a mount (its destructor), usage errors included, "1"
+  // by mount_and_serve().
+  ckptfs::fuse::ReadinessNotifier notifier;
   auto parsed = ckptfs::cli::parse_mount_options(args);
-  if (!parsed.error.empty()) return usage_error(parsed.error);
   const auto& o = parsed.options;
+  if (!parsed.error.empty()) {
+    if (o.notify_fd) (void)notifier.open(*o.notify_fd);
+    return usage_error(parsed.error);
+  }
   if (o.help) {
     fmt::print("{}", usage_text);
     return 0;
@@ -153,8 +171,6 @@ int run_mount(const std::vector<std::string>& args) {
     fmt::print("ckptfs {}\n", CKPTFS_VERSION);
     return 0;
   }
-  // Told "0" on every way out that is not a mount (its destructor), "1" by mount_and_serve().
-  ckptfs::fuse::ReadinessNotifier notifier;
   if (o.notify_fd && !notifier.open(*o.notify_fd)) {
     return usage_error(fmt::format("notify_fd={}: not an open file descriptor", *o.notify_fd));
   }
@@ -179,6 +195,7 @@ int run_mount(const std::vector<std::string>& args) {
     request.debug = o.debug;
     request.fuse_options = o.fuse_options;
     request.read_ahead_kb = o.read_ahead_kb;
+    request.max_read = o.max_read;
     request.busy_poll = std::chrono::microseconds(o.busy_poll_us);
     request.fsname = escaped_fsname(absolute);
     request.notifier = &notifier;

@@ -51,19 +51,30 @@ std::string take_option(std::string_view item, MountOptions& o) {
     if (!parse_number(*b, o.busy_poll_us, 10) || o.busy_poll_us > 1'000'000) {
       return fmt::format("invalid busy_poll_us '{}' (0 to 1000000)", *b);
     }
+  } else if (auto m = value_of("max_read")) {
+    // The kernel reads at least a page at a time whatever is asked (it takes max(4096, N)).
+    if (!parse_number(*m, o.max_read, 10) || o.max_read < 4096) {
+      return fmt::format("invalid max_read '{}' (4096 to 4294967295)", *m);
+    }
   } else if (item == "ro" || item.empty() || is_ignored_option(item)) {
     // always read-only; fstab-only options mean nothing here
-  } else {
+  } else if (is_passed_option(item)) {
     o.fuse_options.emplace_back(item);
+  } else {
+    return fmt::format("unsupported mount option '{}'", item);
   }
   return {};
 }
 
+// Every option of the list is taken, so that notify_fd is known even when another one is wrong;
+// returns the first error.
 std::string take_option_list(std::string_view list, MountOptions& o) {
+  std::string first_error;
   while (true) {
     auto comma = list.find(',');
-    if (auto error = take_option(list.substr(0, comma), o); !error.empty()) return error;
-    if (comma == std::string_view::npos) return {};
+    std::string error = take_option(list.substr(0, comma), o);
+    if (first_error.empty()) first_error = std::move(error);
+    if (comma == std::string_view::npos) return first_error;
     list.remove_prefix(comma + 1);
   }
 }
@@ -89,15 +100,35 @@ bool is_ignored_option(std::string_view option) {
     if (option == name) return true;
   }
   return option.starts_with("x-") || option.starts_with("comment=") ||
-         option.starts_with("helper=");
+         option.starts_with("helper=") || option.starts_with("user=");
+}
+
+bool is_passed_option(std::string_view option) {
+  // Each tested on a real mount (tests/integration/test_lifecycle.py, MountOptionTests). libfuse
+  // 3.14 knows a few more, refused here: blkdev and blksize= (fuseblk only), the SELinux
+  // context options (untested here), debug (-d says it), and its mount-table-only ones.
+  static constexpr std::string_view names[] = {
+      "allow_other", "allow_root", "auto_unmount", "default_permissions", "dev", "nodev", "suid",
+      "nosuid", "exec", "noexec", "atime", "noatime", "sync", "async", "dirsync"};
+  for (auto name : names) {
+    if (option == name) return true;
+  }
+  // A non-empty value: libfuse puts these into the mount's fsname and type.
+  for (std::string_view prefix : {"fsname=", "subtype="}) {
+    if (option.starts_with(prefix) && option.size() > prefix.size()) return true;
+  }
+  return false;
 }
 
 ParseResult parse_mount_options(const std::vector<std::string>& args) {
   ParseResult r;
   MountOptions& o = r.options;
   std::vector<std::string> positional;
+  // After an error the rest is still parsed (its errors ignored): a notify_fd given anywhere is
+  // then told that ckptfs gave up.
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
+    std::string error;
     if (a == "-f") {
       o.foreground = true;
     } else if (a == "-d" || a == "--debug") {
@@ -109,31 +140,28 @@ ParseResult parse_mount_options(const std::vector<std::string>& args) {
       o.version = true;
     } else if (a == "-o") {
       if (i + 1 == args.size()) {
-        r.error = "-o needs an argument";
-        return r;
-      }
-      r.error = take_option_list(args[++i], o);
-    } else if (a.starts_with("-o")) {
-      r.error = take_option_list(std::string_view(a).substr(2), o);
-    } else if (a == "--notify-fd" || a.starts_with("--notify-fd=")) {
-      std::string value;
-      if (a.size() > 11) {
-        value = a.substr(12);
-      } else if (i + 1 < args.size()) {
-        value = args[++i];
+        error = "-o needs an argument";
       } else {
-        r.error = "--notify-fd needs an argument";
-        return r;
+        error = take_option_list(args[++i], o);
       }
-      r.error = take_option("notify_fd=" + value, o);
+    } else if (a.starts_with("-o")) {
+      error = take_option_list(std::string_view(a).substr(2), o);
+    } else if (a == "--notify-fd" || a.starts_with("--notify-fd=")) {
+      if (a.size() > 11) {
+        error = take_option("notify_fd=" + a.substr(12), o);
+      } else if (i + 1 < args.size()) {
+        error = take_option("notify_fd=" + args[++i], o);
+      } else {
+        error = "--notify-fd needs an argument";
+      }
     } else if (a.starts_with("-") && a != "-") {
-      r.error = fmt::format("unknown option '{}'", a);
+      error = fmt::format("unknown option '{}'", a);
     } else {
       positional.push_back(a);
     }
-    if (!r.error.empty()) return r;
+    if (r.error.empty()) r.error = std::move(error);
   }
-  if (o.help || o.version) return r;
+  if (!r.error.empty() || o.help || o.version) return r;
   if (positional.size() != 2) {
     r.error = positional.size() < 2 ? "needs a CHECKPOINT and a MOUNTPOINT"
                                     : "too many arguments: needs a CHECKPOINT and a MOUNTPOINT";

@@ -37,7 +37,9 @@ fuse_entry_param entry_of(const Tree& tree, Tree::Ino ino) {
   return e;
 }
 
-void op_init(void*, fuse_conn_info* conn) {
+void op_init(void* userdata, fuse_conn_info* conn) {
+  auto& ctx = *static_cast<Context*>(userdata);
+  conn->max_read = ctx.max_read;  // must equal the mount option, or libfuse refuses INIT
   // Readahead as large as the kernel allows, and many requests in flight.
   conn->max_readahead = conn->max_readahead ? conn->max_readahead : 1u << 20;
   conn->max_background = 64;
@@ -48,6 +50,7 @@ void op_init(void*, fuse_conn_info* conn) {
   if (conn->capable & FUSE_CAP_SPLICE_MOVE) conn->want |= FUSE_CAP_SPLICE_MOVE;
   if (conn->capable & FUSE_CAP_READDIRPLUS) conn->want |= FUSE_CAP_READDIRPLUS;
   conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO;  // always plus: names come with attributes
+  ctx.init_called.store(true);
 }
 
 void op_lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {

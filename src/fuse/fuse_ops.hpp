@@ -48,6 +48,12 @@ struct Context {
   // Per source: set once it is found replaced, truncated or rewritten (see op_open, op_read):
   // from then on every open and read of a file over it fails with EIO.
   std::unique_ptr<std::atomic<bool>[]> changed;
+  // The -o max_read=N given to the session (0: none). libfuse 3.14 refuses INIT (EPROTO, and
+  // the mount is dead) unless the init callback sets the same value in fuse_conn_info.
+  unsigned max_read = 0;
+  // Set by the init callback. libfuse calls it only for an INIT it answers, and (with max_read
+  // set as above and only capable flags wanted) refuses nothing after it.
+  std::atomic<bool> init_called{false};
 };
 
 // The operation table: lookup, getattr, open, read, opendir, readdir(plus), statfs, release...

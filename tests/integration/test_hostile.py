@@ -12,9 +12,11 @@ CKPTFS_CORPUS (see fixtures.py). The sanitizer build runs the same tests against
 (the bounds grow for ASan's shadow memory and slower code).
 """
 
+import errno
 import json
 import os
 import random
+import socket
 import struct
 import subprocess
 import sys
@@ -28,10 +30,15 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1] / "scripts"))
 sys.path.insert(0, str(HERE))
 
+from fixtures import require  # noqa: E402
+
+require("fuse", "torch")  # else the module exits 77: skipped, with the reason
+
 import make_fixtures  # noqa: E402
+from ckptfs_mounts import is_mounted  # noqa: E402
 from fixtures import CKPTFS, fixture_path  # noqa: E402
 from make_fixtures import PID, G, PickleAsm, R, ordered_dict  # noqa: E402
-from test_mount import MountTestCase, is_mounted  # noqa: E402
+from test_mount import MountTestCase  # noqa: E402
 
 
 def sanitized():
@@ -282,6 +289,40 @@ class NotACheckpointTests(HostileTestCase):
 # --------------------------------------------------------------------------------------------
 # A zip container that lies
 # --------------------------------------------------------------------------------------------
+
+class NotARegularFileTests(HostileTestCase):
+    """A checkpoint path that names a FIFO (whose open would wait for a writer forever), a
+    socket, a character device, a directory, or a symlink to one of them: inspect and the mount,
+    in the foreground and as a daemon, fail at once with exit 2 and one line, never opening it."""
+
+    def test_not_regular_files(self):
+        fifo = self.tmp / "fifo"
+        os.mkfifo(fifo)
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.addCleanup(listener.close)
+        listener.bind(str(self.tmp / "socket"))
+        listener.listen(1)
+        cases = {"FIFO": (fifo, r"not a regular file"),
+                 "socket": (self.tmp / "socket", r"not a regular file"),
+                 "character device": (Path("/dev/zero"), r"not a regular file"),
+                 "directory": (self.new_dir("dir"), r"is a directory")}
+        for what, (target, message) in cases.items():
+            link = self.tmp / f"link-to-{target.name}"
+            link.symlink_to(target)
+            for path in (target, link):
+                with self.subTest(what, path=path):
+                    self.assert_refused(path, EXIT["io"], rf"\A[^\n]*: {message}\n")
+                    mnt = self.new_dir()
+                    m = run_measured([CKPTFS, "-f", path, mnt])
+                    self.assertEqual(m.returncode, EXIT["io"], m.stderr)
+                    self.assert_one_line(m.stderr.decode("utf-8", "replace"), path,
+                                         rf"\A[^\n]*: {message}\n", f"{path}: mount -f")
+                    self.assertFalse(is_mounted(mnt))
+        # Nothing ever opened the FIFO: a writer that does not wait finds no reader.
+        with self.assertRaises(OSError) as caught:
+            os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        self.assertEqual(caught.exception.errno, errno.ENXIO)
+
 
 class LyingZipTests(HostileTestCase):
     def entries(self):

@@ -32,11 +32,15 @@ import warnings
 import zipfile
 from pathlib import Path
 
-import numpy as np
-
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1] / "scripts"))
 sys.path.insert(0, str(HERE))
+
+from fixtures import require  # noqa: E402
+
+require("torch")  # else the module exits 77: skipped, with the reason
+
+import numpy as np  # noqa: E402
 
 # The reference logic (torch.load with raw object state, the flattening rule, tensor bytes,
 # values as JSON) is shared with scripts/make_fixtures.py and scripts/ckptfs-verify.

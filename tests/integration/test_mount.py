@@ -37,21 +37,26 @@ import unittest
 import warnings
 from pathlib import Path
 
-import numpy as np
-import torch
-
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1] / "scripts"))
 sys.path.insert(0, str(HERE))
 
+from fixtures import require  # noqa: E402
+
+require("fuse", "torch")  # else the module exits 77: skipped, with the reason
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
 # The reference logic (torch.load with raw object state, the flattening rule, the naming rule,
-# numpy descrs, /proc/self/mountinfo) is shared with test_inspect.py, scripts/make_fixtures.py
-# and ckptfs-verify; make_fixtures.py's reference reader gives every tensor's bytes without
-# torch or ckptfs.
+# numpy descrs) is shared with test_inspect.py, scripts/make_fixtures.py and ckptfs-verify;
+# mountinfo and unmounting (ckptfs_mounts) with ckptfs-verify and bench too; make_fixtures.py's
+# reference reader gives every tensor's bytes without torch or ckptfs.
 import ckptfs_reference as ref  # noqa: E402
 import make_fixtures  # noqa: E402
-from ckptfs_reference import (ROOT_FILES, directory_name, entry_names, fnv1a64,  # noqa: E402
-                              mount_points)
+from ckptfs_mounts import (fusermount_u, index_readable, is_mounted, mount_count,  # noqa: E402
+                           mount_points, unmount, wait_for_mount)
+from ckptfs_reference import ROOT_FILES, directory_name, entry_names, fnv1a64  # noqa: E402
 from fixtures import (CKPTFS, CORPUS, FIXTURE_NAMES, NOT_TORCH_LOADABLE, REPO,  # noqa: E402
                       corpus_files, expected_doc, fixture_path, processes_with_arg, wait_until)
 from test_inspect import inspect_json  # noqa: E402
@@ -98,39 +103,10 @@ def reference_tensors(path):
 # Mounting
 # --------------------------------------------------------------------------------------------
 
-def mount_count(path):
-    path = os.path.realpath(path)
-    return mount_points().count(path)
-
-
-def is_mounted(path):
-    return mount_count(path) > 0
-
-
-def fusermount_u(path, lazy=False):
-    return subprocess.run(["fusermount3", "-u", *(["-z"] if lazy else []), str(path)],
-                          capture_output=True, timeout=EXIT_TIMEOUT)
-
-
 def force_unmount(path):
     """Unmounts every layer mounted on `path`; lazily when a plain unmount does not work."""
     gc.collect()  # numpy memory maps of tensor.npy keep the file system busy
-    for attempt in range(50):
-        if not is_mounted(path):
-            return
-        r = fusermount_u(path, lazy=attempt >= 10)
-        if r.returncode != 0:
-            time.sleep(0.05)
-
-
-def index_readable(mnt):
-    if not is_mounted(mnt):
-        return False
-    try:
-        with open(Path(mnt) / "index.json", "rb") as f:
-            return bool(f.read(1))
-    except OSError:
-        return False
+    unmount(path)
 
 
 def run(args, timeout=COMMAND_TIMEOUT, **kwargs):
@@ -144,8 +120,6 @@ class MountTestCase(unittest.TestCase):
     def setUpClass(cls):
         if not CKPTFS.is_file():
             raise AssertionError(f"ckptfs binary not found at {CKPTFS} (set CKPTFS)")
-        if not os.path.exists("/dev/fuse"):
-            raise AssertionError("/dev/fuse is missing")
 
     def setUp(self):
         tmp = tempfile.TemporaryDirectory(prefix="ckptfs-mount-test-")
@@ -202,15 +176,13 @@ class MountTestCase(unittest.TestCase):
     def mount(self, checkpoint, *options, mnt=None):
         """Mounts in the foreground mode and waits until index.json is readable."""
         mnt, proc = self.start(checkpoint, *options, mnt=mnt)
-        deadline = time.monotonic() + MOUNT_TIMEOUT
-        while not index_readable(mnt):
-            if proc.poll() is not None:
-                self.fail(f"ckptfs -f {' '.join(options)} {checkpoint} exited {proc.returncode} "
-                          f"before the mount was ready: {self.output(proc).strip()}")
-            if time.monotonic() > deadline:
-                self.fail(f"{checkpoint}: index.json not readable {MOUNT_TIMEOUT:g} s after "
-                          f"starting ckptfs -f")
-            time.sleep(0.02)
+        why = wait_for_mount(mnt, proc, MOUNT_TIMEOUT, index_readable)
+        if why == "timed out":
+            self.fail(f"{checkpoint}: index.json not readable {MOUNT_TIMEOUT:g} s after "
+                      f"starting ckptfs -f")
+        if why is not None:
+            self.fail(f"ckptfs -f {' '.join(options)} {checkpoint} {why} before the mount was "
+                      f"ready: {self.output(proc).strip()}")
         return mnt, proc
 
     def unmount(self, mnt, proc):
