@@ -185,6 +185,8 @@ int run_mount(const std::vector<std::string>& args) {
     tree_options.gid = o.gid.value_or(::getgid());
     tree_options.umask = o.umask.value_or(0222);
     tree_options.times = opened.source(0).times();
+    tree_options.dtype = o.dtype;
+    tree_options.shard_size = o.shard_size;
     ckptfs::Tree tree(std::move(opened.model()), tree_options);
     // Parsing peaked at many times what the model keeps (the pickle graph, flattening): give
     // the freed heap back, so that a mounted daemon holds its model, not its parse.

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <charconv>
 
 namespace ckptfs::cli {
@@ -56,6 +57,14 @@ std::string take_option(std::string_view item, MountOptions& o) {
     if (!parse_number(*m, o.max_read, 10) || o.max_read < 4096) {
       return fmt::format("invalid max_read '{}' (4096 to 4294967295)", *m);
     }
+  } else if (auto d = value_of("dtype")) {
+    o.dtype = dtype_from_name(*d);
+    if (*d != "float16" && *d != "bfloat16" && *d != "float32") o.dtype.reset();
+    if (!o.dtype) return fmt::format("invalid dtype '{}' (float16, bfloat16 or float32)", *d);
+  } else if (auto z = value_of("shard_size")) {
+    auto size = parse_size(*z);
+    if (!size) return fmt::format("invalid shard_size '{}' (bytes, or 5GB, 500MB, 2GiB...)", *z);
+    o.shard_size = *size;
   } else if (item == "ro" || item.empty() || is_ignored_option(item)) {
     // always read-only; fstab-only options mean nothing here
   } else if (is_passed_option(item)) {
@@ -80,6 +89,41 @@ std::string take_option_list(std::string_view list, MountOptions& o) {
 }
 
 }  // namespace
+
+std::optional<std::uint64_t> parse_size(std::string_view text) {
+  // The number: digits with at most one point.
+  std::size_t end = 0;
+  while (end < text.size() && ((text[end] >= '0' && text[end] <= '9') || text[end] == '.')) ++end;
+  const std::string_view number = text.substr(0, end);
+  std::string unit;
+  for (char c : text.substr(end)) unit += static_cast<char>(c >= 'A' && c <= 'Z' ? c + 32 : c);
+  static constexpr std::pair<std::string_view, double> units[] = {
+      {"", 1},      {"b", 1},          {"kb", 1e3},       {"mb", 1e6},
+      {"gb", 1e9},  {"tb", 1e12},      {"kib", 1024.0},   {"mib", 1048576.0},
+      {"gib", 1073741824.0}, {"tib", 1099511627776.0}};
+  const auto* found = std::find_if(std::begin(units), std::end(units),
+                                   [&](const auto& u) { return u.first == unit; });
+  if (number.empty() || found == std::end(units) ||
+      std::count(number.begin(), number.end(), '.') > 1 || number == ".") {
+    return std::nullopt;
+  }
+  // Exact for integers (bytes, or a whole number of a unit); a fraction is rounded down.
+  std::uint64_t whole = 0, scaled = 0;
+  const auto point = number.find('.');
+  if (!parse_number(number.substr(0, point), whole, 10) && point != 0) return std::nullopt;
+  const auto factor = static_cast<std::uint64_t>(found->second);
+  if (__builtin_mul_overflow(whole, factor, &scaled)) return std::nullopt;
+  if (point != std::string_view::npos && point + 1 < number.size()) {
+    std::uint64_t digits = 0;
+    std::string_view fraction = number.substr(point + 1, 9);
+    if (!parse_number(fraction, digits, 10)) return std::nullopt;
+    double part = static_cast<double>(digits);
+    for (std::size_t i = 0; i < fraction.size(); ++i) part /= 10;
+    scaled += static_cast<std::uint64_t>(part * found->second);
+  }
+  if (scaled == 0 || scaled >= (std::uint64_t{1} << 63)) return std::nullopt;
+  return scaled;
+}
 
 bool is_ignored_option(std::string_view option) {
   // mount(8), fstab and systemd options that can reach a helper (mount.fuse3 drops only a few of
