@@ -227,48 +227,75 @@ TEST_CASE("tuples: EMPTY_TUPLE, TUPLE1-3, MARK ... TUPLE") {
   }
 }
 
-TEST_CASE("lists and dicts come in batches of 1000, a lone last item alone") {
-  for (const std::size_t n : {0u, 1u, 2u, 999u, 1000u, 1001u, 2001u}) {
+TEST_CASE("batches of 1000 as CPython's C pickler writes them (torch.save runs that one)") {
+  for (const std::size_t n : {0u, 1u, 2u, 999u, 1000u, 1001u, 2000u, 2001u}) {
     CAPTURE(n);
+    // A list: APPEND for a lone item, else MARK ... APPENDS per batch, a batch of one too.
     const std::string list = pickled([&](Writer& w) {
       w.list(n, [&](std::size_t) { w.none(); });
     });
     PickleBuilder p = begin();
     p.empty_list().binput(0);
-    for (std::size_t start = 0; start < n; start += 1000) {
-      const std::size_t batch = std::min<std::size_t>(1000, n - start);
-      if (batch > 1) p.mark();
-      for (std::size_t i = 0; i < batch; ++i) p.none();
-      if (batch > 1) {
+    if (n == 1) {
+      p.none().append();
+    } else {
+      for (std::size_t start = 0; start < n; start += 1000) {
+        p.mark();
+        for (std::size_t i = start; i < std::min<std::size_t>(n, start + 1000); ++i) p.none();
         p.appends();
-      } else {
-        p.append();
       }
     }
     CHECK(list == p.stop().bytes());
     auto result = parse(list);
     CHECK(result.graph.items(result.graph.root()).size() == n);
 
+    // A dict: SETITEM for a lone item, else MARK ... SETITEMS per batch, and one empty batch
+    // more after a full one.
+    auto entry = [](Writer& w, std::size_t i) {
+      w.integer(static_cast<std::int64_t>(i));
+      w.none();
+    };
     const std::string dict = pickled([&](Writer& w) {
-      w.dict(n, [&](std::size_t i) {
-        w.integer(static_cast<std::int64_t>(i));
-        w.none();
-      });
+      w.dict(n, [&](std::size_t i) { entry(w, i); });
     });
     PickleBuilder d = begin();
     d.empty_dict().binput(0);
-    for (std::size_t start = 0; start < n; start += 1000) {
-      const std::size_t batch = std::min<std::size_t>(1000, n - start);
-      if (batch > 1) d.mark();
-      for (std::size_t i = start; i < start + batch; ++i) d.integer(static_cast<std::int64_t>(i)).none();
-      if (batch > 1) {
+    if (n == 1) {
+      d.binint1(0).none().setitem();
+    } else if (n > 1) {
+      std::size_t start = 0;
+      std::size_t batch = 0;
+      do {
+        batch = std::min<std::size_t>(1000, n - start);
+        d.mark();
+        for (std::size_t i = start; i < start + batch; ++i) d.integer(static_cast<std::int64_t>(i)).none();
         d.setitems();
-      } else {
-        d.setitem();
-      }
+        start += batch;
+      } while (batch == 1000);
     }
     CHECK(dict == d.stop().bytes());
     result = parse(dict);
+    CHECK(result.graph.dict_items(result.graph.root()).size() == n);
+
+    // An OrderedDict's items come from an iterator: a lone last item with SETITEM, no empty
+    // batch.
+    const std::string ordered = pickled([&](Writer& w) {
+      w.ordered_dict(n, [&](std::size_t i) { entry(w, i); });
+    });
+    PickleBuilder o = begin();
+    o.global("collections", "OrderedDict").binput(0).empty_tuple().reduce().binput(1);
+    for (std::size_t start = 0; start < n; start += 1000) {
+      const std::size_t batch = std::min<std::size_t>(1000, n - start);
+      if (batch > 1) o.mark();
+      for (std::size_t i = start; i < start + batch; ++i) o.integer(static_cast<std::int64_t>(i)).none();
+      if (batch > 1) {
+        o.setitems();
+      } else {
+        o.setitem();
+      }
+    }
+    CHECK(ordered == o.stop().bytes());
+    result = parse(ordered);
     CHECK(result.graph.dict_items(result.graph.root()).size() == n);
   }
 }

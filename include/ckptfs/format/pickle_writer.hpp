@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
-// Writes pickles the way CPython's pickler does at protocol 2 (torch.save's default): the same
-// opcodes, the same memo, the same APPENDS/SETITEMS batches, so that a value pickled here is
-// byte for byte what pickle.dumps(value, protocol=2) gives for distinct objects.
+// Writes pickles the way CPython's pickler (_pickle.c, what torch.save runs) does at protocol 2,
+// torch.save's default: the same opcodes, the same memo, the same APPENDS/SETITEMS batches, so
+// that a value pickled here is byte for byte what pickle.dumps(value, protocol=2) gives when no
+// object appears twice in it.
 //
 //   pickle::Writer w;                                     // PROTO 2
 //   w.list(keys.size(), [&](std::size_t i) { w.string(keys[i]); });
@@ -18,6 +19,7 @@
 // 1.13): a caller targeting 1.13 keeps floats and bytes out.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -84,15 +86,23 @@ class Writer {
   // dict: EMPTY_DICT, put(), then setitems().
   template <class Item>
   MemoSlot dict(std::size_t count, Item&& item);
-  // collections.OrderedDict: global(), EMPTY_TUPLE, REDUCE, put(), then setitems().
+  // collections.OrderedDict: global(), EMPTY_TUPLE, REDUCE, put(), then iterated_setitems().
   template <class Item>
   MemoSlot ordered_dict(std::size_t count, Item&& item);
-  // Items added to the list or dict on top of the stack in CPython's batches: MARK ... APPENDS
-  // (or SETITEMS) per 1000 items, a lone last item with APPEND (SETITEM).
+  // Items added to the list or dict on top of the stack, batched as CPython's C pickler (the
+  // one torch.save runs) does, which differs from pickle.py's:
+  //   appends() (a list): one item with APPEND; more in MARK ... APPENDS batches of 1000, a
+  //     last batch of one item included;
+  //   setitems() (a dict): one item with SETITEM; more in MARK ... SETITEMS batches of 1000,
+  //     followed by an empty MARK SETITEMS when the last batch is full (1000, 2000... items);
+  //   iterated_setitems() (the items of a call's result, as an OrderedDict's): MARK ...
+  //     SETITEMS batches of 1000, a last batch of one item with SETITEM alone.
   template <class Item>
   void appends(std::size_t count, Item&& item);
   template <class Item>
   void setitems(std::size_t count, Item&& item);
+  template <class Item>
+  void iterated_setitems(std::size_t count, Item&& item);
   // A tuple of ints (a size or a stride).
   MemoSlot int_tuple(std::span<const std::int64_t> values);
   // torch.Size(values): GLOBAL torch Size, ((values...),) REDUCE, put().
@@ -112,7 +122,7 @@ class Writer {
   void op(std::uint8_t code);
   void le(std::uint64_t value, int width);
   template <class Item>
-  void batched(std::size_t count, std::uint8_t many, std::uint8_t one, Item& item);
+  void batch(std::size_t start, std::size_t n, Item& item);
 
   std::string out_;
   MemoSlot next_slot_ = 0;
@@ -213,27 +223,60 @@ MemoSlot Writer::ordered_dict(std::size_t count, Item&& item) {
   op(')');
   reduce();
   const MemoSlot slot = put();
-  setitems(count, item);
+  iterated_setitems(count, item);
   return slot;
 }
 
 template <class Item>
+void Writer::batch(std::size_t start, std::size_t n, Item& item) {
+  for (std::size_t i = start; i < start + n; ++i) item(i);
+}
+
+template <class Item>
 void Writer::appends(std::size_t count, Item&& item) {
-  batched(count, 'e', 'a', item);  // APPENDS, APPEND
+  if (count == 1) {
+    item(0);
+    op('a');  // APPEND
+    return;
+  }
+  for (std::size_t start = 0; start < count; start += batch_size) {
+    mark();
+    batch(start, std::min(batch_size, count - start), item);
+    op('e');  // APPENDS
+  }
 }
 
 template <class Item>
 void Writer::setitems(std::size_t count, Item&& item) {
-  batched(count, 'u', 's', item);  // SETITEMS, SETITEM
+  if (count == 0) return;
+  if (count == 1) {
+    item(0);
+    op('s');  // SETITEM
+    return;
+  }
+  std::size_t start = 0;
+  std::size_t n = 0;
+  do {
+    n = std::min(batch_size, count - start);
+    mark();
+    batch(start, n, item);
+    op('u');  // SETITEMS
+    start += n;
+  } while (n == batch_size);
 }
 
 template <class Item>
-void Writer::batched(std::size_t count, std::uint8_t many, std::uint8_t one, Item& item) {
+void Writer::iterated_setitems(std::size_t count, Item&& item) {
   for (std::size_t start = 0; start < count; start += batch_size) {
-    const std::size_t n = count - start < batch_size ? count - start : batch_size;
-    if (n > 1) mark();
-    for (std::size_t i = start; i < start + n; ++i) item(i);
-    op(n > 1 ? many : one);
+    const std::size_t n = std::min(batch_size, count - start);
+    if (n == 1) {
+      item(start);
+      op('s');  // SETITEM
+    } else {
+      mark();
+      batch(start, n, item);
+      op('u');  // SETITEMS
+    }
   }
 }
 
