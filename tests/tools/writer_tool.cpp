@@ -98,7 +98,8 @@ Value to_value(const nlohmann::json& j) {
     return Value::list(std::move(items));
   }
   if (j.size() == 1) {
-    const auto& [tag, body] = *j.items().begin();
+    const std::string tag = j.begin().key();
+    const nlohmann::json& body = j.begin().value();
     auto pairs = [&] {
       std::vector<std::pair<Value, Value>> entries;
       for (const auto& kv : body) entries.emplace_back(to_value(kv.at(0)), to_value(kv.at(1)));

@@ -8,8 +8,9 @@
 //   w.list(keys.size(), [&](std::size_t i) { w.string(keys[i]); });
 //   std::string bytes = std::move(w).finish();            // STOP
 //
-// What each torch version's torch.load(..., weights_only=True) reads (1.13 ran here; the rest is
-// from the sources of torch/_weights_only_unpickler.py):
+// What each torch version's torch.load(..., weights_only=True) reads. 1.13 ran here
+// (tests/integration/test_writers.py), but for torch.Size, which 1.13's allowlist has; the later
+// versions are read in the sources of torch/_weights_only_unpickler.py, not run:
 //   none, bool, int (any size up to 255 bytes), str, list, tuple, dict, OrderedDict,
 //   torch.Size, memo GET/PUT ....................................... torch >= 1.13
 //   float (BINFLOAT) ............................................... torch >= 2.0
