@@ -5,17 +5,21 @@ The one copy of the reference logic that scripts/make_fixtures.py, scripts/ckptf
 integration tests (tests/integration/) share:
 
     dtypes      DTYPE_SIZES, NUMPY_KIND, dtype_name, numpy_descr, swap_unit, byteswap
-    bytes       gather (a strided view over raw storage bytes, in C order),
+    bytes       gather (a strided view over raw storage bytes, in C order), load_tensor_file
+                (torch.load of a tensor.pt, never running other code),
                 tensor_bytes (a torch tensor's elements in C order, in a given byte order),
                 storage_of (the identity and size of a tensor's storage)
     loading     torch_load: torch.load on the CPU even when the checkpoint's classes are missing
                 (StubObject, stub_class, StubUnpickler, stubbed_names)
     flattening  flatten: a loaded object as ordered (key, tensor | value) entries, the rule of
-                `ckptfs inspect` and of the mount (children, contains_tensor)
+                `ckptfs inspect` and of the mount (children, contains_tensor; sparse and nested
+                tensors as their parts: tensor_parts, SPARSE_PARTS, NESTED_PARTS); key_paths: the
+                Python keys of the entries whose text does not say them
     values      simple_json, NOT_JSON, value_entry, has_opaque, json_equal: which values JSON
                 can hold, a value's entry, and how ckptfs's JSON compares with them
-    names       directory_name, fnv1a64: the directory name of a key in the mount
-    mounts      mount_points: what /proc/self/mountinfo lists
+    names       directory_name, entry_names, fnv1a64, ROOT_FILES: the names of keys in the mount
+
+(Mounts, /proc/self/mountinfo and unmounting are ckptfs_mounts.py's, beside this file.)
 
 Needs torch (Debian's 1.13, or later) and numpy; everything else is the standard library.
 Importing it only defines things. Tools import it from their own directory, where it sits beside
@@ -24,6 +28,7 @@ them (scripts/ in the repository, or wherever ckptfs-verify is installed).
 
 import collections
 import inspect
+import re
 import pickle
 import sys
 import types
@@ -56,6 +61,7 @@ NUMPY_KIND = {
     "bfloat16": "u2", "complex32": "u4", "bits8": "u1",
     "float8_e5m2": "u1", "float8_e4m3fn": "u1", "float8_e5m2fnuz": "u1", "float8_e4m3fnuz": "u1",
     "float8_e8m0fnu": "u1", "float4_e2m1fn_x2": "u1",
+    "qint8": "i1", "quint8": "u1", "qint32": "i4",  # the integer representation
 }
 
 # Byte swapping is per element, complex numbers per half (their real and imaginary parts).
@@ -94,6 +100,34 @@ def byteswap(data, unit):
 # --------------------------------------------------------------------------------------------
 # Bytes
 # --------------------------------------------------------------------------------------------
+
+# The globals a tensor.pt may hold (ckptfs writes only these): torch's rebuild calls, storage
+# classes, dtypes and qschemes, and OrderedDict.
+_TENSOR_FILE_GLOBALS = re.compile(
+    r"^(torch\._utils _rebuild_(tensor_v2|tensor_v3|qtensor)|torch \w+Storage|"
+    r"torch\.storage UntypedStorage|torch \w+|collections OrderedDict)$")
+
+
+def load_tensor_file(path):
+    """torch.load of a tensor.pt: with weights_only=True, or, where the installed torch's
+    weights_only loader lacks what the file needs (quantized tensors before torch 2.4, the dtypes
+    of _rebuild_tensor_v3 before 2.2...), with weights_only=False once every GLOBAL of its pickle
+    is one of torch's rebuild calls, storage classes, dtypes or qschemes: never runs other code."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception:  # noqa: BLE001: torch raises various types for what it refuses
+        pass
+    import pickletools
+    import zipfile
+    with zipfile.ZipFile(path) as zf:
+        pkl = zf.read(next(n for n in zf.namelist() if n.endswith("/data.pkl")))
+    for op, arg, _ in pickletools.genops(pkl):
+        if op.name in ("GLOBAL", "INST") and not _TENSOR_FILE_GLOBALS.match(arg):
+            raise ValueError(f"{path}: unexpected global {arg!r} in a tensor.pt")
+        if op.name == "STACK_GLOBAL":
+            raise ValueError(f"{path}: STACK_GLOBAL in a tensor.pt")
+    return torch.load(path, map_location="cpu", weights_only=False)
+
 
 def gather(storage_bytes, elsize, shape, stride, offset):
     """The logical elements of a strided view over raw storage bytes, in C order: `elsize`
@@ -232,8 +266,45 @@ def torch_load(path):
 # Flattening (the rule of `ckptfs inspect` and of the mount)
 # --------------------------------------------------------------------------------------------
 
+# The parts of a sparse tensor, in the order torch saves them (torch._utils._rebuild_sparse_tensor
+# and _rebuild_sparse_csr_tensor), by layout name; ckptfs shows each as the entry KEY.PART.
+SPARSE_PARTS = {
+    "sparse_coo": ("indices", "values", "size"),
+    "sparse_csr": ("crow_indices", "col_indices", "values", "size"),
+    "sparse_bsr": ("crow_indices", "col_indices", "values", "size"),
+    "sparse_csc": ("ccol_indices", "row_indices", "values", "size"),
+    "sparse_bsc": ("ccol_indices", "row_indices", "values", "size"),
+}
+# A nested tensor's parts (torch >= 2.0, torch._utils._rebuild_nested_tensor).
+NESTED_PARTS = ("buffer", "sizes", "strides", "storage_offsets")
+
+
+def tensor_parts(t):
+    """[(part, object)] of a torch tensor that torch saves as parts (sparse, nested), as ckptfs
+    shows them; None for an ordinary (strided) tensor. A size is a tuple of ints.
+
+    torch 1.13 saves only sparse COO and CSR tensors, the layouts the fixtures hold; the other
+    layouts and nested tensors follow the same rule for later torch versions."""
+    layout = str(t.layout).removeprefix("torch.")
+    if layout in SPARSE_PARTS:
+        if layout == "sparse_coo":
+            tensors = (t._indices(), t._values())
+        elif layout in ("sparse_csr", "sparse_bsr"):
+            tensors = (t.crow_indices(), t.col_indices(), t.values())
+        else:
+            tensors = (t.ccol_indices(), t.row_indices(), t.values())
+        return list(zip(SPARSE_PARTS[layout], (*tensors, tuple(t.size()))))
+    if getattr(t, "is_nested", False):
+        return list(zip(NESTED_PARTS, (t.values(), t._nested_tensor_size(),
+                                       t._nested_tensor_strides(),
+                                       t._nested_tensor_storage_offsets())))
+    return None
+
+
 def is_torch_tensor(x):
-    return isinstance(x, torch.Tensor)
+    """A leaf of the flattening: a torch tensor with its own storage (not sparse, not nested:
+    their parts are walked, see children())."""
+    return isinstance(x, torch.Tensor) and tensor_parts(x) is None
 
 
 def key_text(k):
@@ -243,8 +314,11 @@ def key_text(k):
 
 def children(x):
     """The (key part, child) pairs the rule walks below `x`: a dict's items, a list's or
-    tuple's items (indices in decimal), an object's state (its __dict__); none for tensors,
-    scalars, strings, bytes, classes and numpy values."""
+    tuple's items (indices in decimal), an object's state (its __dict__), a sparse or nested
+    tensor's parts (tensor_parts); none for other tensors, scalars, strings, bytes, classes and
+    numpy values."""
+    if isinstance(x, torch.Tensor):
+        return tensor_parts(x) or []
     if isinstance(x, dict):
         return [(key_text(k), v) for k, v in x.items()]
     if type(x) in (list, tuple):
@@ -269,8 +343,9 @@ def contains_tensor(x, is_tensor=is_torch_tensor, seen=None):
     return any(contains_tensor(v, is_tensor, seen) for _, v in children(x))
 
 
-def flatten(root, is_tensor=is_torch_tensor):
-    """The entries of a loaded checkpoint, in order: [(key, object)].
+def flatten(root, is_tensor=is_torch_tensor, with_parts=False):
+    """The entries of a loaded checkpoint, in order: [(key, object)], or with `with_parts`
+    [(key, object, parts)], `parts` being the Python keys (and list indices) along the way.
 
     Tensors are leaves; a child holding a tensor somewhere below is walked, keyed
     "parent.child"; a subtree without tensors is one value. A bare tensor is the entry "tensor";
@@ -278,22 +353,114 @@ def flatten(root, is_tensor=is_torch_tensor):
     `is_tensor` says what a tensor is (torch tensors by default)."""
     out = []
 
-    def walk(x, prefix):
-        for k, v in children(x):
+    def tensor(key, t, parts):
+        out.append((key, t, parts))
+        # A per-channel quantized tensor: its scales and zero points follow as entries.
+        for name, part in quantized_parts(t):
+            out.append((f"{key}.{name}", part, parts + [Part(name)]))
+
+    def walk(x, prefix, parts):
+        for (k, v), part in zip(children(x), raw_keys(x)):
             key = k if prefix is None else f"{prefix}.{k}"
+            here = parts + [part]
             if is_tensor(v):
-                out.append((key, v))
+                tensor(key, v, here)
             elif contains_tensor(v, is_tensor):
-                walk(v, key)
+                walk(v, key, here)
             else:
-                out.append((key, v))
+                out.append((key, v, here))
 
     if is_tensor(root):
-        out.append(("tensor", root))
+        tensor("tensor", root, [])
     elif type(root) in (dict, list, collections.OrderedDict) or contains_tensor(root, is_tensor):
-        walk(root, None)
+        walk(root, None, [])
     else:
-        out.append(("value", root))
+        out.append(("value", root, []))
+    return out if with_parts else [(k, v) for k, v, _ in out]
+
+
+def quantized_parts(t):
+    """[(name, tensor)] of the scales and zero points of a per-channel quantized tensor (torch's,
+    or any object with a `quantized_parts` list); [] for others."""
+    if isinstance(t, torch.Tensor):
+        if t.is_quantized and t.qscheme() in (torch.per_channel_affine,
+                                              torch.per_channel_affine_float_qparams):
+            return [("q_per_channel_scales", t.q_per_channel_scales()),
+                    ("q_per_channel_zero_points", t.q_per_channel_zero_points())]
+        return []
+    return list(getattr(t, "quantized_parts", []))
+
+
+def quantization(t, key):
+    """meta.json's "quantization" of a tensor saved under `key`: None unless it is quantized
+    (a torch tensor, or an object with a `quantization` dict, as make_fixtures' reader makes)."""
+    if not isinstance(t, torch.Tensor):
+        q = getattr(t, "quantization", None)
+        if q is None:
+            return None
+        q = dict(q)
+    elif not t.is_quantized:
+        return None
+    elif t.qscheme() in (torch.per_tensor_affine, torch.per_tensor_symmetric):
+        return {"qscheme": str(t.qscheme()).removeprefix("torch."), "scale": t.q_scale(),
+                "zero_point": t.q_zero_point()}
+    else:
+        # torch saves every per-channel scheme under the per_channel_affine tag
+        q = {"qscheme": "per_channel_affine", "axis": t.q_per_channel_axis()}
+    if "axis" in q:
+        q.update(scales=f"{key}.q_per_channel_scales",
+                 zero_points=f"{key}.q_per_channel_zero_points")
+    return q
+
+
+class Part(str):
+    """A key part ckptfs names itself (a quantized tensor's "q_per_channel_scales"), not a
+    Python key."""
+
+
+def raw_keys(x):
+    """The Python keys of children(x), in the same order: dict keys as they are, positions of a
+    list or tuple as ints, an object's attribute names, the parts of a sparse or nested tensor
+    (named by ckptfs: Part)."""
+    if isinstance(x, torch.Tensor):
+        return [Part(name) for name, _ in (tensor_parts(x) or [])]
+    if isinstance(x, dict):
+        return list(x.keys())
+    if type(x) in (list, tuple):
+        return list(range(len(x)))
+    d = getattr(x, "__dict__", None)
+    if isinstance(d, dict) and not isinstance(x, (torch.Tensor, type, np.ndarray, np.generic)):
+        # An object standing for a tensor's parts (make_fixtures' SparseDesc) names them Part.
+        return [Part(k) if getattr(x, "tensor_parts", False) else k for k in d.keys()]
+    return []
+
+
+def key_part_json(k):
+    """A Python key as ckptfs writes it in a key path: str, int, bool and None as JSON does,
+    a float as a number or {"__float__": ...}, bytes as {"__bytes__": hex}, a tuple as
+    {"__tuple__": repr}."""
+    if isinstance(k, Part):
+        return {"__part__": str(k)}
+    if type(k) in (str, int, bool) or k is None:
+        return k
+    if type(k) is float:
+        return k if np.isfinite(k) else {"__float__": repr(k)}
+    if type(k) is bytes:
+        return {"__bytes__": k.hex()}
+    if type(k) is tuple:
+        return {"__tuple__": repr(k)}
+    return {"__key__": str(k)}
+
+
+def key_paths(flat):
+    """For the entries of flatten(..., with_parts=True): each entry's "key_path" as ckptfs
+    writes it in index.json and meta.json, or None where it has none. An entry has one when a
+    part is not a str, or when another entry has the same key text."""
+    count = collections.Counter(key for key, _, _ in flat)
+    out = []
+    for key, _, parts in flat:
+        needed = count[key] > 1 or any(type(p) is not str for p in parts)
+        out.append([key_part_json(p) for p in parts] if needed else None)
     return out
 
 
@@ -368,12 +535,24 @@ def fnv1a64(data):
     return h
 
 
-def directory_name(key):
-    """The directory name of a key: '%' -> %25, '/' -> %2F, NUL -> %00; '', '.', '..' and
-    'index.json' get a '%' in front; past 255 bytes: the first 200 bytes (cut where a character
-    starts) + '~' + FNV-1a 64 of the key in 16 hex digits."""
-    raw = key.encode("utf-8", "surrogatepass")
-    name = bytearray(b"%" if raw in (b"", b".", b"..", b"index.json") else b"")
+# The files at the root of a mount (the default layout, one model.safetensors).
+ROOT_FILES = ("index.json", "model.safetensors")
+
+_RESERVED = {b"", b".", b"..", b"index.json", b"map", b"model.safetensors",
+             b"model.safetensors.index.json"}
+
+
+def _reserved(raw):
+    """Whether a key's name is one the mount's root uses itself (in any layout or view)."""
+    if raw in _RESERVED:
+        return True
+    m = re.fullmatch(rb"model-([0-9]+)-of-([0-9]+)\.safetensors", raw)
+    return m is not None
+
+
+def _escaped(raw):
+    """The escaped name of a key's bytes, and where a cut keeps at most 200 bytes."""
+    name = bytearray(b"%" if _reserved(raw) else b"")
     cut = 0
     for c in raw:
         if c & 0xC0 != 0x80 and len(name) <= 200:  # a character starts here
@@ -381,32 +560,41 @@ def directory_name(key):
         name += {0x25: b"%25", 0x2F: b"%2F", 0: b"%00"}.get(c, bytes([c]))
     if len(name) <= 200:
         cut = len(name)
+    return bytes(name), cut
+
+
+def _cut(name, cut, raw):
+    return name[:cut] + b"%~" + f"{fnv1a64(raw):016x}".encode()
+
+
+def directory_name(key):
+    """The directory name of a key: '%' -> %25, '/' -> %2F, NUL -> %00; the root's own names
+    ('', '.', '..', 'index.json', 'map', 'model.safetensors', 'model.safetensors.index.json',
+    'model-N-of-M.safetensors') get a '%' in front; past 255 bytes: the first 200 bytes (cut
+    where a character starts) + '%~' + FNV-1a 64 of the key in 16 hex digits."""
+    raw = key.encode("utf-8", "surrogatepass")
+    name, cut = _escaped(raw)
     if len(name) > 255:
-        name = name[:cut] + b"~" + f"{fnv1a64(raw):016x}".encode()
-    return bytes(name).decode("utf-8", "surrogateescape")
+        name = _cut(name, cut, raw)
+    return name.decode("utf-8", "surrogateescape")
 
 
-# --------------------------------------------------------------------------------------------
-# Mounts
-# --------------------------------------------------------------------------------------------
-
-def _unescape_mountinfo(field):
-    """A path field of /proc/self/mountinfo with its octal escapes (\\040 for a space...)
-    undone."""
-    out, i = "", 0
-    while i < len(field):
-        if field[i] == "\\" and field[i + 1:i + 4].isdigit() and len(field[i + 1:i + 4]) == 3:
-            out += chr(int(field[i + 1:i + 4], 8))
-            i += 4
-        else:
-            out += field[i]
-            i += 1
+def entry_names(keys):
+    """The names of the keys of a mount, in order: directory_name(), and for a name an earlier
+    key already has, '%#2', '%#3'... (the smallest number free), cut when it passes 255 bytes."""
+    taken, out = set(), []
+    for key in keys:
+        raw = key.encode("utf-8", "surrogatepass")
+        name, cut = _escaped(raw)
+        plain = name if len(name) <= 255 else _cut(name, cut, raw)
+        n, candidate = 1, plain
+        while candidate in taken:
+            n += 1
+            suffix = f"%#{n}".encode()
+            candidate = (plain + suffix if len(plain) + len(suffix) <= 255
+                         else _cut(name, cut, raw) + suffix)
+        taken.add(candidate)
+        out.append(candidate.decode("utf-8", "surrogateescape"))
     return out
 
 
-def mount_points():
-    """Every mount point of this process's namespace, in /proc/self/mountinfo order (a path
-    twice when two mounts are stacked on it); read without touching any of them. Raises
-    OSError when /proc is not there."""
-    with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
-        return [_unescape_mountinfo(line.split()[4]) for line in f if len(line.split()) > 4]

@@ -6,8 +6,9 @@ Usage:
     /usr/bin/python3 scripts/make_fixtures.py OUTDIR         # OUTDIR/*.pth + OUTDIR/*.expected.json
     /usr/bin/python3 scripts/make_fixtures.py --sample PATH  # tests/data/sample.pth
 
-Needs Debian's python3-torch (1.13) and numpy; everything else is the standard library. The output
-is deterministic: fixed seeds, no timestamps, legacy storage keys (heap pointers) rewritten.
+Needs Debian's python3-torch (1.13) and numpy; everything else is the standard library. Without
+them it exits 77 (test harnesses' "skipped"), saying so. The output is deterministic: fixed
+seeds, no timestamps, legacy storage keys (heap pointers) rewritten.
 
 Each `<name>.expected.json` is computed from the objects that were saved (never typed by hand):
     {"format": "zip"|"legacy", "byteorder": "little"|"big", "entries": [...]}
@@ -28,6 +29,7 @@ Fixtures:
     params      nn.Parameter with requires_grad True and False, a requires_grad leaf tensor
     module      torch.save of a whole nn.Module whose class (make_fixtures.TinyNet) readers lack
     bare        a tensor as the root
+    sparse      sparse COO (coalesced, uncoalesced, hybrid, empty) and CSR tensors: their parts
     zip64       re-zipped by Python's zipfile with force_zip64 (zip64 local extras)
     zip64_cd    the same with zip64 extras in the central directory too, and a zip64 EOCD
     legacy      _use_new_zipfile_serialization=False, shared storages and views
@@ -66,9 +68,18 @@ import zipfile
 import zlib
 from pathlib import Path
 
-import numpy as np
-import torch
-from torch import nn
+try:
+    import numpy as np
+    import torch
+    from torch import nn
+except ImportError as _e:
+    if __name__ != "__main__":
+        raise
+    # 77: what test harnesses (ctest's SKIP_RETURN_CODE in tests/CMakeLists.txt) take for
+    # "skipped": a machine without torch cannot make the fixtures, nor run what needs them.
+    print(f"SKIPPED: make_fixtures.py needs torch and numpy for {sys.executable} ({_e})",
+          file=sys.stderr)
+    sys.exit(77)
 
 sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
 import ckptfs_reference as ref  # noqa: E402  (beside this script)
@@ -94,6 +105,9 @@ STORAGE_CLASSES = {
     "BoolStorage": ("bool", 1),
     "ComplexFloatStorage": ("complex64", 8),
     "ComplexDoubleStorage": ("complex128", 16),
+    "QInt8Storage": ("qint8", 1),
+    "QUInt8Storage": ("quint8", 1),
+    "QInt32Storage": ("qint32", 4),
     "UntypedStorage": ("uint8", 1),
 }
 
@@ -123,6 +137,8 @@ class TensorDesc:
         self.dtype, self.shape, self.stride = dtype, list(shape), list(stride)
         self.offset, self.storage_key, self.storage_bytes = offset, storage_key, storage_bytes
         self.requires_grad, self.conj = requires_grad, conj
+        self.quantization = None  # meta.json's "quantization" (without the parts' keys)
+        self.quantized_parts = []  # per-channel: [(name, TensorDesc)] of scales, zero points
 
     def with_requires_grad(self, rg):
         c = copy.copy(self)
@@ -131,8 +147,9 @@ class TensorDesc:
 
 
 def is_tensor(x):
-    """A leaf of the flattening here: a torch tensor, or a TensorDesc."""
-    return isinstance(x, (torch.Tensor, TensorDesc))
+    """A leaf of the flattening here: a torch tensor with its own storage (ref.is_torch_tensor:
+    not sparse, whose parts are walked), or a TensorDesc."""
+    return isinstance(x, TensorDesc) or ref.is_torch_tensor(x)
 
 
 def storage_identity(t):
@@ -166,22 +183,27 @@ def tensor_entry(t, byteorder):
 def describe(root, fmt, byteorder):
     """The expected.json document for an object that a reader will see as `root`."""
     entries, idents = [], []
-    for key, obj in ref.flatten(root, is_tensor):
+    flat = ref.flatten(root, is_tensor, with_parts=True)
+    for (key, obj, _), key_path in zip(flat, ref.key_paths(flat)):
         if is_tensor(obj):
             e = {"key": key, "kind": "tensor"}
             e.update(tensor_entry(obj, byteorder))
+            q = ref.quantization(obj, key)
+            if q is not None:
+                e["quantization"] = q
             entries.append(e)
             idents.append(storage_identity(obj))
         else:
             entries.append(ref.value_entry(key, obj))
             idents.append(None)
+        if key_path is not None:
+            entries[-1]["key_path"] = key_path
     for i, e in enumerate(entries):
         if e["kind"] == "tensor":
             e["shared_with"] = [entries[j]["key"] for j in range(len(entries))
                                 if j != i and idents[j] is not None and idents[j] == idents[i]]
-    keys = [e["key"] for e in entries]
-    assert len(set(keys)) == len(keys), "flattened keys must be unique in a fixture"
     return {"format": fmt, "byteorder": byteorder, "entries": entries}
+
 
 
 # --------------------------------------------------------------------------------------------
@@ -431,8 +453,35 @@ def _rebuild_old(storage, offset, size, stride):
     return TensorDesc(storage.dtype, size, stride, offset, storage.key, None, False)
 
 
+def _rebuild_qtensor(storage, offset, size, stride, qparams, requires_grad, hooks):
+    t = TensorDesc(storage.dtype, size, stride, offset, storage.key, None, requires_grad)
+    scheme = qparams[0]
+    if len(qparams) == 3:
+        t.quantization = {"qscheme": scheme, "scale": qparams[1], "zero_point": qparams[2]}
+    else:
+        t.quantization = {"qscheme": scheme, "axis": qparams[3]}
+        t.quantized_parts = [("q_per_channel_scales", qparams[1]),
+                             ("q_per_channel_zero_points", qparams[2])]
+    return t
+
+
 def _rebuild_parameter(data, requires_grad, hooks, state=None):
     return data.with_requires_grad(requires_grad)
+
+
+class SparseDesc:
+    """A sparse tensor as the reference reader sees it: its parts as its state, named and
+    ordered as ref.SPARSE_PARTS says (so that ref.children walks them as ckptfs does)."""
+
+    tensor_parts = True  # its attributes are parts ckptfs names (ref.raw_keys)
+
+    def __init__(self, layout, parts):
+        for name, part in zip(ref.SPARSE_PARTS[layout], parts):
+            setattr(self, name, part)
+
+
+def _rebuild_sparse(layout, data):
+    return SparseDesc(layout, data)
 
 
 class _RefUnpickler(pickle.Unpickler):
@@ -440,8 +489,14 @@ class _RefUnpickler(pickle.Unpickler):
         ("torch._utils", "_rebuild_tensor_v2"): _rebuild_v2,
         ("torch._utils", "_rebuild_tensor_v3"): _rebuild_v3,
         ("torch._utils", "_rebuild_tensor"): _rebuild_old,
+        ("torch._utils", "_rebuild_qtensor"): _rebuild_qtensor,
         ("torch._utils", "_rebuild_parameter"): _rebuild_parameter,
         ("torch._utils", "_rebuild_parameter_with_state"): _rebuild_parameter,
+        ("torch._utils", "_rebuild_sparse_tensor"): _rebuild_sparse,
+        ("torch._utils", "_rebuild_sparse_csr_tensor"): _rebuild_sparse,
+        ("torch", "Size"): tuple,
+        # A layout: torch.serialization._get_layout("torch.sparse_coo"), or torch.sparse_coo.
+        ("torch.serialization", "_get_layout"): lambda name: name.removeprefix("torch."),
         ("collections", "OrderedDict"): collections.OrderedDict,
     }
 
@@ -455,8 +510,9 @@ class _RefUnpickler(pickle.Unpickler):
             return self.FUNCS[(module, name)]
         if "Storage" in name:
             return _StorageClass(name)
-        if module == "torch" and name in ref.DTYPE_SIZES:
-            return name
+        if module == "torch" and (name in ref.DTYPE_SIZES or name.startswith("per_")
+                                  or name in ref.SPARSE_PARTS):
+            return name  # a dtype, a qscheme or a layout, by its name
         if module in ("builtins", "__builtin__", "_codecs", "argparse"):
             return super().find_class(module, name)
         return ref.stub_class(module, name)
@@ -515,6 +571,8 @@ def reference_read(path):
     def attach(x, seen):
         if isinstance(x, TensorDesc):
             x.storage_bytes = blobs[x.storage_key]
+            for _, part in x.quantized_parts:
+                attach(part, seen)
             return
         if id(x) in seen:
             return
@@ -706,6 +764,44 @@ def fixture_keys():
     }
 
 
+def fixture_collisions():
+    """Keys that render to the same text but are different Python keys, and literal keys that
+    look like another key's suffixed or cut name: every one is an entry of its own."""
+    gen = torch.Generator().manual_seed(11)
+
+    def t(*shape):
+        return torch.randn(*shape, generator=gen)
+
+    long = "k" * 300
+    return {
+        0: t(1), "0": t(2),
+        b"x": t(1), "x": t(2), "b'x'": t(3),
+        (1, 2): t(1), "(1, 2)": t(2),
+        None: t(1), "None": t(2),
+        b"\xff": t(1), b"\xfe": t(2),
+        "a.b": t(1), "a": {"b": t(2)}, "a.b#2": t(3), "a.b%#2": t(4),
+        1.5: t(1), "1.5": "a value with the text of a float key",
+        (1, "a'b"): t(1),
+        long: t(1), ref.directory_name(long): t(2),
+        "map": t(1), "model.safetensors": t(1), "model-00001-of-00002.safetensors": t(1),
+    }
+
+
+def fixture_quantized():
+    """Quantized tensors of every scheme torch 1.13 saves: their parameters are kept."""
+    torch.manual_seed(12)
+    x = torch.randn(4, 3)
+    return {
+        "per_tensor": torch.quantize_per_tensor(x, 0.05, 3, torch.qint8),
+        "per_tensor_u8": torch.quantize_per_tensor(x, 0.1, 128, torch.quint8),
+        "per_channel": torch.quantize_per_channel(x, torch.tensor([0.1, 0.2, 0.3], dtype=torch.double),
+                                                  torch.tensor([0, 1, -1]), 1, torch.qint8),
+        "per_channel_float_qparams": torch.quantize_per_channel(
+            x, torch.tensor([0.1, 0.2, 0.3, 0.4], dtype=torch.float),
+            torch.tensor([0.0, 1.0, 2.0, 3.0]), 0, torch.quint8),
+    }
+
+
 def fixture_params():
     torch.manual_seed(6)
     return {
@@ -727,6 +823,21 @@ def fixture_module():
 def fixture_bare():
     torch.manual_seed(8)
     return torch.randn(3, 5)
+
+
+def fixture_sparse():
+    """Sparse COO (coalesced, uncoalesced, hybrid with a dense dimension, empty) and CSR
+    tensors, which torch saves as their parts, beside a dense one, nested in a list and dict."""
+    g = torch.Generator().manual_seed(11)
+    dense = torch.randn(5, 6, generator=g) * (torch.rand(5, 6, generator=g) > 0.6)
+    uncoalesced = torch.sparse_coo_tensor([[0, 2, 0], [1, 3, 1]], [1.0, 2.0, 3.0], (4, 5))
+    hybrid = torch.sparse_coo_tensor([[0, 3]], torch.randn(2, 3, generator=g), (4, 3))
+    empty = torch.sparse_coo_tensor(torch.zeros(2, 0, dtype=torch.int64), torch.zeros(0),
+                                    (3, 3))
+    csr64 = torch.tensor([[0, 1.5, 0], [2.5, 0, -1]], dtype=torch.float64).to_sparse_csr()
+    return {"coo": dense.to_sparse(), "uncoalesced": uncoalesced, "hybrid": hybrid,
+            "empty": empty, "csr": dense.to_sparse_csr(),
+            "layers": [{"w": csr64, "b": torch.arange(3.0)}], "dense": dense, "step": 3}
 
 
 def fixture_zip64_source():
@@ -991,9 +1102,12 @@ def make_all(outdir):
     torch_fixture("views", fixture_views(), to_path=False)
     torch_fixture("training", fixture_training())
     torch_fixture("keys", fixture_keys())
+    torch_fixture("collisions", fixture_collisions())
+    torch_fixture("quantized", fixture_quantized())
     torch_fixture("params", fixture_params())
     torch_fixture("module", fixture_module())
     torch_fixture("bare", fixture_bare())
+    torch_fixture("sparse", fixture_sparse())
 
     src = fixture_zip64_source()
     saved = torch_save_bytes(src)

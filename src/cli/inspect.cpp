@@ -2,6 +2,7 @@
 // The table and JSON printers of `ckptfs inspect`.
 #include "inspect.hpp"
 
+#include <ckptfs/base/numbers.hpp>
 #include <ckptfs/base/text.hpp>
 #include <ckptfs/view/describe.hpp>
 
@@ -17,7 +18,7 @@ std::string shape_text(const std::vector<std::int64_t>& shape) {
 }
 
 // "1.5 MiB" for a byte count.
-std::string human_bytes(std::uint64_t n) {
+std::string human_bytes(uint128 n) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
   double v = static_cast<double>(n);
   std::size_t u = 0;
@@ -25,7 +26,8 @@ std::string human_bytes(std::uint64_t n) {
     v /= 1024;
     ++u;
   }
-  return u == 0 ? fmt::format("{} bytes", n) : fmt::format("{:.1f} {}, {} bytes", v, units[u], n);
+  return u == 0 ? fmt::format("{} bytes", decimal(n))
+                : fmt::format("{:.1f} {}, {} bytes", v, units[u], decimal(n));
 }
 
 }  // namespace
@@ -37,7 +39,7 @@ void print_inspect_table(const Model& c, std::FILE* out) {
   const bool sources_column = c.sources.size() > 1;
   fmt::print(out, "{:<{}}  {:<6}  {:<10}  {:<16}  {:>12}  {:>12}{}\n", "KEY", key_width, "KIND",
              "DTYPE", "SHAPE", "BYTES", "OFFSET", sources_column ? "  SOURCE" : "");
-  std::uint64_t tensor_bytes = 0;
+  uint128 tensor_bytes = 0;
   std::size_t tensors = 0, values = 0, broken = 0;
   for (const auto& e : c.entries) {
     std::string key = escape_for_terminal(e.key, 200);

@@ -6,13 +6,15 @@
 #include "options.hpp"
 
 #include <ckptfs/base/error.hpp>
+#include <ckptfs/base/numbers.hpp>
 #include <ckptfs/format/open_model.hpp>
 #include <ckptfs/source/byte_source.hpp>
-#include <ckptfs/view/vfs.hpp>
+#include <ckptfs/view/tree.hpp>
 
 #include <fmt/format.h>
 
 #include <climits>
+#include <malloc.h>
 #include <cstdlib>
 #include <string>
 #include <sys/resource.h>
@@ -33,22 +35,34 @@ becomes a directory with the tensor's raw `data`, a `meta.json` and a `tensor.np
 read is an offset read inside the file that holds the tensor. No pickle is ever executed.
 
 options (before or after CHECKPOINT MOUNTPOINT):
-  -f                     stay in the foreground; "ckptfs: mounted ..." on stderr once mounted
+  -f                     stay in the foreground; "ckptfs: mounted ..." on stderr once ready
   -d, --debug            foreground, with libfuse's debug output
   -o OPT[,OPT...]        mount options:
        uid=N, gid=N        owner of every file (default: the user who mounts)
        umask=OCTAL         permission bits to clear (default 0222: files 0444, dirs 0555)
        allow_other         let other users read the mount (needs user_allow_other for non-root)
-       notify_fd=N         write "1\n" to descriptor N once mounted ("0\n" if not), close it
+       allow_root          let root read it too, and no other user
+       auto_unmount        unmount even when ckptfs is killed (fusermount3 watches it)
+       notify_fd=N         write "1\n" to descriptor N once ready ("0\n" if not), close it
        read_ahead_kb=N     the mount's readahead in KiB, set when run as root (default 512;
                            0 keeps the kernel's 128)
        busy_poll_us=N      after each request, one thread polls N microseconds for the next
                            before sleeping (default 200; 0 never; off with a single CPU)
-       ...                 any other libfuse or kernel mount option; ro is implied, rw and
-                           fstab's own options (defaults, noauto, nofail, _netdev, x-*) ignored
+       max_read=N          the largest read request in bytes (at least 4096; default: the
+                           kernel's own limit)
+       fsname=NAME         the source shown in /proc/mounts (default: the checkpoint's path)
+       subtype=NAME        the type shown, fuse.NAME (default: fuse.ckptfs)
+       ...                 ro and default_permissions are implied; the mount flags nodev,
+                           nosuid, noexec, noatime, sync, dirsync (and dev, suid, exec, atime,
+                           async) go to the kernel; rw and fstab's own options (defaults,
+                           noauto, nofail, _netdev, user=, x-*) are ignored; any other option
+                           is refused (exit 1)
   --notify-fd N          the same as -o notify_fd=N
   -h, --help             show this help and exit
   -V, --version          show the version and exit
+
+ready: once the kernel's INIT request is answered; without -f, ckptfs returns then (0), or
+once the mount has failed and is gone (6). Relative paths work: both are made absolute first.
 
 inspect CHECKPOINT [--json]
   lists every entry without mounting: key, kind, dtype, shape, bytes, file offset, and totals;
@@ -74,12 +88,12 @@ unmount with: fusermount3 -u MOUNTPOINT (or umount as root)
 
 exit status:
   0  success
-  1  usage error
-  2  the checkpoint, or a shard its index names, cannot be opened or read
+  1  usage error (the command line, an unsupported -o option)
+  2  the checkpoint or a shard cannot be opened or read (or is not a regular file)
   3  the zip container is invalid
   4  the pickle, safetensors header or index is invalid, or the checkpoint is inconsistent
   5  a valid file ckptfs does not serve (compressed record, TorchScript, tar format, F6 dtype)
-  6  the mount failed (mountpoint, /dev/fuse, permissions)
+  6  the mount failed or never came up (mountpoint, /dev/fuse, permissions, INIT refused)
 )";
 
 int fail(ExitCode code, const std::string& message) {
@@ -137,7 +151,7 @@ std::string escaped_fsname(const std::string& path) {
 std::string ready_line(const ckptfs::Model& c, const std::string& checkpoint,
                        const std::string& mountpoint) {
   std::size_t tensors = 0;
-  std::uint64_t bytes = 0;
+  ckptfs::uint128 bytes = 0;
   for (const auto& e : c.entries) {
     if (e.kind != ckptfs::Entry::Kind::tensor) continue;
     ++tensors;
@@ -145,13 +159,19 @@ std::string ready_line(const ckptfs::Model& c, const std::string& checkpoint,
     if (t.broken.empty()) bytes += t.nbytes();
   }
   return fmt::format("ckptfs: mounted {} on {} ({} tensors, {} values, {} bytes)", checkpoint,
-                     mountpoint, tensors, c.entries.size() - tensors, bytes);
+                     mountpoint, tensors, c.entries.size() - tensors, ckptfs::decimal(bytes));
 }
 
 int run_mount(const std::vector<std::string>& args) {
+  // Told "0" on every way out that is not a mount (its destructor), usage errors included, "1"
+  // by mount_and_serve().
+  ckptfs::fuse::ReadinessNotifier notifier;
   auto parsed = ckptfs::cli::parse_mount_options(args);
-  if (!parsed.error.empty()) return usage_error(parsed.error);
   const auto& o = parsed.options;
+  if (!parsed.error.empty()) {
+    if (o.notify_fd) (void)notifier.open(*o.notify_fd);
+    return usage_error(parsed.error);
+  }
   if (o.help) {
     fmt::print("{}", usage_text);
     return 0;
@@ -160,8 +180,6 @@ int run_mount(const std::vector<std::string>& args) {
     fmt::print("ckptfs {}\n", CKPTFS_VERSION);
     return 0;
   }
-  // Told "0" on every way out that is not a mount (its destructor), "1" by mount_and_serve().
-  ckptfs::fuse::ReadinessNotifier notifier;
   if (o.notify_fd && !notifier.open(*o.notify_fd)) {
     return usage_error(fmt::format("notify_fd={}: not an open file descriptor", *o.notify_fd));
   }
@@ -170,24 +188,30 @@ int run_mount(const std::vector<std::string>& args) {
   try {
     // Everything is parsed and validated before the mount: a bad checkpoint never mounts.
     ckptfs::OpenedModel opened = ckptfs::open_model(o.checkpoint);
-    ckptfs::VfsOptions vfs_options;
-    vfs_options.source_path = absolute;
-    vfs_options.uid = o.uid.value_or(::getuid());
-    vfs_options.gid = o.gid.value_or(::getgid());
-    vfs_options.umask = o.umask.value_or(0222);
-    vfs_options.times = opened.times();
-    ckptfs::Vfs vfs(std::move(opened.model()), vfs_options);
+    ckptfs::TreeOptions tree_options;
+    tree_options.source_path = absolute;
+    tree_options.uid = o.uid.value_or(::getuid());
+    tree_options.gid = o.gid.value_or(::getgid());
+    tree_options.umask = o.umask.value_or(0222);
+    tree_options.times = opened.times();
+    tree_options.dtype = o.dtype;
+    tree_options.shard_size = o.shard_size;
+    ckptfs::Tree tree(std::move(opened.model()), tree_options);
+    // Parsing peaked at many times what the model keeps (the pickle graph, flattening): give
+    // the freed heap back, so that a mounted daemon holds its model, not its parse.
+    ::malloc_trim(0);
     ckptfs::fuse::MountRequest request;
     request.mountpoint = o.mountpoint;
     request.foreground = o.foreground;
     request.debug = o.debug;
     request.fuse_options = o.fuse_options;
     request.read_ahead_kb = o.read_ahead_kb;
+    request.max_read = o.max_read;
     request.busy_poll = std::chrono::microseconds(o.busy_poll_us);
     request.fsname = escaped_fsname(absolute);
     request.notifier = &notifier;
-    request.ready_line = ready_line(vfs.model(), o.checkpoint, o.mountpoint);
-    return ckptfs::fuse::mount_and_serve(vfs, opened.sources(), request);
+    request.ready_line = ready_line(tree.model(), o.checkpoint, o.mountpoint);
+    return ckptfs::fuse::mount_and_serve(tree, opened.sources(), request);
   } catch (const ckptfs::Error& e) {
     return fail(e.code(), fmt::format("{}: {}", o.checkpoint, e.what()));
   } catch (const std::bad_alloc&) {

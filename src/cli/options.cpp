@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <charconv>
 
 namespace ckptfs::cli {
@@ -51,24 +52,78 @@ std::string take_option(std::string_view item, MountOptions& o) {
     if (!parse_number(*b, o.busy_poll_us, 10) || o.busy_poll_us > 1'000'000) {
       return fmt::format("invalid busy_poll_us '{}' (0 to 1000000)", *b);
     }
+  } else if (auto m = value_of("max_read")) {
+    // The kernel reads at least a page at a time whatever is asked (it takes max(4096, N)).
+    if (!parse_number(*m, o.max_read, 10) || o.max_read < 4096) {
+      return fmt::format("invalid max_read '{}' (4096 to 4294967295)", *m);
+    }
+  } else if (auto d = value_of("dtype")) {
+    o.dtype = dtype_from_name(*d);
+    if (*d != "float16" && *d != "bfloat16" && *d != "float32") o.dtype.reset();
+    if (!o.dtype) return fmt::format("invalid dtype '{}' (float16, bfloat16 or float32)", *d);
+  } else if (auto z = value_of("shard_size")) {
+    auto size = parse_size(*z);
+    if (!size) return fmt::format("invalid shard_size '{}' (bytes, or 5GB, 500MB, 2GiB...)", *z);
+    o.shard_size = *size;
   } else if (item == "ro" || item.empty() || is_ignored_option(item)) {
     // always read-only; fstab-only options mean nothing here
-  } else {
+  } else if (is_passed_option(item)) {
     o.fuse_options.emplace_back(item);
+  } else {
+    return fmt::format("unsupported mount option '{}'", item);
   }
   return {};
 }
 
+// Every option of the list is taken, so that notify_fd is known even when another one is wrong;
+// returns the first error.
 std::string take_option_list(std::string_view list, MountOptions& o) {
+  std::string first_error;
   while (true) {
     auto comma = list.find(',');
-    if (auto error = take_option(list.substr(0, comma), o); !error.empty()) return error;
-    if (comma == std::string_view::npos) return {};
+    std::string error = take_option(list.substr(0, comma), o);
+    if (first_error.empty()) first_error = std::move(error);
+    if (comma == std::string_view::npos) return first_error;
     list.remove_prefix(comma + 1);
   }
 }
 
 }  // namespace
+
+std::optional<std::uint64_t> parse_size(std::string_view text) {
+  // The number: digits with at most one point.
+  std::size_t end = 0;
+  while (end < text.size() && ((text[end] >= '0' && text[end] <= '9') || text[end] == '.')) ++end;
+  const std::string_view number = text.substr(0, end);
+  std::string unit;
+  for (char c : text.substr(end)) unit += static_cast<char>(c >= 'A' && c <= 'Z' ? c + 32 : c);
+  static constexpr std::pair<std::string_view, double> units[] = {
+      {"", 1},      {"b", 1},          {"kb", 1e3},       {"mb", 1e6},
+      {"gb", 1e9},  {"tb", 1e12},      {"kib", 1024.0},   {"mib", 1048576.0},
+      {"gib", 1073741824.0}, {"tib", 1099511627776.0}};
+  const auto* found = std::find_if(std::begin(units), std::end(units),
+                                   [&](const auto& u) { return u.first == unit; });
+  if (number.empty() || found == std::end(units) ||
+      std::count(number.begin(), number.end(), '.') > 1 || number == ".") {
+    return std::nullopt;
+  }
+  // Exact for integers (bytes, or a whole number of a unit); a fraction is rounded down.
+  std::uint64_t whole = 0, scaled = 0;
+  const auto point = number.find('.');
+  if (!parse_number(number.substr(0, point), whole, 10) && point != 0) return std::nullopt;
+  const auto factor = static_cast<std::uint64_t>(found->second);
+  if (__builtin_mul_overflow(whole, factor, &scaled)) return std::nullopt;
+  if (point != std::string_view::npos && point + 1 < number.size()) {
+    std::uint64_t digits = 0;
+    std::string_view fraction = number.substr(point + 1, 9);
+    if (!parse_number(fraction, digits, 10)) return std::nullopt;
+    double part = static_cast<double>(digits);
+    for (std::size_t i = 0; i < fraction.size(); ++i) part /= 10;
+    scaled += static_cast<std::uint64_t>(part * found->second);
+  }
+  if (scaled == 0 || scaled >= (std::uint64_t{1} << 63)) return std::nullopt;
+  return scaled;
+}
 
 bool is_ignored_option(std::string_view option) {
   // mount(8), fstab and systemd options that can reach a helper (mount.fuse3 drops only a few of
@@ -89,15 +144,35 @@ bool is_ignored_option(std::string_view option) {
     if (option == name) return true;
   }
   return option.starts_with("x-") || option.starts_with("comment=") ||
-         option.starts_with("helper=");
+         option.starts_with("helper=") || option.starts_with("user=");
+}
+
+bool is_passed_option(std::string_view option) {
+  // Each tested on a real mount (tests/integration/test_lifecycle.py, MountOptionTests). libfuse
+  // 3.14 knows a few more, refused here: blkdev and blksize= (fuseblk only), the SELinux
+  // context options (untested here), debug (-d says it), and its mount-table-only ones.
+  static constexpr std::string_view names[] = {
+      "allow_other", "allow_root", "auto_unmount", "default_permissions", "dev", "nodev", "suid",
+      "nosuid", "exec", "noexec", "atime", "noatime", "sync", "async", "dirsync"};
+  for (auto name : names) {
+    if (option == name) return true;
+  }
+  // A non-empty value: libfuse puts these into the mount's fsname and type.
+  for (std::string_view prefix : {"fsname=", "subtype="}) {
+    if (option.starts_with(prefix) && option.size() > prefix.size()) return true;
+  }
+  return false;
 }
 
 ParseResult parse_mount_options(const std::vector<std::string>& args) {
   ParseResult r;
   MountOptions& o = r.options;
   std::vector<std::string> positional;
+  // After an error the rest is still parsed (its errors ignored): a notify_fd given anywhere is
+  // then told that ckptfs gave up.
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
+    std::string error;
     if (a == "-f") {
       o.foreground = true;
     } else if (a == "-d" || a == "--debug") {
@@ -109,31 +184,28 @@ ParseResult parse_mount_options(const std::vector<std::string>& args) {
       o.version = true;
     } else if (a == "-o") {
       if (i + 1 == args.size()) {
-        r.error = "-o needs an argument";
-        return r;
-      }
-      r.error = take_option_list(args[++i], o);
-    } else if (a.starts_with("-o")) {
-      r.error = take_option_list(std::string_view(a).substr(2), o);
-    } else if (a == "--notify-fd" || a.starts_with("--notify-fd=")) {
-      std::string value;
-      if (a.size() > 11) {
-        value = a.substr(12);
-      } else if (i + 1 < args.size()) {
-        value = args[++i];
+        error = "-o needs an argument";
       } else {
-        r.error = "--notify-fd needs an argument";
-        return r;
+        error = take_option_list(args[++i], o);
       }
-      r.error = take_option("notify_fd=" + value, o);
+    } else if (a.starts_with("-o")) {
+      error = take_option_list(std::string_view(a).substr(2), o);
+    } else if (a == "--notify-fd" || a.starts_with("--notify-fd=")) {
+      if (a.size() > 11) {
+        error = take_option("notify_fd=" + a.substr(12), o);
+      } else if (i + 1 < args.size()) {
+        error = take_option("notify_fd=" + args[++i], o);
+      } else {
+        error = "--notify-fd needs an argument";
+      }
     } else if (a.starts_with("-") && a != "-") {
-      r.error = fmt::format("unknown option '{}'", a);
+      error = fmt::format("unknown option '{}'", a);
     } else {
       positional.push_back(a);
     }
-    if (!r.error.empty()) return r;
+    if (r.error.empty()) r.error = std::move(error);
   }
-  if (o.help || o.version) return r;
+  if (!r.error.empty() || o.help || o.version) return r;
   if (positional.size() != 2) {
     r.error = positional.size() < 2 ? "needs a CHECKPOINT and a MOUNTPOINT"
                                     : "too many arguments: needs a CHECKPOINT and a MOUNTPOINT";

@@ -2,6 +2,9 @@
 // The command line of `ckptfs [options] CHECKPOINT MOUNTPOINT`, parsed without libfuse.
 #pragma once
 
+#include <ckptfs/model/dtype.hpp>
+
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -9,6 +12,12 @@
 #include <vector>
 
 namespace ckptfs::cli {
+
+// A size as transformers' save_pretrained takes max_shard_size: a number of bytes, or a number
+// with a unit, decimal (KB, MB, GB, TB: powers of 1000) or binary (KiB, MiB, GiB, TiB: of
+// 1024), in any case ("5GB", "500MB", "1.5GiB"). nullopt when it is not one, is 0, or passes
+// 2^63.
+std::optional<std::uint64_t> parse_size(std::string_view text);
 
 struct MountOptions {
   std::string checkpoint;
@@ -23,17 +32,24 @@ struct MountOptions {
   std::optional<int> notify_fd;           // -o notify_fd=N, --notify-fd N: readiness is written there
   unsigned read_ahead_kb = 512;           // -o read_ahead_kb=N: the mount's readahead (root only)
   unsigned busy_poll_us = 200;            // -o busy_poll_us=N: polling for the next request
-  std::vector<std::string> fuse_options;  // every other -o option, for libfuse and the kernel
+  unsigned max_read = 0;                  // -o max_read=N: the largest READ (0: the kernel's)
+  std::optional<DType> dtype;             // -o dtype=NAME: floating tensors served converted
+  std::uint64_t shard_size = 0;           // -o shard_size=SIZE: a sharded safetensors export
+  std::vector<std::string> fuse_options;  // the accepted libfuse and kernel options (below)
 };
 
 // Parses argv (without the program name). Returns the options, or an error message for a usage
 // error. Options may come before or after the positional arguments (mount.fuse3 runs
-// `ckptfs SOURCE MOUNTPOINT -o OPTIONS`). -o takes comma-separated options ("-o a,b" or "-oa,b");
-// uid=N, gid=N, umask=OCTAL, notify_fd=N, read_ahead_kb=N and busy_poll_us=N are ckptfs's own; "ro" is implied and "rw" (which
-// mount.fuse3 passes when fstab says nothing) is ignored: the mount is read-only either way. The
-// options that only mean something to mount(8), fstab or systemd (defaults, noauto, nofail,
-// _netdev, x-systemd.*, comment=...) and the access-time flags libfuse does not know (relatime,
-// nodiratime, lazytime...) are ignored; every other option goes to libfuse and the kernel.
+// `ckptfs SOURCE MOUNTPOINT -o OPTIONS`). -o takes comma-separated options ("-o a,b" or "-oa,b"):
+//   - ckptfs's own: uid=N, gid=N, umask=OCTAL, notify_fd=N, read_ahead_kb=N, busy_poll_us=N,
+//     max_read=N (which ckptfs must also tell libfuse's INIT, or libfuse refuses it),
+//     dtype=float16|bfloat16|float32, shard_size=SIZE (see parse_size());
+//   - passed to libfuse and the kernel, each known to work (is_passed_option());
+//   - ignored (is_ignored_option()): "ro" is implied and "rw" (which mount.fuse3 passes when
+//     fstab says nothing) means nothing, the mount being read-only either way; so do the options
+//     that only mean something to mount(8), fstab or systemd, and the access-time flags libfuse
+//     does not know;
+//   - every other one is a usage error naming it, never a mount that fails later or half works.
 struct ParseResult {
   MountOptions options;
   std::string error;  // non-empty on a usage error
@@ -43,5 +59,10 @@ ParseResult parse_mount_options(const std::vector<std::string>& args);
 // Whether an -o option is one that parse_mount_options() accepts and ignores (fstab, mount(8) and
 // systemd options, access-time flags, "rw").
 bool is_ignored_option(std::string_view option);
+
+// Whether an -o option is one that parse_mount_options() passes on to libfuse and the kernel:
+// allow_other, allow_root, auto_unmount, default_permissions, fsname=NAME, subtype=NAME, and the
+// mount flags dev, nodev, suid, nosuid, exec, noexec, atime, noatime, sync, async, dirsync.
+bool is_passed_option(std::string_view option);
 
 }  // namespace ckptfs::cli

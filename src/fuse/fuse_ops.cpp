@@ -25,17 +25,21 @@ const Context& context(fuse_req_t req) {
   return *static_cast<const Context*>(fuse_req_userdata(req));
 }
 
-fuse_entry_param entry_of(const Vfs& vfs, Vfs::Ino ino) {
+// The entry of `ino`; its size may need derived content built first (a meta.json), which can
+// only fail for lack of memory (std::bad_alloc).
+fuse_entry_param entry_of(const Tree& tree, Tree::Ino ino) {
   fuse_entry_param e{};
   e.ino = ino;
   e.generation = 1;
   e.attr_timeout = forever;
   e.entry_timeout = forever;
-  vfs.stat(ino, e.attr);
+  tree.stat(ino, e.attr);
   return e;
 }
 
-void op_init(void*, fuse_conn_info* conn) {
+void op_init(void* userdata, fuse_conn_info* conn) {
+  auto& ctx = *static_cast<Context*>(userdata);
+  conn->max_read = ctx.max_read;  // must equal the mount option, or libfuse refuses INIT
   // Readahead as large as the kernel allows, and many requests in flight.
   conn->max_readahead = conn->max_readahead ? conn->max_readahead : 1u << 20;
   conn->max_background = 64;
@@ -46,19 +50,24 @@ void op_init(void*, fuse_conn_info* conn) {
   if (conn->capable & FUSE_CAP_SPLICE_MOVE) conn->want |= FUSE_CAP_SPLICE_MOVE;
   if (conn->capable & FUSE_CAP_READDIRPLUS) conn->want |= FUSE_CAP_READDIRPLUS;
   conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO;  // always plus: names come with attributes
+  ctx.init_called.store(true);
 }
 
 void op_lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
-  const Vfs& vfs = *context(req).vfs;
-  Vfs::Ino ino = vfs.lookup(parent, name);
-  if (ino == 0) {
-    // A negative entry with a timeout: the kernel remembers that the name does not exist.
-    fuse_entry_param e{};
-    e.entry_timeout = forever;
-    fuse_reply_entry(req, &e);
+  const Tree& tree = *context(req).tree;
+  fuse_entry_param e{};
+  try {
+    Tree::Ino ino = tree.lookup(parent, name);
+    if (ino == 0) {
+      // A negative entry with a timeout: the kernel remembers that the name does not exist.
+      e.entry_timeout = forever;
+    } else {
+      e = entry_of(tree, ino);
+    }
+  } catch (const std::bad_alloc&) {
+    fuse_reply_err(req, ENOMEM);
     return;
   }
-  fuse_entry_param e = entry_of(vfs, ino);
   fuse_reply_entry(req, &e);
 }
 
@@ -68,8 +77,13 @@ void op_forget_multi(fuse_req_t req, size_t, fuse_forget_data*) { fuse_reply_non
 
 void op_getattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
   struct stat st {};
-  if (!context(req).vfs->stat(ino, st)) {
-    fuse_reply_err(req, ENOENT);
+  try {
+    if (!context(req).tree->stat(ino, st)) {
+      fuse_reply_err(req, ENOENT);
+      return;
+    }
+  } catch (const std::bad_alloc&) {
+    fuse_reply_err(req, ENOMEM);
     return;
   }
   fuse_reply_attr(req, &st, forever);
@@ -112,11 +126,9 @@ bool any_source_changed(const Context& ctx, bool check_path) {
   return false;
 }
 
-// A bufvec with room for the few pieces a read can have (header, body).
-struct Pieces {
-  static constexpr std::size_t capacity = 4;
-  alignas(fuse_bufvec) unsigned char bytes[sizeof(fuse_bufvec) + capacity * sizeof(fuse_buf)];
-};
+// Past this many pieces a read is copied rather than spliced: one splice per piece would cost
+// more than copying a few small ones (model.safetensors over many small tensors).
+constexpr std::size_t max_spliced_pieces = 16;
 
 // Reads every source range of `pieces` into `buffer` and points the piece at its bytes there.
 // Throws Error(io) when a source ends early.
@@ -135,10 +147,13 @@ void copy_source_pieces(std::vector<ReadPiece>& pieces, Sources sources,
   }
 }
 
-// The bufvec of `pieces` (at most Pieces::capacity) in `storage`: memory pieces as they are,
-// checkpoint ranges as `pipe`, where they were spliced in order.
-fuse_bufvec* make_bufvec(Pieces& storage, const std::vector<ReadPiece>& pieces, int pipe) {
-  fuse_bufvec* vec = new (storage.bytes) fuse_bufvec{};
+// The bufvec of `pieces`, in this thread's storage: memory pieces as they are, source ranges as
+// `pipe`, where they were spliced in order.
+fuse_bufvec* make_bufvec(const std::vector<ReadPiece>& pieces, int pipe) {
+  thread_local std::vector<fuse_buf> storage;  // fuse_bufvec's header, then its bufs
+  constexpr std::size_t header = (sizeof(fuse_bufvec) + sizeof(fuse_buf) - 1) / sizeof(fuse_buf);
+  storage.resize(header + pieces.size());
+  fuse_bufvec* vec = new (storage.data()) fuse_bufvec{};
   vec->count = pieces.size();
   for (std::size_t i = 0; i < pieces.size(); ++i) {
     fuse_buf& b = vec->buf[i];
@@ -170,39 +185,48 @@ void prefill_page_cache(const Context& ctx, fuse_ino_t ino, std::uint64_t size) 
     ~StoreSlot() { ctx.stores.fetch_sub(1); }
   } slot{ctx};
   if (!slot.taken || !ctx.prefilled.add(ino)) return;
+  thread_local ReadBuffer read;
   thread_local std::vector<ReadPiece> pieces;
-  thread_local std::vector<char> scratch;
   thread_local std::vector<char> copied;
   std::size_t length = size < prefill_bytes ? static_cast<std::size_t>(size) : prefill_bytes;
   try {
     may_wait();  // the checkpoint's pages may come from a disk; the store waits for page locks
-    ctx.vfs->read(ino, 0, length, ctx.sources, pieces, scratch);
-    if (pieces.size() > Pieces::capacity) return;
+    read.clear();
+    ctx.tree->read(ino, 0, length, ctx.sources, read);
+    pieces = read.pieces();
     copy_source_pieces(pieces, ctx.sources, copied);
     if (pieces_changed(ctx, pieces)) return;
   } catch (...) {
     return;
   }
-  Pieces storage;
-  (void)fuse_lowlevel_notify_store(ctx.session, ino, 0, make_bufvec(storage, pieces, -1),
+  (void)fuse_lowlevel_notify_store(ctx.session, ino, 0, make_bufvec(pieces, -1),
                                    fuse_buf_copy_flags{});
 }
 
 void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
-  const Vfs::Node* n = context(req).vfs->node(ino);
+  const Tree& tree = *context(req).tree;
+  auto n = tree.node(ino);
   if (!n) {
     fuse_reply_err(req, ENOENT);
-  } else if (n->directory) {
+  } else if (n->kind == Tree::Kind::root || n->kind == Tree::Kind::entry_dir) {
     fuse_reply_err(req, EISDIR);
   } else if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
     fuse_reply_err(req, EROFS);
-  } else if (n->source == Vfs::every_source ? any_source_changed(context(req), true)
-                                            : source_changed(context(req), n->source, true)) {
+  } else if (const std::uint32_t source = tree.source_of(*n);
+             source == Tree::every_source ? any_source_changed(context(req), true)
+                                          : source_changed(context(req), source, true)) {
     // Only the files of a changed source fail: in a sharded set, the other shards' tensors
     // are still served.
     fuse_reply_err(req, EIO);
   } else {
-    prefill_page_cache(context(req), ino, n->size);
+    std::uint64_t size = 0;
+    try {
+      size = tree.size(*n);
+    } catch (const std::bad_alloc&) {
+      fuse_reply_err(req, ENOMEM);
+      return;
+    }
+    prefill_page_cache(context(req), ino, size);
     fi->keep_cache = 1;  // the checkpoint is immutable: cached pages stay valid across opens
     fi->noflush = 1;
     fuse_reply_open(req, fi);
@@ -276,23 +300,21 @@ Moved splice_range(int fd, std::uint64_t offset, std::size_t length, int pipe) {
 void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info*) {
   const Context& ctx = context(req);
   // Reused by each serving thread: no allocation per read once warm.
+  thread_local ReadBuffer read;
   thread_local std::vector<ReadPiece> pieces;
-  thread_local std::vector<char> scratch;
   thread_local std::vector<char> copied;
   thread_local ThreadPipe pipe;
   bool spliced = false;
   try {
-    ctx.vfs->read(ino, static_cast<std::uint64_t>(off), size, ctx.sources, pieces, scratch);
+    read.clear();
+    ctx.tree->read(ino, static_cast<std::uint64_t>(off), size, ctx.sources, read);
+    pieces = read.pieces();
     if (pieces_changed(ctx, pieces)) {
       fuse_reply_err(req, EIO);
       return;
     }
-    if (pieces.size() > Pieces::capacity) {
-      fuse_reply_err(req, EIO);
-      return;
-    }
-    // Checkpoint ranges go into the pipe, whole, or are copied when the pipe has no room.
-    bool copy = false;
+    // Source ranges go into the pipe, whole, or are copied when the pipe has no room.
+    bool copy = pieces.size() > max_spliced_pieces;
     if (std::ranges::any_of(pieces, [](const ReadPiece& p) { return p.memory == nullptr; })) {
       may_wait();  // the checkpoint's pages may have to come from a disk
     }
@@ -339,16 +361,15 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_i
     fuse_reply_buf(req, nullptr, 0);
     return;
   }
-  Pieces storage;
-  fuse_reply_data(req, make_bufvec(storage, pieces, pipe.read_end()), FUSE_BUF_SPLICE_MOVE);
+  fuse_reply_data(req, make_bufvec(pieces, pipe.read_end()), FUSE_BUF_SPLICE_MOVE);
   if (spliced) pipe.discard_leftovers();
 }
 
 void op_opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
-  const Vfs::Node* n = context(req).vfs->node(ino);
+  auto n = context(req).tree->node(ino);
   if (!n) {
     fuse_reply_err(req, ENOENT);
-  } else if (!n->directory) {
+  } else if (n->kind != Tree::Kind::root && n->kind != Tree::Kind::entry_dir) {
     fuse_reply_err(req, ENOTDIR);
   } else {
     fi->cache_readdir = 1;
@@ -359,47 +380,47 @@ void op_opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
 
 // Entry i of a directory listing: ".", "..", then the children.
 void list_directory(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool plus) {
-  const Vfs& vfs = *context(req).vfs;
-  const Vfs::Node* dir = vfs.node(ino);
-  if (!dir || !dir->directory) {
+  const Tree& tree = *context(req).tree;
+  auto dir = tree.node(ino);
+  if (!dir || (dir->kind != Tree::Kind::root && dir->kind != Tree::Kind::entry_dir)) {
     fuse_reply_err(req, ENOTDIR);
     return;
   }
   thread_local std::vector<char> buffer;
+  thread_local std::string name;  // NUL-terminated for libfuse
+  std::size_t used = 0;
   try {
     buffer.resize(size);
+    const std::uint64_t total = 2 + static_cast<std::uint64_t>(tree.child_count(ino));
+    for (auto i = static_cast<std::uint64_t>(off < 0 ? 0 : off); i < total; ++i) {
+      Tree::Ino child;
+      if (i < 2) {
+        name = i == 0 ? "." : "..";
+        child = i == 0 ? ino : tree.parent(ino);
+      } else {
+        auto [child_name, child_ino] = tree.child(ino, static_cast<std::size_t>(i - 2));
+        name.assign(child_name);
+        child = child_ino;
+      }
+      std::size_t need;
+      auto next = static_cast<off_t>(i + 1);
+      if (plus) {
+        fuse_entry_param e = entry_of(tree, child);
+        if (i < 2) e.ino = 0;  // no lookup (and no lookup count) for . and ..
+        need = fuse_add_direntry_plus(req, buffer.data() + used, size - used, name.c_str(), &e,
+                                      next);
+      } else {
+        struct stat st {};
+        st.st_ino = child;
+        st.st_mode = child == Tree::root_ino || tree.child_count(child) ? S_IFDIR : S_IFREG;
+        need = fuse_add_direntry(req, buffer.data() + used, size - used, name.c_str(), &st, next);
+      }
+      if (need > size - used) break;
+      used += need;
+    }
   } catch (const std::bad_alloc&) {
     fuse_reply_err(req, ENOMEM);
     return;
-  }
-  std::size_t used = 0;
-  const std::uint64_t total = 2 + static_cast<std::uint64_t>(dir->child_count);
-  for (auto i = static_cast<std::uint64_t>(off < 0 ? 0 : off); i < total; ++i) {
-    const char* name;
-    Vfs::Ino child;
-    if (i == 0) {
-      name = ".";
-      child = ino;
-    } else if (i == 1) {
-      name = "..";
-      child = dir->parent;
-    } else {
-      child = vfs.child_ino(*dir, static_cast<std::uint32_t>(i - 2));
-      name = vfs.node(child)->name.c_str();
-    }
-    std::size_t need;
-    auto next = static_cast<off_t>(i + 1);
-    if (plus) {
-      fuse_entry_param e = entry_of(vfs, child);
-      if (i < 2) e.ino = 0;  // no lookup (and no lookup count) for . and ..
-      need = fuse_add_direntry_plus(req, buffer.data() + used, size - used, name, &e, next);
-    } else {
-      struct stat st {};
-      vfs.stat(child, st);
-      need = fuse_add_direntry(req, buffer.data() + used, size - used, name, &st, next);
-    }
-    if (need > size - used) break;
-    used += need;
   }
   fuse_reply_buf(req, buffer.data(), used);
 }
@@ -415,14 +436,14 @@ void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse
 void op_release(fuse_req_t req, fuse_ino_t, fuse_file_info*) { fuse_reply_err(req, 0); }
 
 void op_statfs(fuse_req_t req, fuse_ino_t) {
-  const Vfs& vfs = *context(req).vfs;
+  const Tree& tree = *context(req).tree;
   struct statvfs st {};
   st.f_bsize = 4096;
   st.f_frsize = 4096;
   std::uint64_t bytes = 0;
   for (const ByteSource* source : context(req).sources) bytes += source->size();
   st.f_blocks = (bytes + 4095) / 4096;
-  st.f_files = vfs.node_count();
+  st.f_files = tree.node_count_hint();
   st.f_namemax = 255;
   st.f_flag = ST_RDONLY;
   fuse_reply_statfs(req, &st);

@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: MIT
-// The FUSE low-level operations over an immutable Vfs. The only place with FUSE callbacks.
+// The FUSE low-level operations over an immutable Tree. The only place with FUSE callbacks.
 #pragma once
 
 #define FUSE_USE_VERSION FUSE_MAKE_VERSION(3, 12)
 #include <fuse_lowlevel.h>
 
 #include <ckptfs/source/byte_source.hpp>
-#include <ckptfs/view/vfs.hpp>
+#include <ckptfs/view/tree.hpp>
 
 #include <memory>
 
@@ -33,10 +33,10 @@ class InodeSet {
 
 // What every operation needs; handed to libfuse as the session's userdata.
 struct Context {
-  Context(const Vfs* v, Sources s)
-      : vfs(v), sources(s), prefilled(v->node_count() + 1),
+  Context(const Tree* t, Sources s)
+      : tree(t), sources(s), prefilled(t->node_count_hint() + 1),
         changed(std::make_unique<std::atomic<bool>[]>(s.size())) {}
-  const Vfs* vfs;
+  const Tree* tree;
   Sources sources;
   fuse_session* session = nullptr;  // set before serving; for stores into the page cache
   mutable InodeSet prefilled;  // files whose first bytes were stored at their first open
@@ -48,6 +48,12 @@ struct Context {
   // Per source: set once it is found replaced, truncated or rewritten (see op_open, op_read):
   // from then on every open and read of a file over it fails with EIO.
   std::unique_ptr<std::atomic<bool>[]> changed;
+  // The -o max_read=N given to the session (0: none). libfuse 3.14 refuses INIT (EPROTO, and
+  // the mount is dead) unless the init callback sets the same value in fuse_conn_info.
+  unsigned max_read = 0;
+  // Set by the init callback. libfuse calls it only for an INIT it answers, and (with max_read
+  // set as above and only capable flags wanted) refuses nothing after it.
+  std::atomic<bool> init_called{false};
 };
 
 // The operation table: lookup, getattr, open, read, opendir, readdir(plus), statfs, release...

@@ -3,7 +3,7 @@
 #pragma once
 
 #include <ckptfs/source/byte_source.hpp>
-#include <ckptfs/view/vfs.hpp>
+#include <ckptfs/view/tree.hpp>
 
 #include <chrono>
 #include <string>
@@ -12,9 +12,10 @@
 namespace ckptfs::fuse {
 
 // The readiness protocol of `-o notify_fd=N` / `--notify-fd N`, for scripts: exactly one line is
-// written to descriptor N, "1\n" once the mount exists (before a daemon is started, so in both
-// modes) or "0\n" when ckptfs gives up (after its error line), and N is then closed (0, 1 and 2
-// stay open). A reader that sees end-of-file without a line knows ckptfs died first.
+// written to descriptor N, "1\n" once the mount is ready (the kernel's INIT answered; in both
+// modes, before a daemon's parent returns) or "0\n" when ckptfs gives up (after its error line),
+// and N is then closed (0, 1 and 2 stay open). A reader that sees end-of-file without a line
+// knows ckptfs died first.
 class ReadinessNotifier {
  public:
   ReadinessNotifier() = default;
@@ -22,6 +23,9 @@ class ReadinessNotifier {
   bool open(int fd);
   // Writes the line once; later calls do nothing. A reader that went away is not an error.
   void send(bool ready);
+  // Closes the descriptor without writing: for a process that leaves the report to another (a
+  // daemon's serving child, whose parent reports).
+  void forget();
   ~ReadinessNotifier() { send(false); }  // every path that did not report success failed
   ReadinessNotifier(const ReadinessNotifier&) = delete;
   ReadinessNotifier& operator=(const ReadinessNotifier&) = delete;
@@ -31,24 +35,33 @@ class ReadinessNotifier {
 };
 
 struct MountRequest {
-  std::string mountpoint;  // a directory, or /dev/fd/N for a /dev/fuse descriptor mounted by the
-                           // caller (mount.fuse3 -o drop_privileges)
+  std::string mountpoint;  // as the user wrote it (relative paths too), for messages; mounted
+                           // made absolute (realpath); or /dev/fd/N for a /dev/fuse descriptor
+                           // mounted by the caller (mount.fuse3 -o drop_privileges)
   bool foreground = false;
   bool debug = false;
   std::vector<std::string> fuse_options;  // passed to libfuse as -o options (allow_other, ...)
   std::string fsname;                     // shown in /proc/mounts
+  unsigned max_read = 0;                  // -o max_read=N for libfuse and INIT; 0: none
   unsigned read_ahead_kb = 0;             // set on the mount when allowed (root); 0: the kernel's
   std::chrono::microseconds busy_poll{0};  // see ServeOptions::busy_poll
-  std::string ready_line;            // printed on stderr in the foreground once the mount exists
-  ReadinessNotifier* notifier = nullptr;  // told once the mount exists (or failed)
+  std::string ready_line;            // printed on stderr in the foreground once the mount is ready
+  ReadinessNotifier* notifier = nullptr;  // told once the mount is ready (or failed)
 };
 
-// Mounts `vfs` on request.mountpoint and serves it until unmounted or signalled (SIGTERM, SIGINT,
-// SIGHUP unmount cleanly). Once the mount exists: tells request.notifier; in the foreground,
-// prints request.ready_line on stderr and sends READY=1 to systemd when $NOTIFY_SOCKET is set
-// (a Type=notify service). Without `foreground`, returns in the parent once the mount exists and
-// serves from a daemon child. Returns the process exit code; on failure prints one line
-// "ckptfs: MOUNTPOINT: what" and leaves nothing mounted.
-int mount_and_serve(const Vfs& vfs, Sources sources, const MountRequest& request);
+// Mounts `tree` on request.mountpoint and serves it until unmounted or signalled (SIGTERM, SIGINT,
+// SIGHUP unmount cleanly).
+//
+// The mount is ready once the kernel's INIT request is answered (libfuse refuses some, and such
+// a mount is dead: every access fails). Only then: request.notifier is told; in the foreground,
+// request.ready_line is printed on stderr and READY=1 sent to systemd when $NOTIFY_SOCKET is set
+// (a Type=notify service). Without `foreground`, a daemon child serves and the calling process
+// waits for its report, then ends with _exit() (as fuse_daemonize()'s parent does): status 0
+// once the child is ready, or ExitCode::mount_failed after the child's error line (or one saying
+// that it died), once the mount is gone; request.notifier is told before.
+//
+// Returns the process exit code (in the daemon child, or with `foreground`); on every failure
+// prints one line "ckptfs: MOUNTPOINT: what" and leaves nothing mounted.
+int mount_and_serve(const Tree& tree, Sources sources, const MountRequest& request);
 
 }  // namespace ckptfs::fuse

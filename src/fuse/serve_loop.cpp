@@ -163,7 +163,7 @@ void run_worker(Shared& s) {
       try {
         s.options->after_init();
       } catch (...) {
-        // a tuning step; serving goes on without it
+        // whatever it did not do (report readiness, tune the readahead) stays undone
       }
     }
     if (!poller && busy_poll.count() > 0 && !s.polling.load(std::memory_order_relaxed) &&

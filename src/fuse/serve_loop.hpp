@@ -15,8 +15,10 @@ struct ServeOptions {
   // After answering a request, one thread keeps polling /dev/fuse for this long before it sleeps.
   // Zero: every idle thread sleeps at once (as libfuse's loop does).
   std::chrono::microseconds busy_poll{0};
-  // Called once, right after the first request (the kernel's INIT) has been answered: from then
-  // on the kernel has applied what INIT negotiated.
+  // Called once, by the thread that processed the first request (the kernel's INIT, answered or
+  // refused), right after it: it may judge whether the mount came up, and stop serving with
+  // fuse_session_exit() when it did not. Other threads may already serve the requests that follow
+  // a successful INIT, after which the kernel has applied what INIT negotiated.
   std::function<void()> after_init;
 };
 

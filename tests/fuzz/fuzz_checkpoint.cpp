@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // Fuzz target: the whole checkpoint model over arbitrary bytes, as `ckptfs inspect` and a mount
-// see it: read_checkpoint, inspect's JSON and table, the Vfs, then reads of every file of the
-// tree through Vfs::read (strided tensors gathered). Beyond "no crash", it checks that the bytes
+// see it: read_torch, inspect's JSON and table, the Tree, then reads of every file of the tree
+// through Tree::read (strided tensors gathered). Beyond "no crash", it checks that the bytes
 // served are right: every read returns exactly the bytes asked for (clipped to the file), every
 // range handed to the kernel lies inside the checkpoint, and a tensor's data file equals the
 // elements computed one by one from its shape, stride, offset and storage.
@@ -13,7 +13,7 @@
 #include <ckptfs/format/torch_reader.hpp>
 #include <ckptfs/view/describe.hpp>
 #include <ckptfs/base/error.hpp>
-#include <ckptfs/view/vfs.hpp>
+#include <ckptfs/view/tree.hpp>
 
 #include <algorithm>
 #include <cstdio>
@@ -29,22 +29,21 @@ using namespace ckptfs;
 // view of terabytes.
 constexpr std::uint64_t window = 16 << 10;
 
-// The bytes [offset, offset + length) of file `ino`, read with Vfs::read in odd-sized pieces so
-// that reads start and end inside elements and across extents.
-std::string read_file(const Vfs& vfs, Vfs::Ino ino, std::uint64_t offset, std::uint64_t length,
-                      const MemorySource& source) {
-  const Vfs::Node* n = vfs.node(ino);
-  std::vector<ReadPiece> pieces;
-  std::vector<char> scratch;
+// The bytes [offset, offset + length) of file `ino`, read with Tree::read in odd-sized pieces so
+// that reads start and end inside elements and across pieces.
+std::string read_file(const Tree& tree, Tree::Ino ino, std::uint64_t file_size,
+                      std::uint64_t offset, std::uint64_t length, const MemorySource& source) {
+  ReadBuffer buffer;
   std::string out;
   const ByteSource* sources[] = {&source};
   std::uint64_t at = offset;
   const std::uint64_t end = offset + length;
   for (std::size_t step = 1237; at < end; step = step * 3 + 5) {
     const std::size_t ask = static_cast<std::size_t>(std::min<std::uint64_t>(step, end - at));
-    vfs.read(ino, at, ask, sources, pieces, scratch);
+    buffer.clear();
+    tree.read(ino, at, ask, sources, buffer);
     std::uint64_t got = 0;
-    for (const ReadPiece& p : pieces) {
+    for (const ReadPiece& p : buffer.pieces()) {
       if (p.memory) {
         out.append(p.memory, p.length);
       } else {
@@ -54,12 +53,13 @@ std::string read_file(const Vfs& vfs, Vfs::Ino ino, std::uint64_t offset, std::u
       }
       got += p.length;
     }
-    FUZZ_CHECK(got == std::min<std::uint64_t>(ask, n->size - at));
+    FUZZ_CHECK(got == std::min<std::uint64_t>(ask, file_size - at));
     at += ask;
   }
   // Past the end: nothing.
-  vfs.read(ino, n->size, 10, sources, pieces, scratch);
-  FUZZ_CHECK(pieces.empty());
+  buffer.clear();
+  tree.read(ino, file_size, 10, sources, buffer);
+  FUZZ_CHECK(buffer.pieces().empty());
   return out;
 }
 
@@ -123,33 +123,45 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     std::fclose(devnull);
   }
 
-  Vfs vfs(std::move(checkpoint), VfsOptions{.source_path = "fuzz.pth"});
-  const Model& copy = vfs.model();
-  for (Vfs::Ino ino = Vfs::root_ino; ino <= vfs.node_count(); ++ino) {
-    const Vfs::Node* n = vfs.node(ino);
-    FUZZ_CHECK(n != nullptr);
-    struct stat st {};
-    FUZZ_CHECK(vfs.stat(ino, st));
-    if (ino != Vfs::root_ino) FUZZ_CHECK(vfs.lookup(n->parent, n->name) == ino);
-    FUZZ_CHECK(!n->name.empty() || ino == Vfs::root_ino);
-    FUZZ_CHECK(n->name.size() <= 255 && n->name.find('/') == std::string::npos);
-    if (n->directory) continue;
-    const std::uint64_t head = std::min(n->size, window);
-    const std::string first = read_file(vfs, ino, 0, head, source);
-    const std::uint64_t tail_at = n->size - std::min(n->size - head, window);
-    const std::string last = read_file(vfs, ino, tail_at, n->size - tail_at, source);
-    // A tensor's data and tensor.npy: compare with the element-by-element reference.
-    if (n->parent == Vfs::root_ino || (n->name != "data" && n->name != "tensor.npy")) continue;
-    const std::size_t entry = n->parent - Vfs::root_ino - 2;
-    FUZZ_CHECK(entry < copy.entries.size());
-    const Entry& e = copy.entries[entry];
-    FUZZ_CHECK(e.kind == Entry::Kind::tensor);
-    const Tensor& t = copy.tensors[e.tensor];
-    FUZZ_CHECK(t.broken.empty());
-    const std::uint64_t data_offset = n->size - t.nbytes();
-    FUZZ_CHECK(n->name == "data" ? data_offset == 0 : data_offset % 64 == 0 && data_offset > 0);
-    check_tensor_file(copy, t, first, data_offset, 0, source);
-    check_tensor_file(copy, t, last, data_offset, tail_at, source);
+  Tree tree(std::move(checkpoint), TreeOptions{.source_path = "fuzz.pth"});
+  const Model& copy = tree.model();
+  // Every node, found by walking the tree from its root.
+  std::vector<Tree::Ino> dirs{Tree::root_ino};
+  while (!dirs.empty()) {
+    const Tree::Ino dir = dirs.back();
+    dirs.pop_back();
+    for (std::size_t i = 0; i < tree.child_count(dir); ++i) {
+      const auto [name, ino] = tree.child(dir, i);
+      FUZZ_CHECK(tree.lookup(dir, name) == ino);
+      FUZZ_CHECK(tree.parent(ino) == dir);
+      FUZZ_CHECK(!name.empty() && name.size() <= 255 && name.find('/') == std::string::npos);
+      struct stat st {};
+      FUZZ_CHECK(tree.stat(ino, st));
+      FUZZ_CHECK(st.st_size >= 0);
+      const auto node = tree.node(ino);
+      FUZZ_CHECK(node.has_value());
+      if (S_ISDIR(st.st_mode)) {
+        dirs.push_back(ino);
+        continue;
+      }
+      const auto n_size = static_cast<std::uint64_t>(st.st_size);
+      const std::uint64_t head = std::min(n_size, window);
+      const std::string first = read_file(tree, ino, n_size, 0, head, source);
+      const std::uint64_t tail_at = n_size - std::min(n_size - head, window);
+      const std::string last = read_file(tree, ino, n_size, tail_at, n_size - tail_at, source);
+      // A tensor's data and tensor.npy: compare with the element-by-element reference.
+      if (node->kind != Tree::Kind::data && node->kind != Tree::Kind::tensor_npy) continue;
+      FUZZ_CHECK(node->index < copy.entries.size());
+      const Entry& e = copy.entries[node->index];
+      FUZZ_CHECK(e.kind == Entry::Kind::tensor);
+      const Tensor& t = copy.tensors[e.tensor];
+      FUZZ_CHECK(t.broken.empty());
+      const std::uint64_t data_offset = n_size - t.nbytes();
+      FUZZ_CHECK(node->kind == Tree::Kind::data ? data_offset == 0
+                                                : data_offset % 64 == 0 && data_offset > 0);
+      check_tensor_file(copy, t, first, data_offset, 0, source);
+      check_tensor_file(copy, t, last, data_offset, tail_at, source);
+    }
   }
   return 0;
 }

@@ -99,7 +99,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     std::vector<Entry> entries = flatten(parsed.graph, in, limits);
     for (const Entry& e : entries) {
       FUZZ_CHECK(e.kind != Entry::Kind::tensor || e.tensor < in.tensors.size());
-      FUZZ_CHECK(e.key.size() <= limits.max_key_bytes + 32);
+      FUZZ_CHECK(e.key.size() <= std::max<std::uint64_t>(limits.max_flattened_bytes,
+                                                         64 * parsed.graph.size()));
     }
   } catch (const Error& e) {
     FUZZ_CHECK(e.code() == ExitCode::bad_checkpoint);

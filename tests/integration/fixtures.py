@@ -1,16 +1,23 @@
 # SPDX-License-Identifier: MIT
 """What the integration tests share: where they find what they run and read,
 
-    CKPTFS           the ckptfs binary                       (default: build/ckptfs)
-    CKPTFS_FIXTURES  output of scripts/make_fixtures.py      (default: build/fixtures)
-    CKPTFS_CORPUS    real checkpoints + PROVENANCE.tsv       (default: ../shared/corpus)
+    CKPTFS             the ckptfs binary                     (default: build/ckptfs)
+    CKPTFS_FIXTURES    output of scripts/make_fixtures.py    (default: build/fixtures)
+    CKPTFS_CORPUS      real checkpoints + PROVENANCE.tsv     (default: ../shared/corpus)
+    CKPTFS_FUSE_DEVICE the FUSE device require() checks      (default: /dev/fuse; a missing path
+                                                              shows what a machine without FUSE
+                                                              does: every module that mounts skips)
 
-which fixtures there are (a missing fixture is a failure, never a skip), and how they wait for
-and find ckptfs daemons.
+what each test module needs from the machine (require(): skipped as a whole, exit 77, when it is
+missing), which fixtures there are (a missing fixture is a failure, never a skip), and how they
+wait for and find ckptfs daemons.
 """
 
+import importlib
 import json
 import os
+import shutil
+import sys
 import time
 from pathlib import Path
 
@@ -19,9 +26,47 @@ CKPTFS = Path(os.environ.get("CKPTFS", REPO / "build" / "ckptfs")).absolute()
 FIXTURES = Path(os.environ.get("CKPTFS_FIXTURES", REPO / "build" / "fixtures")).absolute()
 CORPUS = Path(os.environ.get("CKPTFS_CORPUS", REPO.parent / "shared" / "corpus")).absolute()
 
+# The exit status of a test module that cannot run on this machine: ctest reports it as skipped
+# (SKIP_RETURN_CODE in tests/CMakeLists.txt), not as passed or failed.
+SKIP_EXIT_STATUS = 77
+FUSE_DEVICE = os.environ.get("CKPTFS_FUSE_DEVICE", "/dev/fuse")
+
+
+def missing(*needs):
+    """Why this machine lacks what `needs` names ("fuse": a FUSE device that opens read-write
+    and fusermount3; "torch": torch and numpy for this Python): a list of reasons, empty when
+    nothing is missing."""
+    reasons = []
+    if "fuse" in needs:
+        try:
+            os.close(os.open(FUSE_DEVICE, os.O_RDWR | os.O_CLOEXEC))
+        except OSError as e:
+            reasons.append(f"{FUSE_DEVICE} cannot be opened ({e.strerror})")
+        if not shutil.which("fusermount3"):
+            reasons.append("fusermount3 is not on PATH (package fuse3)")
+    if "torch" in needs:
+        for module in ("numpy", "torch"):
+            try:
+                importlib.import_module(module)
+            except ImportError as e:
+                reasons.append(f"{sys.executable} cannot import {module} ({e})")
+    return reasons
+
+
+def require(*needs):
+    """Called by a test module before it imports what it needs: when missing() finds anything,
+    prints "SKIPPED: reasons" and exits SKIP_EXIT_STATUS, so that the whole module is reported
+    skipped with its reason instead of failing on a machine without FUSE or torch."""
+    reasons = missing(*needs)
+    if reasons:
+        print(f"SKIPPED: {'; '.join(reasons)}", file=sys.stderr, flush=True)
+        sys.exit(SKIP_EXIT_STATUS)
+
+
 # Every fixture scripts/make_fixtures.py writes. A missing one is a failure.
-FIXTURE_NAMES = ["convnet", "dtypes", "views", "training", "keys", "params", "module", "bare",
-                 "zip64", "zip64_cd", "legacy", "bigendian", "new_dtypes"]
+FIXTURE_NAMES = ["convnet", "dtypes", "views", "training", "keys", "collisions", "quantized",
+                 "params", "module", "bare", "sparse", "zip64", "zip64_cd", "legacy", "bigendian",
+                 "new_dtypes"]
 # Fixtures torch 1.13 cannot load: new dtypes and the torch >= 2.7 layout (hand-built), and a
 # zip64 central directory whose zero-length record carries only a zip64 offset (valid; miniz 2.1
 # checks the saturated 32-bit offset against the file size). bigendian.pth does load (1.13 ignores

@@ -26,15 +26,20 @@ import time
 import unittest
 from pathlib import Path
 
-import numpy as np
-import torch
-
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1] / "scripts"))
 sys.path.insert(0, str(HERE))
 
+from fixtures import require  # noqa: E402
+
+require("fuse", "torch")  # else the module exits 77: skipped, with the reason
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from ckptfs_mounts import fusermount_u, is_mounted  # noqa: E402
 from ckptfs_reference import directory_name  # noqa: E402
-from test_mount import EXIT_TIMEOUT, MountTestCase, fusermount_u, is_mounted  # noqa: E402
+from test_mount import EXIT_TIMEOUT, MountTestCase  # noqa: E402
 
 READER = """
 import os, sys

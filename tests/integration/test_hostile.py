@@ -12,9 +12,11 @@ CKPTFS_CORPUS (see fixtures.py). The sanitizer build runs the same tests against
 (the bounds grow for ASan's shadow memory and slower code).
 """
 
+import errno
 import json
 import os
 import random
+import socket
 import struct
 import subprocess
 import sys
@@ -28,10 +30,15 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1] / "scripts"))
 sys.path.insert(0, str(HERE))
 
+from fixtures import require  # noqa: E402
+
+require("fuse", "torch")  # else the module exits 77: skipped, with the reason
+
 import make_fixtures  # noqa: E402
+from ckptfs_mounts import is_mounted  # noqa: E402
 from fixtures import CKPTFS, fixture_path  # noqa: E402
 from make_fixtures import PID, G, PickleAsm, R, ordered_dict  # noqa: E402
-from test_mount import MountTestCase, is_mounted  # noqa: E402
+from test_mount import MountTestCase  # noqa: E402
 
 
 def sanitized():
@@ -282,6 +289,42 @@ class NotACheckpointTests(HostileTestCase):
 # --------------------------------------------------------------------------------------------
 # A zip container that lies
 # --------------------------------------------------------------------------------------------
+
+class NotARegularFileTests(HostileTestCase):
+    """A checkpoint path that names a FIFO (whose open would wait for a writer forever), a
+    socket, a character device, a directory that holds no model, or a symlink to one of them:
+    inspect and the mount, in the foreground and as a daemon, fail at once with exit 2 and one
+    line, never opening it."""
+
+    def test_not_regular_files(self):
+        fifo = self.tmp / "fifo"
+        os.mkfifo(fifo)
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.addCleanup(listener.close)
+        listener.bind(str(self.tmp / "socket"))
+        listener.listen(1)
+        cases = {"FIFO": (fifo, r"not a regular file"),
+                 "socket": (self.tmp / "socket", r"not a regular file"),
+                 "character device": (Path("/dev/zero"), r"not a regular file"),
+                 "directory": (self.new_dir("dir"), r"a directory without model.safetensors, "
+                                                    r".*: nothing to mount")}
+        for what, (target, message) in cases.items():
+            link = self.tmp / f"link-to-{target.name}"
+            link.symlink_to(target)
+            for path in (target, link):
+                with self.subTest(what, path=path):
+                    self.assert_refused(path, EXIT["io"], rf"\A[^\n]*: {message}\n")
+                    mnt = self.new_dir()
+                    m = run_measured([CKPTFS, "-f", path, mnt])
+                    self.assertEqual(m.returncode, EXIT["io"], m.stderr)
+                    self.assert_one_line(m.stderr.decode("utf-8", "replace"), path,
+                                         rf"\A[^\n]*: {message}\n", f"{path}: mount -f")
+                    self.assertFalse(is_mounted(mnt))
+        # Nothing ever opened the FIFO: a writer that does not wait finds no reader.
+        with self.assertRaises(OSError) as caught:
+            os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        self.assertEqual(caught.exception.errno, errno.ENXIO)
+
 
 class LyingZipTests(HostileTestCase):
     def entries(self):
@@ -535,6 +578,24 @@ class HostilePickleTests(HostileTestCase):
         self.assertIn("depth_limit", (mnt / "0" / "value.json").read_text())
         self.unmount(mnt, proc)
 
+    def test_tensor_at_the_bottom_of_two_million_levels(self):
+        # A legal key of 4 MB: the tensor is found and served (no limit on one key's length but
+        # the budget of all keys), in bounded time and memory.
+        n = 2_000_000
+        tensor = PickleAsm().dump(v2("0", 4, (4,)))[2:-1]
+        pkl = b"\x80\x02" + b"]" * n + tensor + b"a" * n + b"."
+        path = self.write("deep_tensor.pth", checkpoint(pkl, {"0": floats(4)}))
+        r = self.inspect(path, rss_limit_mb=512 * SLOWDOWN)
+        self.assertEqual(r.returncode, 0, r.stderr.decode(errors="replace"))
+        (entry,) = json.loads(r.stdout)["entries"]
+        self.assertEqual(entry["key"], ".".join(["0"] * n))
+        mnt, proc = self.mount(path)
+        index = json.loads((mnt / "index.json").read_bytes())
+        name = index["entries"][0]["path"]
+        self.assertLessEqual(len(os.fsencode(name)), 255)
+        self.assertEqual((mnt / name / "data").read_bytes(), floats(4))
+        self.unmount(mnt, proc)
+
     def test_huge_length_prefixes(self):
         cases = {
             "binunicode8_4g": b"\x80\x04\x8d" + struct.pack("<Q", 1 << 32) + b"abc.",
@@ -600,6 +661,55 @@ def dag_pickle(depth, key_bytes, leaf=None):
             out += b"X" + struct.pack("<I", len(key)) + key + b"j" + struct.pack("<I", 1000 + level)
         out += b"ur" + struct.pack("<I", 1001 + level)
     return bytes(out + b".")
+
+
+class HugeSizeTests(HostileTestCase):
+    """Views whose sizes or offsets do not fit the file system's off_t (stride-0 views of a
+    one-element storage): each is broken with its reason or served exactly; no size, offset or
+    total wraps, and every entry of the mount can be stat'ed."""
+
+    def test_sizes_past_off_t(self):
+        big = 1 << 31
+        pkl = PickleAsm().dump({
+            "wraps_u64": v2("0", 1, (big, big, 4), (0, 0, 0)),      # 2^64 elements: wraps
+            "past_off_t": v2("0", 1, (big, 1 << 30), (0, 0)),       # 2^63 bytes: past off_t
+            "fits": v2("0", 1, (1 << 30, 1 << 30), (0, 0)),         # 2^62 bytes: served
+            "empty_far": v2("0", 1, (0,), (1,), offset=1 << 62),    # empty, far past the end
+            **{f"many{i}": v2("0", 1, (1 << 30, 1 << 30), (0, 0)) for i in range(8)},
+            "step": 7,
+        })
+        path = self.write("huge_views.pth", checkpoint(pkl, {"0": floats(1)}))
+        r = self.inspect(path)
+        self.assertEqual(r.returncode, 0, r.stderr.decode(errors="replace"))
+        doc = {e["key"]: e for e in json.loads(r.stdout)["entries"]}
+        for key in ("wraps_u64", "past_off_t"):
+            self.assertRegex(doc[key]["broken"] or "", "do not fit a file", key)
+        self.assertIsNone(doc["fits"]["broken"])
+        self.assertEqual(doc["fits"]["nbytes"], 1 << 62)
+        self.assertIsNone(doc["empty_far"]["file_offset"])
+        mnt, proc = self.mount(path)
+        index = json.loads((mnt / "index.json").read_bytes())
+        # 9 tensors of 2^62 bytes: more than 2^64 in all, written exactly.
+        self.assertEqual(index["total_bytes"], 9 * (1 << 62))
+        for entry in os.listdir(mnt):
+            os.stat(mnt / entry)
+            if (mnt / entry).is_dir():
+                for name in os.listdir(mnt / entry):
+                    st = os.stat(mnt / entry / name)  # never EIO, never a negative size
+                    self.assertGreaterEqual(st.st_size, 0, f"{entry}/{name}")
+        self.assertEqual(os.listdir(mnt / "wraps_u64"), ["meta.json"])
+        meta = json.loads((mnt / "past_off_t" / "meta.json").read_bytes())
+        self.assertRegex(meta["broken"], "do not fit a file")
+        fits = mnt / "fits"
+        self.assertEqual(os.stat(fits / "data").st_size, 1 << 62)
+        header = os.stat(fits / "tensor.npy").st_size - (1 << 62)
+        self.assertTrue(0 < header <= 4096, header)
+        with open(fits / "data", "rb") as f:
+            self.assertEqual(os.pread(f.fileno(), 8, (1 << 62) - 8), floats(1) * 2)
+        self.assertIsNone(json.loads((mnt / "empty_far" / "meta.json").read_bytes())["file_offset"])
+        r = run_measured([str(CKPTFS), "inspect", str(path)])
+        self.assertRegex(r.stdout.decode(), r"\b%d bytes" % (9 * (1 << 62)))
+        self.unmount(mnt, proc)
 
 
 class MultiplyingPickleTests(HostileTestCase):
@@ -876,6 +986,26 @@ class HostileIndexTests(HostileTestCase):
         self.assert_refused(index, EXIT["io"], r'shard "loop.safetensors" .*: Too many levels of '
                                                r"symbolic links")
 
+    def test_shards_that_are_not_regular_files(self):
+        """A FIFO, a socket or a device named by the index: refused at once, never opened (a
+        FIFO's open would wait for a writer); in a directory, a FIFO named model.safetensors
+        is not a model."""
+        d, index = self.set_with("fifo_shard", {"a": "model-1.safetensors", "b": "fifo"})
+        os.mkfifo(d / "fifo")
+        self.assert_refused(index, EXIT["io"], r'shard "fifo" \(named by the index\): not a '
+                                               r"regular file$")
+        _, index = self.set_with("device_shard", {"a": "model-1.safetensors", "b": "zero"})
+        os.symlink("/dev/zero", index.parent / "zero")
+        self.assert_refused(index, EXIT["io"], r'shard "zero" \(named by the index\): not a '
+                                               r"regular file$")
+        fifo_dir = self.tmp / "fifo_model"
+        fifo_dir.mkdir()
+        os.mkfifo(fifo_dir / "model.safetensors")
+        self.assert_refused(fifo_dir, EXIT["io"], r"nothing to mount")
+        with self.assertRaises(OSError) as caught:  # nothing ever opened the FIFOs
+            os.open(d / "fifo", os.O_WRONLY | os.O_NONBLOCK)
+        self.assertEqual(caught.exception.errno, errno.ENXIO)
+
     def test_hostile_shard(self):
         d, index = self.set_with("bad_shard", {"a": "model-1.safetensors", "b": "bad.safetensors"},
                                  {"model-1.safetensors": good_safetensors(),
@@ -910,7 +1040,8 @@ class HostileIndexTests(HostileTestCase):
         r = self.inspect(index)
         self.assertEqual(r.returncode, 0, r.stderr)
         mnt, proc = self.mount(d)
-        self.assertEqual(sorted(os.listdir(mnt)), ["a", "ghost", "index.json"])  # b: unlisted
+        self.assertEqual(sorted(os.listdir(mnt)), ["a", "ghost", "index.json",
+                                                   "model.safetensors"])  # b: unlisted
         self.assertEqual((mnt / "a" / "data").read_bytes(), floats(4))
         self.assertEqual(os.listdir(mnt / "ghost"), ["meta.json"])
         self.assertRegex(json.loads((mnt / "ghost" / "meta.json").read_bytes())["broken"],

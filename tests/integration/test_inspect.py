@@ -32,11 +32,15 @@ import warnings
 import zipfile
 from pathlib import Path
 
-import numpy as np
-
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1] / "scripts"))
 sys.path.insert(0, str(HERE))
+
+from fixtures import require  # noqa: E402
+
+require("torch")  # else the module exits 77: skipped, with the reason
+
+import numpy as np  # noqa: E402
 
 # The reference logic (torch.load with raw object state, the flattening rule, tensor bytes,
 # values as JSON) is shared with scripts/make_fixtures.py and scripts/ckptfs-verify.
@@ -94,15 +98,19 @@ def torch_entries(root):
     with their layout (and "_bytes", the elements as in memory, and "_storage" for the test's
     own use)."""
     entries = []
-    for key, v in ref.flatten(root):
+    flat = ref.flatten(root, with_parts=True)
+    for (key, v, _), key_path in zip(flat, ref.key_paths(flat)):
         if ref.is_torch_tensor(v):
             e = {"key": key, "kind": "tensor", "dtype": ref.dtype_name(v.dtype),
                  "shape": list(v.shape), "stride": list(v.stride()),
                  "storage_offset": v.storage_offset(), "requires_grad": bool(v.requires_grad),
                  "nbytes": v.numel() * v.element_size(), "contiguous": v.is_contiguous(),
+                 "quantization": ref.quantization(v, key),
                  "_storage": ref.storage_of(v)[0], "_bytes": ref.tensor_bytes(v)}
         else:
             e = ref.value_entry(key, v)
+        if key_path is not None:
+            e["key_path"] = key_path
         entries.append(e)
     for e in entries:
         if e["kind"] == "tensor":
@@ -139,6 +147,8 @@ class CheckMixin:
                          f"{where}: flattened keys differ")
         self.assertEqual([e["kind"] for e in got], [e["kind"] for e in want],
                          f"{where}: entry kinds differ")
+        self.assertEqual([e.get("key_path") for e in got], [e.get("key_path") for e in want],
+                         f"{where}: key paths differ")
 
     def assert_tensor_layout(self, g, w, where):
         for field in TENSOR_FIELDS + ("contiguous",):
@@ -154,6 +164,7 @@ class CheckMixin:
         else:
             self.assertEqual(set(shared), want, f"{where}: shared_with")
         self.assertIsNone(g.get("broken"), f"{where}: reported broken")
+        self.assertEqual(g.get("quantization"), w.get("quantization"), f"{where}: quantization")
 
     def file_bytes(self, path, g, where):
         """The tensor's elements in C order as stored in the file, gathered with the storage

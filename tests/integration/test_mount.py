@@ -37,20 +37,26 @@ import unittest
 import warnings
 from pathlib import Path
 
-import numpy as np
-import torch
-
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1] / "scripts"))
 sys.path.insert(0, str(HERE))
 
+from fixtures import require  # noqa: E402
+
+require("fuse", "torch")  # else the module exits 77: skipped, with the reason
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
 # The reference logic (torch.load with raw object state, the flattening rule, the naming rule,
-# numpy descrs, /proc/self/mountinfo) is shared with test_inspect.py, scripts/make_fixtures.py
-# and ckptfs-verify; make_fixtures.py's reference reader gives every tensor's bytes without
-# torch or ckptfs.
+# numpy descrs) is shared with test_inspect.py, scripts/make_fixtures.py and ckptfs-verify;
+# mountinfo and unmounting (ckptfs_mounts) with ckptfs-verify and bench too; make_fixtures.py's
+# reference reader gives every tensor's bytes without torch or ckptfs.
 import ckptfs_reference as ref  # noqa: E402
 import make_fixtures  # noqa: E402
-from ckptfs_reference import directory_name, fnv1a64, mount_points  # noqa: E402
+from ckptfs_mounts import (fusermount_u, index_readable, is_mounted, mount_count,  # noqa: E402
+                           mount_points, unmount, wait_for_mount)
+from ckptfs_reference import ROOT_FILES, directory_name, entry_names, fnv1a64  # noqa: E402
 from fixtures import (CKPTFS, CORPUS, FIXTURE_NAMES, NOT_TORCH_LOADABLE, REPO,  # noqa: E402
                       corpus_files, expected_doc, fixture_path, processes_with_arg, wait_until)
 from test_inspect import inspect_json  # noqa: E402
@@ -97,39 +103,10 @@ def reference_tensors(path):
 # Mounting
 # --------------------------------------------------------------------------------------------
 
-def mount_count(path):
-    path = os.path.realpath(path)
-    return mount_points().count(path)
-
-
-def is_mounted(path):
-    return mount_count(path) > 0
-
-
-def fusermount_u(path, lazy=False):
-    return subprocess.run(["fusermount3", "-u", *(["-z"] if lazy else []), str(path)],
-                          capture_output=True, timeout=EXIT_TIMEOUT)
-
-
 def force_unmount(path):
     """Unmounts every layer mounted on `path`; lazily when a plain unmount does not work."""
     gc.collect()  # numpy memory maps of tensor.npy keep the file system busy
-    for attempt in range(50):
-        if not is_mounted(path):
-            return
-        r = fusermount_u(path, lazy=attempt >= 10)
-        if r.returncode != 0:
-            time.sleep(0.05)
-
-
-def index_readable(mnt):
-    if not is_mounted(mnt):
-        return False
-    try:
-        with open(Path(mnt) / "index.json", "rb") as f:
-            return bool(f.read(1))
-    except OSError:
-        return False
+    unmount(path)
 
 
 def run(args, timeout=COMMAND_TIMEOUT, **kwargs):
@@ -143,8 +120,6 @@ class MountTestCase(unittest.TestCase):
     def setUpClass(cls):
         if not CKPTFS.is_file():
             raise AssertionError(f"ckptfs binary not found at {CKPTFS} (set CKPTFS)")
-        if not os.path.exists("/dev/fuse"):
-            raise AssertionError("/dev/fuse is missing")
 
     def setUp(self):
         tmp = tempfile.TemporaryDirectory(prefix="ckptfs-mount-test-")
@@ -201,15 +176,13 @@ class MountTestCase(unittest.TestCase):
     def mount(self, checkpoint, *options, mnt=None):
         """Mounts in the foreground mode and waits until index.json is readable."""
         mnt, proc = self.start(checkpoint, *options, mnt=mnt)
-        deadline = time.monotonic() + MOUNT_TIMEOUT
-        while not index_readable(mnt):
-            if proc.poll() is not None:
-                self.fail(f"ckptfs -f {' '.join(options)} {checkpoint} exited {proc.returncode} "
-                          f"before the mount was ready: {self.output(proc).strip()}")
-            if time.monotonic() > deadline:
-                self.fail(f"{checkpoint}: index.json not readable {MOUNT_TIMEOUT:g} s after "
-                          f"starting ckptfs -f")
-            time.sleep(0.02)
+        why = wait_for_mount(mnt, proc, MOUNT_TIMEOUT, index_readable)
+        if why == "timed out":
+            self.fail(f"{checkpoint}: index.json not readable {MOUNT_TIMEOUT:g} s after "
+                      f"starting ckptfs -f")
+        if why is not None:
+            self.fail(f"ckptfs -f {' '.join(options)} {checkpoint} {why} before the mount was "
+                      f"ready: {self.output(proc).strip()}")
         return mnt, proc
 
     def unmount(self, mnt, proc):
@@ -279,12 +252,13 @@ class FixtureMountTests(MountTestCase):
         self.assertEqual(index.get("values"), len(want_keys) - len(tensors), f"{name}: values")
         self.assertEqual(index.get("total_bytes"), sum(w["nbytes"] for w in tensors),
                          f"{name}: total_bytes")
-        self.assertEqual(set(os.listdir(mnt)), {"index.json"} | {e["path"] for e in entries},
+        self.assertEqual(set(os.listdir(mnt)), set(ROOT_FILES) | {e["path"] for e in entries},
                          f"{name}: root listing")
-        for e, w in zip(entries, want["entries"]):
+        for e, w, path_name in zip(entries, want["entries"], entry_names(want_keys)):
             at = f"{name}: {w['key']!r}"
-            self.assertEqual(e["path"], directory_name(w["key"]), f"{at}: path")
+            self.assertEqual(e["path"], path_name, f"{at}: path")
             self.assertEqual(e["kind"], w["kind"], f"{at}: kind")
+            self.assertEqual(e.get("key_path"), w.get("key_path"), f"{at}: index.json key_path")
             d = mnt / e["path"]
             if w["kind"] == "value":
                 self.assertEqual(os.listdir(d), ["value.json"], at)
@@ -294,11 +268,15 @@ class FixtureMountTests(MountTestCase):
                 continue
             for field in ("dtype", "shape", "nbytes"):
                 self.assertEqual(e.get(field), w[field], f"{at}: index.json {field}")
-            self.assertEqual(sorted(os.listdir(d)), ["data", "meta.json", "tensor.npy"], at)
+            self.assertEqual(sorted(os.listdir(d)), ["data", "meta.json", "tensor.npy", "tensor.pt"],
+                             at)
             meta = self.read_json(d / "meta.json")
             for field in ("key", "dtype", "shape", "stride", "storage_offset", "contiguous",
                           "nbytes", "requires_grad"):
                 self.assertEqual(meta.get(field), w[field], f"{at}: meta.json {field}")
+            self.assertEqual(meta.get("key_path"), w.get("key_path"), f"{at}: meta.json key_path")
+            self.assertEqual(meta.get("quantization", "missing"), w.get("quantization"),
+                             f"{at}: meta.json quantization")
             descr = ref.numpy_descr(w["dtype"], want["byteorder"])
             self.assertIsNotNone(descr, f"{at}: no numpy descr for {w['dtype']}")
             self.assertEqual(meta.get("numpy"), descr, f"{at}: meta.json numpy")
@@ -351,7 +329,7 @@ class CorpusMountTests(MountTestCase):
                 self.assertEqual([e["key"] for e in index["entries"]],
                                  [e["key"] for e in doc["entries"]], "keys vs inspect --json")
                 self.assertEqual(set(os.listdir(mnt)),
-                                 {"index.json"} | {e["path"] for e in index["entries"]})
+                                 set(ROOT_FILES) | {e["path"] for e in index["entries"]})
                 with open(path, "rb") as f:
                     for e, g in zip(index["entries"], doc["entries"]):
                         d = mnt / e["path"]
@@ -540,7 +518,7 @@ class ToolTests(MountTestCase):
         path, want = fixture_path(name), expected_doc(name)
         mnt, proc = self.mount(path)
         names = [directory_name(w["key"]) for w in want["entries"]]
-        n_files = 1 + sum(3 if w["kind"] == "tensor" else 1 for w in want["entries"])
+        n_files = len(ROOT_FILES) + sum(4 if w["kind"] == "tensor" else 1 for w in want["entries"])
 
         with self.subTest("glob"):
             for pattern in ("model.bn1.*", "optimizer.state.*.exp_avg", "*.running_var"):
@@ -549,7 +527,7 @@ class ToolTests(MountTestCase):
                 self.assertTrue(got, pattern)
             self.assertEqual(sorted(glob.glob(str(mnt / "model.fc.weight" / "*"))),
                              [str(mnt / "model.fc.weight" / n)
-                              for n in ("data", "meta.json", "tensor.npy")])
+                              for n in ("data", "meta.json", "tensor.npy", "tensor.pt")])
 
         reference = self.tree(mnt)
         self.assertEqual(sum(1 for v in reference.values() if v is not None), n_files)
@@ -907,16 +885,54 @@ class NameTests(MountTestCase):
         self.assertEqual(directory_name("index.json"), "%index.json")
         self.assertEqual(directory_name("x\0y"), "x%00y")
         self.assertEqual(directory_name("index.json.x"), "index.json.x")
+        for root_name in ("map", "model.safetensors", "model.safetensors.index.json",
+                          "model-00001-of-00004.safetensors"):
+            self.assertEqual(directory_name(root_name), "%" + root_name)
         long = directory_name("k" * 300)
-        self.assertEqual(long, "k" * 200 + "~" + f"{fnv1a64(b'k' * 300):016x}")
+        self.assertEqual(long, "k" * 200 + "%~" + f"{fnv1a64(b'k' * 300):016x}")
         self.assertEqual(len(directory_name("k" * 255).encode()), 255)
         # A cut never splits an escape nor a UTF-8 sequence.
         cut = directory_name("k" * 199 + "/" * 40)
-        self.assertTrue(cut.startswith("k" * 199 + "~"), cut)
+        self.assertTrue(cut.startswith("k" * 199 + "%~"), cut)
         cut = directory_name("k" * 199 + "层" * 40)
-        self.assertTrue(cut.startswith("k" * 199 + "~"), cut)
+        self.assertTrue(cut.startswith("k" * 199 + "%~"), cut)
+        # Keys with the same text: the first has the rule's name, the others %#N after it; a
+        # literal key never loses its name to a suffixed one.
+        self.assertEqual(entry_names(["a.b", "a.b", "a.b#2", "a.b"]),
+                         ["a.b", "a.b%#2", "a.b#2", "a.b%#3"])
         self.assertTrue(all(len(directory_name(k * n).encode()) <= 255
                             for k in ("a", "%", "层", "🔥") for n in range(60, 300, 7)))
+
+    def test_collisions_fixture(self):
+        """The issue's case: {0: A, "0": B, b"x": C, "x": D, (1, 2): E, "(1, 2)": F, None: G,
+        "None": H, ...}: every tensor is reachable, each under the name the rule gives it, and
+        index.json says which Python key each came from."""
+        name = "collisions"
+        want = expected_doc(name)
+        mnt, proc = self.mount(fixture_path(name))
+        index = self.read_json(mnt / "index.json")
+        keys = [w["key"] for w in want["entries"]]
+        names = entry_names(keys)
+        self.assertEqual(len(index["entries"]), len(want["entries"]), "an entry was lost")
+        self.assertEqual([e["path"] for e in index["entries"]], names)
+        self.assertEqual(sorted(os.listdir(mnt)), sorted([*ROOT_FILES, *names]), "listing")
+        by_name = dict(zip(names, want["entries"]))
+        self.assertEqual(by_name["0"]["key_path"], [0])
+        self.assertEqual(by_name["0%#2"]["key_path"], ["0"])
+        self.assertEqual(by_name["a.b%#2"]["key_path"], ["a", "b"])
+        # Literal keys that look like suffixed, cut or root names keep the rule's name.
+        for literal in ("a.b#2", "a.b%#2", "map", "model.safetensors", "k" * 300):
+            self.assertIn(directory_name(literal), names, literal)
+        self.assertEqual(directory_name("a.b%#2"), "a.b%25#2")
+        self.assertEqual(directory_name("map"), "%map")
+        for w, n in zip(want["entries"], names):
+            if w["kind"] != "tensor":
+                continue
+            meta = self.read_json(mnt / n / "meta.json")
+            self.assertEqual(meta["key"], w["key"], n)
+            self.assertEqual(meta.get("key_path"), w.get("key_path"), n)
+            self.assertEqual(sha256((mnt / n / "data").read_bytes()), w["sha256"], n)
+        self.unmount(mnt, proc)
 
     def test_keys_fixture(self):
         name = "keys"
@@ -928,7 +944,7 @@ class NameTests(MountTestCase):
         self.assertEqual(len(set(names)), len(names), "the expected names collide")
         self.assertEqual({e["key"]: e["path"] for e in index["entries"]}, dict(zip(keys, names)),
                          "index.json key -> path")
-        self.assertEqual(sorted(os.listdir(mnt)), sorted(["index.json", *names]), "listing")
+        self.assertEqual(sorted(os.listdir(mnt)), sorted([*ROOT_FILES, *names]), "listing")
         for w, n in zip(want["entries"], names):
             with self.subTest(w["key"]):
                 self.assertLessEqual(len(n.encode()), 255)
@@ -939,7 +955,7 @@ class NameTests(MountTestCase):
                     self.assertEqual(sha256((d / "data").read_bytes()), w["sha256"])
                 else:
                     self.assertEqual(self.read_json(d / "value.json"), w["value"])
-        self.assertIn("k" * 200 + "~" + f"{fnv1a64(b'k' * 300):016x}", os.listdir(mnt))
+        self.assertIn("k" * 200 + "%~" + f"{fnv1a64(b'k' * 300):016x}", os.listdir(mnt))
         for n in ("%", "%.", "%..", "%index.json", "a%2Fb", "100%25", "nested.x%2Fy"):
             self.assertTrue((mnt / n).is_dir(), n)
         self.unmount(mnt, proc)

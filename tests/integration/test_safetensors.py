@@ -21,12 +21,15 @@ import time
 import unittest
 from pathlib import Path
 
-import numpy as np
-
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1] / "scripts"))
 sys.path.insert(0, str(HERE))
 
+from fixtures import require  # noqa: E402
+
+require("fuse", "torch")  # else the module exits 77: skipped, with the reason
+
+import numpy as np  # noqa: E402
 import ckptfs_reference as ref  # noqa: E402
 import ckptfs_safetensors as st  # noqa: E402
 from fixtures import (CKPTFS, FIXTURES, REPO, SAFETENSORS_FIXTURES, SHARDED_FIXTURES,  # noqa: E402
@@ -37,9 +40,10 @@ VERIFY = REPO / "scripts" / "ckptfs-verify"
 ALL_FIXTURES = SAFETENSORS_FIXTURES + SHARDED_FIXTURES
 
 # The fields of a tensor's meta.json and inspect --json entry (after "key").
-TENSOR_FIELDS = ["dtype", "shape", "stride", "storage_offset", "contiguous", "nbytes", "source",
-                 "file_offset", "numpy", "byteorder", "requires_grad", "storage", "shared_with",
-                 "shared_with_count", "broken"]
+TENSOR_FIELDS = ["dtype", "stored_dtype", "shape", "stride", "storage_offset", "contiguous",
+                 "nbytes", "source", "file_offset", "numpy", "byteorder", "requires_grad",
+                 "quantization", "storage", "shared_with", "shared_with_count", "broken"]
+TENSOR_FILES = ["data", "meta.json", "tensor.npy", "tensor.pt"]
 
 
 def inspect(location, *args):
@@ -77,6 +81,8 @@ class Checks:
         self.assertEqual(list(g)[list(g).index("dtype"):], TENSOR_FIELDS, f"{where}: fields")
         for field in ("dtype", "shape", "stride", "nbytes", "source"):
             self.assertEqual(g[field], w[field], f"{where}: {field}")
+        self.assertEqual(g["stored_dtype"], w["dtype"], where)
+        self.assertIsNone(g["quantization"], where)
         self.assertEqual(g["storage_offset"], 0, where)
         self.assertTrue(g["contiguous"], where)
         self.assertEqual(g["numpy"], ref.numpy_descr(w["dtype"], "little"), f"{where}: numpy")
@@ -182,11 +188,13 @@ class MountTests(MountTestCase, Checks):
         self.assertEqual(index["total_bytes"],
                          sum(w["nbytes"] for w in tensors if not w["broken"]), where)
         self.assertEqual([e["key"] for e in index["entries"]], [w["key"] for w in want["entries"]])
-        self.assertEqual(set(os.listdir(mnt)), {"index.json"} | {e["path"] for e in index["entries"]},
+        self.assertEqual(set(os.listdir(mnt)),
+                         set(ref.ROOT_FILES) | {e["path"] for e in index["entries"]},
                          f"{where}: root listing")
-        for e, g, w in zip(index["entries"], doc["entries"], want["entries"]):
+        names = ref.entry_names([w["key"] for w in want["entries"]])
+        for e, g, w, name in zip(index["entries"], doc["entries"], want["entries"], names):
             at = f"{where}: {w['key']!r}"
-            self.assertEqual(e["path"], ref.directory_name(w["key"]), at)
+            self.assertEqual(e["path"], name, at)
             d = mnt / e["path"]
             meta = self.read_json(d / "meta.json")
             self.assertEqual(meta, {"key": w["key"], **{k: g[k] for k in g if k not in (
@@ -194,7 +202,7 @@ class MountTests(MountTestCase, Checks):
             if w["broken"]:
                 self.assertEqual(os.listdir(d), ["meta.json"], at)
                 continue
-            self.assertEqual(sorted(os.listdir(d)), ["data", "meta.json", "tensor.npy"], at)
+            self.assertEqual(sorted(os.listdir(d)), TENSOR_FILES, at)
             for field in ("dtype", "shape", "nbytes"):
                 self.assertEqual(e[field], w[field], f"{at}: index.json {field}")
             data = w.data()
@@ -256,13 +264,14 @@ class MountTests(MountTestCase, Checks):
         kept = [k for k, e in want.items() if e["source"] != shard.name]
         self.assertTrue(moved and kept)
         for key in moved:
-            for name in ("data", "tensor.npy", "meta.json"):
+            for name in ("data", "tensor.npy", "tensor.pt", "meta.json"):
                 with self.assertRaises(OSError) as caught:
                     open(mnt / ref.directory_name(key) / name, "rb").close()
                 self.assertEqual(caught.exception.errno, errno.EIO, f"{key}/{name}")
-        with self.assertRaises(OSError) as caught:
-            open(mnt / "index.json", "rb").close()
-        self.assertEqual(caught.exception.errno, errno.EIO, "index.json")
+        for name in ref.ROOT_FILES:  # index.json and the export describe or read every shard
+            with self.assertRaises(OSError) as caught:
+                open(mnt / name, "rb").close()
+            self.assertEqual(caught.exception.errno, errno.EIO, name)
         for key in kept:
             self.assertEqual((mnt / ref.directory_name(key) / "data").read_bytes(),
                              want[key].data(), key)

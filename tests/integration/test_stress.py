@@ -20,12 +20,16 @@ import time
 import unittest
 from pathlib import Path
 
-import numpy as np
-import torch
-
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1] / "scripts"))
 sys.path.insert(0, str(HERE))
+
+from fixtures import require  # noqa: E402
+
+require("fuse", "torch")  # else the module exits 77: skipped, with the reason
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
 
 from ckptfs_reference import directory_name  # noqa: E402
 from fixtures import fixture_path  # noqa: E402

@@ -1,18 +1,28 @@
 // SPDX-License-Identifier: MIT
-// Unit tests of FileSource: bounds, short files, and unchanged() (what the mount checks at each
-// open and read to refuse a checkpoint replaced, truncated or rewritten under it).
-#include <ckptfs/source/byte_source.hpp>
+// Unit tests of the source layer: open_file() (never waits, refuses every other kind of file),
+// FileSource's bounds and short files, and unchanged() (what the mount checks at each open and
+// read to refuse a checkpoint replaced, truncated or rewritten under it).
 #include <ckptfs/base/error.hpp>
+#include <ckptfs/source/byte_source.hpp>
+#include <ckptfs/source/open_file.hpp>
 
 #include <doctest/doctest.h>
 
+#include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fcntl.h>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <thread>
 #include <unistd.h>
 
 namespace {
@@ -41,9 +51,122 @@ void touch_later(const fs::path& path) {
   REQUIRE(::utimensat(AT_FDCWD, path.c_str(), times, 0) == 0);
 }
 
+// Runs `open` in a child process and returns what it threw ("" when it returned), or "timed out"
+// when it had not returned after 5 seconds (the child is then killed): a call that waits cannot
+// hang the test run.
+std::string outcome_within_5s(const std::function<void()>& open) {
+  int out[2];
+  REQUIRE(::pipe(out) == 0);
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    ::close(out[0]);
+    std::string message;
+    try {
+      open();
+    } catch (const ckptfs::Error& e) {
+      message = e.code() == ckptfs::ExitCode::io ? e.what() : "wrong exit code";
+    } catch (...) {
+      message = "not a ckptfs::Error";
+    }
+    (void)!::write(out[1], message.data(), message.size());
+    ::_exit(0);
+  }
+  ::close(out[1]);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  int status = 0;
+  while (::waitpid(child, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      ::kill(child, SIGKILL);
+      ::waitpid(child, &status, 0);
+      ::close(out[0]);
+      return "timed out";
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  std::string message;
+  char buffer[256];
+  ssize_t n;
+  while ((n = ::read(out[0], buffer, sizeof buffer)) > 0) message.append(buffer, n);
+  ::close(out[0]);
+  return message;
+}
+
 }  // namespace
 
 TEST_SUITE_BEGIN("byte_source");
+
+TEST_CASE("open_file: every kind of file but the one asked for is refused, without waiting") {
+  TempDir dir;
+  const fs::path file = dir.path / "model.pth";
+  write_file(file, "bytes");
+  const fs::path fifo = dir.path / "fifo";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  const fs::path socket_path = dir.path / "socket";
+  const int listener = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  REQUIRE(listener >= 0);
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  REQUIRE(socket_path.string().size() < sizeof address.sun_path);
+  std::strcpy(address.sun_path, socket_path.c_str());
+  REQUIRE(::bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
+  REQUIRE(::listen(listener, 1) == 0);
+
+  struct Case {
+    const char* what;
+    fs::path path;
+    const char* as_file;       // open_file(path, regular): "" for success, else the message
+    const char* as_directory;  // open_file(path, directory)
+  };
+  const Case cases[] = {
+      {"regular file", file, "", "not a directory"},
+      {"FIFO without a writer", fifo, "not a regular file", "not a directory"},
+      {"listening socket", socket_path, "not a regular file", "not a directory"},
+      {"character device", "/dev/zero", "not a regular file", "not a directory"},
+      {"directory", dir.path, "is a directory", ""},
+      {"missing", dir.path / "missing", "No such file or directory", "No such file or directory"},
+  };
+  for (const Case& c : cases) {
+    for (const bool through_symlink : {false, true}) {
+      fs::path path = c.path;
+      if (through_symlink) {
+        path = dir.path / (std::string("link-to-") + c.path.filename().string());
+        fs::create_symlink(c.path, path);
+      }
+      CAPTURE(c.what);
+      CAPTURE(through_symlink);
+      CHECK(outcome_within_5s([&] { (void)ckptfs::open_file(path, ckptfs::FileKind::regular); }) ==
+            c.as_file);
+      CHECK(outcome_within_5s([&] {
+              (void)ckptfs::open_file(path, ckptfs::FileKind::directory);
+            }) == c.as_directory);
+      CHECK(outcome_within_5s([&] { ckptfs::FileSource source(path.string()); }) == c.as_file);
+    }
+  }
+  ::close(listener);
+}
+
+TEST_CASE("open_file: the descriptor reads, blocking, and is closed with its owner") {
+  TempDir dir;
+  const fs::path file = dir.path / "model.pth";
+  write_file(file, "0123456789");
+  int fd;
+  {
+    ckptfs::OpenedFile opened = ckptfs::open_file(file, ckptfs::FileKind::regular);
+    fd = opened.fd.get();
+    REQUIRE(fd >= 0);
+    CHECK(S_ISREG(opened.st.st_mode));
+    CHECK(opened.st.st_size == 10);
+    const int flags = ::fcntl(fd, F_GETFL);
+    CHECK((flags & O_NONBLOCK) == 0);
+    CHECK((flags & O_ACCMODE) == O_RDONLY);
+    CHECK((::fcntl(fd, F_GETFD) & FD_CLOEXEC) != 0);
+    char buffer[4];
+    CHECK(::pread(fd, buffer, 4, 3) == 4);
+    CHECK(std::string(buffer, 4) == "3456");
+  }
+  CHECK(::fcntl(fd, F_GETFD) == -1);  // closed
+}
 
 TEST_CASE("reads are bounds-checked and a file that shrank is an I/O error") {
   TempDir dir;

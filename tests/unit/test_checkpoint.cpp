@@ -192,7 +192,7 @@ TEST_CASE("flattening: nested training checkpoint, values, order") {
   CHECK(c.entries[3].value_json == "7");
 }
 
-TEST_CASE("a tensor reached twice is an entry under each key; colliding keys get #2") {
+TEST_CASE("a tensor reached twice is an entry under each key; keys with the same text all stay") {
   PickleBuilder p;
   p.proto(2).empty_dict().mark();
   p.binunicode("a").tensor_v2("FloatStorage", "0", "cpu", 2, 0, {2}, {1}).binput(9);
@@ -201,11 +201,82 @@ TEST_CASE("a tensor reached twice is an entry under each key; colliding keys get
   p.binunicode("x").empty_dict().binunicode("y").binget(9).setitem();
   p.setitems().stop();
   Model c = read(torch_zip(p.bytes(), {{"0", floats(2)}}));
-  CHECK(keys(c) == std::vector<std::string>{"a", "b", "x.y", "x.y#2"});
+  CHECK(keys(c) == std::vector<std::string>{"a", "b", "x.y", "x.y"});
   CHECK(c.entries[0].tensor == c.entries[1].tensor);
   CHECK(c.tensors.size() == 1);
+  // The two "x.y" say which Python keys they came from; "a" and "b" need not.
+  CHECK(c.entries[0].key_path.empty());
+  CHECK(c.entries[2].key_path == R"(["x.y"])");
+  CHECK(c.entries[3].key_path == R"(["x","y"])");
 }
 
+// {0: A, "0": B, b"x": C, "x": D, (1, 2): E, "(1, 2)": F, None: G, "None": H, True: I}, the
+// case of the issue: keys that render alike are different Python keys, and every tensor stays.
+TEST_CASE("distinct keys with the same text are all entries, with their key paths") {
+  PickleBuilder p;
+  p.proto(2).empty_dict().mark();
+  auto tensor_value = [&](const char* key) {
+    p.tensor_v2("FloatStorage", key, "cpu", 1, 0, {1}, {1});
+  };
+  p.integer(0), tensor_value("0");
+  p.binunicode("0"), tensor_value("1");
+  p.binbytes("x"), tensor_value("2");
+  p.binunicode("x"), tensor_value("3");
+  p.integer(1).integer(2).tuple2(), tensor_value("4");
+  p.binunicode("(1, 2)"), tensor_value("5");
+  p.none(), tensor_value("6");
+  p.binunicode("None"), tensor_value("7");
+  p.binbytes("\xff"), tensor_value("8");
+  p.setitems().stop();
+  std::vector<std::pair<std::string, std::string>> records;
+  for (int i = 0; i < 9; ++i) records.emplace_back(std::to_string(i), floats(1));
+  Model c = read(torch_zip(p.bytes(), records));
+  REQUIRE(c.entries.size() == 9);
+  CHECK(keys(c) == std::vector<std::string>{"0", "0", "b'x'", "x", "(1, 2)", "(1, 2)", "None",
+                                            "None", "b'\\xff'"});
+  CHECK(c.entries[0].key_path == "[0]");
+  CHECK(c.entries[1].key_path == R"(["0"])");
+  CHECK(c.entries[2].key_path == R"([{"__bytes__":"78"}])");
+  CHECK(c.entries[3].key_path.empty());  // "x": its text says it
+  CHECK(c.entries[4].key_path == R"x([{"__tuple__":"(1, 2)"}])x");
+  CHECK(c.entries[5].key_path == R"x(["(1, 2)"])x");
+  CHECK(c.entries[6].key_path == "[null]");
+  CHECK(c.entries[7].key_path == R"(["None"])");
+  CHECK(c.entries[8].key_path == R"([{"__bytes__":"ff"}])");
+  for (std::size_t i = 0; i < 9; ++i) CHECK(tensor(c, i).storage == i);
+}
+
+TEST_CASE("keys Python finds equal are merged as Python merges them; others never") {
+  // A hostile pickle may set a dict's key twice; torch.load keeps one (first place, last
+  // value), and so 1, 1.0 and True are one key. 1 and "1" are not.
+  PickleBuilder p;
+  p.proto(2).empty_dict().mark();
+  p.integer(1).integer(10);
+  p.binunicode("1").integer(20);
+  p.binfloat(1.0).integer(30);
+  p.newtrue().integer(40);
+  p.integer(2).integer(50);
+  p.setitems().stop();
+  Model c = read(torch_zip(p.bytes(), {}));
+  CHECK(keys(c) == std::vector<std::string>{"1", "1", "2"});
+  CHECK(c.entries[0].value_json == "40");
+  CHECK(c.entries[0].key_path == "[1]");
+  CHECK(c.entries[1].value_json == "20");
+}
+
+TEST_CASE("keys as Python's str() writes them: tuples, bytes, floats") {
+  PickleBuilder p;
+  p.proto(2).empty_dict().mark();
+  p.integer(1).binunicode("a'b").tuple2().integer(1);
+  p.binunicode("q\"'").binbytes(std::string("\x00'", 2)).tuple2().integer(2);
+  p.binfloat(1e16).integer(3);
+  p.binfloat(0.5).integer(4);
+  p.integer(7).tuple1().integer(5);
+  p.setitems().stop();
+  Model c = read(torch_zip(p.bytes(), {}));
+  CHECK(keys(c) == std::vector<std::string>{"(1, \"a'b\")", R"x(('q"\'', b"\x00'"))x", "1e+16",
+                                            "0.5", "(7,)"});
+}
 TEST_CASE("a root tensor is the entry 'tensor'; a root value is 'value'") {
   PickleBuilder p;
   p.proto(2).tensor_v2("HalfStorage", "0", "cpu", 3, 0, {3}, {1}).stop();
@@ -302,15 +373,92 @@ TEST_CASE("hostile nesting: no recursion, clear limits") {
     REQUIRE(c.entries.size() == 1);
     CHECK(c.entries[0].value_json.find("depth_limit") != std::string::npos);
   }
-  SUBCASE("a tensor at the bottom of a deep list is refused, not recursed into") {
+  SUBCASE("a tensor at the bottom of a deep list is found, its long key is legal") {
     PickleBuilder p;
     p.proto(2);
     for (int i = 0; i < depth; ++i) p.empty_list();
     p.tensor_v2("FloatStorage", "0", "cpu", 2, 0, {2}, {1});
     for (int i = 0; i < depth; ++i) p.append();
     p.stop();
-    CHECK(error_of(torch_zip(p.bytes(), {{"0", floats(2)}})) == ExitCode::bad_checkpoint);
+    Model c = read(torch_zip(p.bytes(), {{"0", floats(2)}}));
+    REQUIRE(c.entries.size() == 1);
+    CHECK(c.entries[0].key.size() == 2 * depth - 1);  // "0.0. ... .0"
+    CHECK(c.entries[0].key_path.size() == 2 * depth + 1);  // "[0,0, ... ,0]"
   }
+  SUBCASE("the budget of all keys is the only limit on a key, and its message says so") {
+    // One long str used as the key at every level (a memo GET): a key of depth x 100 KB.
+    PickleBuilder p;
+    p.proto(2).binunicode(std::string(100'000, 'k')).binput(1).pop();
+    const int levels = 2000;
+    for (int i = 0; i < levels; ++i) p.empty_dict().binget(1);
+    p.tensor_v2("FloatStorage", "0", "cpu", 2, 0, {2}, {1});
+    for (int i = 0; i < levels; ++i) p.setitem();
+    p.stop();
+    std::string message = message_of(torch_zip(p.bytes(), {{"0", floats(2)}}));
+    CHECK(message.find("a flattened key is longer than") != std::string::npos);
+    CHECK(message.find("the limit on all keys and values together") != std::string::npos);
+  }
+}
+
+TEST_CASE("quantized tensors keep their quantization parameters") {
+  // per-tensor: (torch.per_tensor_affine, 0.5, 3); per-channel: (torch.per_channel_affine,
+  // scales tensor, zero points tensor, 0), the scales and zero points entries of their own.
+  PickleBuilder p;
+  p.proto(2).empty_dict().mark();
+  auto qtensor = [&](const char* key, auto qparams) {
+    p.global("torch._utils", "_rebuild_qtensor").mark();
+    p.mark().binunicode("storage").global("torch", "QInt8Storage").binunicode(key);
+    p.binunicode("cpu").integer(4).tuple().binpersid();
+    p.integer(0).int_tuple({2, 2}).int_tuple({2, 1});
+    qparams();
+    p.newfalse().global("collections", "OrderedDict").empty_tuple().reduce();
+    p.tuple().reduce();
+  };
+  p.binunicode("pt");
+  qtensor("0", [&] { p.global("torch", "per_tensor_affine").binfloat(0.5).integer(3).tuple3(); });
+  p.binunicode("pc");
+  qtensor("1", [&] {
+    p.mark().global("torch", "per_channel_affine");
+    p.tensor_v2("DoubleStorage", "2", "cpu", 2, 0, {2}, {1});
+    p.tensor_v2("LongStorage", "3", "cpu", 2, 0, {2}, {1});
+    p.integer(1).tuple();
+  });
+  p.setitems().stop();
+  Model c = read(torch_zip(p.bytes(), {{"0", std::string(4, '\1')}, {"1", std::string(4, '\2')},
+                                       {"2", std::string(16, '\0')}, {"3", std::string(16, '\0')}}));
+  CHECK(keys(c) == std::vector<std::string>{"pt", "pc", "pc.q_per_channel_scales",
+                                            "pc.q_per_channel_zero_points"});
+  const Tensor& pt = tensor(c, 0);
+  CHECK(pt.dtype == DType::qint8);
+  REQUIRE(pt.quantization);
+  CHECK(pt.quantization->scheme == "per_tensor_affine");
+  CHECK(pt.quantization->scale == 0.5);
+  CHECK(pt.quantization->zero_point == 3);
+  const Tensor& pc = tensor(c, 1);
+  REQUIRE(pc.quantization);
+  CHECK(pc.quantization->scheme == "per_channel_affine");
+  CHECK(pc.quantization->axis == 1);
+  REQUIRE(pc.quantization->scales);
+  CHECK(c.tensors[*pc.quantization->scales].dtype == DType::float64);
+  CHECK(*pc.quantization->scales == c.entries[2].tensor);
+  CHECK(*pc.quantization->zero_points == c.entries[3].tensor);
+  CHECK(c.entries[2].key_path == R"(["pc",{"__part__":"q_per_channel_scales"}])");
+}
+
+TEST_CASE("a view too large for a file is broken, with the reason; none wraps") {
+  // A stride-0 view of 2^62 float32 elements: 2^64 bytes.
+  PickleBuilder p;
+  p.proto(2).empty_dict().mark();
+  p.binunicode("huge").tensor_v2("FloatStorage", "0", "cpu", 1, 0, {1ll << 31, 1ll << 31}, {0, 0});
+  p.binunicode("big").tensor_v2("FloatStorage", "0", "cpu", 1, 0, {1ll << 30, 1ll << 30}, {0, 0});
+  p.binunicode("empty_far").tensor_v2("FloatStorage", "0", "cpu", 1, 1ll << 61, {0}, {1});
+  p.setitems().stop();
+  Model c = read(torch_zip(p.bytes(), {{"0", floats(1)}}));
+  CHECK(tensor(c, 0).broken.find("do not fit a file") != std::string::npos);
+  CHECK(tensor(c, 1).broken.empty());  // 2^62 bytes: served (as a stride-0 gather)
+  CHECK(tensor(c, 1).nbytes() == (1ull << 62));
+  CHECK(tensor(c, 2).broken.empty());
+  CHECK_FALSE(c.file_offset(tensor(c, 2)));  // far past its storage: no offset, never wrapped
 }
 
 TEST_SUITE_END();

@@ -38,7 +38,11 @@ TEST_CASE("numpy descrs: byte order, one-byte types, stand-ins for types numpy l
   CHECK(numpy_descr(DType::float8_e4m3fn, false) == "|u1");
   CHECK(numpy_descr(DType::complex32, false) == "<u4");
   CHECK(numpy_descr(DType::uint64, false) == "<u8");
-  CHECK(info(DType::complex64).swap_unit == 4);
+  CHECK(info(DType::bfloat16).safetensors == "BF16");
+  CHECK(dtype_from_safetensors("F8_E4M3") == DType::float8_e4m3fn);
+  CHECK(dtype_from_safetensors("C64") == DType::complex64);
+  CHECK(dtype_from_safetensors("Q8") == std::nullopt);
+  CHECK(info(DType::qint8).safetensors.empty());
 }
 
 TEST_SUITE_END();

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// Unit tests of directory_name(): escapes, reserved names, and the cut of long names.
+// Unit tests of the naming rule: escapes, reserved names, the cut of long names, collisions.
 #include <ckptfs/view/names.hpp>
 
 #include <doctest/doctest.h>
@@ -29,6 +29,13 @@ TEST_CASE("names that cannot be directories get a percent in front") {
   CHECK(directory_name("index.json") == "%index.json");
   CHECK(directory_name("...") == "...");
   CHECK(directory_name("%index.json") == "%25index.json");
+  // The root's own files in every layout and view.
+  CHECK(directory_name("map") == "%map");
+  CHECK(directory_name("model.safetensors") == "%model.safetensors");
+  CHECK(directory_name("model.safetensors.index.json") == "%model.safetensors.index.json");
+  CHECK(directory_name("model-00001-of-00004.safetensors") == "%model-00001-of-00004.safetensors");
+  CHECK(directory_name("model-1-of-x.safetensors") == "model-1-of-x.safetensors");
+  CHECK(directory_name("maps") == "maps");
 }
 
 TEST_CASE("fnv1a64 matches the reference values") {
@@ -37,31 +44,60 @@ TEST_CASE("fnv1a64 matches the reference values") {
   CHECK(ckptfs::fnv1a64("foobar") == 0x85944171f73967e8ull);
 }
 
-TEST_CASE("long names keep 200 bytes, a tilde and the hash of the whole key") {
+TEST_CASE("long names keep 200 bytes, %~ and the hash of the whole key") {
   std::string key(300, 'k');
   std::string name = directory_name(key);
-  CHECK(name.size() == 200 + 1 + 16);
-  CHECK(name == std::string(200, 'k') + fmt::format("~{:016x}", ckptfs::fnv1a64(key)));
+  CHECK(name.size() == 200 + 2 + 16);
+  CHECK(name == std::string(200, 'k') + fmt::format("%~{:016x}", ckptfs::fnv1a64(key)));
 
   SUBCASE("exactly 255 bytes is kept whole") {
     CHECK(directory_name(std::string(255, 'x')) == std::string(255, 'x'));
-    CHECK(directory_name(std::string(256, 'x')).size() == 217);
+    CHECK(directory_name(std::string(256, 'x')).size() == 218);
   }
   SUBCASE("the cut never splits a UTF-8 character") {
     std::string utf8;
     while (utf8.size() < 300) utf8 += "层";  // 3 bytes each
     std::string cut = directory_name(utf8);
-    CHECK(cut.substr(0, cut.size() - 17).size() == 198);
+    CHECK(cut.substr(0, cut.size() - 18).size() == 198);
     CHECK(cut.substr(0, 198) == utf8.substr(0, 198));
   }
   SUBCASE("the cut never splits an escape") {
     std::string key2 = std::string(199, 'a') + "/" + std::string(100, 'b');
     std::string cut = directory_name(key2);
-    CHECK(cut.substr(0, 200) == std::string(199, 'a') + "~");
+    CHECK(cut.substr(0, 201) == std::string(199, 'a') + "%~");
   }
   SUBCASE("different long keys with a common prefix differ") {
     CHECK(directory_name(key + "1") != directory_name(key + "2"));
   }
+}
+
+TEST_CASE("a literal key always gets the rule's name; only real collisions get %#N") {
+  // {"a.b": 1, "a": {"b": 2}, "a.b#2": 3}: the literal "a.b#2" keeps its own name.
+  ckptfs::NameAllocator names;
+  CHECK(names.name("a.b") == "a.b");
+  CHECK(names.name("a.b") == "a.b%#2");
+  CHECK(names.name("a.b#2") == "a.b#2");
+  CHECK(names.name("a.b%#2") == "a.b%25#2");  // the literal text of a suffixed name: escaped
+  CHECK(names.name("a.b") == "a.b%#3");
+}
+
+TEST_CASE("a literal key never takes a long key's cut name") {
+  std::string long_key(300, 'k');
+  std::string cut_name = directory_name(long_key);
+  ckptfs::NameAllocator names;
+  // A key whose text is the cut name is escaped: it cannot be the cut name itself.
+  CHECK(names.name(cut_name) != cut_name);
+  CHECK(names.name(long_key) == cut_name);
+}
+
+TEST_CASE("suffixed names stay within 255 bytes") {
+  ckptfs::NameAllocator names;
+  std::string key(255, 'x');
+  CHECK(names.name(key) == key);
+  std::string second = names.name(key);
+  CHECK(second.size() <= 255);
+  CHECK(second == std::string(200, 'x') + fmt::format("%~{:016x}%#2", ckptfs::fnv1a64(key)));
+  CHECK(names.name(key).ends_with("%#3"));
 }
 
 TEST_SUITE_END();

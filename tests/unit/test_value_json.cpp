@@ -6,6 +6,8 @@
 #include <ckptfs/format/value_json.hpp>
 
 #include <doctest/doctest.h>
+
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 using namespace ckptfs;
@@ -44,7 +46,10 @@ TEST_CASE("scalars") {
   CHECK(json_of([](auto& p) { p.integer(-7); }) == "-7");
   CHECK(json_of([](auto& p) { p.binfloat(0.1); }) == "0.1");
   CHECK(json_of([](auto& p) { p.binfloat(2.0); }) == "2.0");
-  CHECK(json_of([](auto& p) { p.binfloat(1e300 * 1e300); }) == "null");  // JSON has no inf
+  // JSON has no nan or inf, and null is None: an object that says which.
+  CHECK(json_of([](auto& p) { p.binfloat(1e300 * 1e300); }) == R"({"__float__":"inf"})");
+  CHECK(json_of([](auto& p) { p.binfloat(-1e300 * 1e300); }) == R"({"__float__":"-inf"})");
+  CHECK(json_of([](auto& p) { p.binfloat(std::nan("")); }) == R"({"__float__":"nan"})");
   CHECK(json_of([](auto& p) { p.binunicode("a\"b\n"); }) == R"("a\"b\n")");
   CHECK(json_of([](auto& p) { p.binbytes(std::string("\x00\xff", 2)); }) == R"({"__bytes__":"00ff"})");
 }

@@ -21,7 +21,6 @@ struct ReadLimits {
   // shared value reached along many paths would otherwise be copied into every entry. It bounds
   // a single key too: there is no other limit on a key's length.
   std::uint64_t max_flattened_bytes = 64ull << 20;
-  std::size_t max_key_bytes = 4096;       // (removed by the next change)
   std::size_t max_value_json = 1 << 20;   // a longer value.json is cut (valid JSON says so)
   std::size_t max_dims = 64;              // torch's own limit on tensor dimensions
 };

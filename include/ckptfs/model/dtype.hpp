@@ -24,10 +24,9 @@ struct DTypeInfo {
   DType dtype;
   std::string_view name;           // torch's name without "torch.": "float32", "bool", ...
   std::uint8_t element_size;       // bytes per element as stored
-  std::uint8_t swap_unit;          // byte-swap granularity: element size, or half of it for complex
   std::string_view numpy_kind;     // descr without the byte order: "f4", "b1", "u2" (bits of bfloat16)
-  bool numpy_exact;                // false when numpy lacks the type and numpy_kind is a stand-in
   std::string_view storage_class;  // legacy typed storage class ("FloatStorage"), "" if none
+  std::string_view safetensors;    // safetensors' name ("F32", "BF16"), "" if it has none
 };
 
 const DTypeInfo& info(DType dtype);
@@ -35,6 +34,8 @@ std::optional<DType> dtype_from_name(std::string_view torch_name);     // "float
 std::optional<DType> dtype_from_storage_class(std::string_view name);  // "FloatStorage", ...
 // The legacy tensor classes of torch <= 0.4: "FloatTensor", "cuda.HalfTensor"'s "HalfTensor"...
 std::optional<DType> dtype_from_tensor_class(std::string_view name);
+
+std::optional<DType> dtype_from_safetensors(std::string_view name);  // "F32", "F8_E4M3", ...
 
 // The numpy descr of a dtype in a byte order ("<f4", ">f4"; "|u1" for one-byte types).
 std::string numpy_descr(DType dtype, bool big_endian);

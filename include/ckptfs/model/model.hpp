@@ -33,6 +33,9 @@ struct Storage {
   std::uint64_t file_offset = 0;  // absolute offset of the storage's first byte in its source
   std::uint64_t nbytes = 0;       // bytes of the storage in the source
   bool big_endian = false;        // byte order of its elements (the zip's `byteorder` record)
+  // The CRC-32 of the whole storage as its zip's central directory records it, unchecked (torch
+  // never checks it, and writes 0 at times); none outside zips.
+  std::optional<std::uint32_t> record_crc32;
   std::string broken;             // why it cannot be served (missing record); empty when fine
 };
 
@@ -48,6 +51,11 @@ struct Quantization {
   std::optional<std::size_t> scales;
   std::optional<std::size_t> zero_points;
 };
+
+// The most bytes a tensor may have: every file made of its data (data, tensor.npy, tensor.pt,
+// a header of a few KiB included) must have a size that fits off_t. A larger one (a stride-0
+// view of 2^62 elements, say) is marked broken.
+inline constexpr std::uint64_t max_tensor_bytes = (std::uint64_t{1} << 63) - (std::uint64_t{1} << 24);
 
 struct Tensor {
   DType dtype = DType::float32;

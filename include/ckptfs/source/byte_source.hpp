@@ -73,8 +73,8 @@ struct FileIdentity {
 
 class FileSource final : public ByteSource {
  public:
-  // Opens `path` read-only. Throws Error(io) with strerror when it cannot, or when it is not a
-  // regular file.
+  // Opens `path` read-only with open_file() (source/open_file.hpp): never waits, and throws
+  // Error(io) when it cannot be opened or is not a regular file (a FIFO, a device, a directory).
   explicit FileSource(const std::string& path);
   ~FileSource() override;
   FileSource(const FileSource&) = delete;
@@ -101,6 +101,7 @@ class FileSource final : public ByteSource {
   int fd_ = -1;
   int directory_fd_ = -1;  // O_PATH descriptor of the path's directory; -1 if it cannot be opened
   std::string name_;       // the path's last component
+  std::string lookup_path_;  // without directory_fd_: the path, absolute when it can be made so
   FileIdentity identity_;
 };
 

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // flatten(): an iterative walk of the pickle graph into keyed tensor and value entries.
 #include <ckptfs/base/error.hpp>
+#include <ckptfs/base/text.hpp>
 #include <ckptfs/format/flatten.hpp>
 #include <ckptfs/format/value_json.hpp>
 
@@ -9,7 +10,6 @@
 #include <algorithm>
 #include <string>
 #include <unordered_map>
-#include <unordered_set>
 
 namespace ckptfs {
 namespace {
@@ -19,63 +19,107 @@ using pickle::Kind;
 using pickle::NodeId;
 using pickle::no_node;
 
-using Children = std::vector<std::pair<std::string, NodeId>>;
+// One child the walk may descend into, and how its key part came about. Small, because a walk
+// holds the children of every node on its path (two million, for a hostile nesting).
+struct Child {
+  enum class Part : std::uint8_t {
+    key,        // a Python key of a dict (or of an object's state or items): `key` is its node
+    index,      // a position in a list, tuple or set: `index`
+    synthetic,  // a part ckptfs names (an object's "__state__", a sparse tensor's "indices")
+  };
+  Part part = Part::key;
+  std::uint8_t namespace_id = 0;  // which of an object's dicts a key belongs to
+  NodeId key = no_node;
+  NodeId node = no_node;
+  std::uint32_t index = 0;        // fits: a list has fewer items than the graph has nodes
+  const char* name = nullptr;     // synthetic parts: a static or interpretation-owned string
+};
+using Children = std::vector<Child>;
 
 class Flattener {
  public:
   Flattener(const Graph& g, const Interpretation& in, const ReadLimits& limits)
-      : g_(g), in_(in), limits_(limits) {}
+      : g_(g), in_(in), limits_(limits),
+        allowed_bytes_(std::max<std::uint64_t>(limits.max_flattened_bytes, 64 * g.size())) {}
 
   std::vector<Entry> run() {
     NodeId root = g_.root();
     if (root == no_node) return {};
     mark_nodes_holding_tensors();
     if (is_tensor(root)) {
-      emit_tensor("tensor", root);
+      emit_tensor(synthetic("tensor", root));
     } else if (Kind k = g_.kind(root);
                k == Kind::dict || k == Kind::list || k == Kind::tuple || has_tensor_[root]) {
       walk(root);
     } else {
-      emit_value("value", root);
+      emit_value(synthetic("value", root));
     }
+    add_key_paths_of_shared_texts();
     return std::move(entries_);
   }
 
  private:
   bool is_tensor(NodeId id) const { return in_.tensor_of[id] >= 0; }
 
+  static Child synthetic(const char* name, NodeId node) {
+    return {Child::Part::synthetic, 0, no_node, node, 0, name};
+  }
+  static Child keyed(NodeId key, NodeId node, std::uint8_t namespace_id) {
+    return {Child::Part::key, namespace_id, key, node, 0, nullptr};
+  }
+  static Child indexed(std::size_t index, NodeId node) {
+    return {Child::Part::index, 0, no_node, node, static_cast<std::uint32_t>(index), nullptr};
+  }
+
+  // The child's part of a flattened key.
+  std::string label(const Child& c) const {
+    switch (c.part) {
+      case Child::Part::key: return key_text(g_, c.key);
+      case Child::Part::index: return std::to_string(c.index);
+      case Child::Part::synthetic: return c.name;
+    }
+    return {};
+  }
+
+  // ---- children -------------------------------------------------------------------------
+
+  void add_dict(Children* labeled, std::vector<NodeId>* plain, NodeId dict, std::uint8_t ns) {
+    for (const auto& [key, value] : g_.dict_items(dict)) {
+      if (labeled) labeled->push_back(keyed(key, value, ns));
+      if (plain) plain->push_back(value);
+    }
+  }
+
   void add_object_parts(const pickle::Object& obj, Children* labeled, std::vector<NodeId>* plain) {
-    auto add = [&](std::string label, NodeId child) {
+    auto add = [&](const char* label, NodeId child) {
       if (child == no_node) return;
-      if (labeled) labeled->emplace_back(std::move(label), child);
+      if (labeled) labeled->push_back(synthetic(label, child));
       if (plain) plain->push_back(child);
-    };
-    auto add_dict = [&](NodeId dict) {
-      for (const auto& [key, value] : g_.dict_items(dict)) {
-        add(labeled ? key_text(g_, key) : std::string(), value);
-      }
     };
     if (obj.state != no_node) {
       Kind sk = g_.kind(obj.state);
       const auto* pair = sk == Kind::tuple ? &g_.items(obj.state) : nullptr;
       if (sk == Kind::dict) {
-        add_dict(obj.state);
+        add_dict(labeled, plain, obj.state, 1);
       } else if (pair && pair->size() == 2 &&
                  (g_.kind((*pair)[0]) == Kind::dict || g_.kind((*pair)[0]) == Kind::none) &&
                  (g_.kind((*pair)[1]) == Kind::dict || g_.kind((*pair)[1]) == Kind::none)) {
         // (__dict__, __slots__ state), as pickle writes for classes with slots
-        for (NodeId part : *pair) {
-          if (g_.kind(part) == Kind::dict) add_dict(part);
+        for (std::uint8_t part = 0; part < 2; ++part) {
+          NodeId d = (*pair)[part];
+          if (g_.kind(d) == Kind::dict) add_dict(labeled, plain, d, static_cast<std::uint8_t>(2 + part));
         }
       } else {
         add("__state__", obj.state);
       }
     }
     for (const auto& [key, value] : obj.dict_items) {
-      add(labeled ? key_text(g_, key) : std::string(), value);
+      if (labeled) labeled->push_back(keyed(key, value, 4));
+      if (plain) plain->push_back(value);
     }
     for (std::size_t i = 0; i < obj.list_items.size(); ++i) {
-      add(labeled ? std::to_string(i) : std::string(), obj.list_items[i]);
+      if (labeled) labeled->push_back(indexed(i, obj.list_items[i]));
+      if (plain) plain->push_back(obj.list_items[i]);
     }
     // Construction arguments are shown only when they hold tensors; otherwise they are noise
     // (an empty tuple for every NEWOBJ).
@@ -84,22 +128,19 @@ class Flattener {
     }
   }
 
-  // The children the walk descends into; `labeled` gets their key components.
+  // The children the walk descends into; `labeled` gets their key parts.
   void children(NodeId id, Children* labeled, std::vector<NodeId>* plain) {
     if (is_tensor(id)) return;
     if (auto it = in_.composites.find(id); it != in_.composites.end()) {
       for (const auto& [name, child] : it->second) {
-        if (labeled) labeled->emplace_back(name, child);
+        if (labeled) labeled->push_back(synthetic(name.c_str(), child));
         if (plain) plain->push_back(child);
       }
       return;
     }
     switch (g_.kind(id)) {
       case Kind::dict:
-        for (const auto& [key, value] : g_.dict_items(id)) {
-          if (labeled) labeled->emplace_back(key_text(g_, key), value);
-          if (plain) plain->push_back(value);
-        }
+        add_dict(labeled, plain, id, 0);
         break;
       case Kind::tuple:
       case Kind::list:
@@ -107,7 +148,7 @@ class Flattener {
       case Kind::frozenset: {
         const auto& items = g_.items(id);
         for (std::size_t i = 0; i < items.size(); ++i) {
-          if (labeled) labeled->emplace_back(std::to_string(i), items[i]);
+          if (labeled) labeled->push_back(indexed(i, items[i]));
           if (plain) plain->push_back(items[i]);
         }
         break;
@@ -160,16 +201,22 @@ class Flattener {
     }
   }
 
-  // Python dict semantics: a repeated key keeps its first position and takes the last value.
-  static void merge_repeated_labels(Children& kids) {
+  // Python dict semantics: a key equal to an earlier one of the same dict keeps the first
+  // position and takes the last value. Equal as Python compares keys (1 == 1.0 == True, never
+  // 1 == "1" nor b"x" == "x"), not as their texts: keys that only look alike all stay.
+  void merge_equal_keys(Children& kids) {
     if (kids.size() < 2) return;
-    std::unordered_map<std::string_view, std::size_t> first;  // views into `kids`, unchanged here
+    std::unordered_map<std::string, std::size_t> first;
     std::vector<bool> repeated(kids.size(), false);
     bool any = false;
     for (std::size_t i = 0; i < kids.size(); ++i) {
-      auto [it, inserted] = first.emplace(kids[i].first, i);
+      if (kids[i].part != Child::Part::key) continue;
+      std::string identity = key_identity(g_, kids[i].key);
+      if (identity.empty()) continue;  // compares by object identity: never equal to another
+      identity.insert(identity.begin(), static_cast<char>(kids[i].namespace_id));
+      auto [it, inserted] = first.emplace(std::move(identity), i);
       if (!inserted) {
-        kids[it->second].second = kids[i].second;
+        kids[it->second].node = kids[i].node;
         repeated[i] = any = true;
       }
     }
@@ -181,50 +228,95 @@ class Flattener {
     kids = std::move(kept);
   }
 
+  // ---- the walk -------------------------------------------------------------------------
+
+  // A node being walked. Its children are kids_[first_kid, end_kid): one stack of children
+  // shared by all frames, so that a frame costs no allocation of its own (a hostile pickle may
+  // nest two million levels deep).
   struct Frame {
     NodeId node;
-    std::string prefix;  // the key of this node ("" for the root)
-    Children kids;
-    std::size_t next = 0;
+    std::uint32_t first_kid;  // kids_ has fewer items than the graph has edges: 32 bits
+    std::uint32_t end_kid;
+    std::uint32_t next;       // the next child to look at, in [first_kid, end_kid]
+    std::size_t key_length;   // path_ holds this node's key in its first key_length bytes
   };
 
-  void push_frame(NodeId id, std::string prefix) {
-    Frame f{id, std::move(prefix), {}, 0};
-    children(id, &f.kids, nullptr);
-    if (g_.kind(id) == Kind::dict || g_.kind(id) == Kind::object) merge_repeated_labels(f.kids);
-    on_path_.insert(id);
-    stack_.push_back(std::move(f));
+  void push_frame(NodeId id) {
+    Children kids;
+    children(id, &kids, nullptr);
+    if (g_.kind(id) == Kind::dict || g_.kind(id) == Kind::object) merge_equal_keys(kids);
+    const auto first = static_cast<std::uint32_t>(kids_.size());
+    kids_.insert(kids_.end(), kids.begin(), kids.end());
+    on_path_[id] = true;
+    stack_.push_back({id, first, static_cast<std::uint32_t>(kids_.size()), first, path_.size()});
   }
 
   void walk(NodeId root) {
-    push_frame(root, "");
+    on_path_.assign(g_.size(), false);
+    push_frame(root);
     while (!stack_.empty()) {
       Frame& top = stack_.back();
-      if (top.next == top.kids.size()) {
-        on_path_.erase(top.node);
+      if (top.next == top.end_kid) {
+        on_path_[top.node] = false;
+        kids_.resize(top.first_kid);
         stack_.pop_back();
+        if (!stack_.empty()) path_.resize(stack_.back().key_length);
         continue;
       }
-      auto [label, child] = top.kids[top.next++];
-      std::string key = top.prefix.empty() && stack_.size() == 1 ? label
-                                                                 : top.prefix + "." + label;
-      if (key.size() > limits_.max_key_bytes) {
+      const Child& child = kids_[top.next++];
+      // The key of `child`: one path buffer shared by the whole walk, so that a key costs its
+      // length once however deep it is; its length is bounded by the budget of all keys.
+      path_.resize(top.key_length);
+      if (stack_.size() > 1) path_ += '.';
+      path_ += label(child);
+      if (path_.size() > allowed_bytes_) {
         throw Error(ExitCode::bad_checkpoint,
-                    fmt::format("nesting too deep: a flattened key is longer than {} bytes",
-                                limits_.max_key_bytes));
+                    fmt::format("a flattened key is longer than {} bytes, the limit on all keys "
+                                "and values together",
+                                allowed_bytes_));
       }
-      if (is_tensor(child)) {
-        emit_tensor(std::move(key), child);
-      } else if (has_tensor_[child]) {
+      const NodeId node = child.node;  // push_frame() may move kids_ and stack_
+      if (is_tensor(node)) {
+        emit_tensor(child);
+      } else if (has_tensor_[node]) {
         // A container inside itself is walked once per path: the repeat is skipped.
-        if (!on_path_.contains(child)) push_frame(child, std::move(key));
+        if (!on_path_[node]) push_frame(node);
       } else {
-        emit_value(std::move(key), child);
+        emit_value(child);
       }
     }
   }
 
-  std::string unique_key(std::string key) {
+  // ---- entries --------------------------------------------------------------------------
+
+  // The key path of the entry being emitted, as compact JSON: each frame's current child, then
+  // `leaf`. `all_str`: whether every part is a str key (then the text alone may say it).
+  std::string key_path_json(const Child* leaf, bool& all_str) const {
+    std::string out = "[";
+    all_str = true;
+    auto add = [&](const Child& c) {
+      if (out.size() > 1) out += ',';
+      if (c.part == Child::Part::key) {
+        all_str = all_str && g_.kind(c.key) == Kind::string;
+        out += key_json(g_, c.key);
+      } else if (c.part == Child::Part::index) {
+        all_str = false;
+        out += std::to_string(c.index);
+      } else {
+        all_str = false;
+        out += "{\"__part__\":";
+        append_json_string(out, c.name);
+        out += '}';
+      }
+    };
+    // Each frame but the top one is below the child of the frame before it that led there.
+    for (std::size_t i = 0; i + 1 < stack_.size(); ++i) add(kids_[stack_[i].next - 1]);
+    if (leaf) add(*leaf);
+    out += ']';
+    return out;
+  }
+
+  Entry& new_entry(const Child& leaf, Entry::Kind kind, std::string key) {
     if (entries_.size() >= limits_.max_entries) {
       throw Error(ExitCode::bad_checkpoint,
                   fmt::format("more than {} entries", limits_.max_entries));
@@ -236,28 +328,74 @@ class Flattener {
                               entries_.size(), g_.size()));
     }
     charge(key.size());
-    if (keys_.insert(key).second) return key;
-    for (std::size_t n = 2;; ++n) {
-      std::string candidate = fmt::format("{}#{}", key, n);
-      if (keys_.insert(candidate).second) return candidate;
+    bool all_str = true;
+    std::string path = key_path_json(stack_.empty() ? nullptr : &leaf, all_str);
+    Entry& e = entries_.emplace_back();
+    e.key = std::move(key);
+    e.kind = kind;
+    // The key path is kept when the text does not say it (a part that is not a str); for the
+    // others it is kept aside until the end, in case another entry has the same text.
+    if (!all_str) {
+      charge(path.size());
+      e.key_path = std::move(path);
+    } else {
+      pending_paths_.emplace_back(entries_.size() - 1, std::move(path));
+    }
+    return e;
+  }
+
+  void emit_tensor(const Child& leaf) {
+    std::string key = stack_.empty() ? label(leaf) : path_;
+    const auto tensor = static_cast<std::size_t>(in_.tensor_of[leaf.node]);
+    new_entry(leaf, Entry::Kind::tensor, key).tensor = tensor;
+    // A per-channel quantized tensor's scales and zero points are tensors too: entries of their
+    // own beside it, so that its data can be dequantized from the mount alone.
+    if (const auto& q = in_.tensors[tensor].quantization) {
+      for (auto [name, part] : {std::pair{"q_per_channel_scales", q->scales},
+                                {"q_per_channel_zero_points", q->zero_points}}) {
+        if (part) emit_part(leaf, key + "." + name, name, *part);
+      }
     }
   }
 
-  void emit_tensor(std::string key, NodeId id) {
-    Entry e;
-    e.key = unique_key(std::move(key));
-    e.kind = Entry::Kind::tensor;
-    e.tensor = static_cast<std::size_t>(in_.tensor_of[id]);
-    entries_.push_back(std::move(e));
+  // An entry that ckptfs adds below tensor `leaf`, named `name`: its key path is the tensor's
+  // then {"__part__": name}, always kept (a part is not a str key).
+  void emit_part(const Child& leaf, std::string key, std::string_view name, std::size_t tensor) {
+    Entry& e = new_entry(leaf, Entry::Kind::tensor, std::move(key));
+    e.tensor = tensor;
+    if (e.key_path.empty()) {
+      e.key_path = std::move(pending_paths_.back().second);
+      pending_paths_.pop_back();
+    }
+    e.key_path.pop_back();  // the closing ']'
+    if (e.key_path.size() > 1) e.key_path += ',';
+    e.key_path += "{\"__part__\":";
+    append_json_string(e.key_path, name);
+    e.key_path += "}]";
+    charge(e.key_path.size());
   }
 
-  void emit_value(std::string key, NodeId id) {
-    Entry e;
-    e.key = unique_key(std::move(key));
-    e.kind = Entry::Kind::value;
-    e.value_json = value_json(g_, id, limits_.max_value_json);
+  void emit_value(const Child& leaf) {
+    std::string key = stack_.empty() ? label(leaf) : path_;
+    Entry& e = new_entry(leaf, Entry::Kind::value, std::move(key));
+    e.value_json = value_json(g_, leaf.node, limits_.max_value_json);
     charge(e.value_json.size());
-    entries_.push_back(std::move(e));
+  }
+
+  // Entries whose text another entry has too get their key path, so that index.json says which
+  // Python key each came from ("0" the int, "0" the str; "a.b" one key, "a" then "b").
+  void add_key_paths_of_shared_texts() {
+    std::unordered_map<std::string_view, std::uint32_t> count;  // views into entries_' keys
+    count.reserve(entries_.size());
+    for (const Entry& e : entries_) ++count[e.key];
+    for (auto& [index, path] : pending_paths_) {
+      Entry& e = entries_[index];
+      if (count[e.key] > 1) {
+        charge(path.size());
+        e.key_path = std::move(path);
+      }
+    }
+    pending_paths_.clear();
   }
 
   // Counts the bytes of keys and values against limits_.max_flattened_bytes, or 64 bytes per
@@ -265,22 +403,24 @@ class Flattener {
   // and its pickle grows with them, while a hostile DAG multiplies them without growing.
   void charge(std::size_t bytes) {
     flattened_bytes_ += bytes;
-    const std::uint64_t allowed = std::max<std::uint64_t>(limits_.max_flattened_bytes, 64 * g_.size());
-    if (flattened_bytes_ > allowed) {
+    if (flattened_bytes_ > allowed_bytes_) {
       throw Error(ExitCode::bad_checkpoint,
                   fmt::format("the keys and values of its {} entries take more than {} bytes",
-                              entries_.size(), allowed));
+                              entries_.size(), allowed_bytes_));
     }
   }
 
   const Graph& g_;
   const Interpretation& in_;
   const ReadLimits& limits_;
+  const std::uint64_t allowed_bytes_;
   std::vector<bool> has_tensor_;
   std::vector<Frame> stack_;
-  std::unordered_set<NodeId> on_path_;
-  std::unordered_set<std::string> keys_;
+  Children kids_;     // the children of every frame of stack_, in frame order
+  std::string path_;  // the key of the current node, then of the child being looked at
+  std::vector<bool> on_path_;  // the nodes of stack_
   std::vector<Entry> entries_;
+  std::vector<std::pair<std::size_t, std::string>> pending_paths_;  // str-only key paths
   std::uint64_t flattened_bytes_ = 0;
 };
 

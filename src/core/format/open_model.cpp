@@ -3,6 +3,7 @@
 // directory by the files in it, a sharded set by its index, its shards opened in parallel.
 #include <ckptfs/base/error.hpp>
 #include <ckptfs/format/open_model.hpp>
+#include <ckptfs/source/open_file.hpp>
 
 #include <fmt/format.h>
 
@@ -133,8 +134,11 @@ std::string choose_in_directory(const std::string& directory) {
                            "pytorch_model.bin", "pytorch_model.bin.index.json"}) {
     if (is_regular_file(dir + name)) return dir + name;
   }
-  DIR* d = ::opendir(directory.c_str());
+  // Opened as a directory (never waiting, whatever is there now), then listed.
+  OpenedFile opened = open_file(directory, FileKind::directory);
+  DIR* d = ::fdopendir(opened.fd.get());
   if (d == nullptr) throw Error(ExitCode::io, std::strerror(errno));
+  opened.fd.release();  // closedir() closes it
   std::vector<std::string> indexes, safetensors;
   while (const dirent* e = ::readdir(d)) {
     std::string name = e->d_name;

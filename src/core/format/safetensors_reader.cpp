@@ -17,49 +17,27 @@ namespace {
 
 using Token = JsonReader::Token;
 
-// Every dtype of the format (safetensors' Dtype enum) and what torch calls it.
+// A dtype of the format (safetensors' Dtype enum) and what torch calls it.
 struct FormatDType {
-  std::string_view name;
+  std::string name;            // as the header writes it ("F32")
   std::optional<DType> dtype;  // none: torch has no such dtype
-  unsigned bits;               // per element, as the library counts them
+  unsigned bits = 0;           // per element, as the library counts them
 };
-constexpr std::array<FormatDType, 21> format_dtypes{{
-    {"BOOL", DType::boolean, 8},
-    {"F4", DType::float4_e2m1fn_x2, 4},  // two per byte: shown as torch's packed pairs
-    {"F6_E2M3", std::nullopt, 6},
-    {"F6_E3M2", std::nullopt, 6},
-    {"U8", DType::uint8, 8},
-    {"I8", DType::int8, 8},
-    {"F8_E5M2", DType::float8_e5m2, 8},
-    {"F8_E4M3", DType::float8_e4m3fn, 8},
-    {"F8_E8M0", DType::float8_e8m0fnu, 8},
-    {"F8_E4M3FNUZ", DType::float8_e4m3fnuz, 8},
-    {"F8_E5M2FNUZ", DType::float8_e5m2fnuz, 8},
-    {"I16", DType::int16, 16},
-    {"U16", DType::uint16, 16},
-    {"F16", DType::float16, 16},
-    {"BF16", DType::bfloat16, 16},
-    {"I32", DType::int32, 32},
-    {"U32", DType::uint32, 32},
-    {"F32", DType::float32, 32},
-    {"C64", DType::complex64, 64},
-    {"F64", DType::float64, 64},
-    {"I64", DType::int64, 64},
-}};
-constexpr FormatDType u64_dtype{"U64", DType::uint64, 64};
 
-const FormatDType* find_dtype(std::string_view name) {
-  if (name == u64_dtype.name) return &u64_dtype;
-  for (const auto& d : format_dtypes) {
-    if (d.name == name) return &d;
+// The whole-byte dtypes are the dtype table's (model/dtype.hpp); the sub-byte ones are here.
+std::optional<FormatDType> find_dtype(std::string_view name) {
+  if (name == "F4") return FormatDType{"F4", DType::float4_e2m1fn_x2, 4};  // two per byte
+  if (name == "F6_E2M3" || name == "F6_E3M2") return FormatDType{std::string(name), {}, 6};
+  if (auto d = dtype_from_safetensors(name)) {
+    return FormatDType{std::string(name), *d, 8u * info(*d).element_size};
   }
-  return nullptr;
+  return std::nullopt;
 }
 
 // One tensor as its header describes it; offsets relative to the data's start.
 struct Described {
   std::string name;
-  const FormatDType* dtype = nullptr;
+  std::optional<FormatDType> dtype;
   std::vector<std::uint64_t> shape;
   std::uint64_t begin = 0;
   std::uint64_t end = 0;

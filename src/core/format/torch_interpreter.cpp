@@ -190,6 +190,47 @@ class Interpreter {
     return t;
   }
 
+  // The qparams of _rebuild_qtensor: (qscheme, scale, zero_point) for per-tensor schemes,
+  // (qscheme, scales, zero_points, axis) for per-channel ones, scales and zero points being
+  // tensors rebuilt before this call (or lists in old files, which are not tensors: refused).
+  std::optional<Quantization> quantization(NodeId qparams) const {
+    const auto* items = as_sequence(g_, qparams);
+    const auto* scheme = items && !items->empty() ? as_global(g_, (*items)[0]) : nullptr;
+    if (!scheme || scheme->module != "torch") return std::nullopt;
+    Quantization q;
+    q.scheme = scheme->name;
+    if (items->size() == 3) {
+      NodeId scale = (*items)[1];
+      auto zero_point = as_int(g_, (*items)[2]);
+      if (!zero_point) return std::nullopt;
+      if (g_.kind(scale) == Kind::floating) {
+        q.scale = g_.floating(scale);
+      } else if (auto integral = as_int(g_, scale)) {
+        q.scale = static_cast<double>(*integral);
+      } else {
+        return std::nullopt;
+      }
+      q.zero_point = *zero_point;
+      return q;
+    }
+    if (items->size() == 4) {
+      auto axis = as_int(g_, (*items)[3]);
+      auto scales = tensor_index((*items)[1]);
+      auto zero_points = tensor_index((*items)[2]);
+      if (!axis || !scales || !zero_points) return std::nullopt;
+      q.axis = *axis;
+      q.scales = scales;
+      q.zero_points = zero_points;
+      return q;
+    }
+    return std::nullopt;
+  }
+
+  std::optional<std::size_t> tensor_index(NodeId id) const {
+    if (id == no_node || out_.tensor_of[id] < 0) return std::nullopt;
+    return static_cast<std::size_t>(out_.tensor_of[id]);
+  }
+
   // A tensor that torch saved without bytes (meta device, wrapper subclasses).
   Tensor without_data(NodeId dtype, NodeId size, NodeId stride, std::string why) const {
     Tensor t;
@@ -227,6 +268,10 @@ class Interpreter {
       } else if (n == "_rebuild_qtensor") {
         Tensor t = dense(arg(a, 0), arg(a, 1), arg(a, 2), arg(a, 3), std::nullopt);
         t.requires_grad = as_bool(g_, arg(a, 5)).value_or(false);
+        t.quantization = quantization(arg(a, 4));
+        if (!t.quantization && t.broken.empty()) {
+          t.broken = "its quantization parameters are malformed";
+        }
         add_tensor(id, std::move(t));
       } else if (n == "_rebuild_parameter" || n == "_rebuild_parameter_with_state") {
         if (const Tensor* inner = tensor_at(arg(a, 0))) {

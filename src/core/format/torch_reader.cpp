@@ -138,6 +138,7 @@ StorageTable zip_storages(const ZipArchive& zip, const std::string& prefix,
       stored_or_refuse(*e);
       s.file_offset = e->data_offset;
       s.nbytes = e->size;
+      s.record_crc32 = e->crc32;
     } else {
       s.broken = fmt::format("record {} is missing from the zip", quote(s.record));
     }
@@ -269,8 +270,12 @@ void bind_tensors(std::vector<Tensor>& tensors, const std::vector<StorageRef>& r
     t.storage_offset += static_cast<std::int64_t>(base / t.element_size());
     std::optional<std::uint64_t> count = 1;
     for (auto d : t.shape) count = count ? mul(*count, static_cast<std::uint64_t>(d)) : count;
-    if (!count || !mul(*count, t.element_size())) {
-      t.broken = "its number of bytes overflows 64 bits";
+    auto bytes = count ? mul(*count, t.element_size()) : std::nullopt;
+    if (!bytes || *bytes > max_tensor_bytes) {
+      // Its data, tensor.npy and tensor.pt are files: their sizes must fit off_t.
+      t.broken = fmt::format("its {} elements of {} bytes do not fit a file (at most {} bytes)",
+                             count ? fmt::to_string(*count) : std::string("2^64 or more"),
+                             t.element_size(), max_tensor_bytes);
       continue;
     }
     // Elements needed: offset + sum((size - 1) * stride) + 1, when there is any element.
@@ -292,7 +297,8 @@ void bind_tensors(std::vector<Tensor>& tensors, const std::vector<StorageRef>& r
   }
 }
 
-// Keeps only the tensors that entries use, in entry order, and renumbers them.
+// Keeps only the tensors that entries use, in entry order, and renumbers them (the entries and
+// the quantization parameters that point at tensors; flatten makes those entries too).
 std::vector<Tensor> used_tensors(std::vector<Entry>& entries, std::vector<Tensor>& all) {
   std::vector<std::int64_t> renumbered(all.size(), -1);
   std::vector<Tensor> used;
@@ -304,6 +310,16 @@ std::vector<Tensor> used_tensors(std::vector<Entry>& entries, std::vector<Tensor
       used.push_back(std::move(all[e.tensor]));
     }
     e.tensor = static_cast<std::size_t>(slot);
+  }
+  for (Tensor& t : used) {
+    if (!t.quantization) continue;
+    for (auto* part : {&t.quantization->scales, &t.quantization->zero_points}) {
+      if (*part && renumbered[**part] >= 0) {
+        *part = static_cast<std::size_t>(renumbered[**part]);
+      } else {
+        part->reset();
+      }
+    }
   }
   return used;
 }

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
 // key_text() and value_json(): Python-like and JSON renderings of inert pickle values.
+#include <ckptfs/base/numbers.hpp>
 #include <ckptfs/format/value_json.hpp>
 
 #include <fmt/format.h>
@@ -19,15 +20,6 @@ using pickle::Graph;
 using pickle::Kind;
 using pickle::NodeId;
 using pickle::no_node;
-
-// Python's repr() of a float: the shortest text that reads back the same, with ".0" on integers.
-std::string float_repr(double v) {
-  if (std::isnan(v)) return "nan";
-  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  std::string s = fmt::format("{}", v);
-  if (s.find_first_of(".e") == std::string::npos) s += ".0";
-  return s;
-}
 
 // Decimal text of a little-endian two's complement integer.
 std::string big_integer_text(const std::string& le) {
@@ -64,15 +56,6 @@ std::string big_integer_text(const std::string& le) {
   if (digits.empty()) digits = "0";
   if (negative) digits += '-';
   return {digits.rbegin(), digits.rend()};
-}
-
-std::string quoted_repr(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) {
-    if (c == '\'' || c == '\\') out += '\\';
-    out += c;
-  }
-  return out + "'";
 }
 
 const pickle::Global* global_of(const Graph& g, NodeId id) {
@@ -113,9 +96,9 @@ std::optional<std::string> numpy_scalar(const Graph& g, const pickle::Object& ob
   std::optional<std::string> out;
   auto integer = [&](auto v) { if (auto x = load(v)) out = fmt::format("{}", *x); };
   if (code == "f8") {
-    if (auto x = load(double{})) out = std::isfinite(*x) ? float_repr(*x) : "null";
+    if (auto x = load(double{})) out = float_json(*x);
   } else if (code == "f4") {
-    if (auto x = load(float{})) out = std::isfinite(*x) ? float_repr(*x) : "null";
+    if (auto x = load(float{})) out = float_json(*x);
   } else if (code == "i8") { integer(std::int64_t{});
   } else if (code == "i4") { integer(std::int32_t{});
   } else if (code == "i2") { integer(std::int16_t{});
@@ -247,7 +230,7 @@ bool write_scalar(const Graph& g, NodeId id, std::string& out) {
     }
     case Kind::floating: {
       double v = g.floating(id);
-      out += std::isfinite(v) ? float_repr(v) : "null";
+      out += float_json(v);
       return true;
     }
     case Kind::string: append_json_string(out, g.text(id)); return true;
@@ -270,40 +253,228 @@ bool write_scalar(const Graph& g, NodeId id, std::string& out) {
 
 }  // namespace
 
-std::string key_text(const Graph& g, NodeId id) {
-  switch (g.kind(id)) {
-    case Kind::string:
-    case Kind::bytes: return g.text(id);
-    case Kind::integer: return std::to_string(g.integer(id));
-    case Kind::big_integer: return big_integer_text(g.big_integer(id));
-    case Kind::boolean: return g.boolean(id) ? "True" : "False";
-    case Kind::none: return "None";
-    case Kind::floating: return float_repr(g.floating(id));
-    case Kind::global: return g.global(id).dotted();
-    case Kind::tuple: {
-      // One level deep, like repr(): nested containers are not expanded.
-      const auto& items = g.items(id);
-      std::string s = "(";
-      for (std::size_t i = 0; i < items.size(); ++i) {
-        if (i) s += ", ";
-        Kind k = g.kind(items[i]);
-        if (k == Kind::string) {
-          s += quoted_repr(g.text(items[i]));
-        } else if (k == Kind::tuple || k == Kind::list || k == Kind::dict || k == Kind::set ||
-                   k == Kind::frozenset || k == Kind::object) {
-          s += "...";
+namespace {
+
+// Whether Python's repr() shows code point `c` as it is (str.isprintable()): not the controls, the
+// separators but ' ', the format characters, surrogates and private use. (Unassigned code points,
+// which Python escapes too, are shown as they are.)
+bool printable(char32_t c) {
+  if (c < 0x20 || (c >= 0x7f && c <= 0xa0) || c == 0xad) return false;
+  if (c >= 0xd800 && c <= 0xdfff) return false;                          // surrogates
+  if (c == 0x1680 || (c >= 0x2000 && c <= 0x200f) || (c >= 0x2028 && c <= 0x202f) ||
+      (c >= 0x205f && c <= 0x2064) || (c >= 0x2066 && c <= 0x206f) || c == 0x3000 ||
+      c == 0xfeff || (c >= 0xfff9 && c <= 0xfffb) || c == 0x110bd || c == 0x110cd ||
+      (c >= 0x1bca0 && c <= 0x1bca3) || (c >= 0x1d173 && c <= 0x1d17a) || c == 0xe0001 ||
+      (c >= 0xe0020 && c <= 0xe007f) || c == 0x061c || c == 0x180e || c == 0x0600 ||
+      (c >= 0x0601 && c <= 0x0605) || c == 0x06dd || c == 0x070f || c == 0x08e2) {
+    return false;                                                        // Zs, Zl, Zp, Cf
+  }
+  if ((c >= 0xe000 && c <= 0xf8ff) || (c >= 0xf0000 && c <= 0xffffd) ||
+      (c >= 0x100000 && c <= 0x10fffd)) {
+    return false;                                                        // private use
+  }
+  return true;
+}
+
+// Decodes the code point at text[i] as CPython's UTF-8 decoder with surrogatepass does (the way
+// pickle stores str): a well-formed sequence, or a surrogate encoded in three bytes. Returns its
+// length, 0 for a byte that starts neither.
+std::size_t decode_surrogatepass(std::string_view text, std::size_t i, char32_t& c) {
+  std::size_t len = utf8_sequence_length(text, i);
+  auto b = [&](std::size_t k) { return static_cast<unsigned char>(text[i + k]); };
+  if (len == 0 && b(0) == 0xed && i + 2 < text.size() && b(1) >= 0xa0 && b(1) <= 0xbf &&
+      (b(2) & 0xc0) == 0x80) {
+    len = 3;  // U+D800..U+DFFF
+  }
+  switch (len) {
+    case 1: c = b(0); break;
+    case 2: c = (char32_t{b(0)} & 0x1f) << 6 | (b(1) & 0x3f); break;
+    case 3: c = (char32_t{b(0)} & 0x0f) << 12 | (char32_t{b(1)} & 0x3f) << 6 | (b(2) & 0x3f); break;
+    case 4:
+      c = (char32_t{b(0)} & 0x07) << 18 | (char32_t{b(1)} & 0x3f) << 12 |
+          (char32_t{b(2)} & 0x3f) << 6 | (b(3) & 0x3f);
+      break;
+    default: break;
+  }
+  return len;
+}
+
+// Python's repr() of a str (`bytes`: of a bytes object, b'...'): quotes chosen as Python
+// chooses them, escapes as Python writes them.
+void append_repr(std::string& out, std::string_view text, bool bytes) {
+  const bool has_single = text.find('\'') != std::string_view::npos;
+  const char quote = has_single && text.find('"') == std::string_view::npos ? '"' : '\'';
+  if (bytes) out += 'b';
+  out += quote;
+  for (std::size_t i = 0; i < text.size();) {
+    char32_t c = static_cast<unsigned char>(text[i]);
+    std::size_t len = bytes || c < 0x80 ? 1 : decode_surrogatepass(text, i, c);
+    if (len == 0) {
+      // Not even surrogatepass decodes this byte (a hostile pickle): shown as the byte.
+      fmt::format_to(std::back_inserter(out), "\\x{:02x}", static_cast<unsigned>(c));
+      ++i;
+      continue;
+    }
+    if (c == static_cast<unsigned char>(quote) || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (c < 0x20 || c == 0x7f || (bytes && c >= 0x80)) {
+      fmt::format_to(std::back_inserter(out), "\\x{:02x}", static_cast<unsigned>(c));
+    } else if (c < 0x7f || printable(c)) {
+      out.append(text.substr(i, len));
+    } else if (c <= 0xff) {
+      fmt::format_to(std::back_inserter(out), "\\x{:02x}", static_cast<unsigned>(c));
+    } else if (c <= 0xffff) {
+      fmt::format_to(std::back_inserter(out), "\\u{:04x}", static_cast<unsigned>(c));
+    } else {
+      fmt::format_to(std::back_inserter(out), "\\U{:08x}", static_cast<unsigned>(c));
+    }
+    i += len;
+  }
+  out += quote;
+}
+
+// A tuple key's text is cut past this many bytes or levels: such keys are not real (a hostile
+// pickle can make a key of shared tuples that doubles at each level); a cut text can only make
+// two keys look alike, which the mount's naming rule handles.
+constexpr std::size_t max_tuple_text = 64 * 1024;
+constexpr std::size_t max_tuple_depth = 100;
+
+// Python's repr() of a key, or its str() at the top (`top`: a str is itself, not quoted).
+// Iterative: a tuple's items are visited from an explicit stack.
+std::string python_text(const Graph& g, NodeId root, bool top) {
+  std::string out;
+  struct TupleFrame {
+    const std::vector<NodeId>* items;
+    std::size_t next;
+  };
+  std::vector<TupleFrame> stack;
+  auto scalar = [&](NodeId id, bool quoted) {
+    switch (g.kind(id)) {
+      case Kind::string:
+        if (quoted) {
+          append_repr(out, g.text(id), false);
         } else {
-          s += key_text(g, items[i]);
+          out += g.text(id);
         }
+        return;
+      case Kind::bytes: append_repr(out, g.text(id), true); return;
+      case Kind::integer: out += std::to_string(g.integer(id)); return;
+      case Kind::big_integer: out += big_integer_text(g.big_integer(id)); return;
+      case Kind::boolean: out += g.boolean(id) ? "True" : "False"; return;
+      case Kind::none: out += "None"; return;
+      case Kind::floating: out += float_repr(g.floating(id)); return;
+      case Kind::global: out += g.global(id).dotted(); return;
+      case Kind::object: {
+        const auto* cls = global_of(g, g.object(id).callable);
+        fmt::format_to(std::back_inserter(out), "<{} object>", cls ? cls->dotted() : "?");
+        return;
       }
-      if (items.size() == 1) s += ',';
-      return s + ")";
+      case Kind::frozenset: out += "frozenset(...)"; return;
+      default: out += "?"; return;
     }
-    case Kind::object: {
-      const auto* cls = global_of(g, g.object(id).callable);
-      return fmt::format("<{} object>", cls ? cls->dotted() : "?");
+  };
+  auto open = [&](NodeId id) {
+    if (g.kind(id) != Kind::tuple) return false;
+    if (stack.size() >= max_tuple_depth) {
+      out += "(...)";
+      return true;
     }
-    default: return "?";
+    out += '(';
+    stack.push_back({&g.items(id), 0});
+    return true;
+  };
+  if (!open(root)) {
+    scalar(root, !top);
+    return out;
+  }
+  while (!stack.empty()) {
+    TupleFrame& f = stack.back();
+    if (out.size() > max_tuple_text) {
+      out += "...";
+      break;
+    }
+    if (f.next == f.items->size()) {
+      if (f.items->size() == 1) out += ',';
+      out += ')';
+      stack.pop_back();
+      continue;
+    }
+    if (f.next > 0) out += ", ";
+    NodeId item = (*f.items)[f.next++];
+    if (!open(item)) scalar(item, true);  // may grow the stack: `f` is not used after
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string key_text(const Graph& g, NodeId id) { return python_text(g, id, true); }
+
+std::string key_json(const Graph& g, NodeId id) {
+  std::string out;
+  switch (g.kind(id)) {
+    case Kind::string: append_json_string(out, g.text(id)); break;
+    case Kind::integer: out = std::to_string(g.integer(id)); break;
+    case Kind::big_integer: out = big_integer_text(g.big_integer(id)); break;
+    case Kind::boolean: out = g.boolean(id) ? "true" : "false"; break;
+    case Kind::none: out = "null"; break;
+    case Kind::floating: out = float_json(g.floating(id)); break;
+    case Kind::bytes:
+      out = "{\"__bytes__\":\"";
+      for (unsigned char c : g.text(id)) fmt::format_to(std::back_inserter(out), "{:02x}", c);
+      out += "\"}";
+      break;
+    case Kind::tuple:
+      out = "{\"__tuple__\":";
+      append_json_string(out, python_text(g, id, false));
+      out += '}';
+      break;
+    default:
+      out = "{\"__key__\":";
+      append_json_string(out, python_text(g, id, false));
+      out += '}';
+      break;
+  }
+  return out;
+}
+
+std::string key_identity(const Graph& g, NodeId id) {
+  switch (g.kind(id)) {
+    case Kind::none: return "N";
+    case Kind::boolean: return g.boolean(id) ? "n1" : "n0";
+    case Kind::integer: return "n" + std::to_string(g.integer(id));
+    case Kind::big_integer: return "n" + big_integer_text(g.big_integer(id));
+    case Kind::floating: {
+      double v = g.floating(id);
+      if (std::isnan(v)) return {};  // nan != nan: never equal to another key
+      if (std::isfinite(v) && v == std::floor(v)) {
+        // An integral float equals the int of the same value: its exact decimal digits.
+        return "n" + fmt::format("{:.0f}", v + 0.0);  // + 0.0: -0.0 == 0
+      }
+      return "f" + float_repr(v);
+    }
+    case Kind::string: return "s" + g.text(id);
+    case Kind::bytes: return "b" + g.text(id);
+    case Kind::tuple: {
+      // Equal tuples have equal items: their identities, each prefixed by its length. A tuple
+      // holding something compared by object identity has none either.
+      std::string out = "t";
+      for (NodeId item : g.items(id)) {
+        if (g.kind(item) == Kind::tuple) return {};  // nested tuples: compared by the node
+        std::string part = key_identity(g, item);
+        if (part.empty()) return {};
+        out += std::to_string(part.size()) + ':' + part;
+      }
+      return out;
+    }
+    default: return {};
   }
 }
 

@@ -10,39 +10,40 @@ namespace {
 
 // numpy has no bfloat16, float8, complex32, quantized or bits types: those are shown as the
 // unsigned integer of the same width, bit for bit, and meta.json carries the true dtype.
+// safetensors has no complex32/128, quantized, bits or float4 (sub-byte, counted otherwise).
 constexpr std::array<DTypeInfo, 32> table{{
-    {DType::float32, "float32", 4, 4, "f4", true, "FloatStorage"},
-    {DType::float64, "float64", 8, 8, "f8", true, "DoubleStorage"},
-    {DType::float16, "float16", 2, 2, "f2", true, "HalfStorage"},
-    {DType::bfloat16, "bfloat16", 2, 2, "u2", false, "BFloat16Storage"},
-    {DType::float8_e5m2, "float8_e5m2", 1, 1, "u1", false, ""},
-    {DType::float8_e4m3fn, "float8_e4m3fn", 1, 1, "u1", false, ""},
-    {DType::float8_e5m2fnuz, "float8_e5m2fnuz", 1, 1, "u1", false, ""},
-    {DType::float8_e4m3fnuz, "float8_e4m3fnuz", 1, 1, "u1", false, ""},
-    {DType::float8_e8m0fnu, "float8_e8m0fnu", 1, 1, "u1", false, ""},
-    {DType::float4_e2m1fn_x2, "float4_e2m1fn_x2", 1, 1, "u1", false, ""},
-    {DType::int8, "int8", 1, 1, "i1", true, "CharStorage"},
-    {DType::int16, "int16", 2, 2, "i2", true, "ShortStorage"},
-    {DType::int32, "int32", 4, 4, "i4", true, "IntStorage"},
-    {DType::int64, "int64", 8, 8, "i8", true, "LongStorage"},
-    {DType::uint8, "uint8", 1, 1, "u1", true, "ByteStorage"},
-    {DType::uint16, "uint16", 2, 2, "u2", true, ""},
-    {DType::uint32, "uint32", 4, 4, "u4", true, ""},
-    {DType::uint64, "uint64", 8, 8, "u8", true, ""},
-    {DType::boolean, "bool", 1, 1, "b1", true, "BoolStorage"},
-    {DType::complex32, "complex32", 4, 2, "u4", false, ""},
-    {DType::complex64, "complex64", 8, 4, "c8", true, "ComplexFloatStorage"},
-    {DType::complex128, "complex128", 16, 8, "c16", true, "ComplexDoubleStorage"},
-    {DType::qint8, "qint8", 1, 1, "i1", false, "QInt8Storage"},
-    {DType::quint8, "quint8", 1, 1, "u1", false, "QUInt8Storage"},
-    {DType::qint32, "qint32", 4, 4, "i4", false, "QInt32Storage"},
-    {DType::quint4x2, "quint4x2", 1, 1, "u1", false, "QUInt4x2Storage"},
-    {DType::quint2x4, "quint2x4", 1, 1, "u1", false, "QUInt2x4Storage"},
-    {DType::bits8, "bits8", 1, 1, "u1", false, ""},
-    {DType::bits16, "bits16", 2, 2, "u2", false, ""},
-    {DType::bits1x8, "bits1x8", 1, 1, "u1", false, ""},
-    {DType::bits2x4, "bits2x4", 1, 1, "u1", false, ""},
-    {DType::bits4x2, "bits4x2", 1, 1, "u1", false, ""},
+    {DType::float32, "float32", 4, "f4", "FloatStorage", "F32"},
+    {DType::float64, "float64", 8, "f8", "DoubleStorage", "F64"},
+    {DType::float16, "float16", 2, "f2", "HalfStorage", "F16"},
+    {DType::bfloat16, "bfloat16", 2, "u2", "BFloat16Storage", "BF16"},
+    {DType::float8_e5m2, "float8_e5m2", 1, "u1", "", "F8_E5M2"},
+    {DType::float8_e4m3fn, "float8_e4m3fn", 1, "u1", "", "F8_E4M3"},
+    {DType::float8_e5m2fnuz, "float8_e5m2fnuz", 1, "u1", "", "F8_E5M2FNUZ"},
+    {DType::float8_e4m3fnuz, "float8_e4m3fnuz", 1, "u1", "", "F8_E4M3FNUZ"},
+    {DType::float8_e8m0fnu, "float8_e8m0fnu", 1, "u1", "", "F8_E8M0"},
+    {DType::float4_e2m1fn_x2, "float4_e2m1fn_x2", 1, "u1", "", ""},
+    {DType::int8, "int8", 1, "i1", "CharStorage", "I8"},
+    {DType::int16, "int16", 2, "i2", "ShortStorage", "I16"},
+    {DType::int32, "int32", 4, "i4", "IntStorage", "I32"},
+    {DType::int64, "int64", 8, "i8", "LongStorage", "I64"},
+    {DType::uint8, "uint8", 1, "u1", "ByteStorage", "U8"},
+    {DType::uint16, "uint16", 2, "u2", "", "U16"},
+    {DType::uint32, "uint32", 4, "u4", "", "U32"},
+    {DType::uint64, "uint64", 8, "u8", "", "U64"},
+    {DType::boolean, "bool", 1, "b1", "BoolStorage", "BOOL"},
+    {DType::complex32, "complex32", 4, "u4", "", ""},
+    {DType::complex64, "complex64", 8, "c8", "ComplexFloatStorage", "C64"},
+    {DType::complex128, "complex128", 16, "c16", "ComplexDoubleStorage", ""},
+    {DType::qint8, "qint8", 1, "i1", "QInt8Storage", ""},
+    {DType::quint8, "quint8", 1, "u1", "QUInt8Storage", ""},
+    {DType::qint32, "qint32", 4, "i4", "QInt32Storage", ""},
+    {DType::quint4x2, "quint4x2", 1, "u1", "QUInt4x2Storage", ""},
+    {DType::quint2x4, "quint2x4", 1, "u1", "QUInt2x4Storage", ""},
+    {DType::bits8, "bits8", 1, "u1", "", ""},
+    {DType::bits16, "bits16", 2, "u2", "", ""},
+    {DType::bits1x8, "bits1x8", 1, "u1", "", ""},
+    {DType::bits2x4, "bits2x4", 1, "u1", "", ""},
+    {DType::bits4x2, "bits4x2", 1, "u1", "", ""},
 }};
 
 struct Alias {
@@ -75,6 +76,13 @@ std::optional<DType> dtype_from_name(std::string_view torch_name) {
 std::optional<DType> dtype_from_storage_class(std::string_view name) {
   for (const auto& entry : table) {
     if (!entry.storage_class.empty() && entry.storage_class == name) return entry.dtype;
+  }
+  return std::nullopt;
+}
+
+std::optional<DType> dtype_from_safetensors(std::string_view name) {
+  for (const auto& entry : table) {
+    if (!entry.safetensors.empty() && entry.safetensors == name) return entry.dtype;
   }
   return std::nullopt;
 }

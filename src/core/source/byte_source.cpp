@@ -2,8 +2,10 @@
 // FileSource (pread) and MemorySource, with the range checks shared by both.
 #include <ckptfs/source/byte_source.hpp>
 #include <ckptfs/base/error.hpp>
+#include <ckptfs/source/open_file.hpp>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -33,18 +35,8 @@ std::string ByteSource::read_string(std::uint64_t offset, std::size_t length) co
 }
 
 FileSource::FileSource(const std::string& path) : path_(path) {
-  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd_ < 0) throw Error(ExitCode::io, std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd_, &st) != 0) {
-    int e = errno;
-    ::close(fd_);
-    throw Error(ExitCode::io, std::strerror(e));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd_);
-    throw Error(ExitCode::io, S_ISDIR(st.st_mode) ? "is a directory" : "not a regular file");
-  }
+  OpenedFile file = open_file(path, FileKind::regular);
+  const struct stat& st = file.st;
   identity_ = {st.st_dev,          st.st_ino,          static_cast<std::uint64_t>(st.st_size),
                st.st_mtim.tv_sec,  st.st_mtim.tv_nsec, st.st_ctim.tv_sec,
                st.st_ctim.tv_nsec};
@@ -52,7 +44,18 @@ FileSource::FileSource(const std::string& path) : path_(path) {
   const std::string directory =
       slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
   name_ = slash == std::string::npos ? path : path.substr(slash + 1);
+  // O_PATH never opens the directory itself (nothing to wait for, no read permission needed).
   directory_fd_ = ::open(directory.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+  lookup_path_ = path;
+  if (directory_fd_ < 0 && !path.starts_with("/")) {
+    // unchanged() then stats the path itself, which must not depend on the working directory
+    // (a daemon changes it to "/").
+    if (char* cwd = ::getcwd(nullptr, 0)) {
+      lookup_path_ = std::string(cwd) + "/" + path;
+      std::free(cwd);
+    }
+  }
+  fd_ = file.fd.release();
 }
 
 FileSource::~FileSource() {
@@ -74,7 +77,7 @@ bool FileSource::unchanged(bool check_path) const noexcept {
   if (::fstat(fd_, &st) != 0 || !same_identity(st, identity_)) return false;
   if (!check_path) return true;
   const int found = directory_fd_ >= 0 ? ::fstatat(directory_fd_, name_.c_str(), &st, 0)
-                                       : ::stat(path_.c_str(), &st);
+                                       : ::stat(lookup_path_.c_str(), &st);
   return found == 0 && same_identity(st, identity_);
 }
 

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 // The JSON forms of entries: meta.json and `inspect --json`.
+#include <ckptfs/base/numbers.hpp>
 #include <ckptfs/view/describe.hpp>
+#include <ckptfs/view/served.hpp>
 
 namespace ckptfs {
 
@@ -14,15 +16,18 @@ SharingIndex::SharingIndex(const Model& c) : by_storage_(c.storages.size()) {
 }
 
 void write_tensor_fields(JsonWriter& j, const Model& c, std::size_t entry_index,
-                         const SharingIndex& sharing) {
+                         const SharingIndex& sharing, std::optional<DType> convert_to) {
   const Entry& e = c.entries[entry_index];
   const Tensor& t = c.tensors[e.tensor];
-  j.key("dtype").string(info(t.dtype).name);
+  const ServedTensor served = serve(c, t, convert_to);
+  const bool converted = served.dtype != served.stored || served.big_endian != big_endian(c, t);
+  j.key("dtype").string(info(served.dtype).name);
+  j.key("stored_dtype").string(info(served.stored).name);
   j.key("shape").numbers(t.shape);
   j.key("stride").numbers(t.stride);
   j.key("storage_offset").number(t.storage_offset);
-  j.key("contiguous").boolean(t.broken.empty() && t.contiguous());
-  j.key("nbytes").number(t.broken.empty() ? t.nbytes() : std::uint64_t{0});
+  j.key("contiguous").boolean(t.broken.empty() && t.contiguous() && !converted);
+  j.key("nbytes").number(served.nbytes);
   j.key("source");
   if (t.storage) {
     j.string(c.sources[c.storages[*t.storage].source]);
@@ -30,14 +35,30 @@ void write_tensor_fields(JsonWriter& j, const Model& c, std::size_t entry_index,
     j.null();
   }
   j.key("file_offset");
-  if (auto offset = c.file_offset(t)) {
+  if (auto offset = c.file_offset(t); offset && !converted) {
     j.number(*offset);
   } else {
     j.null();
   }
-  j.key("numpy").string(numpy_descr(t.dtype, big_endian(c, t)));
-  j.key("byteorder").string(big_endian(c, t) ? "big" : "little");
+  j.key("numpy").string(numpy_descr(served.dtype, served.big_endian));
+  j.key("byteorder").string(served.big_endian ? "big" : "little");
   j.key("requires_grad").boolean(t.requires_grad);
+  j.key("quantization");
+  if (const auto& q = t.quantization) {
+    j.begin_object().key("qscheme").string(q->scheme);
+    if (q->scales || q->zero_points) {
+      // Per channel: the entries holding the scales (float64) and zero points (int64).
+      j.key("axis").number(q->axis);
+      j.key("scales").string(e.key + ".q_per_channel_scales");
+      j.key("zero_points").string(e.key + ".q_per_channel_zero_points");
+    } else {
+      j.key("scale").raw(float_json(q->scale));
+      j.key("zero_point").number(q->zero_point);
+    }
+    j.end_object();
+  } else {
+    j.null();
+  }
   std::uint64_t others = 0;
   j.key("storage");
   if (t.storage) {
@@ -92,12 +113,14 @@ void write_sources_and_metadata(JsonWriter& j, const Model& c) {
 }
 
 std::string tensor_meta_json(const Model& c, std::size_t entry_index,
-                             const SharingIndex& sharing) {
+                             const SharingIndex& sharing, std::optional<DType> convert_to) {
   std::string out;
   out.reserve(640);  // a typical meta.json: one allocation
   JsonWriter j(out);
-  j.begin_object().key("key").string(c.entries[entry_index].key);
-  write_tensor_fields(j, c, entry_index, sharing);
+  const Entry& e = c.entries[entry_index];
+  j.begin_object().key("key").string(e.key);
+  if (!e.key_path.empty()) j.key("key_path").raw(e.key_path);
+  write_tensor_fields(j, c, entry_index, sharing, convert_to);
   j.end_object();
   out += '\n';
   return out;
@@ -115,6 +138,7 @@ std::string model_json(const Model& c) {
   for (std::size_t i = 0; i < c.entries.size(); ++i) {
     const Entry& e = c.entries[i];
     j.begin_object().key("key").string(e.key);
+    if (!e.key_path.empty()) j.key("key_path").raw(e.key_path);
     if (e.kind == Entry::Kind::tensor) {
       j.key("kind").string("tensor");
       write_tensor_fields(j, c, i, sharing);

@@ -1,10 +1,71 @@
 // SPDX-License-Identifier: MIT
-// directory_name(): the naming rule of the mount.
+// directory_name() and NameAllocator: the naming rule of the mount.
 #include <ckptfs/view/names.hpp>
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace ckptfs {
+namespace {
+
+constexpr std::size_t max_name = 255;
+constexpr std::size_t kept_when_cut = 200;
+
+// "model-00001-of-00004.safetensors": the files of a sharded safetensors view.
+bool is_shard_name(std::string_view name) {
+  constexpr std::string_view prefix = "model-", middle = "-of-", suffix = ".safetensors";
+  if (!name.starts_with(prefix) || !name.ends_with(suffix)) return false;
+  name = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
+  const auto at = name.find(middle);
+  if (at == std::string_view::npos) return false;
+  auto digits = [](std::string_view s) {
+    return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+  };
+  return digits(name.substr(0, at)) && digits(name.substr(at + middle.size()));
+}
+
+bool reserved(std::string_view key) {
+  return key.empty() || key == "." || key == ".." || key == "index.json" || key == "map" ||
+         key == "model.safetensors" || key == "model.safetensors.index.json" ||
+         is_shard_name(key);
+}
+
+// The escaped name and the largest character boundary at or before kept_when_cut bytes.
+struct Escaped {
+  std::string name;
+  std::size_t cut = 0;
+};
+
+Escaped escape(std::string_view key) {
+  Escaped e;
+  e.name.reserve(key.size() + 1);
+  auto mark_boundary = [&] {
+    if (e.name.size() <= kept_when_cut) e.cut = e.name.size();
+  };
+  if (reserved(key)) e.name += '%';
+  for (char ch : key) {
+    auto c = static_cast<unsigned char>(ch);
+    if ((c & 0xc0) != 0x80) mark_boundary();  // not a UTF-8 continuation byte
+    if (c == '%') {
+      e.name += "%25";
+    } else if (c == '/') {
+      e.name += "%2F";
+    } else if (c == 0) {
+      e.name += "%00";
+    } else {
+      e.name += ch;
+    }
+  }
+  mark_boundary();
+  return e;
+}
+
+std::string cut(const Escaped& e, std::string_view key) {
+  return fmt::format("{}%~{:016x}", std::string_view(e.name).substr(0, e.cut), fnv1a64(key));
+}
+
+}  // namespace
 
 std::uint64_t fnv1a64(std::string_view bytes) {
   std::uint64_t h = 0xcbf29ce484222325ull;
@@ -16,32 +77,20 @@ std::uint64_t fnv1a64(std::string_view bytes) {
 }
 
 std::string directory_name(std::string_view key) {
-  std::string name;
-  name.reserve(key.size());
-  // Where each character of `name` starts, so that a cut never splits an escape or a UTF-8
-  // sequence.
-  std::size_t last_boundary_within_200 = 0;
-  auto mark_boundary = [&] {
-    if (name.size() <= 200) last_boundary_within_200 = name.size();
-  };
-  if (key.empty() || key == "." || key == ".." || key == "index.json") name += '%';
-  for (std::size_t i = 0; i < key.size(); ++i) {
-    auto c = static_cast<unsigned char>(key[i]);
-    if ((c & 0xc0) != 0x80) mark_boundary();  // not a UTF-8 continuation byte
-    if (c == '%') {
-      name += "%25";
-    } else if (c == '/') {
-      name += "%2F";
-    } else if (c == 0) {
-      name += "%00";
-    } else {
-      name += static_cast<char>(c);
-    }
+  Escaped e = escape(key);
+  return e.name.size() <= max_name ? std::move(e.name) : cut(e, key);
+}
+
+std::string NameAllocator::name(std::string_view key) {
+  Escaped e = escape(key);
+  std::string plain = e.name.size() <= max_name ? e.name : cut(e, key);
+  if (taken_.insert(plain).second) return plain;
+  for (std::uint64_t n = 2;; ++n) {
+    std::string suffix = fmt::format("%#{}", n);
+    std::string candidate = plain.size() + suffix.size() <= max_name ? plain + suffix
+                                                                      : cut(e, key) + suffix;
+    if (taken_.insert(candidate).second) return candidate;
   }
-  mark_boundary();
-  if (name.size() <= 255) return name;
-  name.resize(last_boundary_within_200);
-  return fmt::format("{}~{:016x}", name, fnv1a64(key));
 }
 
 }  // namespace ckptfs

@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: MIT
-// gather_tensor(): a strided view's bytes in C order, read from its storage in coalesced windows.
-#include <ckptfs/view/vfs.hpp>
+// serve(), read_served() and gather_tensor(): a tensor's bytes as served, a strided view's read
+// from its storage in coalesced windows.
+#include <ckptfs/source/byte_source.hpp>
+#include <ckptfs/view/convert.hpp>
+#include <ckptfs/view/served.hpp>
 
 #include <algorithm>
 #include <cstring>
@@ -21,9 +24,9 @@ constexpr std::uint64_t max_window = 1 << 20;
 
 }  // namespace
 
-void gather_tensor(const Model& c, const Tensor& t, std::uint64_t offset, std::size_t length,
-                   Sources sources, std::vector<char>& out) {
-  out.resize(length);
+void gather_tensor(const Model& c, const Tensor& t, std::uint64_t offset, Sources sources,
+                   std::span<char> out) {
+  const std::size_t length = out.size();
   if (length == 0) return;
   const std::uint64_t es = t.element_size();
   const Storage& storage = c.storages[*t.storage];
@@ -91,6 +94,63 @@ void gather_tensor(const Model& c, const Tensor& t, std::uint64_t offset, std::s
     i = j;
   }
   std::memcpy(out.data(), elements.data() + (offset - first * es), length);
+}
+
+ServedTensor serve(const Model& model, const Tensor& tensor, std::optional<DType> convert_to) {
+  ServedTensor s;
+  s.dtype = s.stored = tensor.dtype;
+  s.big_endian = big_endian(model, tensor);
+  if (!tensor.broken.empty()) return s;
+  s.nbytes = tensor.nbytes();
+  const auto offset = model.file_offset(tensor);
+  if (offset) {
+    s.contiguous = true;
+    s.source = model.storages[*tensor.storage].source;
+    s.offset = *offset;
+  }
+  if (convert_to && convertible(tensor.dtype, *convert_to) &&
+      (*convert_to != tensor.dtype || s.big_endian) &&
+      converted_size(tensor.dtype, *convert_to, s.nbytes) <= max_tensor_bytes) {
+    s.dtype = *convert_to;
+    s.big_endian = false;
+    s.nbytes = converted_size(tensor.dtype, *convert_to, s.nbytes);
+    if (s.nbytes != 0) s.way = ServedTensor::Way::convert;
+    return s;
+  }
+  if (s.nbytes != 0) s.way = offset ? ServedTensor::Way::range : ServedTensor::Way::gather;
+  return s;
+}
+
+void read_served(const Model& model, const Tensor& tensor, const ServedTensor& served,
+                 std::uint64_t offset, std::size_t length, Sources sources, ReadBuffer& out) {
+  switch (served.way) {
+    case ServedTensor::Way::none:
+      return;
+    case ServedTensor::Way::range:
+      out.add_source(served.source, served.offset + offset, length);
+      return;
+    case ServedTensor::Way::gather: {
+      const std::uint32_t source = model.storages[*tensor.storage].source;
+      gather_tensor(model, tensor, offset, sources, out.add_staged(length, source));
+      return;
+    }
+    case ServedTensor::Way::convert: {
+      const std::uint32_t source = model.storages[*tensor.storage].source;
+      const std::span<char> into = out.add_staged(length, source);
+      // The stored elements a staging buffer at a time: never the whole tensor in memory.
+      read_converted(served.stored, served.dtype, big_endian(model, tensor), offset,
+                     std::as_writable_bytes(into),
+                     [&](std::uint64_t at, std::span<std::byte> stored) {
+                       if (served.contiguous) {
+                         sources[served.source]->read(served.offset + at, stored);
+                       } else {
+                         gather_tensor(model, tensor, at, sources,
+                                       {reinterpret_cast<char*>(stored.data()), stored.size()});
+                       }
+                     });
+      return;
+    }
+  }
 }
 
 }  // namespace ckptfs

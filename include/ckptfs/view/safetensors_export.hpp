@@ -1,0 +1,62 @@
+// SPDX-License-Identifier: MIT
+// The virtual model.safetensors of a mount, or the Hugging Face sharded set that stands for it:
+// every servable tensor with a safetensors dtype, its bytes spliced from the sources.
+#pragma once
+
+#include <ckptfs/model/model.hpp>
+#include <ckptfs/view/read_buffer.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ckptfs {
+
+class SafetensorsExport {
+ public:
+  struct Tensor {
+    std::size_t entry;    // index into Model::entries
+    std::string key;      // its key in the header: the entry's key, unique (see plan())
+    std::uint64_t begin;  // offset of its bytes in its file's data (after the header)
+    std::uint64_t nbytes;
+  };
+  struct File {
+    std::string name;     // model.safetensors, or model-00001-of-00004.safetensors
+    std::size_t first = 0;  // its tensors are tensors()[first, end)
+    std::size_t end = 0;
+    std::string header;   // the 8-byte length, then the JSON header padded with spaces to 8
+    std::uint64_t size = 0;
+  };
+
+  // Lays out the export of `model`. Tensors are the servable entries whose dtype safetensors
+  // has, in entry order (tied tensors each with their own bytes: the format forbids overlaps);
+  // a tensor whose bytes would make its file larger than a file can be is left out. Keys are the
+  // entries' keys; a text several entries share is kept by the first, the next get "%#2"...
+  // (the smallest number that is no other key). __metadata__ holds the model's own metadata
+  // (a safetensors source's) and {"format": "pt"} unless it says otherwise. shard_size 0: one
+  // file, model.safetensors; else files of at most shard_size bytes of tensors, split as
+  // transformers' save_pretrained splits (in order, a file closed when the next tensor would
+  // pass shard_size; a larger tensor alone in its file), and model.safetensors.index.json.
+  // `convert_to`: tensors are served converted, as serve() says.
+  SafetensorsExport(const Model& model, std::uint64_t shard_size,
+                    std::optional<DType> convert_to = std::nullopt);
+
+  const std::vector<File>& files() const noexcept { return files_; }
+  const std::vector<Tensor>& tensors() const noexcept { return tensors_; }
+  // model.safetensors.index.json of a sharded export ({"metadata": {"total_size"}, "weight_map"});
+  // empty for one file.
+  const std::string& index_json() const noexcept { return index_json_; }
+
+  // Appends the pieces of [offset, offset + length) of file `file` (clipped to its size).
+  void read(const Model& model, std::size_t file, std::uint64_t offset, std::size_t length,
+            Sources sources, ReadBuffer& out) const;
+
+ private:
+  std::optional<DType> convert_to_;
+  std::vector<Tensor> tensors_;
+  std::vector<File> files_;
+  std::string index_json_;
+};
+
+}  // namespace ckptfs

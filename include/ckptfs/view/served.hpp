@@ -1,0 +1,51 @@
+// SPDX-License-Identifier: MIT
+// A tensor's bytes as the mount serves them (in data, tensor.npy, tensor.pt, model.safetensors):
+// its elements in C order, read as one range of a source, gathered from a strided view, or
+// converted to another floating-point dtype on the way (-o dtype).
+#pragma once
+
+#include <ckptfs/model/model.hpp>
+#include <ckptfs/view/read_buffer.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <span>
+
+namespace ckptfs {
+
+struct ServedTensor {
+  enum class Way : std::uint8_t {
+    none,    // no bytes: empty, or broken
+    range,    // one range of a source: [offset, offset + nbytes) of `source`
+    gather,   // a strided view, gathered in C order on read
+    convert,  // converted from `stored` on read, from one range (`source`, `offset`) or gathered
+  };
+  Way way = Way::none;
+  DType dtype = DType::float32;   // of the bytes served
+  DType stored = DType::float32;  // of the bytes in the source
+  bool big_endian = false;        // of the bytes served (converted ones are little-endian)
+  bool contiguous = false;        // the stored bytes are one range (`source`, `offset`)
+  std::uint64_t nbytes = 0;
+  std::uint32_t source = 0;      // range: the source, and the offset in it
+  std::uint64_t offset = 0;
+};
+
+// How `tensor` is served: as stored, or converted to `convert_to` when it is a floating-point
+// tensor that convert() handles (a float16/bfloat16/float32/float64 tensor; not integers, bool,
+// complex, float8 or quantized ones) and its converted bytes fit a file. An identity conversion
+// of little-endian bytes is no conversion. Way::none with nbytes 0 for a broken tensor.
+ServedTensor serve(const Model& model, const Tensor& tensor,
+                   std::optional<DType> convert_to = std::nullopt);
+
+// Appends to `out` the pieces of bytes [offset, offset + length) of the served tensor (the caller
+// keeps the range inside nbytes): a source range, or staged gathered bytes. Throws Error(io)
+// when a source cannot be read.
+void read_served(const Model& model, const Tensor& tensor, const ServedTensor& served,
+                 std::uint64_t offset, std::size_t length, Sources sources, ReadBuffer& out);
+
+// Bytes [offset, offset + out.size()) of a tensor's logical C-order bytes, gathered from its
+// storage with few large preads (never the whole storage at once).
+void gather_tensor(const Model& model, const Tensor& tensor, std::uint64_t offset,
+                   Sources sources, std::span<char> out);
+
+}  // namespace ckptfs

@@ -1,0 +1,138 @@
+// SPDX-License-Identifier: MIT
+// The tree of a mounted model: the root's files and one directory per entry (or, in the RFC
+// layout, one file per entry). Immutable once built: only what is derived from the model
+// (meta.json, .npy headers, index.json, the safetensors export) is made, once, on first use, so
+// that a mount costs its parsing and lookups, attributes and reads are safe from many threads.
+#pragma once
+
+#include <ckptfs/model/model.hpp>
+#include <ckptfs/source/byte_source.hpp>
+#include <ckptfs/view/read_buffer.hpp>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <sys/stat.h>
+#include <unordered_map>
+#include <vector>
+
+namespace ckptfs {
+
+class SafetensorsExport;
+class SharingIndex;
+
+struct TreeOptions {
+  std::string source_path = {};  // shown in index.json as "source"
+  uid_t uid = 0;
+  gid_t gid = 0;
+  mode_t umask = 0222;      // files 0444, directories 0555
+  SourceTimes times = {};   // of every node: the sources' own, so that rsync -a twice copies once
+  // The safetensors export at the root: one model.safetensors (0), or the sharded set of files
+  // of at most this many bytes of tensors and model.safetensors.index.json.
+  std::uint64_t shard_size = 0;
+  // Serve every floating-point tensor converted to this dtype (see serve()); none: as stored.
+  std::optional<DType> dtype = std::nullopt;
+};
+
+class Tree {
+ public:
+  using Ino = std::uint64_t;  // inode numbers; the root is 1, every other derives from its place
+  static constexpr Ino root_ino = 1;
+
+  // What a node is. Files of an entry's directory, and of the root, in listing order.
+  enum class Kind : std::uint8_t {
+    root,
+    index_json,          // root: index.json
+    safetensors_index,   // root, sharded export: model.safetensors.index.json
+    safetensors_file,    // root: model.safetensors, or a shard
+    entry_dir,           // an entry's directory
+    data,                // a tensor's bytes
+    meta_json,           // what the tensor is
+    tensor_npy,          // a .npy header, then the bytes
+    tensor_pt,           // a torch zip that torch.load reads as the tensor alone
+    value_json,          // a value that is not a tensor
+  };
+
+  struct Node {
+    Kind kind;
+    std::size_t index = 0;  // entry (entry_dir and its files), or file of the export
+  };
+
+  Tree(Model model, TreeOptions options);
+  ~Tree();
+  Tree(const Tree&) = delete;
+  Tree& operator=(const Tree&) = delete;
+
+  const Model& model() const noexcept { return model_; }
+
+  // What `ino` is; nullopt when there is no such node.
+  std::optional<Node> node(Ino ino) const;
+
+  // source_of() of the nodes that show or describe every source.
+  static constexpr std::uint32_t every_source = 0xffffffff;
+  // The source whose bytes `node` shows or describes: a tensor entry's directory and files, its
+  // storage's source; every_source for the rest (the root and its files, values). When that
+  // source changes while mounted, opens of the node fail (in a sharded set, only the changed
+  // shard's tensors).
+  std::uint32_t source_of(const Node& node) const noexcept;
+  // The child of directory `parent` named `name`, or 0.
+  Ino lookup(Ino parent, std::string_view name) const;
+  // The number of children of a directory, and child i's name and inode (i < count).
+  std::size_t child_count(Ino dir) const;
+  std::pair<std::string_view, Ino> child(Ino dir, std::size_t i) const;
+  Ino parent(Ino ino) const noexcept;
+
+  // Fills st for `ino`; false when there is no such node. May build the file's derived content
+  // (its size depends on it). Throws std::bad_alloc.
+  bool stat(Ino ino, struct stat& st) const;
+  std::uint64_t size(const Node& node) const;
+
+  // Appends to `out` the pieces of [offset, offset + length) of file `ino`, clipped to its size.
+  // Throws Error(io) when a source cannot be read.
+  void read(Ino ino, std::uint64_t offset, std::size_t length, Sources sources,
+            ReadBuffer& out) const;
+
+  // The name of entry i in the root (its directory).
+  const std::string& entry_name(std::size_t entry) const { return entry_names_[entry]; }
+  std::size_t node_count_hint() const noexcept;  // for statfs: roughly how many nodes there are
+
+ private:
+  struct EntryFiles;  // meta.json and the .npy header of a tensor entry, made on first use
+  struct RootFile {
+    std::string name;
+    Kind kind;
+    std::size_t index;
+  };
+
+  const EntryFiles& entry_files(std::size_t entry) const;
+  std::uint32_t storage_crc(std::size_t entry, const EntryFiles& files, std::size_t storage,
+                            Sources sources) const;
+  void read_torch_file(std::size_t entry, std::uint64_t offset, std::size_t length,
+                       Sources sources, ReadBuffer& out) const;
+  const Tensor& tensor_of_storage(std::size_t entry, std::size_t storage) const;
+  const std::string& index_json() const;
+  const SafetensorsExport& safetensors() const;
+  const SharingIndex& sharing() const;
+  std::size_t files_of_entry(std::size_t entry) const;
+  Ino entry_ino(std::size_t entry) const noexcept { return first_entry_ino_ + entry * stride; }
+  static constexpr Ino stride = 5;  // an entry's directory, then up to four files
+
+  Model model_;
+  TreeOptions options_;
+  std::vector<RootFile> root_files_;
+  Ino first_entry_ino_ = 0;
+  std::vector<std::string> entry_names_;
+  std::unordered_map<std::string_view, std::size_t> root_lookup_;  // name -> root child index
+  // Made once, on first use (see entry_files(), index_json(), safetensors()).
+  mutable std::unique_ptr<std::atomic<const EntryFiles*>[]> entry_files_;
+  // Files in each entry's directory, 0 until first known (whether tensor.pt can be made).
+  mutable std::unique_ptr<std::atomic<std::uint8_t>[]> file_counts_;
+  mutable std::atomic<const std::string*> index_json_{nullptr};
+  mutable std::atomic<const SafetensorsExport*> safetensors_{nullptr};
+  mutable std::atomic<const SharingIndex*> sharing_{nullptr};
+};
+
+}  // namespace ckptfs

@@ -1,0 +1,499 @@
+// SPDX-License-Identifier: MIT
+// The tree: inode numbers computed from an entry's place, names, attributes, and the reads of
+// every kind of file, with derived files made on first use.
+#include <ckptfs/base/crc32.hpp>
+#include <ckptfs/base/error.hpp>
+#include <ckptfs/base/numbers.hpp>
+#include <ckptfs/base/json_writer.hpp>
+#include <ckptfs/format/torch_writer.hpp>
+#include <ckptfs/view/describe.hpp>
+#include <ckptfs/view/names.hpp>
+#include <ckptfs/view/npy.hpp>
+#include <ckptfs/view/safetensors_export.hpp>
+#include <ckptfs/view/served.hpp>
+#include <ckptfs/view/tree.hpp>
+
+#include <algorithm>
+#include <type_traits>
+#include <cstring>
+
+namespace ckptfs {
+
+// A tensor entry's derived files. tensor.pt: its archive, the archive's segments and local
+// headers, and its storages' CRCs and central directory, made once each on first need (a CRC
+// may mean reading the whole tensor once).
+struct Tree::EntryFiles {
+  std::string meta_json;
+  std::string npy_header;
+  std::optional<TorchArchive> archive;
+  std::vector<ZipSegment> segments;
+  std::vector<std::string> local_headers;
+  mutable std::atomic<std::uint64_t> crcs[3] = {};  // bit 32 set: known
+  mutable std::atomic<const std::string*> trailer{nullptr};
+  ~EntryFiles() { delete trailer.load(); }
+};
+
+namespace {
+
+// Makes *slot once: the first thread to finish publishes its result, the others drop theirs.
+// `make` returns the value (or a unique_ptr to it, for what cannot be moved).
+template <typename T, typename Make>
+const T& once(std::atomic<const T*>& slot, Make make) {
+  if (const T* made = slot.load(std::memory_order_acquire)) return *made;
+  std::unique_ptr<const T> fresh;
+  if constexpr (std::is_same_v<decltype(make()), std::unique_ptr<T>>) {
+    fresh = make();
+  } else {
+    fresh = std::make_unique<const T>(make());
+  }
+  const T* expected = nullptr;
+  if (slot.compare_exchange_strong(expected, fresh.get(), std::memory_order_acq_rel)) {
+    return *fresh.release();
+  }
+  return *expected;
+}
+
+constexpr const char* entry_file_names[] = {"data", "meta.json", "tensor.npy", "tensor.pt"};
+constexpr Tree::Kind entry_file_kinds[] = {Tree::Kind::data, Tree::Kind::meta_json,
+                                           Tree::Kind::tensor_npy, Tree::Kind::tensor_pt};
+
+// The archive tensor.pt holds for a tensor served as `served`; nullopt when torch cannot hold it
+// (a quantization scheme torch does not save, more elements than a pickle may describe).
+std::optional<TorchArchive> torch_file_of(const Model& model, const Tensor& tensor,
+                                          const ServedTensor& served) {
+  try {
+    TensorFileSpec spec = tensor_file_spec(model, tensor);
+    spec.dtype = served.dtype;  // converted (-o dtype), or as stored
+    return tensor_file(spec, {.prefix = "tensor", .big_endian = served.big_endian});
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+}
+
+}  // namespace
+
+Tree::Tree(Model model, TreeOptions options)
+    : model_(std::move(model)), options_(std::move(options)) {
+  root_files_.push_back({"index.json", Kind::index_json, 0});
+  if (options_.shard_size == 0) {
+    root_files_.push_back({"model.safetensors", Kind::safetensors_file, 0});
+  } else {
+    // The shards' names say how many there are: the export is laid out now.
+    root_files_.push_back({"model.safetensors.index.json", Kind::safetensors_index, 0});
+    const auto& files = safetensors().files();
+    for (std::size_t i = 0; i < files.size(); ++i) {
+      root_files_.push_back({files[i].name, Kind::safetensors_file, i});
+    }
+  }
+  first_entry_ino_ = root_ino + 1 + root_files_.size();
+  const std::size_t entries = model_.entries.size();
+  entry_names_.reserve(entries);
+  NameAllocator names;
+  for (const Entry& e : model_.entries) entry_names_.push_back(names.name(e.key));
+  root_lookup_.reserve(root_files_.size() + entries);
+  for (std::size_t i = 0; i < root_files_.size(); ++i) root_lookup_.emplace(root_files_[i].name, i);
+  for (std::size_t i = 0; i < entries; ++i) {
+    // Entry names never equal a root file's (the naming rule reserves them).
+    root_lookup_.emplace(entry_names_[i], root_files_.size() + i);
+  }
+  entry_files_ = std::make_unique<std::atomic<const EntryFiles*>[]>(entries);
+  file_counts_ = std::make_unique<std::atomic<std::uint8_t>[]>(entries);
+}
+
+Tree::~Tree() {
+  for (std::size_t i = 0; i < model_.entries.size(); ++i) delete entry_files_[i].load();
+  delete index_json_.load();
+  delete safetensors_.load();
+  delete sharing_.load();
+}
+
+std::size_t Tree::files_of_entry(std::size_t entry) const {
+  std::uint8_t count = file_counts_[entry].load(std::memory_order_relaxed);
+  if (count != 0) return count;
+  const Entry& e = model_.entries[entry];
+  if (e.kind == Entry::Kind::value || !model_.tensors[e.tensor].broken.empty()) {
+    count = 1;  // value.json, or a broken tensor's meta.json
+  } else {
+    // data, meta.json, tensor.npy, and tensor.pt when torch can hold the tensor
+    count = entry_files(entry).archive ? 4 : 3;
+  }
+  file_counts_[entry].store(count, std::memory_order_relaxed);
+  return count;
+}
+
+std::optional<Tree::Node> Tree::node(Ino ino) const {
+  if (ino == root_ino) return Node{Kind::root, 0};
+  if (ino > root_ino && ino < first_entry_ino_) {
+    const RootFile& f = root_files_[ino - root_ino - 1];
+    return Node{f.kind, f.index};
+  }
+  if (ino < first_entry_ino_) return std::nullopt;
+  const std::uint64_t entry = (ino - first_entry_ino_) / stride;
+  const std::uint64_t part = (ino - first_entry_ino_) % stride;
+  if (entry >= model_.entries.size()) return std::nullopt;
+  if (part == 0) return Node{Kind::entry_dir, entry};
+  if (part > files_of_entry(entry)) return std::nullopt;
+  const Entry& e = model_.entries[entry];
+  if (e.kind == Entry::Kind::value) return Node{Kind::value_json, entry};
+  if (!model_.tensors[e.tensor].broken.empty()) return Node{Kind::meta_json, entry};
+  return Node{entry_file_kinds[part - 1], entry};
+}
+
+std::uint32_t Tree::source_of(const Node& n) const noexcept {
+  switch (n.kind) {
+    case Kind::entry_dir:
+    case Kind::data:
+    case Kind::meta_json:
+    case Kind::tensor_npy:
+    case Kind::tensor_pt: {
+      const Entry& e = model_.entries[n.index];
+      if (e.kind != Entry::Kind::tensor) return every_source;
+      const Tensor& t = model_.tensors[e.tensor];
+      return t.storage ? model_.storages[*t.storage].source : every_source;
+    }
+    default:
+      return every_source;
+  }
+}
+
+Tree::Ino Tree::parent(Ino ino) const noexcept {
+  if (ino < first_entry_ino_) return root_ino;
+  const std::uint64_t part = (ino - first_entry_ino_) % stride;
+  return part == 0 ? root_ino : ino - part;
+}
+
+std::size_t Tree::child_count(Ino dir) const {
+  auto n = node(dir);
+  if (!n) return 0;
+  if (n->kind == Kind::root) return root_files_.size() + model_.entries.size();
+  if (n->kind == Kind::entry_dir) return files_of_entry(n->index);
+  return 0;
+}
+
+std::pair<std::string_view, Tree::Ino> Tree::child(Ino dir, std::size_t i) const {
+  if (dir == root_ino) {
+    if (i < root_files_.size()) return {root_files_[i].name, root_ino + 1 + i};
+    const std::size_t entry = i - root_files_.size();
+    return {entry_names_[entry], entry_ino(entry)};
+  }
+  auto n = node(dir);
+  const Entry& e = model_.entries[n->index];
+  std::string_view name;
+  if (e.kind == Entry::Kind::value) {
+    name = "value.json";
+  } else if (!model_.tensors[e.tensor].broken.empty()) {
+    name = "meta.json";
+  } else {
+    name = entry_file_names[i];
+  }
+  return {name, dir + 1 + i};
+}
+
+Tree::Ino Tree::lookup(Ino parent, std::string_view name) const {
+  if (parent == root_ino) {
+    auto it = root_lookup_.find(name);
+    if (it == root_lookup_.end()) return 0;
+    return child(root_ino, it->second).second;
+  }
+  auto n = node(parent);
+  if (!n || n->kind != Kind::entry_dir) return 0;
+  for (std::size_t i = 0, count = files_of_entry(n->index); i < count; ++i) {
+    auto [child_name, ino] = child(parent, i);
+    if (child_name == name) return ino;
+  }
+  return 0;
+}
+
+const Tree::EntryFiles& Tree::entry_files(std::size_t entry) const {
+  return once(entry_files_[entry], [&] {
+    auto made = std::make_unique<EntryFiles>();
+    EntryFiles& f = *made;
+    const Tensor& t = model_.tensors[model_.entries[entry].tensor];
+    f.meta_json = tensor_meta_json(model_, entry, sharing(), options_.dtype);
+    if (t.broken.empty()) {
+      const ServedTensor served = serve(model_, t, options_.dtype);
+      f.npy_header = npy_header(numpy_descr(served.dtype, served.big_endian), t.shape);
+      f.archive = torch_file_of(model_, t, served);
+      if (f.archive) {
+        f.segments = f.archive->plan().segments();
+        for (std::size_t i = 0; i < f.archive->records().size(); ++i) {
+          f.local_headers.push_back(f.archive->plan().local_header(i));
+        }
+      }
+    }
+    return made;
+  });
+}
+
+std::uint64_t Tree::size(const Node& n) const {
+  switch (n.kind) {
+    case Kind::root:
+    case Kind::entry_dir:
+      return 0;
+    case Kind::index_json:
+      return index_json().size();
+    case Kind::safetensors_index:
+      return safetensors().index_json().size();
+    case Kind::safetensors_file:
+      return safetensors().files()[n.index].size;
+    case Kind::data:
+      return serve(model_, model_.tensors[model_.entries[n.index].tensor], options_.dtype).nbytes;
+    case Kind::meta_json:
+      return entry_files(n.index).meta_json.size();
+    case Kind::tensor_npy:
+      return entry_files(n.index).npy_header.size() +
+             serve(model_, model_.tensors[model_.entries[n.index].tensor], options_.dtype).nbytes;
+    case Kind::tensor_pt:
+      return entry_files(n.index).archive->plan().size();
+    case Kind::value_json:
+      return model_.entries[n.index].value_json.size() + 1;
+  }
+  return 0;
+}
+
+bool Tree::stat(Ino ino, struct stat& st) const {
+  auto n = node(ino);
+  if (!n) return false;
+  st = {};
+  st.st_ino = ino;
+  st.st_uid = options_.uid;
+  st.st_gid = options_.gid;
+  const bool directory = n->kind == Kind::root || n->kind == Kind::entry_dir;
+  const std::uint64_t bytes = size(*n);
+  if (directory) {
+    st.st_mode = S_IFDIR | (0555 & ~options_.umask);
+    // "." and the parent's link, plus each subdirectory's "..".
+    st.st_nlink = ino == root_ino ? 2 + model_.entries.size() : 2;
+  } else {
+    st.st_mode = S_IFREG | (0444 & ~options_.umask);
+    st.st_nlink = 1;
+    st.st_size = static_cast<off_t>(bytes);  // every file fits off_t (max_tensor_bytes)
+  }
+  st.st_blksize = 4096;
+  st.st_blocks = static_cast<blkcnt_t>((bytes + 511) / 512);
+  st.st_mtim = {options_.times.mtime_sec, options_.times.mtime_nsec};
+  st.st_ctim = {options_.times.ctime_sec, options_.times.ctime_nsec};
+  st.st_atim = st.st_mtim;
+  return true;
+}
+
+std::size_t Tree::node_count_hint() const noexcept {
+  return 1 + root_files_.size() + model_.entries.size() * stride;
+}
+
+const std::string& Tree::index_json() const {
+  return once(index_json_, [&] {
+    std::size_t tensors = 0;
+    uint128 total_bytes = 0;
+    for (const Entry& e : model_.entries) {
+      if (e.kind != Entry::Kind::tensor) continue;
+      ++tensors;
+      total_bytes += serve(model_, model_.tensors[e.tensor], options_.dtype).nbytes;
+    }
+    std::string out;
+    JsonWriter j(out);
+    j.begin_object();
+    j.key("source").string(options_.source_path);
+    j.key("format").string(format_name(model_.format));
+    j.key("byteorder").string(model_.byteorder());
+    j.key("tensors").number(std::uint64_t{tensors});
+    j.key("values").number(std::uint64_t{model_.entries.size() - tensors});
+    j.key("total_bytes").raw(decimal(total_bytes));
+    write_sources_and_metadata(j, model_);
+    j.key("entries").begin_array();
+    for (std::size_t i = 0; i < model_.entries.size(); ++i) {
+      const Entry& e = model_.entries[i];
+      j.begin_object();
+      j.key("key").string(e.key);
+      if (!e.key_path.empty()) j.key("key_path").raw(e.key_path);
+      j.key("path").string(entry_names_[i]);
+      if (e.kind == Entry::Kind::value) {
+        j.key("kind").string("value").key("dtype").null().key("shape").null().key("nbytes").null();
+      } else {
+        const Tensor& t = model_.tensors[e.tensor];
+        const ServedTensor served = serve(model_, t, options_.dtype);
+        j.key("kind").string("tensor");
+        j.key("dtype").string(info(served.dtype).name);
+        j.key("shape").numbers(t.shape);
+        j.key("nbytes");
+        if (t.broken.empty()) {
+          j.number(served.nbytes);
+        } else {
+          j.null();
+        }
+      }
+      j.end_object();
+    }
+    j.end_array().end_object();
+    out += '\n';
+    return out;
+  });
+}
+
+// The tensor whose bytes are storage `storage` of an entry's tensor.pt: 0 the tensor itself,
+// 1 and 2 a per-channel quantized tensor's scales and zero points.
+const Tensor& Tree::tensor_of_storage(std::size_t entry, std::size_t storage) const {
+  const Tensor& t = model_.tensors[model_.entries[entry].tensor];
+  if (storage == 0) return t;
+  return model_.tensors[storage == 1 ? *t.quantization->scales : *t.quantization->zero_points];
+}
+
+std::uint32_t Tree::storage_crc(std::size_t entry, const EntryFiles& files, std::size_t storage,
+                                Sources sources) const {
+  constexpr std::uint64_t known = std::uint64_t{1} << 32;
+  const std::uint64_t cached = files.crcs[storage].load(std::memory_order_acquire);
+  if (cached & known) return static_cast<std::uint32_t>(cached);
+  const Tensor& t = tensor_of_storage(entry, storage);
+  // Only the tensor itself is converted; the quantization parameters are served as stored.
+  const ServedTensor served = serve(model_, t, storage == 0 ? options_.dtype : std::nullopt);
+  std::uint32_t crc = 0;
+  const Storage* whole = t.storage ? &model_.storages[*t.storage] : nullptr;
+  if (served.way == ServedTensor::Way::range && whole && whole->record_crc32 &&
+      served.offset == whole->file_offset && served.nbytes == whole->nbytes &&
+      (*whole->record_crc32 != 0 || served.nbytes == 0)) {
+    // The tensor is its whole record: the source's central directory has its CRC (0 is what
+    // torch >= 2.6 may write instead of one, so it is computed then).
+    crc = *whole->record_crc32;
+  } else {
+    // Computed once, streaming the served bytes through a bounded buffer.
+    constexpr std::size_t chunk = 1 << 20;
+    thread_local ReadBuffer buffer;
+    thread_local std::vector<char> copy;
+    for (std::uint64_t at = 0; at < served.nbytes; at += chunk) {
+      const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(chunk, served.nbytes - at));
+      buffer.clear();
+      read_served(model_, t, served, at, n, sources, buffer);
+      for (const ReadPiece& p : buffer.pieces()) {
+        if (p.memory) {
+          crc = crc32(crc, p.memory, p.length);
+        } else {
+          copy.resize(p.length);
+          sources[p.source]->read(p.source_offset, std::as_writable_bytes(std::span(copy)));
+          crc = crc32(crc, copy.data(), copy.size());
+        }
+      }
+    }
+  }
+  files.crcs[storage].store(known | crc, std::memory_order_release);
+  return crc;
+}
+
+void Tree::read_torch_file(std::size_t entry, std::uint64_t offset, std::size_t length,
+                           Sources sources, ReadBuffer& out) const {
+  const EntryFiles& f = entry_files(entry);
+  const TorchArchive& archive = *f.archive;
+  const std::uint64_t end = offset + length;
+  auto it = std::upper_bound(f.segments.begin(), f.segments.end(), offset,
+                             [](std::uint64_t at, const ZipSegment& s) { return at < s.offset; });
+  if (it != f.segments.begin()) --it;
+  for (; it != f.segments.end() && it->offset < end; ++it) {
+    const ZipSegment& seg = *it;
+    const std::uint64_t a = std::max(offset, seg.offset) - seg.offset;
+    const std::uint64_t b = std::min(end, seg.offset + seg.size) - seg.offset;
+    if (a >= b) continue;
+    const auto n = static_cast<std::size_t>(b - a);
+    auto staged = [&](const std::string& bytes) {
+      std::memcpy(out.add_staged(n).data(), bytes.data() + a, n);
+    };
+    switch (seg.kind) {
+      case ZipSegmentKind::local_header:
+        out.add_memory(f.local_headers[seg.record].data() + a, n);
+        break;
+      case ZipSegmentKind::payload: {
+        const TorchRecord& record = archive.record(seg.record);
+        if (record.source == TorchRecord::Source::literal) {
+          out.add_memory(record.literal.data() + a, n);
+        } else {
+          const Tensor& t = tensor_of_storage(entry, record.storage);
+          const auto convert_to = record.storage == 0 ? options_.dtype : std::nullopt;
+          read_served(model_, t, serve(model_, t, convert_to), a, n, sources, out);
+        }
+        break;
+      }
+      case ZipSegmentKind::data_descriptor: {
+        const TorchRecord& record = archive.record(seg.record);
+        const std::uint32_t crc = record.source == TorchRecord::Source::storage
+                                      ? storage_crc(entry, f, record.storage, sources)
+                                      : *archive.known_crc(seg.record);
+        staged(archive.plan().data_descriptor(seg.record, crc));
+        break;
+      }
+      case ZipSegmentKind::trailer: {
+        const std::string& trailer = once(f.trailer, [&] {
+          std::vector<std::uint32_t> storage_crcs;
+          for (std::size_t i = 0; i < archive.storages().size(); ++i) {
+            storage_crcs.push_back(storage_crc(entry, f, i, sources));
+          }
+          return archive.plan().trailer(archive.crcs(storage_crcs));
+        });
+        out.add_memory(trailer.data() + a, n);
+        break;
+      }
+    }
+  }
+}
+
+const SharingIndex& Tree::sharing() const {
+  return once(sharing_, [&] { return SharingIndex(model_); });
+}
+
+const SafetensorsExport& Tree::safetensors() const {
+  return once(safetensors_, [&] {
+    return SafetensorsExport(model_, options_.shard_size, options_.dtype);
+  });
+}
+
+void Tree::read(Ino ino, std::uint64_t offset, std::size_t length, Sources sources,
+                ReadBuffer& out) const {
+  auto n = node(ino);
+  if (!n) return;
+  const std::uint64_t file_size = size(*n);
+  if (offset >= file_size) return;
+  length = static_cast<std::size_t>(std::min<std::uint64_t>(length, file_size - offset));
+  auto literal = [&](const std::string& text) {
+    out.add_memory(text.data() + offset, length);
+  };
+  switch (n->kind) {
+    case Kind::root:
+    case Kind::entry_dir:
+      return;
+    case Kind::index_json:
+      return literal(index_json());
+    case Kind::safetensors_index:
+      return literal(safetensors().index_json());
+    case Kind::safetensors_file:
+      return safetensors().read(model_, n->index, offset, length, sources, out);
+    case Kind::meta_json:
+      return literal(entry_files(n->index).meta_json);
+    case Kind::tensor_pt:
+      return read_torch_file(n->index, offset, length, sources, out);
+    case Kind::value_json: {
+      const std::string& json = model_.entries[n->index].value_json;
+      // The JSON, then a newline.
+      const std::size_t from_json = offset < json.size() ? std::min(length, json.size() - offset) : 0;
+      if (from_json) out.add_memory(json.data() + offset, from_json);
+      if (from_json < length) out.add_memory("\n", 1);
+      return;
+    }
+    case Kind::data:
+    case Kind::tensor_npy: {
+      const Tensor& t = model_.tensors[model_.entries[n->index].tensor];
+      std::uint64_t at = offset;
+      std::size_t left = length;
+      if (n->kind == Kind::tensor_npy) {
+        const std::string& header = entry_files(n->index).npy_header;
+        if (at < header.size()) {
+          const std::size_t part = static_cast<std::size_t>(std::min<std::uint64_t>(left, header.size() - at));
+          out.add_memory(header.data() + at, part);
+          at += part;
+          left -= part;
+        }
+        at -= std::min<std::uint64_t>(at, header.size());
+      }
+      if (left) read_served(model_, t, serve(model_, t, options_.dtype), at, left, sources, out);
+      return;
+    }
+  }
+}
+
+}  // namespace ckptfs

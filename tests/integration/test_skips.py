@@ -1,0 +1,110 @@
+# SPDX-License-Identifier: MIT
+"""The test suite on a machine without FUSE or without torch: every module that needs one says
+so at import (fixtures.require) and exits 77, which ctest reports as skipped, with the reason.
+
+Each module is run here as ctest runs it, once with a FUSE device that does not exist
+(CKPTFS_FUSE_DEVICE) and once with torch and numpy hidden (modules of those names that fail to
+import, first on PYTHONPATH); so is scripts/make_fixtures.py. The ctest properties are checked in
+the build tree of CKPTFS. This module needs neither, and runs everywhere.
+
+Run by ctest as `/usr/bin/python3 -m unittest -v test_skips` (see fixtures.py).
+"""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from fixtures import CKPTFS, REPO, SKIP_EXIT_STATUS, require  # noqa: E402
+
+require()  # needs nothing: it runs everywhere
+
+TIMEOUT = 120.0
+MODULES = sorted(p.stem for p in HERE.glob("test_*.py") if p.stem != "test_skips")
+DECLARING = [*MODULES, "test_skips"]  # every module calls require(), with no needs here
+HIDDEN = "hidden by test_skips.py"
+
+
+def needs_of(module):
+    """The needs a module declares: the arguments of its require(...) call, or None."""
+    m = re.search(r"^require\(([^)]*)\)", (HERE / f"{module}.py").read_text(), re.M)
+    return None if m is None else set(re.findall(r'"(\w+)"', m.group(1)))
+
+
+class SkipTests(unittest.TestCase):
+    def setUp(self):
+        tmp = tempfile.TemporaryDirectory(prefix="ckptfs-skips-test-")
+        self.addCleanup(tmp.cleanup)
+        self.tmp = Path(tmp.name)
+        self.no_torch = self.tmp / "no-torch"
+        self.no_torch.mkdir()
+        for name in ("torch", "numpy"):
+            (self.no_torch / f"{name}.py").write_text(f"raise ImportError({HIDDEN!r})\n")
+
+    def run_python(self, args, env):
+        return subprocess.run([sys.executable, *args], cwd=HERE, capture_output=True,
+                              timeout=TIMEOUT, env={**os.environ, **env},
+                              stdin=subprocess.DEVNULL)
+
+    def assert_skipped(self, r, reason, where):
+        err = r.stderr.decode("utf-8", "replace")
+        self.assertEqual(r.returncode, SKIP_EXIT_STATUS, f"{where}: {err[-2000:]}")
+        self.assertRegex(err, rf"(?m)^SKIPPED: .*{reason}", where)
+        self.assertNotIn(b"Ran ", r.stderr, f"{where}: tests ran")
+
+    def test_every_module_declares_its_needs(self):
+        self.assertTrue(MODULES)
+        for module in DECLARING:
+            with self.subTest(module):
+                needs = needs_of(module)
+                self.assertIsNotNone(needs, f"{module}.py calls no require(...)")
+                self.assertLessEqual(needs, {"fuse", "torch"})
+                if module != "test_skips":
+                    self.assertIn("torch", needs, "every module reads fixtures made with torch")
+
+    def test_without_fuse(self):
+        device = self.tmp / "no-fuse"
+        for module in MODULES:
+            if "fuse" not in (needs_of(module) or ()):
+                continue
+            with self.subTest(module):
+                r = self.run_python(["-m", "unittest", module], {"CKPTFS_FUSE_DEVICE": str(device)})
+                self.assert_skipped(r, re.escape(f"{device} cannot be opened"), module)
+
+    def test_without_torch(self):
+        path = os.pathsep.join(filter(None, [str(self.no_torch), os.environ.get("PYTHONPATH")]))
+        for module in MODULES:
+            with self.subTest(module):
+                r = self.run_python(["-m", "unittest", module], {"PYTHONPATH": path})
+                self.assert_skipped(r, rf"cannot import numpy \({HIDDEN}\)", module)
+        with self.subTest("make_fixtures.py"):
+            r = self.run_python([REPO / "scripts" / "make_fixtures.py", self.tmp / "fixtures"],
+                                {"PYTHONPATH": path})
+            self.assert_skipped(r, rf"needs torch and numpy .*\({HIDDEN}\)", "make_fixtures.py")
+            self.assertFalse((self.tmp / "fixtures").exists())
+
+    def test_ctest_takes_77_for_skipped(self):
+        build = CKPTFS.parent
+        if not (build / "CTestTestfile.cmake").is_file() or not shutil.which("ctest"):
+            self.skipTest(f"{build} is not a ctest build tree (CKPTFS is not the built binary)")
+        r = subprocess.run(["ctest", "--test-dir", build, "--show-only=json-v1"],
+                           capture_output=True, timeout=TIMEOUT)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        tests = {t["name"]: {p["name"]: p["value"] for p in t.get("properties", [])}
+                 for t in json.loads(r.stdout)["tests"]}
+        for name in ["make_fixtures", *MODULES, "test_skips"]:
+            with self.subTest(name):
+                self.assertIn(name, tests)
+                self.assertEqual(tests[name].get("SKIP_RETURN_CODE"), SKIP_EXIT_STATUS)
+
+
+if __name__ == "__main__":
+    unittest.main()

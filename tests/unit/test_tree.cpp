@@ -1,0 +1,397 @@
+// SPDX-License-Identifier: MIT
+// Unit tests of the tree: layout, names, attributes, laziness, and reads of every kind of file,
+// the safetensors export included.
+#include "support/fake_checkpoint.hpp"
+#include "support/safetensors_builder.hpp"
+
+#include <ckptfs/format/safetensors_reader.hpp>
+#include <ckptfs/format/sharded_reader.hpp>
+#include <ckptfs/format/torch_reader.hpp>
+#include <ckptfs/format/torch_writer.hpp>
+#include <ckptfs/format/zip_reader.hpp>
+#include <ckptfs/view/convert.hpp>
+#include <ckptfs/view/npy.hpp>
+#include <ckptfs/view/tree.hpp>
+
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+#include <cstring>
+
+using namespace ckptfs;
+using namespace ckptfs::test;
+
+namespace {
+
+TreeOptions with_times(TreeOptions options) {
+  options.times.mtime_sec = 1234;
+  return options;
+}
+
+struct Mounted {
+  MemorySource source;
+  Tree tree;
+  explicit Mounted(const std::string& bytes, TreeOptions options = {})
+      : source(bytes), tree(read_torch(source, "test.pth"), with_times(options)) {}
+
+  std::string read_all(Tree::Ino ino, std::uint64_t offset = 0, std::size_t length = 1 << 20) {
+    ReadBuffer buffer;
+    const ByteSource* sources[] = {&source};
+    tree.read(ino, offset, length, sources, buffer);
+    std::string out;
+    for (const auto& p : buffer.pieces()) {
+      if (p.memory) {
+        out.append(p.memory, p.length);
+      } else {
+        out += source.read_string(p.source_offset, p.length);
+      }
+    }
+    return out;
+  }
+  Tree::Ino path(std::string_view dir, std::string_view file = {}) {
+    Tree::Ino d = tree.lookup(Tree::root_ino, dir);
+    return file.empty() || d == 0 ? d : tree.lookup(d, file);
+  }
+  std::vector<std::string> list(Tree::Ino dir) {
+    std::vector<std::string> names;
+    for (std::size_t i = 0; i < tree.child_count(dir); ++i) names.emplace_back(tree.child(dir, i).first);
+    return names;
+  }
+};
+
+std::string checkpoint_with_views() {
+  return torch_zip(state_dict_pickle({{"w", "0", 12, 0, {3, 4}, {4, 1}},
+                                      {"w.T", "0", 12, 0, {4, 3}, {1, 4}},
+                                      {"a/b", "0", 12, 1, {2, 2}, {6, 2}},
+                                      {"x", "0", 12, 0, {2, 3}, {0, 1}},
+                                      {"bad", "0", 12, 10, {4}, {1}}}),
+                   {{"0", floats(12)}});
+}
+
+std::string floats_at(std::initializer_list<int> values) {
+  std::string out;
+  for (int v : values) {
+    float f = static_cast<float>(v);
+    out.append(reinterpret_cast<const char*>(&f), 4);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_SUITE_BEGIN("tree");
+
+TEST_CASE("the tree: index.json, model.safetensors, a directory per entry, files per kind") {
+  Mounted m(checkpoint_with_views(), {.source_path = "x.pth", .uid = 7, .gid = 8, .umask = 0222});
+  CHECK(m.list(Tree::root_ino) ==
+        std::vector<std::string>{"index.json", "model.safetensors", "w", "w.T", "a%2Fb", "x", "bad"});
+  CHECK(m.list(m.path("w")) ==
+        std::vector<std::string>{"data", "meta.json", "tensor.npy", "tensor.pt"});
+  CHECK(m.list(m.path("bad")) == std::vector<std::string>{"meta.json"});  // broken: no bytes
+  CHECK(m.path("a%2Fb", "data") != 0);
+  CHECK(m.path("bad", "data") == 0);
+  CHECK(m.path("nope") == 0);
+  CHECK(m.tree.lookup(m.path("w", "data"), "x") == 0);  // not a directory
+  for (std::size_t i = 0; i < m.tree.child_count(Tree::root_ino); ++i) {
+    auto [name, ino] = m.tree.child(Tree::root_ino, i);
+    CHECK(m.tree.lookup(Tree::root_ino, name) == ino);
+    CHECK(m.tree.parent(ino) == Tree::root_ino);
+    for (std::size_t j = 0; j < m.tree.child_count(ino); ++j) {
+      auto [file, file_ino] = m.tree.child(ino, j);
+      CHECK(m.tree.lookup(ino, file) == file_ino);
+      CHECK(m.tree.parent(file_ino) == ino);
+    }
+  }
+
+  struct stat st {};
+  REQUIRE(m.tree.stat(m.path("w", "data"), st));
+  CHECK(st.st_mode == (S_IFREG | 0444));
+  CHECK(st.st_size == 48);
+  CHECK(st.st_blocks == 1);
+  CHECK(st.st_uid == 7);
+  CHECK(st.st_gid == 8);
+  CHECK(st.st_mtim.tv_sec == 1234);
+  REQUIRE(m.tree.stat(m.path("w"), st));
+  CHECK(st.st_mode == (S_IFDIR | 0555));
+  CHECK_FALSE(m.tree.stat(0, st));
+  CHECK_FALSE(m.tree.stat(m.tree.node_count_hint() + 1, st));
+  CHECK_FALSE(m.tree.stat(m.path("bad") + 2, st));  // past the broken entry's one file
+
+  auto index = nlohmann::json::parse(m.read_all(m.path("index.json")));
+  CHECK(index["tensors"] == 5);
+  CHECK(index["entries"][2]["key"] == "a/b");
+  CHECK(index["entries"][2]["path"] == "a%2Fb");
+  CHECK(index["entries"][4]["nbytes"].is_null());
+}
+
+TEST_CASE("entries with the same text each get their name; literal keys keep the rule's") {
+  Mounted m(torch_zip(state_dict_pickle({{"a.b", "0", 2, 0, {2}, {1}},
+                                         {"a.b#2", "0", 2, 0, {2}, {1}},
+                                         {"model.safetensors", "0", 2, 0, {2}, {1}}}),
+                      {{"0", floats(2)}}));
+  CHECK(m.list(Tree::root_ino) == std::vector<std::string>{"index.json", "model.safetensors", "a.b",
+                                                           "a.b#2", "%model.safetensors"});
+}
+
+TEST_CASE("contiguous data is a range of the checkpoint; tensor.npy adds a header") {
+  Mounted m(checkpoint_with_views());
+  CHECK(m.read_all(m.path("w", "data")) == floats(12));
+  std::string npy = m.read_all(m.path("w", "tensor.npy"));
+  std::string header = npy_header("<f4", {3, 4});
+  CHECK(npy == header + floats(12));
+  SUBCASE("every slice across the header/data boundary") {
+    for (std::size_t off = 0; off < npy.size(); off += 7) {
+      for (std::size_t len : {1, 5, 64, 1000}) {
+        CHECK(m.read_all(m.path("w", "tensor.npy"), off, len) == npy.substr(off, len));
+      }
+    }
+  }
+  SUBCASE("reads past the end are empty") {
+    CHECK(m.read_all(m.path("w", "data"), 48, 10).empty());
+    CHECK(m.read_all(m.path("w", "data"), 1000, 10).empty());
+  }
+}
+
+TEST_CASE("strided views are gathered in C order") {
+  Mounted m(checkpoint_with_views());
+  CHECK(m.read_all(m.path("w.T", "data")) ==
+        floats_at({0, 4, 8, 1, 5, 9, 2, 6, 10, 3, 7, 11}));
+  CHECK(m.read_all(m.path("a%2Fb", "data")) == floats_at({1, 3, 7, 9}));
+  CHECK(m.read_all(m.path("x", "data")) == floats_at({0, 1, 2, 0, 1, 2}));  // stride 0
+  std::string all = m.read_all(m.path("w.T", "data"));
+  for (std::size_t off = 0; off < all.size(); ++off) {
+    for (std::size_t len = 1; off + len <= all.size(); len += 3) {
+      CHECK(m.read_all(m.path("w.T", "data"), off, len) == all.substr(off, len));
+    }
+  }
+}
+
+TEST_CASE("meta.json describes the view and its sharing") {
+  Mounted m(checkpoint_with_views());
+  auto meta = nlohmann::json::parse(m.read_all(m.path("w.T", "meta.json")));
+  CHECK(meta["key"] == "w.T");
+  CHECK(meta["stride"] == nlohmann::json::array({1, 4}));
+  CHECK(meta["contiguous"] == false);
+  CHECK(meta["file_offset"].is_null());
+  CHECK(meta["numpy"] == "<f4");
+  CHECK(meta["storage"]["record"] == "archive/data/0");
+  CHECK(meta["shared_with"] == nlohmann::json::array({"w", "a/b", "x", "bad"}));
+  auto bad = nlohmann::json::parse(m.read_all(m.path("bad", "meta.json")));
+  CHECK(bad["broken"] == "its view needs 56 bytes of storage \"0\" but it has 48");
+}
+
+TEST_CASE("model.safetensors: every tensor, valid by the format's rules, bytes exact") {
+  Mounted m(checkpoint_with_views());
+  std::string file = m.read_all(m.path("model.safetensors"));
+  struct stat st {};
+  REQUIRE(m.tree.stat(m.path("model.safetensors"), st));
+  CHECK(static_cast<std::size_t>(st.st_size) == file.size());
+  std::uint64_t n = 0;
+  std::memcpy(&n, file.data(), 8);
+  CHECK(n % 8 == 0);  // padded with spaces to 8
+  auto header = nlohmann::json::parse(file.substr(8, n));
+  CHECK(header["__metadata__"] == nlohmann::json({{"format", "pt"}}));
+  const std::string data = file.substr(8 + n);
+  // Every servable tensor (the broken one left out), contiguous in entry order, gathered.
+  std::uint64_t at = 0;
+  for (const char* key : {"w", "w.T", "a/b", "x"}) {
+    CAPTURE(key);
+    auto t = header[key];
+    CHECK(t["dtype"] == "F32");
+    CHECK(t["data_offsets"][0] == at);
+    at = t["data_offsets"][1];
+    const std::string dir = key == std::string("a/b") ? "a%2Fb" : key;
+    CHECK(data.substr(t["data_offsets"][0], at - t["data_offsets"][0].get<std::uint64_t>()) ==
+          m.read_all(m.path(dir, "data")));
+  }
+  CHECK(at == data.size());
+  CHECK_FALSE(header.contains("bad"));
+  SUBCASE("any slice reads the same bytes") {
+    for (std::size_t off = 0; off < file.size(); off += 13) {
+      for (std::size_t len : {1, 7, 100, 4096}) {
+        CHECK(m.read_all(m.path("model.safetensors"), off, len) == file.substr(off, len));
+      }
+    }
+  }
+}
+
+TEST_CASE("shard_size: the sharded set as save_pretrained splits it") {
+  // Tensors of 48, 48, 16, 24 bytes in shards of at most 64 bytes: [w], [w.T, a/b], [x].
+  Mounted m(checkpoint_with_views(), {.shard_size = 64});
+  CHECK(m.list(Tree::root_ino) ==
+        std::vector<std::string>{"index.json", "model.safetensors.index.json",
+                                 "model-00001-of-00003.safetensors",
+                                 "model-00002-of-00003.safetensors",
+                                 "model-00003-of-00003.safetensors", "w", "w.T", "a%2Fb", "x", "bad"});
+  auto index = nlohmann::json::parse(m.read_all(m.path("model.safetensors.index.json")));
+  CHECK(index["metadata"]["total_size"] == 48 + 48 + 16 + 24);
+  CHECK(index["weight_map"] == nlohmann::json({{"w", "model-00001-of-00003.safetensors"},
+                                               {"w.T", "model-00002-of-00003.safetensors"},
+                                               {"a/b", "model-00002-of-00003.safetensors"},
+                                               {"x", "model-00003-of-00003.safetensors"}}));
+  std::string second = m.read_all(m.path("model-00002-of-00003.safetensors"));
+  std::uint64_t n = 0;
+  std::memcpy(&n, second.data(), 8);
+  auto header = nlohmann::json::parse(second.substr(8, n));
+  CHECK(header["w.T"]["data_offsets"] == nlohmann::json::array({0, 48}));
+  CHECK(header["a/b"]["data_offsets"] == nlohmann::json::array({48, 64}));
+  CHECK(second.substr(8 + n, 48) == m.read_all(m.path("w.T", "data")));
+}
+
+TEST_CASE("dtype=float16: floating tensors served converted, described as served") {
+  // Float32 0..11 as a plain, a transposed and a stride-0 view, and an int64 tensor.
+  PickleBuilder p;
+  p.proto(2).empty_dict().mark();
+  p.binunicode("w").tensor_v2("FloatStorage", "0", "cpu", 12, 0, {3, 4}, {4, 1});
+  p.binunicode("w.T").tensor_v2("FloatStorage", "0", "cpu", 12, 0, {4, 3}, {1, 4});
+  p.binunicode("i").tensor_v2("LongStorage", "1", "cpu", 2, 0, {2}, {1});
+  p.setitems().stop();
+  const std::string file = torch_zip(p.bytes(), {{"0", floats(12)}, {"1", std::string(16, '\7')}});
+  Mounted plain(file);
+  Mounted half(file, {.dtype = DType::float16});
+  for (const char* key : {"w", "w.T"}) {
+    CAPTURE(key);
+    const std::string f32 = plain.read_all(plain.path(key, "data"));
+    std::string want(f32.size() / 2, '\0');
+    convert(DType::float32, DType::float16, false, reinterpret_cast<const std::byte*>(f32.data()),
+            reinterpret_cast<std::byte*>(want.data()), f32.size() / 4);
+    CHECK(half.read_all(half.path(key, "data")) == want);
+    for (std::size_t off = 0; off < want.size(); ++off) {  // every offset, odd ones included
+      CHECK(half.read_all(half.path(key, "data"), off, 3) == want.substr(off, 3));
+    }
+    CHECK(half.read_all(half.path(key, "tensor.npy")).ends_with(want));
+    auto meta = nlohmann::json::parse(half.read_all(half.path(key, "meta.json")));
+    CHECK(meta["dtype"] == "float16");
+    CHECK(meta["stored_dtype"] == "float32");
+    CHECK(meta["nbytes"] == want.size());
+    CHECK(meta["numpy"] == "<f2");
+    CHECK(meta["file_offset"].is_null());
+    CHECK(meta["contiguous"] == false);
+  }
+  // Integers are served as stored.
+  CHECK(half.read_all(half.path("i", "data")) == std::string(16, '\7'));
+  auto meta = nlohmann::json::parse(half.read_all(half.path("i", "meta.json")));
+  CHECK(meta["dtype"] == "int64");
+  CHECK_FALSE(meta["file_offset"].is_null());
+  // model.safetensors holds the converted bytes, as F16.
+  const std::string st = half.read_all(half.path("model.safetensors"));
+  std::uint64_t n = 0;
+  std::memcpy(&n, st.data(), 8);
+  auto header = nlohmann::json::parse(st.substr(8, n));
+  CHECK(header["w"]["dtype"] == "F16");
+  CHECK(header["i"]["dtype"] == "I64");
+  CHECK(st.substr(8 + n, 24) == half.read_all(half.path("w", "data")));
+}
+
+// tensor.pt as the writer would stream it, the data record being `data`.
+std::string expected_torch_file(const Model& model, const Tensor& tensor, const std::string& data,
+                                DType dtype) {
+  TensorFileSpec spec = tensor_file_spec(model, tensor);
+  spec.dtype = dtype;
+  TorchArchive archive = tensor_file(spec, {.prefix = "tensor"});
+  std::string out;
+  archive.write([&](std::string_view b) { out += b; },
+                [&](std::size_t, ZipStreamWriter& z) { z.write(data); });
+  return out;
+}
+
+TEST_CASE("tensor.pt: the writer's archive, data spliced or gathered, CRCs made on need") {
+  Mounted m(checkpoint_with_views());
+  for (const char* key : {"w", "w.T", "x"}) {
+    CAPTURE(key);
+    const Tree::Ino pt = m.path(key, "tensor.pt");
+    REQUIRE(pt != 0);
+    const Entry& e = m.tree.model().entries[m.tree.node(m.path(key))->index];
+    const Tensor& t = m.tree.model().tensors[e.tensor];
+    const std::string want =
+        expected_torch_file(m.tree.model(), t, m.read_all(m.path(key, "data")), t.dtype);
+    struct stat st {};
+    REQUIRE(m.tree.stat(pt, st));
+    CHECK(static_cast<std::size_t>(st.st_size) == want.size());  // known before any CRC
+    CHECK(m.read_all(pt) == want);
+    for (std::size_t off = 0; off < want.size(); off += 29) {  // any slice, the tail first too
+      CHECK(m.read_all(pt, want.size() - 1 - off, 41) == want.substr(want.size() - 1 - off, 41));
+    }
+    // Our own readers take it back: one tensor, the same bytes.
+    MemorySource file(want);
+    ZipArchive zip(file);
+    const ZipEntry* record = zip.find("tensor/data/0");
+    REQUIRE(record);
+    CHECK(record->data_offset % 64 == 0);  // aligned, as torch.load(mmap=True) needs
+    CHECK(file.read_string(record->data_offset, record->size) == m.read_all(m.path(key, "data")));
+  }
+  CHECK(m.path("bad", "tensor.pt") == 0);  // broken: no tensor to hold
+}
+
+TEST_CASE("derived files are made on first use, once") {
+  Mounted m(checkpoint_with_views());
+  struct stat st {};
+  REQUIRE(m.tree.stat(m.path("w", "meta.json"), st));
+  const std::string first = m.read_all(m.path("w", "meta.json"));
+  CHECK(static_cast<std::size_t>(st.st_size) == first.size());
+  CHECK(m.read_all(m.path("w", "meta.json")) == first);
+}
+
+TEST_CASE("sources: meta.json and index.json name each tensor's file; nodes know theirs") {
+  std::string one = safetensors_file({{"a", "F32", {2}, floats(2)}}, {{"format", "pt"}});
+  std::string two = safetensors_file({{"b", "U8", {3}, "xyz"}});
+  MemorySource first(one, "one.safetensors"), second(two, "two.safetensors");
+  ShardIndex index;
+  index.shards = {"sub/one.safetensors", "two.safetensors"};
+  index.weight_map = {{"b", 1}, {"a", 0}, {"gone", 1}};
+  index.metadata = {{"note", "hi"}};
+  std::vector<Model> shards;
+  shards.push_back(read_safetensors(first, "sub/one.safetensors"));
+  shards.push_back(read_safetensors(second, "two.safetensors"));
+  TreeOptions options;
+  options.source_path = "/models/x";
+  Tree tree(combine_shards(index, std::move(shards)), options);
+  const ByteSource* sources[] = {&first, &second};
+  auto ino_of = [&](std::string_view dir, std::string_view file) {
+    Tree::Ino ino = tree.lookup(Tree::root_ino, dir);
+    if (!file.empty()) ino = tree.lookup(ino, file);
+    REQUIRE(ino != 0);
+    return ino;
+  };
+  auto read = [&](std::string_view dir, std::string_view file) {
+    ReadBuffer buffer;
+    tree.read(ino_of(dir, file), 0, 1 << 20, sources, buffer);
+    std::string out;
+    for (const auto& p : buffer.pieces()) {
+      out += p.memory ? std::string(p.memory, p.length)
+                      : sources[p.source]->read_string(p.source_offset, p.length);
+    }
+    return out;
+  };
+  auto index_json = nlohmann::json::parse(read("index.json", ""));
+  CHECK(index_json["format"] == "sharded");
+  CHECK(index_json["source"] == "/models/x");
+  CHECK(index_json["sources"] == nlohmann::json::array({"sub/one.safetensors", "two.safetensors"}));
+  CHECK(index_json["metadata"] == nlohmann::json::object({{"note", "hi"}}));
+  CHECK(index_json["total_bytes"] == 11);  // 8 + 3; the broken "gone" counts nothing
+  auto meta_a = nlohmann::json::parse(read("a", "meta.json"));
+  CHECK(meta_a["source"] == "sub/one.safetensors");
+  CHECK(meta_a["file_offset"] == one.size() - 8);  // in its own file
+  CHECK(nlohmann::json::parse(read("b", "meta.json"))["source"] == "two.safetensors");
+  auto meta_gone = nlohmann::json::parse(read("gone", "meta.json"));
+  CHECK(meta_gone["source"].is_null());
+  CHECK(meta_gone["broken"] == "the index puts it in \"two.safetensors\", which has no tensor of "
+                               "that name");
+  CHECK(read("b", "data") == "xyz");
+  // Opens check the source of what they open: a tensor's files, its file; the rest, every file.
+  auto source = [&](std::string_view dir, std::string_view file = {}) {
+    auto n = tree.node(ino_of(dir, file));
+    REQUIRE(n);
+    return tree.source_of(*n);
+  };
+  CHECK(source("a", "data") == 0);
+  CHECK(source("a", "meta.json") == 0);
+  CHECK(source("b", "tensor.npy") == 1);
+  CHECK(source("b") == 1);
+  CHECK(source("gone", "meta.json") == Tree::every_source);
+  CHECK(source("index.json") == Tree::every_source);
+  CHECK(source("model.safetensors") == Tree::every_source);  // the export reads every shard
+  CHECK(tree.source_of(*tree.node(Tree::root_ino)) == Tree::every_source);
+}
+
+TEST_SUITE_END();
