@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 
 #include <charconv>
+#include <cstdint>
+#include <optional>
 
 namespace ckptfs::cli {
 namespace {
@@ -18,8 +20,32 @@ bool parse_number(std::string_view text, T& out, int base) {
   return static_cast<unsigned long long>(out) == value;
 }
 
+// "256M", "1GiB", "4096": bytes, with an optional binary suffix.
+std::optional<std::uint64_t> parse_size(std::string_view text) {
+  std::size_t digits = 0;
+  while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') ++digits;
+  std::uint64_t value = 0;
+  if (digits == 0 || !parse_number(text.substr(0, digits), value, 10)) return std::nullopt;
+  std::string_view suffix = text.substr(digits);
+  if (suffix.ends_with("iB")) suffix.remove_suffix(2);
+  if (suffix.size() > 1) return std::nullopt;
+  int shift = 0;
+  if (!suffix.empty()) {
+    switch (suffix[0]) {
+      case 'K': case 'k': shift = 10; break;
+      case 'M': case 'm': shift = 20; break;
+      case 'G': case 'g': shift = 30; break;
+      case 'T': case 't': shift = 40; break;
+      default: return std::nullopt;
+    }
+  }
+  if (shift != 0 && value > (~std::uint64_t{0} >> shift)) return std::nullopt;
+  return value << shift;
+}
+
 // One -o item; returns an error message or "".
 std::string take_option(std::string_view item, MountOptions& o) {
+  if (std::string error; take_remote_option(item, o.remote, error)) return error;
   auto value_of = [&](std::string_view name) -> std::optional<std::string_view> {
     if (item.size() > name.size() && item.starts_with(name) && item[name.size()] == '=') {
       return item.substr(name.size() + 1);
@@ -69,6 +95,48 @@ std::string take_option_list(std::string_view list, MountOptions& o) {
 }
 
 }  // namespace
+
+bool take_remote_option(std::string_view item, RemoteOptions& remote, std::string& error) {
+  auto value_of = [&](std::string_view name) -> std::optional<std::string_view> {
+    if (item.size() > name.size() && item.starts_with(name) && item[name.size()] == '=') {
+      return item.substr(name.size() + 1);
+    }
+    return std::nullopt;
+  };
+  if (item == "insecure") {
+    remote.insecure = true;
+  } else if (auto c = value_of("cacert")) {
+    remote.cacert = std::string(*c);
+  } else if (auto size = value_of("cache_size")) {
+    auto bytes = parse_size(*size);
+    // Readahead needs room for a few requests; past a terabyte is surely a typo.
+    if (!bytes || *bytes < (4u << 20) || *bytes > (1ull << 40)) {
+      error = fmt::format("invalid cache_size '{}' (4M to 1T)", *size);
+    } else {
+      remote.cache_size = *bytes;
+    }
+  } else if (auto dir = value_of("cache_dir")) {
+    remote.cache_dir = std::string(*dir);
+  } else if (auto dir_size = value_of("cache_dir_size")) {
+    auto bytes = parse_size(*dir_size);
+    if (!bytes || *bytes < (1u << 20)) {
+      error = fmt::format("invalid cache_dir_size '{}' (at least 1M)", *dir_size);
+    } else {
+      remote.cache_dir_size = *bytes;
+    }
+  } else if (auto t = value_of("timeout")) {
+    double seconds = 0;
+    auto [end, ec] = std::from_chars(t->data(), t->data() + t->size(), seconds);
+    if (ec != std::errc{} || end != t->data() + t->size() || !(seconds >= 0.1 && seconds <= 3600)) {
+      error = fmt::format("invalid timeout '{}' (seconds, 0.1 to 3600)", *t);
+    } else {
+      remote.timeout = std::chrono::milliseconds(static_cast<long long>(seconds * 1000));
+    }
+  } else {
+    return false;
+  }
+  return true;
+}
 
 bool is_ignored_option(std::string_view option) {
   // mount(8), fstab and systemd options that can reach a helper (mount.fuse3 drops only a few of

@@ -2,6 +2,8 @@
 // The command line of `ckptfs [options] CHECKPOINT MOUNTPOINT`, parsed without libfuse.
 #pragma once
 
+#include <ckptfs/source/remote.hpp>
+
 #include <optional>
 #include <string>
 #include <string_view>
@@ -24,6 +26,7 @@ struct MountOptions {
   unsigned read_ahead_kb = 512;           // -o read_ahead_kb=N: the mount's readahead (root only)
   unsigned busy_poll_us = 200;            // -o busy_poll_us=N: polling for the next request
   std::vector<std::string> fuse_options;  // every other -o option, for libfuse and the kernel
+  RemoteOptions remote;  // insecure, cacert=, cache_size=, cache_dir=, cache_dir_size=, timeout=
 };
 
 // Parses argv (without the program name). Returns the options, or an error message for a usage
@@ -39,6 +42,12 @@ struct ParseResult {
   std::string error;  // non-empty on a usage error
 };
 ParseResult parse_mount_options(const std::vector<std::string>& args);
+
+// Takes one -o item when it is an option of remote sources (insecure, cacert=FILE,
+// cache_size=SIZE, cache_dir=DIR, cache_dir_size=SIZE, timeout=SECONDS): sets it in `remote`
+// and returns true, or sets `error` for a bad value. SIZE is bytes, or a number with K, M, G or
+// T (powers of 1024; KiB, MiB... too). Returns false for any other item.
+bool take_remote_option(std::string_view item, RemoteOptions& remote, std::string& error);
 
 // Whether an -o option is one that parse_mount_options() accepts and ignores (fstab, mount(8) and
 // systemd options, access-time flags, "rw").
