@@ -47,8 +47,8 @@ options (before or after CHECKPOINT MOUNTPOINT):
        umask=OCTAL         permission bits to clear (default 0222: files 0444, dirs 0555)
        allow_other         let other users read the mount (needs user_allow_other for non-root)
        notify_fd=N         write "1\n" to descriptor N once mounted ("0\n" if not), close it
-       read_ahead_kb=N     the mount's readahead in KiB, set when run as root (default 512;
-                           0 keeps the kernel's 128)
+       read_ahead_kb=N     the mount's readahead in KiB, set when run as root (default 512,
+                           2048 for a URL; 0 keeps the kernel's 128)
        busy_poll_us=N      after each request, one thread polls N microseconds for the next
                            before sleeping (default 200; 0 never; off with a single CPU)
      remote checkpoints (URLs):
@@ -100,6 +100,9 @@ int usage_error(const std::string& message) {
   fmt::print(stderr, "ckptfs: {} (try 'ckptfs --help')\n", message);
   return static_cast<int>(ExitCode::usage);
 }
+
+// The mount's readahead for a remote checkpoint, unless -o read_ahead_kb= says otherwise.
+constexpr unsigned remote_read_ahead_kb = 2048;
 
 // The remote side, for a URL: its options from the command line, S3's from the environment.
 // Null for a local file.
@@ -232,7 +235,10 @@ int run_mount(const std::vector<std::string>& args) {
     request.foreground = o.foreground;
     request.debug = o.debug;
     request.fuse_options = o.fuse_options;
-    request.read_ahead_kb = o.read_ahead_kb;
+    // A remote checkpoint's reads are copies out of the block cache, not splices: more of them
+    // in flight (a larger kernel readahead) keep the serving threads busy. Measured on a 1.5 GiB
+    // file over loopback HTTP: 0.45 GiB/s at 512 KiB, 0.85 at 2 MiB, 0.73 at 8 MiB.
+    request.read_ahead_kb = remote && !o.read_ahead_kb_given ? remote_read_ahead_kb : o.read_ahead_kb;
     request.busy_poll = std::chrono::microseconds(o.busy_poll_us);
     request.fsname = escaped_fsname(absolute);
     request.notifier = &notifier;

@@ -73,6 +73,7 @@ std::string take_option(std::string_view item, MountOptions& o) {
     if (!parse_number(*r, o.read_ahead_kb, 10) || o.read_ahead_kb > (1u << 20)) {
       return fmt::format("invalid read_ahead_kb '{}' (0 to 1048576)", *r);
     }
+    o.read_ahead_kb_given = true;
   } else if (auto b = value_of("busy_poll_us")) {
     if (!parse_number(*b, o.busy_poll_us, 10) || o.busy_poll_us > 1'000'000) {
       return fmt::format("invalid busy_poll_us '{}' (0 to 1000000)", *b);

@@ -24,6 +24,7 @@ struct MountOptions {
   std::optional<mode_t> umask;
   std::optional<int> notify_fd;           // -o notify_fd=N, --notify-fd N: readiness is written there
   unsigned read_ahead_kb = 512;           // -o read_ahead_kb=N: the mount's readahead (root only)
+  bool read_ahead_kb_given = false;       // whether -o read_ahead_kb= was given
   unsigned busy_poll_us = 200;            // -o busy_poll_us=N: polling for the next request
   std::vector<std::string> fuse_options;  // every other -o option, for libfuse and the kernel
   RemoteOptions remote;  // insecure, cacert=, cache_size=, cache_dir=, cache_dir_size=, timeout=

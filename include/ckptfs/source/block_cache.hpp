@@ -27,9 +27,14 @@ namespace ckptfs {
 class Block {
  public:
   enum class State : int { pending, ready, failed };
+  // Buffers of this many bytes are kept for reuse (up to 32 MiB of them).
+  static constexpr std::size_t pooled_length = 256 * 1024;
 
-  // Allocates `length` bytes. Throws std::bad_alloc.
+  // Allocates `length` bytes (a buffer of `pooled_length` bytes freed by an earlier block
+  // when there is one: fresh memory costs page faults on every first write). Throws
+  // std::bad_alloc.
   explicit Block(std::size_t length);
+  ~Block();
   Block(const Block&) = delete;
   Block& operator=(const Block&) = delete;
 

@@ -20,7 +20,7 @@ struct RemoteShared;
 
 // Bytes per cached block: the unit of fetching and caching. A small random read fetches the
 // block(s) it touches, never more.
-inline constexpr std::uint64_t remote_block_size = 256 * 1024;
+inline constexpr std::uint64_t remote_block_size = 256 * 1024;  // == Block::pooled_length
 
 struct RemoteOptions {
   bool insecure = false;    // -o insecure: no TLS certificate or host name verification

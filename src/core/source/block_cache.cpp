@@ -4,9 +4,53 @@
 
 namespace ckptfs {
 
+namespace {
+
+// Buffers of freed blocks, for the next blocks.
+class BufferPool {
+ public:
+  std::unique_ptr<std::byte[]> take() {
+    {
+      std::lock_guard lock(mutex_);
+      if (!free_.empty()) {
+        auto buffer = std::move(free_.back());
+        free_.pop_back();
+        return buffer;
+      }
+    }
+    return std::make_unique_for_overwrite<std::byte[]>(Block::pooled_length);
+  }
+  void give(std::unique_ptr<std::byte[]> buffer) noexcept {
+    std::lock_guard lock(mutex_);
+    if (free_.size() < kept) {
+      try {
+        free_.push_back(std::move(buffer));
+      } catch (...) {
+      }
+    }
+  }
+
+ private:
+  static constexpr std::size_t kept = (32u << 20) / Block::pooled_length;
+  std::mutex mutex_;
+  std::vector<std::unique_ptr<std::byte[]>> free_;
+};
+
+BufferPool& pool() {
+  static BufferPool* p = new BufferPool;  // never destroyed: blocks may outlive static objects
+  return *p;
+}
+
+}  // namespace
+
 Block::Block(std::size_t length)
-    : bytes_(std::make_unique_for_overwrite<std::byte[]>(length == 0 ? 1 : length)),
+    : bytes_(length == pooled_length ? pool().take()
+                                     : std::make_unique_for_overwrite<std::byte[]>(length == 0 ? 1 : length)),
       length_(length) {}
+
+Block::~Block() {
+  if (length_ == pooled_length) pool().give(std::move(bytes_));
+}
 
 void Block::finish(State state) {
   {

@@ -660,15 +660,22 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
   std::optional<Failure> final_failure_;
 };
 
-// Sequential-read detection per source: a few streams, each the position a reader is at and
+// Sequential-read detection per source: a few streams, each where a reader has read up to and
 // how far ahead of it blocks are fetched.
 struct Stream {
-  std::uint64_t next = 0;        // the block after the last one read
-  std::uint64_t window = 0;      // blocks to keep fetched ahead of `next`; 0: none (random)
+  std::uint64_t end = 0;           // the end of the furthest read, in bytes
+  std::uint64_t window = 0;        // blocks to keep fetched ahead of `end`; 0: none (random)
   std::uint64_t issued_until = 0;  // blocks below this were asked for
-  std::uint64_t used = 0;        // for replacing the least recently used stream
+  std::uint64_t used = 0;          // for replacing the least recently used stream
   bool live = false;
 };
+// A read continues a stream when it starts at most this far behind or ahead of the stream's
+// end: the kernel's readahead comes as several reads of up to 512 KiB, answered by several
+// threads in any order.
+constexpr std::uint64_t stream_slack = 1 << 20;
+// Reads shorter than this never start or grow a readahead: a format's scattered header reads
+// at mount stay requests of one block.
+constexpr std::uint64_t min_sequential_read = 4096;
 
 class RemoteSource final : public ByteSource {
  public:
@@ -773,7 +780,8 @@ class RemoteSource final : public ByteSource {
   }
 
   // Sequential reads grow a readahead window; others fetch only what they read.
-  void read_ahead(std::uint64_t first, std::uint64_t last) const {
+  void read_ahead(std::uint64_t offset, std::uint64_t length) const {
+    const std::uint64_t end = offset + length;
     std::uint64_t from = 0;
     std::uint64_t to = 0;
     {
@@ -781,9 +789,7 @@ class RemoteSource final : public ByteSource {
       ++tick_;
       Stream* match = nullptr;
       for (Stream& s : streams_) {
-        // Reads continue where the last one ended, or overlap its last block, or come a little
-        // out of order (the kernel's readahead arrives on several threads).
-        if (s.live && first + 1 >= s.next && first <= s.next + std::max<std::uint64_t>(s.window, 1)) {
+        if (s.live && offset + stream_slack >= s.end && offset <= s.end + stream_slack) {
           match = &s;
           break;
         }
@@ -794,16 +800,18 @@ class RemoteSource final : public ByteSource {
           if (!s.live || s.used < oldest->used) oldest = &s;
           if (!s.live) break;
         }
-        *oldest = Stream{last + 1, 0, last + 1, tick_, true};
+        *oldest = Stream{end, 0, 0, tick_, true};
         return;
       }
       Stream& s = *match;
       s.used = tick_;
-      s.next = std::max(s.next, last + 1);
+      if (end <= s.end || length < min_sequential_read) return;  // no progress: nothing to do
+      s.end = end;
       s.window = s.window == 0 ? std::min(first_window, shared_->window_limit)
                                : std::min(s.window * 2, shared_->window_limit);
-      from = std::max(s.issued_until, s.next);
-      to = std::min(s.next + s.window, block_count_);
+      const std::uint64_t next = (end + block_size - 1) / block_size;
+      from = std::max(s.issued_until, next);
+      to = std::min(next + s.window, block_count_);
       if (to <= from) return;
       // Ask in whole requests' worth once the window is wide, so that requests stay large.
       if (to - from < blocks_per_request && to < block_count_ && s.window >= 2 * blocks_per_request) {
@@ -823,7 +831,7 @@ class RemoteSource final : public ByteSource {
     const auto deadline = Clock::now() + shared_->options.timeout;
     // What this read needs first, then what a sequential reader will need next.
     fetch_missing(first, last + 1, false);
-    read_ahead(first, last);
+    read_ahead(offset, out.size());
     std::size_t done = 0;
     for (std::uint64_t i = first; i <= last; ++i) {
       std::shared_ptr<Block> b = shared_->cache.find(BlockKey{object_->id, i});
