@@ -136,7 +136,7 @@ http {{
         nginx = shutil.which("nginx") or "/usr/sbin/nginx"
         self.proc = subprocess.Popen([nginx, "-c", str(self.config), "-p", str(self.dir)],
                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.PIPE, start_new_session=True)
+                                     stderr=subprocess.DEVNULL, start_new_session=True)
         wait_for_port(self.port, self.proc, what="nginx")
         if self.tls_port:
             wait_for_port(self.tls_port, self.proc, what="nginx (TLS)")
@@ -274,8 +274,11 @@ class FaultProxy:
         class Handler(socketserver.StreamRequestHandler):
             def handle(self):
                 self.connection.settimeout(60)
-                while proxy.serve_one(self):
-                    pass
+                try:
+                    while proxy.serve_one(self):
+                        pass
+                except OSError:
+                    pass  # the client went away (ckptfs gave up on this connection)
 
         class Server(socketserver.ThreadingMixIn, socketserver.TCPServer):
             daemon_threads = True

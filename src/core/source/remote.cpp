@@ -136,7 +136,7 @@ struct RemoteShared {
 
   void queue_disk_write(DiskWrite write) {
     std::lock_guard lock(disk_mutex);
-    if (disk_queue.size() >= 64 || disk_stopping) return;  // writing lags: this block is skipped
+    if (disk_queue.size() >= 64) return;  // writing lags behind the network: this block is skipped
     disk_queue.push_back(std::move(write));
     if (!disk_thread.joinable()) {
       disk_thread = std::thread([this] { disk_writer(); });
@@ -147,7 +147,7 @@ struct RemoteShared {
     std::unique_lock lock(disk_mutex);
     while (true) {
       disk_wake.wait(lock, [&] { return disk_stopping || !disk_queue.empty(); });
-      if (disk_stopping) return;
+      if (disk_queue.empty()) return;  // stopping, with everything written
       DiskWrite w = std::move(disk_queue.front());
       disk_queue.pop_front();
       lock.unlock();
@@ -156,6 +156,7 @@ struct RemoteShared {
       lock.lock();
     }
   }
+  // Writes what is queued, then stops the thread (the next block queued starts it again).
   void stop_disk_writer() {
     std::thread thread;
     {
@@ -178,6 +179,10 @@ struct RemoteShared {
   std::uint64_t max_in_flight = 0;             // bytes of readahead requested, not yet there
   std::atomic<std::uint64_t> in_flight{0};
   std::atomic<std::uint32_t> next_id{0};
+  // Until then (steady_ms()), reads make one attempt, not retries until the timeout: a read that
+  // just failed for want of a server is followed by the kernel's own retries of the same pages,
+  // which would each wait the whole timeout again.
+  std::atomic<std::int64_t> failing_until{0};
 
   std::mutex disk_mutex;
   std::condition_variable disk_wake;
@@ -581,6 +586,7 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
 
  private:
   void succeed() {
+    shared_.failing_until.store(0, std::memory_order_relaxed);
     if (mode_ == Mode::read) {
       for (std::size_t k = 0; k < blocks_.size(); ++k) block_done(k);
     } else {
@@ -593,6 +599,10 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
 
   void fail(Failure f) {
     f.message = object_->scrub(std::move(f.message));
+    if (f.retry && !cancelled) {
+      shared_.failing_until.store(steady_ms() + shared_.options.timeout.count(),
+                                  std::memory_order_relaxed);
+    }
     if (mode_ == Mode::read) {
       for (std::size_t k = 0; k < blocks_.size(); ++k) {
         auto& block = blocks_[k];
@@ -743,8 +753,9 @@ class RemoteSource final : public ByteSource {
       const std::uint64_t offset = (first + at) * block_size;
       std::uint64_t length = 0;
       for (const auto& b : part) length += b->length();
+      const bool failing = steady_ms() < shared_->failing_until.load(std::memory_order_relaxed);
       auto job = std::make_shared<RangeFetch>(*shared_, object_, RangeFetch::Mode::read, offset,
-                                              length, ~0u);
+                                              length, failing ? 1u : ~0u);
       job->set_blocks(first + at, std::move(part));
       if (readahead) {
         shared_->in_flight.fetch_add(length, std::memory_order_relaxed);
