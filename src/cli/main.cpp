@@ -56,7 +56,8 @@ options (before or after CHECKPOINT MOUNTPOINT):
                            EIO (default 30); the mount's first request too
        cache_size=SIZE     memory cache shared by all files (default 256M; K, M, G suffixes)
        cache_dir=DIR       also keep fetched blocks in DIR, across mounts (several mounts may
-                           share one DIR); cache_dir_size=SIZE bounds it (default 32G)
+                           share one DIR)
+       cache_dir_size=SIZE the most cache_dir may hold (default 32G)
        cacert=FILE         CA certificates to verify HTTPS servers with
        insecure            do not verify HTTPS certificates
        ...                 any other libfuse or kernel mount option; ro is implied, rw and

@@ -283,7 +283,7 @@ class ManPageTests(TempDirTestCase):
         """The same codes, each described with (at least) the words --help uses."""
         help_codes = help_exit_codes(self.help)
         man_codes = man_exit_codes(self.sections["EXIT STATUS"])
-        self.assertEqual(sorted(help_codes), list(range(7)))
+        self.assertEqual(sorted(help_codes), list(range(9)))
         self.assertEqual(sorted(man_codes), sorted(help_codes), "exit codes: man vs --help")
         for code, meaning in help_codes.items():
             missing = words(meaning) - words(man_codes[code])
