@@ -179,6 +179,21 @@ class HttpTests(RemoteTestCase):
                 self.assertEqual(json.loads(remote.stdout), json.loads(local.stdout))
                 self.assert_same_as_local(path, url)
 
+    def test_option_values(self):
+        url = self.nginx.url("fixtures/convnet.pth")
+        for bad in ("cache_size=1K", "cache_size=2X", "timeout=0", "timeout=abc",
+                    "cache_dir_size=10"):
+            with self.subTest(option=bad):
+                r = self.ckptfs("inspect", "-o", bad, url)
+                self.assertEqual(r.returncode, 1, r.stderr)
+                self.assertEqual(self.ckptfs("-o", bad, url, self.new_dir()).returncode, 1)
+        self.assertEqual(self.ckptfs("inspect", "-o", "allow_other", url).returncode, 1)
+        r = self.ckptfs("inspect", "-ocache_size=8M,timeout=2.5", "-o", "insecure", url)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        # The remote options are accepted, and mean nothing, for a local file.
+        mnt, proc = self.mount(fixture_path("convnet"), "-o", "timeout=5,cache_size=64M")
+        self.unmount(mnt, proc)
+
     def test_https_http2_and_verification(self):
         local = fixture_path("training")
         url = self.nginx.url("fixtures/training.pth", tls=True)
