@@ -30,9 +30,10 @@ namespace detail {
 namespace {
 
 constexpr std::uint64_t block_size = remote_block_size;
-// Readahead on sequential reads: the window starts at 4 blocks (1 MiB) and doubles with each
-// sequential read up to 64 MiB (less with a small cache), fetched by requests of up to 4 MiB,
-// so that up to 16 are in flight.
+// Readahead on sequential reads: the window is as large as what the stream has read so far,
+// from 4 blocks (1 MiB) up to 64 MiB (less with a small cache), so that a reader that stops
+// never leaves more unread than it read; fetched by requests of up to 4 MiB, so that up to 16
+// are in flight.
 constexpr std::uint64_t first_window = 4;
 constexpr std::uint64_t largest_window = 256;
 constexpr std::uint64_t blocks_per_request = 16;
@@ -673,6 +674,7 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
 // Sequential-read detection per source: a few streams, each where a reader has read up to and
 // how far ahead of it blocks are fetched.
 struct Stream {
+  std::uint64_t start = 0;         // where the stream began, in bytes
   std::uint64_t end = 0;           // the end of the furthest read, in bytes
   std::uint64_t window = 0;        // blocks to keep fetched ahead of `end`; 0: none (random)
   std::uint64_t issued_until = 0;  // blocks below this were asked for
@@ -811,15 +813,16 @@ class RemoteSource final : public ByteSource {
           if (!s.live || s.used < oldest->used) oldest = &s;
           if (!s.live) break;
         }
-        *oldest = Stream{end, 0, 0, tick_, true};
+        *oldest = Stream{offset, end, 0, 0, tick_, true};
         return;
       }
       Stream& s = *match;
       s.used = tick_;
       if (end <= s.end || length < min_sequential_read) return;  // no progress: nothing to do
       s.end = end;
-      s.window = s.window == 0 ? std::min(first_window, shared_->window_limit)
-                               : std::min(s.window * 2, shared_->window_limit);
+      s.window = std::clamp<std::uint64_t>((s.end - s.start) / block_size, first_window,
+                                           std::max(first_window, shared_->window_limit));
+      s.window = std::min(s.window, shared_->window_limit);
       const std::uint64_t next = (end + block_size - 1) / block_size;
       from = std::max(s.issued_until, next);
       to = std::min(next + s.window, block_count_);
