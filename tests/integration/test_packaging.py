@@ -881,7 +881,8 @@ class CompletionTests(TempDirTestCase):
 
     def test_mount_options(self):
         names = sorted(["uid=", "gid=", "umask=", "allow_other", "allow_root", "auto_unmount",
-                        "notify_fd=", "read_ahead_kb=", "busy_poll_us=", "ro"])
+                        "notify_fd=", "read_ahead_kb=", "busy_poll_us=", "ro", "timeout=",
+                        "cache_size=", "cache_dir=", "cache_dir_size=", "cacert=", "insecure"])
         self.assertEqual(self.complete("ckptfs -o "), names)
         self.assertEqual(self.complete("ckptfs a.pth mnt -o "), names)
         self.assertEqual(self.complete("ckptfs -o u"), ["uid=", "umask="])

@@ -502,7 +502,8 @@ class FaultTests(RemoteTestCase):
                 self.assertLess(seconds, FAULT_TIMEOUT + SLACK)
 
     def test_faults_at_mount(self):
-        for fault, code in (("503", 8), ("ignore_range", 2), ("stall", 8)):
+        for fault, code in (("503", 8), ("ignore_range", 2), ("stall", 8), ("reset", 8),
+                            ("truncate", 8)):
             with self.subTest(fault=fault):
                 self.proxy.faults_left, self.proxy.mode = None, fault
                 start = time.monotonic()

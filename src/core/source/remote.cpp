@@ -376,7 +376,9 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
     auto* f = static_cast<RangeFetch*>(self);
     const std::size_t n = size * count;
     if (!f->accepted_) {
+      // An error's body, kept for its <Code>; a server that goes on past that is cut off.
       const std::size_t room = max_error_body - std::min(max_error_body, f->error_body_.size());
+      if (room == 0) return 0;
       f->error_body_.append(data, std::min(n, room));
       return n;
     }
