@@ -292,7 +292,8 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
       backoff += std::chrono::milliseconds(std::uniform_int_distribution<int>(
           0, static_cast<int>(backoff.count() / 2))(random_));
       if (retry_after_) {
-        const auto asked = std::chrono::seconds(*retry_after_);
+        // Capped: a hostile value must not overflow the clock (a day is past any timeout).
+        const auto asked = std::chrono::seconds(std::min<std::uint64_t>(*retry_after_, 86400));
         if (Clock::now() + asked >= deadline_) {
           f.message += fmt::format(" (the server asked to retry after {} s, past the timeout)",
                                    *retry_after_);
@@ -563,8 +564,11 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
       case CURLE_TOO_MANY_REDIRECTS:
       case CURLE_OUT_OF_MEMORY:
         return {ExitCode::io, what, false};
-      case CURLE_COULDNT_RESOLVE_HOST:
-        return {ExitCode::unreachable, what, true};
+      case CURLE_ABORTED_BY_CALLBACK:  // not started: the deadline had passed
+        return {ExitCode::unreachable,
+                fmt::format("no answer within the timeout ({} s)",
+                            shared_.options.timeout.count() / 1000.0),
+                false};
       default:
         return {ExitCode::unreachable, what, true};
     }
