@@ -7,8 +7,13 @@
 
 #include <doctest/doctest.h>
 
+#include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
+#include <unistd.h>
+#include <utility>
+#include <vector>
 
 using namespace ckptfs;
 
@@ -152,8 +157,10 @@ TEST_CASE("S3Settings::from_environment(): both keys or neither, an http(s) endp
   };
   Env saved[] = {Env("AWS_ACCESS_KEY_ID"), Env("AWS_SECRET_ACCESS_KEY"), Env("AWS_SESSION_TOKEN"),
                  Env("AWS_REGION"), Env("AWS_DEFAULT_REGION"), Env("AWS_ENDPOINT_URL"),
-                 Env("AWS_ENDPOINT_URL_S3")};
+                 Env("AWS_ENDPOINT_URL_S3"), Env("AWS_PROFILE"), Env("AWS_CONFIG_FILE"),
+                 Env("AWS_SHARED_CREDENTIALS_FILE"), Env("HOME")};
   for (auto& e : saved) ::unsetenv(e.name);
+  ::setenv("HOME", "/nonexistent/ckptfs-home", 1);
 
   S3Settings none = S3Settings::from_environment();
   CHECK(none.access_key.empty());
@@ -177,6 +184,70 @@ TEST_CASE("S3Settings::from_environment(): both keys or neither, an http(s) endp
   CHECK(s.endpoint == "https://s3.example");
   ::setenv("AWS_ENDPOINT_URL_S3", "s3://nope", 1);
   CHECK_THROWS_AS(S3Settings::from_environment(), Error);
+}
+
+TEST_CASE("S3Settings::from_environment(): the shared credentials and config files") {
+  char pattern[] = "/tmp/ckptfs-aws-XXXXXX";
+  REQUIRE(::mkdtemp(pattern) != nullptr);
+  const std::string dir = pattern;
+  const std::string credentials = dir + "/credentials";
+  const std::string config = dir + "/config";
+  {
+    FILE* f = std::fopen(credentials.c_str(), "w");
+    REQUIRE(f);
+    std::fputs("[default]\naws_access_key_id = AKDEFAULT\naws_secret_access_key = sdefault\n"
+               "# a comment\n[work]\naws_access_key_id=AKWORK\naws_secret_access_key=swork\n"
+               "aws_session_token = tokwork\n",
+               f);
+    std::fclose(f);
+    f = std::fopen(config.c_str(), "w");
+    REQUIRE(f);
+    std::fputs("[default]\nregion = eu-north-1\n[profile work]\nregion = ca-central-1\n"
+               "endpoint_url = https://objects.example\n",
+               f);
+    std::fclose(f);
+  }
+  const char* names[] = {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+                         "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL",
+                         "AWS_ENDPOINT_URL_S3", "AWS_PROFILE", "AWS_CONFIG_FILE",
+                         "AWS_SHARED_CREDENTIALS_FILE"};
+  std::vector<std::pair<std::string, std::optional<std::string>>> old;
+  for (const char* n : names) {
+    const char* v = std::getenv(n);
+    old.emplace_back(n, v ? std::optional<std::string>(v) : std::nullopt);
+    ::unsetenv(n);
+  }
+  ::setenv("AWS_SHARED_CREDENTIALS_FILE", credentials.c_str(), 1);
+  ::setenv("AWS_CONFIG_FILE", config.c_str(), 1);
+  S3Settings d = S3Settings::from_environment();
+  CHECK(d.access_key == "AKDEFAULT");
+  CHECK(d.secret_key == "sdefault");
+  CHECK(d.session_token.empty());
+  CHECK(d.region == "eu-north-1");
+  ::setenv("AWS_PROFILE", "work", 1);
+  S3Settings w = S3Settings::from_environment();
+  CHECK(w.access_key == "AKWORK");
+  CHECK(w.session_token == "tokwork");
+  CHECK(w.region == "ca-central-1");
+  CHECK(w.endpoint == "https://objects.example");
+  // The environment wins over the files.
+  ::setenv("AWS_ACCESS_KEY_ID", "AKENV", 1);
+  ::setenv("AWS_SECRET_ACCESS_KEY", "senv", 1);
+  ::setenv("AWS_REGION", "us-west-2", 1);
+  S3Settings e = S3Settings::from_environment();
+  CHECK(e.access_key == "AKENV");
+  CHECK(e.session_token.empty());
+  CHECK(e.region == "us-west-2");
+  for (auto& [n, v] : old) {
+    if (v) {
+      ::setenv(n.c_str(), v->c_str(), 1);
+    } else {
+      ::unsetenv(n.c_str());
+    }
+  }
+  std::remove(credentials.c_str());
+  std::remove(config.c_str());
+  ::rmdir(dir.c_str());
 }
 
 TEST_SUITE_END();

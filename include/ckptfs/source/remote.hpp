@@ -35,11 +35,15 @@ struct RemoteOptions {
 };
 
 // How s3:// URLs are reached, from the usual AWS variables (read once):
-//   AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY (both or neither: unsigned requests, for public
-//   buckets), AWS_SESSION_TOKEN, AWS_REGION (else AWS_DEFAULT_REGION, else us-east-1),
-//   AWS_ENDPOINT_URL_S3 (else AWS_ENDPOINT_URL): a custom endpoint, addressed path-style
-//   (ENDPOINT/bucket/key); without one, https://BUCKET.s3.REGION.amazonaws.com/KEY
-//   (path-style on s3.REGION.amazonaws.com when the bucket name has a dot).
+//   AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY (both or neither), AWS_SESSION_TOKEN; without
+//   them, aws_access_key_id, aws_secret_access_key and aws_session_token of profile
+//   AWS_PROFILE (default "default") in AWS_SHARED_CREDENTIALS_FILE (~/.aws/credentials), else
+//   in AWS_CONFIG_FILE (~/.aws/config); without any, unsigned requests (public buckets).
+//   AWS_REGION, else AWS_DEFAULT_REGION, else the profile's region, else us-east-1.
+//   AWS_ENDPOINT_URL_S3, else AWS_ENDPOINT_URL, else the profile's endpoint_url: a custom
+//   endpoint, addressed path-style (ENDPOINT/bucket/key); without one,
+//   https://BUCKET.s3.REGION.amazonaws.com/KEY (path-style on s3.REGION.amazonaws.com when the
+//   bucket name has a dot).
 struct S3Settings {
   std::string access_key;
   std::string secret_key;

@@ -20,6 +20,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <fstream>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <random>
@@ -926,6 +928,37 @@ void target_s3(const Url& url, const S3Settings& s3, Object& o) {
 }  // namespace
 }  // namespace detail
 
+namespace {
+
+// The keys of section `section` of an AWS shared INI file ("[default]", "[profile x]"...);
+// empty when the file or the section is missing.
+std::map<std::string, std::string> ini_section(const std::string& path, const std::string& section) {
+  std::map<std::string, std::string> out;
+  std::ifstream in(path);
+  std::string line;
+  bool inside = false;
+  auto trim = [](std::string t) {
+    const auto first = t.find_first_not_of(" \t\r");
+    const auto last = t.find_last_not_of(" \t\r");
+    return first == std::string::npos ? std::string{} : t.substr(first, last - first + 1);
+  };
+  while (std::getline(in, line)) {
+    line = trim(line);
+    if (line.empty() || line[0] == '#' || line[0] == ';') continue;
+    if (line.front() == '[' && line.back() == ']') {
+      inside = trim(line.substr(1, line.size() - 2)) == section;
+      continue;
+    }
+    const auto equals = line.find('=');
+    if (inside && equals != std::string::npos) {
+      out[trim(line.substr(0, equals))] = trim(line.substr(equals + 1));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 S3Settings S3Settings::from_environment() {
   auto env = [](const char* name) {
     const char* v = std::getenv(name);
@@ -935,17 +968,47 @@ S3Settings S3Settings::from_environment() {
   s.access_key = env("AWS_ACCESS_KEY_ID");
   s.secret_key = env("AWS_SECRET_ACCESS_KEY");
   s.session_token = env("AWS_SESSION_TOKEN");
+  // Without keys in the environment, those of the shared files that `aws configure` writes.
+  const std::string profile = !env("AWS_PROFILE").empty() ? env("AWS_PROFILE") : "default";
+  const std::string home = env("HOME");
+  std::map<std::string, std::string> config;
+  const std::string config_file =
+      !env("AWS_CONFIG_FILE").empty() ? env("AWS_CONFIG_FILE") : home.empty() ? "" : home + "/.aws/config";
+  if (!config_file.empty()) {
+    config = ini_section(config_file, profile == "default" ? "default" : "profile " + profile);
+  }
+  if (s.access_key.empty() && s.secret_key.empty()) {
+    const std::string credentials_file = !env("AWS_SHARED_CREDENTIALS_FILE").empty()
+                                             ? env("AWS_SHARED_CREDENTIALS_FILE")
+                                         : home.empty() ? ""
+                                                        : home + "/.aws/credentials";
+    auto keys = credentials_file.empty() ? std::map<std::string, std::string>{}
+                                         : ini_section(credentials_file, profile);
+    for (auto* source : {&keys, &config}) {
+      if (source->contains("aws_access_key_id") && s.access_key.empty()) {
+        s.access_key = (*source)["aws_access_key_id"];
+        s.secret_key = (*source)["aws_secret_access_key"];
+        s.session_token = (*source)["aws_session_token"];
+      }
+    }
+  }
   if (s.access_key.empty() != s.secret_key.empty()) {
     throw Error(ExitCode::usage, s.access_key.empty()
                                      ? "AWS_SECRET_ACCESS_KEY is set but AWS_ACCESS_KEY_ID is not"
-                                     : "AWS_ACCESS_KEY_ID is set but AWS_SECRET_ACCESS_KEY is not");
+                                     : "AWS_ACCESS_KEY_ID is set but AWS_SECRET_ACCESS_KEY is not "
+                                       "(or the profile of the shared credentials file has one "
+                                       "without the other)");
   }
   if (!env("AWS_REGION").empty()) {
     s.region = env("AWS_REGION");
   } else if (!env("AWS_DEFAULT_REGION").empty()) {
     s.region = env("AWS_DEFAULT_REGION");
+  } else if (!config["region"].empty()) {
+    s.region = config["region"];
   }
-  s.endpoint = !env("AWS_ENDPOINT_URL_S3").empty() ? env("AWS_ENDPOINT_URL_S3") : env("AWS_ENDPOINT_URL");
+  s.endpoint = !env("AWS_ENDPOINT_URL_S3").empty() ? env("AWS_ENDPOINT_URL_S3")
+               : !env("AWS_ENDPOINT_URL").empty() ? env("AWS_ENDPOINT_URL")
+                                                   : config["endpoint_url"];
   while (s.endpoint.ends_with('/')) s.endpoint.pop_back();
   if (!s.endpoint.empty()) {
     auto url = parse_url(s.endpoint);
