@@ -381,7 +381,8 @@ class S3Tests(RemoteTestCase):
     def env(self, **overrides):
         values = dict(AWS_ENDPOINT_URL=self.s3.endpoint, AWS_ACCESS_KEY_ID=S3Server.ACCESS_KEY,
                       AWS_SECRET_ACCESS_KEY=S3Server.SECRET_KEY, AWS_REGION="us-east-1",
-                      AWS_SESSION_TOKEN=None, AWS_ENDPOINT_URL_S3=None, AWS_DEFAULT_REGION=None)
+                      AWS_SESSION_TOKEN=None, AWS_ENDPOINT_URL_S3=None, AWS_DEFAULT_REGION=None,
+                      AWS_PROFILE=None, AWS_SHARED_CREDENTIALS_FILE=None, AWS_CONFIG_FILE=None)
         values.update(overrides)
         return environment(**values)
 
@@ -403,6 +404,21 @@ class S3Tests(RemoteTestCase):
                 finally:
                     self.unmount(rm, rp)
                     self.unmount(lm, lp)
+
+    def test_shared_credentials_file(self):
+        creds = self.tmp / "credentials"
+        creds.write_text(f"[default]\naws_access_key_id = nobody\naws_secret_access_key = x\n"
+                         f"[test]\naws_access_key_id = {S3Server.ACCESS_KEY}\n"
+                         f"aws_secret_access_key = {S3Server.SECRET_KEY}\n")
+        with self.env(AWS_ACCESS_KEY_ID=None, AWS_SECRET_ACCESS_KEY=None, AWS_PROFILE="test",
+                      AWS_SHARED_CREDENTIALS_FILE=str(creds), AWS_CONFIG_FILE=str(creds) + ".no"):
+            r = self.ckptfs("inspect", "s3://models/ckpt/convnet.pth")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with self.env(AWS_ACCESS_KEY_ID=None, AWS_SECRET_ACCESS_KEY=None, AWS_PROFILE="default",
+                      AWS_SHARED_CREDENTIALS_FILE=str(creds), AWS_CONFIG_FILE=str(creds) + ".no"):
+            r = self.ckptfs("inspect", "s3://models/ckpt/convnet.pth")
+        self.assertEqual(r.returncode, 7, r.stderr)
+        self.assertIn("InvalidAccessKeyId", r.stderr.decode())
 
     def test_session_token_is_signed_and_never_shown(self):
         with self.env(AWS_SESSION_TOKEN="FQoGZXIvYXdzSESSIONTOKEN"):
