@@ -82,10 +82,6 @@ class RemoteContext {
   // request, in whichever process makes it. Not concurrently with reads.
   void quiesce() noexcept;
 
-  // Requests sent and body bytes received so far (retries included).
-  std::uint64_t requests() const noexcept;
-  std::uint64_t bytes_received() const noexcept;
-
  private:
   std::shared_ptr<detail::RemoteShared> shared_;
 };

@@ -93,7 +93,6 @@ void HttpTransport::start_ready_jobs(CURLM* multi, std::vector<std::shared_ptr<J
       job->finish(CURLE_ABORTED_BY_CALLBACK, nullptr);
       continue;
     }
-    requests_.fetch_add(1, std::memory_order_relaxed);
     active_.emplace(easy, std::move(job));
   }
 }

@@ -8,7 +8,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -63,11 +62,6 @@ class HttpTransport {
   // to be called from the transport's thread.
   void quiesce();
 
-  // Requests started, and body bytes received, since construction.
-  std::uint64_t requests() const noexcept { return requests_.load(std::memory_order_relaxed); }
-  std::uint64_t bytes_received() const noexcept { return bytes_.load(std::memory_order_relaxed); }
-  void count_body_bytes(std::size_t n) noexcept { bytes_.fetch_add(n, std::memory_order_relaxed); }
-
  private:
   void run();
   void start_ready_jobs(CURLM* multi, std::vector<std::shared_ptr<Job>>& waiting);
@@ -82,8 +76,6 @@ class HttpTransport {
   std::thread thread_;
   std::unordered_map<CURL*, std::shared_ptr<Job>> active_;  // the thread's own
   std::vector<CURL*> idle_handles_;                          // the thread's own, for reuse
-  std::atomic<std::uint64_t> requests_{0};
-  std::atomic<std::uint64_t> bytes_{0};
 };
 
 }  // namespace ckptfs::detail

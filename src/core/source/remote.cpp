@@ -67,7 +67,6 @@ struct Object {
   std::string request_url;  // what is fetched: may hold credentials, never shown
   std::string name;         // display_location(): shown
   std::vector<std::string> secrets;  // texts never to show in a message
-  bool s3 = false;
   bool follow_redirects = false;
   std::string redirect_protocols;
   std::string sigv4;  // CURLOPT_AWS_SIGV4 for signed S3 requests; empty: none
@@ -389,7 +388,6 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
       f->failure_ = Failure{ExitCode::io, "the server sent more bytes than asked", true};
       return 0;
     }
-    f->shared_.transport.count_body_bytes(n);
     if (f->mode_ != Mode::read) {
       f->body_.append(data, n);
       f->received_ += n;
@@ -911,7 +909,6 @@ void target_s3(const Url& url, const S3Settings& s3, Object& o) {
     o.request_url = fmt::format("https://s3.{}.amazonaws.com/{}/{}", s3.region, bucket, encoded);
   }
   o.name = "s3://" + bucket + "/" + key;
-  o.s3 = true;
   o.header_lines.push_back(std::string("x-amz-content-sha256: ") + empty_sha256);
   if (!s3.access_key.empty()) {
     o.sigv4 = "aws:amz:" + s3.region + ":s3";
@@ -1033,10 +1030,6 @@ void RemoteContext::quiesce() noexcept {
   shared_->stop_disk_writer();
 }
 
-std::uint64_t RemoteContext::requests() const noexcept { return shared_->transport.requests(); }
-std::uint64_t RemoteContext::bytes_received() const noexcept {
-  return shared_->transport.bytes_received();
-}
 
 std::unique_ptr<ByteSource> RemoteContext::open(const std::string& location) {
   using detail::Object;
