@@ -31,6 +31,11 @@ FAULT_TIMEOUT = 4.0     # -o timeout= of the fault tests, seconds
 SLACK = 4.0             # what a failing read may take past its timeout (scheduling, unmount)
 
 
+def random_bytes(n, seed=1):
+    import random
+    return random.Random(seed).randbytes(n)
+
+
 def make_checkpoint(path, tensors, seed=0):
     """A torch.save state_dict with `tensors` {key: (rows, cols)} of float32, made by torch."""
     code = ("import sys, torch\n"
@@ -193,6 +198,44 @@ class HttpTests(RemoteTestCase):
         # The remote options are accepted, and mean nothing, for a local file.
         mnt, proc = self.mount(fixture_path("convnet"), "-o", "timeout=5,cache_size=64M")
         self.unmount(mnt, proc)
+
+    def test_hostile_files_same_verdict(self):
+        """Truncated, lying and hostile files: the same exit status and message by URL as from
+        the file (or the same listing when they are served)."""
+        from make_fixtures import G, R
+        from test_hostile import PickleAsm, build_zip, floats, good_checkpoint, v2
+        good = good_checkpoint()
+        entries = [{"name": "archive/data.pkl", "data": PickleAsm().dump({"w": v2("0", 4, (4,))})},
+                   {"name": "archive/data/0", "data": floats(4)},
+                   {"name": "archive/version", "data": b"3\n"}]
+        files = {f"cut{n}.pth": good[:n] for n in range(0, len(good), max(1, len(good) // 40))}
+        files["random.pth"] = bytes(random_bytes(5000))
+        files["cd_past_end.pth"] = build_zip(entries, cd_offset=1 << 31, zip64=True)
+        files["count.pth"] = build_zip(entries, count=65535)
+        files["cd_size.pth"] = build_zip(entries, cd_size=1 << 20)
+        lying = [dict(e) for e in entries]
+        lying[1]["size"] = 0xFFFFFFFE
+        files["record_size.pth"] = build_zip(lying)
+        lying = [dict(e) for e in entries]
+        lying[1]["header_offset"] = 1 << 30
+        files["lho.pth"] = build_zip(lying)
+        files["call.pth"] = build_zip([
+            {"name": "archive/data.pkl",
+             "data": PickleAsm().dump({"x": R(G("os", "system"), ("true",))})},
+            {"name": "archive/version", "data": b"3\n"}])
+        folder = self.root / "hostile"
+        folder.mkdir(exist_ok=True)
+        for name, data in files.items():
+            (folder / name).write_bytes(data)
+        for name in sorted(files):
+            with self.subTest(file=name):
+                local = self.ckptfs("inspect", "--json", folder / name)
+                remote = self.ckptfs("inspect", "--json", self.nginx.url(f"hostile/{name}"))
+                self.assertEqual(remote.returncode, local.returncode, remote.stderr)
+                self.assertEqual(remote.stdout, local.stdout)
+                if local.returncode:
+                    self.assertEqual(remote.stderr.decode().split(": ", 2)[2],
+                                     local.stderr.decode().split(": ", 2)[2])
 
     def test_https_http2_and_verification(self):
         local = fixture_path("training")
