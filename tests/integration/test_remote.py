@@ -463,6 +463,30 @@ class S3Tests(RemoteTestCase):
         self.assertEqual(r.returncode, 7, r.stderr)
         self.assertIn("InvalidAccessKeyId", r.stderr.decode())
 
+    def test_presigned_url(self):
+        """A presigned URL is plain HTTP(S): its query goes to the server as it is, and is never
+        shown. The server refuses it once its signature is changed."""
+        url = self.s3.presign("ckpt/training.pth")
+        signature = url.rsplit("X-Amz-Signature=", 1)[1]
+        with self.env(AWS_ACCESS_KEY_ID=None, AWS_SECRET_ACCESS_KEY=None):
+            rm, rp = self.mount(url)
+            lm, lp = self.mount(fixture_path("training"))
+            try:
+                self.assertEqual(tree(rm), tree(lm))
+                for text in (Path("/proc/mounts").read_text(),
+                             Path(f"/proc/{rp.pid}/cmdline").read_bytes().decode(),
+                             (rm / "index.json").read_text()):
+                    self.assertNotIn(signature, text)
+                    self.assertNotIn("X-Amz-Credential", text)
+            finally:
+                self.unmount(rm, rp)
+                self.unmount(lm, lp)
+            bad = url[:-4] + ("0000" if not url.endswith("0000") else "1111")
+            r = self.ckptfs("inspect", bad)
+        self.assertEqual(r.returncode, 7, r.stderr)
+        self.assertIn("SignatureDoesNotMatch", r.stderr.decode())
+        self.assertNotIn(signature[:-4], r.stderr.decode())
+
     def test_session_token_is_signed_and_never_shown(self):
         with self.env(AWS_SESSION_TOKEN="FQoGZXIvYXdzSESSIONTOKEN"):
             r = self.ckptfs("inspect", "s3://models/ckpt/convnet.pth")
