@@ -44,6 +44,19 @@ def wait_for_port(port, proc, timeout=START_TIMEOUT, what="server"):
     raise AssertionError(f"{what} not listening on 127.0.0.1:{port} after {timeout:g} s")
 
 
+def stop_process(proc):
+    """SIGTERM (nginx: fast shutdown, connections closed), then SIGKILL to its process group
+    after 10 s."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+
+
 def run(args, **kwargs):
     return subprocess.run([str(a) for a in args], capture_output=True, check=True, timeout=60,
                           **kwargs)
@@ -143,15 +156,7 @@ http {{
         return self
 
     def stop(self):
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.proc.terminate()  # fast shutdown: connections are closed
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=10)
+        stop_process(self.proc)
         self.proc = None
 
     def url(self, path, tls=False, userinfo=""):
@@ -220,13 +225,7 @@ class S3Server:
         return self
 
     def stop(self):
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=10)
+        stop_process(self.proc)
         self.proc = None
         if getattr(self, "log", None):
             self.log.close()

@@ -87,20 +87,18 @@ def ranges(requests):
 @contextlib.contextmanager
 def environment(**values):
     """os.environ with `values` set (None: unset) for the children started inside."""
+    def apply(settings):
+        for k, v in settings.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
     old = {k: os.environ.get(k) for k in values}
     try:
-        for k, v in values.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        apply(values)
         yield
     finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        apply(old)
 
 
 def in_thread(function, timeout):

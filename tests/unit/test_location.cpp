@@ -139,29 +139,39 @@ TEST_CASE("open_location(): local files as FileSource, URLs need a remote contex
   CHECK(self->fd() >= 0);
 }
 
-TEST_CASE("S3Settings::from_environment(): both keys or neither, an http(s) endpoint") {
-  struct Env {
-    const char* name;
-    std::string old;
-    bool had;
-    explicit Env(const char* n) : name(n), had(std::getenv(n) != nullptr) {
-      if (had) old = std::getenv(n);
+// The AWS variables (and HOME) unset for a test, and put back as they were after it.
+class CleanAwsEnvironment {
+ public:
+  CleanAwsEnvironment() {
+    for (const char* name : names_) {
+      const char* value = std::getenv(name);
+      saved_.emplace_back(name, value ? std::optional<std::string>(value) : std::nullopt);
+      ::unsetenv(name);
     }
-    ~Env() {
-      if (had) {
-        ::setenv(name, old.c_str(), 1);
+    ::setenv("HOME", "/nonexistent/ckptfs-home", 1);
+  }
+  ~CleanAwsEnvironment() {
+    for (const auto& [name, value] : saved_) {
+      if (value) {
+        ::setenv(name.c_str(), value->c_str(), 1);
       } else {
-        ::unsetenv(name);
+        ::unsetenv(name.c_str());
       }
     }
-  };
-  Env saved[] = {Env("AWS_ACCESS_KEY_ID"), Env("AWS_SECRET_ACCESS_KEY"), Env("AWS_SESSION_TOKEN"),
-                 Env("AWS_REGION"), Env("AWS_DEFAULT_REGION"), Env("AWS_ENDPOINT_URL"),
-                 Env("AWS_ENDPOINT_URL_S3"), Env("AWS_PROFILE"), Env("AWS_CONFIG_FILE"),
-                 Env("AWS_SHARED_CREDENTIALS_FILE"), Env("HOME")};
-  for (auto& e : saved) ::unsetenv(e.name);
-  ::setenv("HOME", "/nonexistent/ckptfs-home", 1);
+  }
+  CleanAwsEnvironment(const CleanAwsEnvironment&) = delete;
+  CleanAwsEnvironment& operator=(const CleanAwsEnvironment&) = delete;
 
+ private:
+  static constexpr const char* names_[] = {
+      "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_REGION",
+      "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_PROFILE",
+      "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE", "HOME"};
+  std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
+};
+
+TEST_CASE("S3Settings::from_environment(): both keys or neither, an http(s) endpoint") {
+  CleanAwsEnvironment clean;
   S3Settings none = S3Settings::from_environment();
   CHECK(none.access_key.empty());
   CHECK(none.region == "us-east-1");
@@ -207,16 +217,7 @@ TEST_CASE("S3Settings::from_environment(): the shared credentials and config fil
                f);
     std::fclose(f);
   }
-  const char* names[] = {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
-                         "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL",
-                         "AWS_ENDPOINT_URL_S3", "AWS_PROFILE", "AWS_CONFIG_FILE",
-                         "AWS_SHARED_CREDENTIALS_FILE"};
-  std::vector<std::pair<std::string, std::optional<std::string>>> old;
-  for (const char* n : names) {
-    const char* v = std::getenv(n);
-    old.emplace_back(n, v ? std::optional<std::string>(v) : std::nullopt);
-    ::unsetenv(n);
-  }
+  CleanAwsEnvironment clean;
   ::setenv("AWS_SHARED_CREDENTIALS_FILE", credentials.c_str(), 1);
   ::setenv("AWS_CONFIG_FILE", config.c_str(), 1);
   S3Settings d = S3Settings::from_environment();
@@ -238,13 +239,6 @@ TEST_CASE("S3Settings::from_environment(): the shared credentials and config fil
   CHECK(e.access_key == "AKENV");
   CHECK(e.session_token.empty());
   CHECK(e.region == "us-west-2");
-  for (auto& [n, v] : old) {
-    if (v) {
-      ::setenv(n.c_str(), v->c_str(), 1);
-    } else {
-      ::unsetenv(n.c_str());
-    }
-  }
   std::remove(credentials.c_str());
   std::remove(config.c_str());
   ::rmdir(dir.c_str());
