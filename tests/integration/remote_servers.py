@@ -8,6 +8,7 @@ Every server listens on 127.0.0.1 only, is started with a deadline and stopped i
 cleanup; nothing is left running.
 """
 
+import ctypes
 import http.client
 import os
 import re
@@ -42,6 +43,12 @@ def wait_for_port(port, proc, timeout=START_TIMEOUT, what="server"):
         except OSError:
             time.sleep(0.05)
     raise AssertionError(f"{what} not listening on 127.0.0.1:{port} after {timeout:g} s")
+
+
+def die_with_parent():
+    """In a child before exec: SIGTERM when the process that started it dies, so that a test
+    killed by its time limit leaves no server behind."""
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def stop_process(proc):
@@ -149,7 +156,8 @@ http {{
         nginx = shutil.which("nginx") or "/usr/sbin/nginx"
         self.proc = subprocess.Popen([nginx, "-c", str(self.config), "-p", str(self.dir)],
                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL, start_new_session=True)
+                                     stderr=subprocess.DEVNULL, start_new_session=True,
+                                     preexec_fn=die_with_parent)
         wait_for_port(self.port, self.proc, what="nginx")
         if self.tls_port:
             wait_for_port(self.tls_port, self.proc, what="nginx (TLS)")
@@ -220,7 +228,7 @@ class S3Server:
              "s3rver", "-d", str(data), "-a", "127.0.0.1", "-p", str(self.port), "--silent",
              "--configure-bucket", self.bucket],
             cwd=S3RVER_DIR, stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log,
-            start_new_session=True)
+            start_new_session=True, preexec_fn=die_with_parent)
         wait_for_port(self.port, self.proc, what="s3rver")
         return self
 
