@@ -73,9 +73,12 @@ class RemoteContext {
   //   answers that are not the object; a server that ignores Range requests); unreachable
   //   (DNS, connection, TLS verification, timeout, HTTP 5xx after retries); usage (a URL that
   //   does not parse).
-  // The source's name() is the URL without credentials; fd() is -1; reads go through the
-  // cache. Once a response shows another identity (the object was replaced, truncated or
-  // deleted), every read throws Error(io) and unchanged() is false.
+  // The source's name() is the URL without credentials; fd() is -1; times() are its
+  // Last-Modified; reads go through the cache and throw Error (io, unreachable, access_denied)
+  // once the timeout has passed without the bytes. Once a response shows another identity (the
+  // object was replaced, truncated or deleted), every read throws Error(io) and unchanged() is
+  // false. unchanged(true), asked at each open, also asks the server again in the background
+  // when the identity was last seen more than 5 s before (it never waits for the answer).
   std::unique_ptr<ByteSource> open(const std::string& url);
 
   // Stops the threads and closes the connections, for fork(): they start again on the next
