@@ -92,14 +92,6 @@ void set_mtime(const std::string& path, std::int64_t sec) {
 
 TEST_SUITE_BEGIN("open_model");
 
-TEST_CASE("sibling_location(): the one place shard locations are made") {
-  CHECK(sibling_location("dir/model.safetensors.index.json", "a.safetensors") ==
-        "dir/a.safetensors");
-  CHECK(sibling_location("/abs/dir/x.json", "sub/a.bin") == "/abs/dir/sub/a.bin");
-  CHECK(sibling_location("x.json", "a.safetensors") == "a.safetensors");
-  CHECK(sibling_location("dir/", "model.safetensors") == "dir/model.safetensors");
-}
-
 TEST_CASE("a single file: safetensors by name or first bytes, torch otherwise") {
   TempDir dir;
   std::string st = dir.write("weights.safetensors", one_tensor("w"));

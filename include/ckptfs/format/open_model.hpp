@@ -24,12 +24,6 @@ using SourceOpener = std::function<std::unique_ptr<ByteSource>(const std::string
 // Local files: FileSource.
 std::unique_ptr<ByteSource> open_local_file(const std::string& path);
 
-// The location of `name` in the directory holding `location` ("dir/model.safetensors.index.json"
-// and "model-00001-of-00002.safetensors" give "dir/model-00001-of-00002.safetensors"); a location
-// ending in '/' is that directory. The one place where shard locations are made, until the source
-// layer has its own helper (for URLs too).
-std::string sibling_location(const std::string& location, const std::string& name);
-
 struct OpenOptions {
   ReadLimits limits;              // torch.save files
   SafetensorsLimits safetensors;  // safetensors files
@@ -66,9 +60,10 @@ class OpenedModel {
 //     pytorch_model.bin, pytorch_model.bin.index.json in it (transformers' order); else its one
 //     *.index.json; else, without any, its one *.safetensors. Several candidates and none of
 //     those names (two *.index.json, say) is an error asking to name the one to mount;
-//   - a file named *.json: the index of a sharded set (read_shard_index()). Its shards are
-//     opened with options.open, each once, and read in parallel (at most 8 at a time), each as a
-//     file below; the first that fails, in the index's order, is the error, naming it;
+//   - a file or URL named *.json: the index of a sharded set (read_shard_index()). Its shards
+//     (sibling_location() of the index, source/location.hpp: URLs too) are opened with
+//     options.open, each once, and read in parallel (at most 8 at a time), each as a file
+//     below; the first that fails, in the index's order, is the error, naming it;
 //   - a file named *.safetensors or whose first bytes are a safetensors header length and '{':
 //     read_safetensors();
 //   - a zip: torch.save's (TorchScript and torch.package are refused); a file starting with '{':

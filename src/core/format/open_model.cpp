@@ -3,6 +3,7 @@
 // directory by the files in it, a sharded set by its index, its shards opened in parallel.
 #include <ckptfs/base/error.hpp>
 #include <ckptfs/format/open_model.hpp>
+#include <ckptfs/source/location.hpp>
 #include <ckptfs/source/open_file.hpp>
 
 #include <fmt/format.h>
@@ -22,9 +23,16 @@ namespace {
 // Shards read at once: parsing is quick, but a remote shard waits on the network.
 constexpr std::size_t max_parallel_shards = 8;
 
+// The last component of a path, or of a URL's path (never its query: a presigned URL's
+// signature): what Model::sources calls a single file, and what its name ends with.
 std::string file_name(const std::string& location) {
-  auto slash = location.rfind('/');
-  return slash == std::string::npos ? location : location.substr(slash + 1);
+  std::string path = location;
+  if (is_url(location)) {
+    auto url = parse_url(location);
+    path = url ? url->path : std::string();
+  }
+  auto slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
 bool newer(std::int64_t sec, std::int64_t nsec, std::int64_t than_sec, std::int64_t than_nsec) {
@@ -56,7 +64,7 @@ bool is_zip(const ByteSource& source) {
 // A model file (never an index): safetensors or torch.save. `name` is its name in Model::sources.
 Model read_model_file(const ByteSource& source, const std::string& location, std::string name,
                       const OpenOptions& options) {
-  if (location.ends_with(".safetensors") || looks_like_safetensors(source)) {
+  if (file_name(location).ends_with(".safetensors") || looks_like_safetensors(source)) {
     return read_safetensors(source, std::move(name), options.safetensors);
   }
   Model m = read_torch(source, std::move(name), options.limits);
@@ -111,12 +119,13 @@ OpenedModel open_sharded(const std::string& location, std::unique_ptr<ByteSource
 
 OpenedModel open_file(const std::string& location, const OpenOptions& options) {
   std::unique_ptr<ByteSource> source = options.open(location);
-  if (location.ends_with(".json") ||
-      (!location.ends_with(".safetensors") && !looks_like_safetensors(*source) &&
+  const std::string name = file_name(location);
+  if (name.ends_with(".json") ||
+      (!name.ends_with(".safetensors") && !looks_like_safetensors(*source) &&
        !is_zip(*source) && starts_like_json(*source))) {
     return open_sharded(location, std::move(source), options);
   }
-  Model model = read_model_file(*source, location, file_name(location), options);
+  Model model = read_model_file(*source, location, name, options);
   std::vector<std::unique_ptr<ByteSource>> sources;
   sources.push_back(std::move(source));
   return OpenedModel(std::move(sources), std::move(model));
@@ -172,11 +181,6 @@ std::string choose_in_directory(const std::string& directory) {
 
 std::unique_ptr<ByteSource> open_local_file(const std::string& path) {
   return std::make_unique<FileSource>(path);
-}
-
-std::string sibling_location(const std::string& location, const std::string& name) {
-  auto slash = location.rfind('/');
-  return slash == std::string::npos ? name : location.substr(0, slash + 1) + name;
 }
 
 OpenedModel::OpenedModel(std::vector<std::unique_ptr<ByteSource>> sources, Model model,
