@@ -3,7 +3,7 @@
 set -euo pipefail
 packages=(
   g++ cmake ninja-build pkg-config
-  libfuse3-dev fuse3 libfmt-dev nlohmann-json3-dev doctest-dev
+  libfuse3-dev fuse3 libfmt-dev nlohmann-json3-dev doctest-dev zlib1g-dev
   python3-torch python3-numpy
   rsync fuse-zip
   dpkg-dev file man-db groff-base  # scripts/package.sh (dpkg-shlibdeps) and the man page tests
