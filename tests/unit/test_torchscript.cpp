@@ -446,6 +446,18 @@ TEST_CASE("hostile archives: broken tensors or clear refusals") {
     CHECK(error_of(zip.build()) == ExitCode::unsupported);
     CHECK(message_of(zip.build()).find("older layout") != std::string::npos);
   }
+  SUBCASE("an archive that lost data.pkl or constants.pkl") {
+    ZipBuilder zip;
+    zip.add("m/constants.pkl", "\x80\x02).", torch_entry());
+    zip.add("m/data/0", floats(2), torch_entry());
+    CHECK(error_of(zip.build()) == ExitCode::bad_checkpoint);
+    CHECK(message_of(zip.build()).find("without data.pkl") != std::string::npos);
+    ZipBuilder zip2;
+    zip2.add("m/data.pkl", net_pickle(), torch_entry());
+    zip2.add("m/code/__torch__.py", net_code, torch_entry());
+    CHECK(error_of(zip2.build()) == ExitCode::bad_checkpoint);
+    CHECK(message_of(zip2.build()).find("\"m/constants.pkl\"") != std::string::npos);
+  }
   SUBCASE("a root that is not a module: every tensor an attribute") {
     std::string pkl = state_dict_pickle({{"w", "0", 2, 0, {2}, {1}}});
     Model m = read_archive(script_archive(pkl, {{"data/0", floats(2)}}));

@@ -71,12 +71,18 @@ ZipLayout find_zip_layout(const ZipArchive& zip) {
     }
   }
   if (!layout.data_pkl) {
+    bool torchscript = false;
     for (const auto& e : zip.entries()) {
-      if (e.name.ends_with("/constants.pkl") || e.name.ends_with("/model.json")) {
+      if (e.name.ends_with("/model.json")) {
         throw Error(ExitCode::unsupported,
-                    "a TorchScript archive of an older layout (no data.pkl), which ckptfs "
-                    "does not read: load it with torch.jit.load and save it again");
+                    "a TorchScript archive of an older layout (model.json, no data.pkl), which "
+                    "ckptfs does not read: load it with torch.jit.load and save it again");
       }
+      torchscript = torchscript || e.name.ends_with("/constants.pkl");
+    }
+    if (torchscript) {
+      throw Error(ExitCode::bad_checkpoint,
+                  "a TorchScript archive without data.pkl: nothing says what its records are");
     }
     bool has_version = false;
     for (const auto& e : zip.entries()) {
@@ -88,6 +94,14 @@ ZipLayout find_zip_layout(const ZipArchive& zip) {
                             : "a zip file without data.pkl: not a torch.save checkpoint");
   }
   return layout;
+}
+
+bool has_code_records(const ZipArchive& zip, const std::string& prefix) {
+  const std::string code = prefix + "/code/";
+  for (const auto& e : zip.entries()) {
+    if (e.name.starts_with(code)) return true;
+  }
+  return false;
 }
 
 // ---- legacy stream -----------------------------------------------------------------------
@@ -180,8 +194,9 @@ Model finish(Format format, bool big_endian, std::string source_name, pickle::Gr
 Model read_zip(const ByteSource& source, std::string name, const ReadLimits& limits) {
   ZipArchive zip(source);
   ZipLayout layout = find_zip_layout(zip);
-  // torch.load hands an archive with a constants.pkl to torch.jit.load.
-  if (zip.find(layout.prefix + "/constants.pkl")) {
+  // torch.load hands an archive with a constants.pkl to torch.jit.load; one with code/ records
+  // but no constants.pkl is a TorchScript archive that lost it (read_torchscript says so).
+  if (zip.find(layout.prefix + "/constants.pkl") || has_code_records(zip, layout.prefix)) {
     return read_torchscript(source, zip, layout.prefix, std::move(name), limits);
   }
   bool big_endian = read_byteorder(source, zip, layout.prefix);
