@@ -849,10 +849,12 @@ def fixture_bigendian_source():
 
 @torch.jit.script
 class TSHolder:
-    """A TorchScript class (not a module): its tensor is an attribute, never in state_dict."""
+    """A TorchScript class (not a module): its tensor is an attribute, never in state_dict,
+    though a bool `training` follows it as in a module (only the declarations tell)."""
 
     def __init__(self, t: torch.Tensor):
         self.t = t
+        self.training = True
 
 
 class TSInner(nn.Module):

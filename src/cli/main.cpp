@@ -27,10 +27,10 @@ constexpr const char* usage_text = R"(usage: ckptfs [options] CHECKPOINT MOUNTPO
        ckptfs inspect CHECKPOINT [--json]
        ckptfs -h | --help | -V | --version
 
-Mounts a PyTorch checkpoint (.pth/.pt/.ckpt/.bin written by torch.save) read-only: every
-state_dict key becomes a directory with the tensor's raw `data`, a `meta.json` and a
-`tensor.npy`, and every read is an offset read inside the checkpoint. Its pickle is never
-executed.
+Mounts a PyTorch checkpoint (.pth/.pt/.ckpt/.bin written by torch.save or torch.jit.save)
+read-only: every state_dict key becomes a directory with the tensor's raw `data`, a
+`meta.json` and a `tensor.npy`, and every read is an offset read inside the checkpoint. Its
+pickle is never executed.
 
 options (before or after CHECKPOINT MOUNTPOINT):
   -f                     stay in the foreground; "ckptfs: mounted ..." on stderr once mounted
@@ -70,7 +70,7 @@ exit status:
   2  the checkpoint cannot be opened or read
   3  the zip container is invalid
   4  the pickle is invalid or the checkpoint is inconsistent
-  5  a valid file ckptfs does not serve (compressed record, TorchScript, tar format)
+  5  a valid file ckptfs does not serve (compressed record, tar format, no tensors)
   6  the mount failed (mountpoint, /dev/fuse, permissions)
 )";
 

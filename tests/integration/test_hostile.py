@@ -812,6 +812,29 @@ class TorchScriptTests(HostileTestCase):
             data = rezip(self.source, methods={c: method for c in self.code})
             self.assert_served(self.write(f"ts_code_{name}.pth", data))
 
+    def test_declarations_decide_what_state_dict_is(self):
+        """ts_script's code as torch wrote it (deflated) gives state_dict() exactly; the same code
+        compressed with bzip2 is ignored, and the fallback (tensor attributes before `training`)
+        then also takes the two tensors placed there that are no parameters: a plain attribute
+        set before Module.__init__ and a TorchScript class object's tensor."""
+        import zipfile
+        source = fixture_path("ts_script")
+        expected = [e["key"] for e in expected_doc("ts_script")["entries"]]
+        with zipfile.ZipFile(source) as z:
+            code = [i.filename for i in z.infolist() if "/code/" in i.filename]
+        for name, method in (("deflated", zipfile.ZIP_DEFLATED), ("bzip2", zipfile.ZIP_BZIP2)):
+            path = self.write(f"ts_script_{name}.pth",
+                              rezip(source, methods={c: method for c in code}))
+            r = self.inspect(path)
+            self.assertEqual(r.returncode, 0, r.stderr.decode(errors="replace"))
+            keys = [e["key"] for e in json.loads(r.stdout)["entries"]]
+            if name == "deflated":
+                self.assertEqual(keys, expected)
+            else:
+                moved = {"attributes.early.early": "early.early",
+                         "attributes.holder.t": "holder.t"}
+                self.assertEqual(sorted(keys), sorted(moved.get(k, k) for k in expected))
+
     def test_missing_records(self):
         key = next(iter(self.expected))
         constant = next(k for k in self.expected if k.startswith("constants."))
