@@ -898,6 +898,41 @@ class TorchScriptTests(HostileTestCase):
             self.assert_served(self.write(f"ts_code_first{i}.pth", data))
         self.assertFalse(marker.exists(), "a code record was run")
 
+    def test_modules_nested_deep_and_shared_wide(self):
+        """Modules nested 300,000 deep over one tensor: one key of 600 KB, in bounded time and
+        memory; a module reached along 2^20 paths: refused at the entry limit, as any DAG."""
+        import struct
+        t = PickleAsm().dump(v2("0", 4, (4,)))[2:-1]
+        module = b"c__torch__\nM\n)\x81}("
+        training = b"X\x08\x00\x00\x00training\x89"
+        n = 300_000
+        pkl = (b"\x80\x02" + (module + b"X\x01\x00\x00\x00m") * n
+               + module + b"X\x01\x00\x00\x00w" + t + training + b"ub"
+               + (training + b"ub") * n + b".")
+        code = b'class M(Module):\n  __parameters__ = ["w", ]\n  __buffers__ = []\n'
+        entries = [{"name": "d/data.pkl", "data": pkl}, {"name": "d/code/__torch__.py",
+                                                          "data": code},
+                   {"name": "d/constants.pkl", "data": b"\x80\x02)."},
+                   {"name": "d/data/0", "data": floats(4)}]
+        path = self.write("ts_deep_modules.pth", build_zip(entries))
+        r = self.inspect(path, rss_limit_mb=384 * SLOWDOWN)
+        self.assertEqual(r.returncode, 0, r.stderr.decode(errors="replace"))
+        (entry,) = json.loads(r.stdout)["entries"]
+        self.assertEqual(entry["key"], "m." * n + "w")
+        self.assertIsNone(entry.get("key_path"))
+        # {a: X, b: X} twenty levels deep, X a module: 2^20 keys from a small pickle.
+        levels = 20
+        out = bytearray(b"\x80\x02" + module + b"X\x01\x00\x00\x00w" + t + training + b"ub")
+        out += b"r" + struct.pack("<I", 1000)
+        for level in range(levels):
+            out += module + b"X\x01\x00\x00\x00aj" + struct.pack("<I", 1000 + level)
+            out += b"X\x01\x00\x00\x00bj" + struct.pack("<I", 1000 + level) + training + b"ub"
+            out += b"r" + struct.pack("<I", 1001 + level)
+        entries[0]["data"] = bytes(out + b".")
+        path = self.write("ts_wide_modules.pth", build_zip(entries))
+        self.assert_refused(path, EXIT["checkpoint"], r"more than 65536 entries",
+                            rss_limit_mb=384 * SLOWDOWN)
+
     def test_archives_without_tensors_are_refused(self):
         import torch
         for i, module in enumerate((torch.nn.ReLU(), torch.nn.Dropout(0.5),

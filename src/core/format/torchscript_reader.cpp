@@ -10,8 +10,14 @@
 
 #include <fmt/format.h>
 
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <string>
 #include <string_view>
+#include <unordered_map>
 #include <unordered_set>
+#include <vector>
 
 namespace ckptfs {
 namespace {
@@ -21,16 +27,6 @@ using pickle::Graph;
 using pickle::Kind;
 using pickle::no_node;
 using pickle::NodeId;
-
-// The qualified class name of an object of a TorchScript class ("__torch__.a.b.C"), or "".
-std::string torch_class_of(const Graph& g, NodeId id) {
-  if (g.kind(id) != Kind::object) return {};
-  NodeId callable = g.object(id).callable;
-  if (callable == no_node || g.kind(callable) != Kind::global) return {};
-  const pickle::Global& cls = g.global(callable);
-  if (cls.module != "__torch__" && !cls.module.starts_with("__torch__.")) return {};
-  return cls.dotted();
-}
 
 // The dict state of an object, or no_node.
 NodeId dict_state(const Graph& g, NodeId id) {
@@ -64,12 +60,41 @@ std::unordered_map<NodeId, NodeId> typed_container_aliases(const Graph& g) {
   return aliases;
 }
 
-// What torch.jit.load makes of an object: whether it is a module, and which attributes are
-// its parameters and buffers.
-struct ModuleShape {
+// The TorchScript classes of data.pkl's objects: their qualified names ("__torch__.a.b.C"),
+// and the class of each object of one.
+struct TorchClasses {
+  std::vector<std::string> names;
+  std::unordered_map<NodeId, std::uint32_t> of_object;  // object node -> index into names
+};
+
+TorchClasses torch_classes(const Graph& g) {
+  TorchClasses out;
+  std::unordered_map<NodeId, std::int64_t> of_global;  // GLOBAL node -> index, -1: not one
+  std::unordered_map<std::string, std::uint32_t> index;
+  for (NodeId id = 0; id < g.size(); ++id) {
+    if (g.kind(id) != Kind::object) continue;
+    NodeId callable = g.object(id).callable;
+    if (callable == no_node || g.kind(callable) != Kind::global) continue;
+    auto [it, inserted] = of_global.emplace(callable, -1);
+    if (inserted) {
+      const pickle::Global& cls = g.global(callable);
+      if (cls.module == "__torch__" || cls.module.starts_with("__torch__.")) {
+        auto [name, added] = index.emplace(cls.dotted(), out.names.size());
+        if (added) out.names.push_back(name->first);
+        it->second = name->second;
+      }
+    }
+    if (it->second >= 0) out.of_object.emplace(id, static_cast<std::uint32_t>(it->second));
+  }
+  return out;
+}
+
+// A class as torch.jit.load makes it from its declaration: a module or not, and which
+// attributes are parameters and buffers.
+struct DeclaredClass {
   bool module = false;
-  std::unordered_set<std::string> parameters;  // parameters and buffers both keep their
-  std::unordered_set<std::string> buffers;     // state order; parameters come first
+  std::unordered_set<std::string_view> parameters;  // views into the declaration
+  std::unordered_set<std::string_view> buffers;
 };
 
 struct Walks {
@@ -78,105 +103,115 @@ struct Walks {
   WalkPlan attributes;  // modules: every other attribute, then submodules
 };
 
+// Plans the two walks of data.pkl's modules. Memory: a few words per TorchScript object and
+// per attribute of a module, one set of names per declared class.
 class ModuleWalker {
  public:
-  ModuleWalker(const Graph& g, const Interpretation& in,
+  ModuleWalker(const Graph& g, const Interpretation& in, const TorchClasses& classes,
                const std::unordered_map<std::string, ClassDeclaration>& declarations)
-      : g_(g), in_(in), declarations_(declarations) {}
+      : g_(g), in_(in), classes_(classes) {
+    declared_.resize(classes.names.size());
+    for (std::size_t i = 0; i < classes.names.size(); ++i) {
+      auto it = declarations.find(classes.names[i]);
+      if (it == declarations.end()) continue;
+      DeclaredClass& d = declared_[i].emplace();
+      d.module = it->second.module;
+      d.parameters.insert(it->second.parameters.begin(), it->second.parameters.end());
+      d.buffers.insert(it->second.buffers.begin(), it->second.buffers.end());
+    }
+  }
 
   Walks run() {
     Walks walks;
     walks.state_dict.aliases = typed_container_aliases(g_);
     walks.attributes.aliases = walks.state_dict.aliases;
     aliases_ = &walks.state_dict.aliases;
-    shapes_.assign(g_.size(), std::nullopt);
-    for (NodeId id = 0; id < g_.size(); ++id) shapes_[id] = shape_of(id);
-    for (NodeId id = 0; id < g_.size(); ++id) {
-      if (is_module(id)) plan_module(id, walks);
+    for (const auto& [id, cls] : classes_.of_object) {
+      if (auto training = module_shape(id, cls)) modules_.emplace(id, *training);
     }
+    for (const auto& [id, training] : modules_) plan_module(id, training, walks);
     walks.root_is_module = g_.root() != no_node && is_module(resolve(g_.root()));
     return walks;
   }
 
  private:
+  // Without a declaration, the attributes before this position of a module's state are its
+  // parameters and buffers; with one, no position says anything.
+  static constexpr std::size_t declared = std::numeric_limits<std::size_t>::max();
+
   NodeId resolve(NodeId id) const {
     auto it = aliases_->find(id);
     return it == aliases_->end() ? id : it->second;
   }
 
   bool is_tensor(NodeId id) const { return in_.tensor_of[id] >= 0; }
-  bool is_module(NodeId id) const { return shapes_[id] && shapes_[id]->module; }
+  bool is_module(NodeId id) const { return modules_.contains(id); }
 
   static std::optional<std::string_view> name_of(const Graph& g, NodeId key) {
     if (g.kind(key) != Kind::string) return std::nullopt;
     return std::string_view(g.text(key));
   }
 
-  std::optional<ModuleShape> shape_of(NodeId id) const {
-    std::string cls = torch_class_of(g_, id);
-    if (cls.empty()) return std::nullopt;
-    NodeId state = dict_state(g_, id);
-    ModuleShape shape;
-    if (auto it = declarations_.find(cls); it != declarations_.end()) {
-      shape.module = it->second.module;
-      shape.parameters.insert(it->second.parameters.begin(), it->second.parameters.end());
-      shape.buffers.insert(it->second.buffers.begin(), it->second.buffers.end());
-      return shape;
+  // Whether an object of TorchScript class `cls` is a module: nullopt if not, else `declared`
+  // or, without a declaration, the position of its bool `training` (the first attribute
+  // nn.Module.__init__ sets; where torch.jit.script and trace put a module's parameters and
+  // buffers: before it).
+  std::optional<std::size_t> module_shape(NodeId id, std::uint32_t cls) const {
+    if (declared_[cls]) {
+      return declared_[cls]->module ? std::optional<std::size_t>(declared) : std::nullopt;
     }
-    // No declaration: where torch.jit.script and trace put a module's parameters and buffers,
-    // before `training` (the first attribute nn.Module.__init__ sets).
-    if (state == no_node) return shape;
+    NodeId state = dict_state(g_, id);
+    if (state == no_node) return std::nullopt;
     const auto& items = g_.dict_items(state);
-    std::size_t training = items.size();
     for (std::size_t i = 0; i < items.size(); ++i) {
       if (name_of(g_, items[i].first) == "training" &&
           g_.kind(resolve(items[i].second)) == Kind::boolean) {
-        training = i;
-        break;
+        return i;
       }
     }
-    if (training == items.size()) return shape;
-    shape.module = true;
-    for (std::size_t i = 0; i < training; ++i) {
-      auto name = name_of(g_, items[i].first);
-      if (name && is_tensor(resolve(items[i].second))) shape.parameters.emplace(*name);
-    }
-    return shape;
+    return std::nullopt;
   }
 
-  void plan_module(NodeId id, Walks& walks) {
+  void plan_module(NodeId id, std::size_t training, Walks& walks) {
     NodeId state = dict_state(g_, id);
     auto& state_dict = walks.state_dict.children[id];
     // A module pickled through its own __getstate__ (the packed parameters of quantized
     // modules): state_dict() shows nothing of it; its state is walked as an object's.
     if (state == no_node) return;
-    const ModuleShape& shape = *shapes_[id];
+    const DeclaredClass* declaration =
+        training == declared ? &*declared_[classes_.of_object.at(id)] : nullptr;
     // The attributes once each, as torch sets them: the first position, the last value.
-    std::vector<std::pair<NodeId, NodeId>> attributes;
-    std::unordered_map<std::string_view, std::size_t> position;
-    for (const auto& [key, value] : g_.dict_items(state)) {
-      auto name = name_of(g_, key);
-      if (name) {
-        auto [it, inserted] = position.emplace(*name, attributes.size());
+    struct Attribute {
+      NodeId key, value;
+      std::size_t position;
+    };
+    std::vector<Attribute> attributes;
+    std::unordered_map<std::string_view, std::size_t> seen;
+    const auto& items = g_.dict_items(state);
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      auto [key, value] = items[i];
+      if (auto name = name_of(g_, key)) {
+        auto [it, inserted] = seen.emplace(*name, attributes.size());
         if (!inserted) {
-          attributes[it->second].second = resolve(value);
+          attributes[it->second].value = resolve(value);
           continue;
         }
       }
-      attributes.emplace_back(key, resolve(value));
+      attributes.push_back({key, resolve(value), i});
     }
     auto& other = walks.attributes.children[id];
     std::vector<std::pair<NodeId, NodeId>> buffers, modules;
-    for (const auto& [key, value] : attributes) {
-      auto name = name_of(g_, key);
-      if (name && is_tensor(value) && shape.parameters.contains(std::string(*name))) {
-        state_dict.emplace_back(key, value);
-      } else if (name && is_tensor(value) && shape.buffers.contains(std::string(*name))) {
-        buffers.emplace_back(key, value);
-      } else if (is_module(value)) {
-        modules.emplace_back(key, value);
+    for (const auto& a : attributes) {
+      auto name = name_of(g_, a.key);
+      bool tensor = name && is_tensor(a.value);
+      if (tensor && (declaration ? declaration->parameters.contains(*name) : a.position < training)) {
+        state_dict.emplace_back(a.key, a.value);
+      } else if (tensor && declaration && declaration->buffers.contains(*name)) {
+        buffers.emplace_back(a.key, a.value);
+      } else if (is_module(a.value)) {
+        modules.emplace_back(a.key, a.value);
       } else {
-        other.emplace_back(key, value);
+        other.emplace_back(a.key, a.value);
       }
     }
     state_dict.insert(state_dict.end(), buffers.begin(), buffers.end());
@@ -186,21 +221,11 @@ class ModuleWalker {
 
   const Graph& g_;
   const Interpretation& in_;
-  const std::unordered_map<std::string, ClassDeclaration>& declarations_;
+  const TorchClasses& classes_;
+  std::vector<std::optional<DeclaredClass>> declared_;  // per class of classes_
+  std::unordered_map<NodeId, std::size_t> modules_;     // module object -> its `training`
   const std::unordered_map<NodeId, NodeId>* aliases_ = nullptr;
-  std::vector<std::optional<ModuleShape>> shapes_;
 };
-
-// The qualified names of the TorchScript classes of data.pkl's objects.
-std::vector<std::string> torch_classes(const Graph& g) {
-  std::unordered_set<std::string> seen;
-  std::vector<std::string> out;
-  for (NodeId id = 0; id < g.size(); ++id) {
-    std::string cls = torch_class_of(g, id);
-    if (!cls.empty() && seen.insert(cls).second) out.push_back(std::move(cls));
-  }
-  return out;
-}
 
 const ZipEntry& record_or_refuse(const ZipArchive& zip, const std::string& name) {
   const ZipEntry* e = zip.find(name);
@@ -237,9 +262,9 @@ Model read_torchscript(const ByteSource& source, const ZipArchive& zip, const st
   bind_tensors(data_in.tensors, data_in.storage_refs, data_table);
   bind_tensors(constants_in.tensors, constants_in.storage_refs, constants_table);
 
-  auto declarations =
-      read_class_declarations(source, zip, prefix, torch_classes(data.graph), code_limits);
-  Walks walks = ModuleWalker(data.graph, data_in, declarations).run();
+  TorchClasses classes = torch_classes(data.graph);
+  auto declarations = read_class_declarations(source, zip, prefix, classes.names, code_limits);
+  Walks walks = ModuleWalker(data.graph, data_in, classes, declarations).run();
   WalkPlan constants_plan;
   constants_plan.aliases = typed_container_aliases(constants.graph);
 
