@@ -1024,7 +1024,8 @@ def check_torchscript_facts(out, made):
                 "attributes.history.1", "attributes.table.k", "attributes.rnn._flat_weights.0"):
         check(key in attributes, f"ts_script: {key} is among the attributes")
     check(keys("ts_trace", {"__part__": "constants"}), "ts_trace: tensor constants")
-    check(list(torch.jit.load(str(out / "ts_quantized.pth")).state_dict()) == ["3.weight", "3.bias"],
+    quantized_sd = list(torch.jit.load(str(out / "ts_quantized.pth")).state_dict())
+    check(quantized_sd == ["3.weight", "3.bias"],
           "ts_quantized: the LayerNorm only in state_dict, no packed weight")
     dtypes = {e["dtype"] for e in made["ts_quantized"][0]["entries"]}
     check("qint8" in dtypes, "ts_quantized: qint8 packed weights among the attributes")

@@ -62,8 +62,8 @@ std::string script_archive(const std::string& data_pkl, const std::vector<Record
       std::string packed = deflate_raw(r.bytes);
       options.size = r.bytes.size();
       options.compressed_size = packed.size();
-      options.crc32 = static_cast<std::uint32_t>(
-          crc32(0, reinterpret_cast<const Bytef*>(r.bytes.data()), static_cast<uInt>(r.bytes.size())));
+      options.crc32 = static_cast<std::uint32_t>(crc32(
+          0, reinterpret_cast<const Bytef*>(r.bytes.data()), static_cast<uInt>(r.bytes.size())));
       zip.add(prefix + "/" + r.name, packed, options);
     } else {
       zip.add(prefix + "/" + r.name, r.bytes, options);
@@ -252,8 +252,9 @@ TEST_CASE("without declarations: the tensor attributes before `training`") {
       CAPTURE(bad);
       std::string code = std::string("class Net(Module):\n") + bad + "  __buffers__ = []\n";
       Model m = read_archive(script_archive(
-          net_pickle(), with({{"code/__torch__.py", code}, {"code/__torch__/pkg/layers.py", lin_code}},
-                             net_storages())));
+          net_pickle(),
+          with({{"code/__torch__.py", code}, {"code/__torch__/pkg/layers.py", lin_code}},
+               net_storages())));
       CHECK(keys(m).front() == "running");  // the fallback: state order before `training`
     }
   }
@@ -495,7 +496,8 @@ TEST_CASE("modules shared, nested in themselves, with their own __getstate__; ty
     end_object(p).stop();
     std::string q_code = "class Packed(Module):\n  __parameters__ = []\n  __buffers__ = []\n";
     Model m = read_archive(script_archive(
-        p.bytes(), {{"code/__torch__/q.py", q_code}, {"data/0", floats(2)}, {"data/1", floats(1)}}));
+        p.bytes(),
+        {{"code/__torch__/q.py", q_code}, {"data/0", floats(2)}, {"data/1", floats(1)}}));
     CHECK(keys(m) == std::vector<std::string>{"attributes.packed.__state__.0",
                                               "attributes.packed.__state__.1"});
     CHECK(entry_of(m, "attributes.packed.__state__.1").key_path ==
@@ -509,7 +511,8 @@ TEST_CASE("modules shared, nested in themselves, with their own __getstate__; ty
     p.binunicode("tagged").global("torch.jit._pickle", "restore_type_tag").mark().empty_dict();
     vec(p.binunicode("k"), "1", 1).setitem().binunicode("Dict[str, Tensor]").tuple().reduce();
     end_object(p).stop();
-    Model m = read_archive(script_archive(p.bytes(), {{"data/0", floats(2)}, {"data/1", floats(1)}}));
+    Model m =
+        read_archive(script_archive(p.bytes(), {{"data/0", floats(2)}, {"data/1", floats(1)}}));
     CHECK(keys(m) == std::vector<std::string>{"attributes.tensors.0", "attributes.tensors.1",
                                               "attributes.tagged.k"});
   }

@@ -204,7 +204,9 @@ class ModuleWalker {
     for (const auto& a : attributes) {
       auto name = name_of(g_, a.key);
       bool tensor = name && is_tensor(a.value);
-      if (tensor && (declaration ? declaration->parameters.contains(*name) : a.position < training)) {
+      bool parameter = declaration ? tensor && declaration->parameters.contains(*name)
+                                   : tensor && a.position < training;
+      if (parameter) {
         state_dict.emplace_back(a.key, a.value);
       } else if (tensor && declaration && declaration->buffers.contains(*name)) {
         buffers.emplace_back(a.key, a.value);
@@ -273,10 +275,11 @@ Model read_torchscript(const ByteSource& source, const ZipArchive& zip, const st
   if (walks.root_is_module) {
     entries = flatten(data.graph, data_in, limits, {&walks.state_dict, true, {}});
   }
-  std::vector<Entry> constant_entries = flatten(constants.graph, constants_in, limits,
-                                                {&constants_plan, true, torchscript_constants_part});
-  std::vector<Entry> other_entries = flatten(data.graph, data_in, limits,
-                                             {&walks.attributes, true, torchscript_attributes_part});
+  std::vector<Entry> constant_entries =
+      flatten(constants.graph, constants_in, limits,
+              {&constants_plan, true, torchscript_constants_part});
+  std::vector<Entry> other_entries =
+      flatten(data.graph, data_in, limits, {&walks.attributes, true, torchscript_attributes_part});
   if (entries.empty() && constant_entries.empty() && other_entries.empty()) {
     throw Error(ExitCode::unsupported,
                 "a TorchScript archive without tensors: its module has no parameter, buffer or "
