@@ -31,10 +31,10 @@ constexpr const char* usage_text = R"(usage: ckptfs [options] CHECKPOINT MOUNTPO
        ckptfs inspect CHECKPOINT [--json] [-o OPT[,OPT...]]
        ckptfs -h | --help | -V | --version
 
-Mounts a PyTorch checkpoint (.pth/.pt/.ckpt/.bin written by torch.save) read-only: every
-state_dict key becomes a directory with the tensor's raw `data`, a `meta.json` and a
-`tensor.npy`, and every read is an offset read inside the checkpoint. Its pickle is never
-executed.
+Mounts a PyTorch checkpoint (.pth/.pt/.ckpt/.bin written by torch.save or torch.jit.save)
+read-only: every state_dict key becomes a directory with the tensor's raw `data`, a
+`meta.json` and a `tensor.npy`, and every read is an offset read inside the checkpoint. Its
+pickle is never executed.
 
 CHECKPOINT is a file, or a URL: http://, https:// (presigned URLs too) or s3://BUCKET/KEY
 (credentials, region and endpoint from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
@@ -105,7 +105,7 @@ exit status:
   2  the checkpoint cannot be opened or read (or is not a regular file)
   3  the zip container is invalid
   4  the pickle is invalid or the checkpoint is inconsistent
-  5  a valid file ckptfs does not serve (compressed record, TorchScript, tar format)
+  5  a valid file ckptfs does not serve (compressed record, tar format, no tensors)
   6  the mount failed or never came up (mountpoint, /dev/fuse, permissions, INIT refused)
   7  a server refused access (HTTP 401 or 403: credentials, S3 signature)
   8  a server could not be reached or did not answer (connection, TLS, timeout, HTTP 5xx)

@@ -78,6 +78,12 @@ bool looks_like_zip(const ByteSource& source);
 // ByteSource::read throws.
 std::uint64_t locate_entry(const ByteSource& source, const ZipEntry& entry);
 
+// Where `entry`'s payload is: its data_offset, or, when its local header was deferred (offset
+// 0: a payload is never at 0), located now by locate_entry().
+inline std::uint64_t payload_offset(const ByteSource& source, const ZipEntry& entry) {
+  return entry.data_offset != 0 ? entry.data_offset : locate_entry(source, entry);
+}
+
 // A StorageLocator over records of a zip whose local headers were deferred: record i's offset is
 // located on first use and remembered. Keeps a reference to `source`, which must outlive it.
 class ZipLocator final : public StorageLocator {
