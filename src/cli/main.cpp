@@ -32,10 +32,11 @@ constexpr const char* usage_text = R"(usage: ckptfs [options] CHECKPOINT MOUNTPO
        ckptfs inspect CHECKPOINT [--json] [-o OPT[,OPT...]]
        ckptfs -h | --help | -V | --version
 
-Mounts a checkpoint read-only: a PyTorch file written by torch.save (.pth/.pt/.ckpt/.bin), a
-safetensors file, or a Hugging Face sharded set (its directory or its *.index.json). Every key
-becomes a directory with the tensor's raw `data`, a `meta.json` and a `tensor.npy`, and every
-read is an offset read inside the file that holds the tensor. No pickle is ever executed.
+Mounts a checkpoint read-only: a PyTorch file written by torch.save or torch.jit.save
+(.pth/.pt/.ckpt/.bin), a safetensors file, or a Hugging Face sharded set (its directory or its
+*.index.json). Every key becomes a directory with the tensor's raw `data`, a `meta.json` and a
+`tensor.npy`, and every read is an offset read inside the file that holds the tensor. No pickle
+is ever executed.
 
 CHECKPOINT is a file or a directory (see below), or a URL: http://, https:// (presigned URLs
 too) or s3://BUCKET/KEY (credentials, region and endpoint from AWS_ACCESS_KEY_ID,
@@ -117,7 +118,7 @@ exit status:
   2  the checkpoint or a shard cannot be opened or read (or is not a regular file)
   3  the zip container is invalid
   4  the pickle, safetensors header or index is invalid, or the checkpoint is inconsistent
-  5  a valid file ckptfs does not serve (compressed record, TorchScript, tar format, F6 dtype)
+  5  a valid file ckptfs does not serve (compressed record, tar format, no tensors, F6 dtype)
   6  the mount failed or never came up (mountpoint, /dev/fuse, permissions, INIT refused)
   7  a server refused access (HTTP 401 or 403: credentials, S3 signature)
   8  a server could not be reached or did not answer (connection, TLS, timeout, HTTP 5xx)

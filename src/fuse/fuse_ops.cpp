@@ -11,6 +11,7 @@
 #include <cstring>
 #include <fcntl.h>
 #include <new>
+#include <optional>
 #include <sys/ioctl.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -67,6 +68,10 @@ void op_lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
   } catch (const std::bad_alloc&) {
     fuse_reply_err(req, ENOMEM);
     return;
+  } catch (...) {
+    // Building a file's attributes may read a source (a remote record's local header).
+    fuse_reply_err(req, EIO);
+    return;
   }
   fuse_reply_entry(req, &e);
 }
@@ -84,6 +89,9 @@ void op_getattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
     }
   } catch (const std::bad_alloc&) {
     fuse_reply_err(req, ENOMEM);
+    return;
+  } catch (...) {
+    fuse_reply_err(req, EIO);
     return;
   }
   fuse_reply_attr(req, &st, forever);
@@ -205,7 +213,13 @@ void prefill_page_cache(const Context& ctx, fuse_ino_t ino, std::uint64_t size) 
 
 void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   const Tree& tree = *context(req).tree;
-  auto n = tree.node(ino);
+  std::optional<Tree::Node> n;
+  try {
+    n = tree.node(ino);
+  } catch (...) {
+    fuse_reply_err(req, EIO);
+    return;
+  }
   if (!n) {
     fuse_reply_err(req, ENOENT);
   } else if (n->kind == Tree::Kind::root || n->kind == Tree::Kind::entry_dir) {
@@ -224,6 +238,9 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
       size = tree.size(*n);
     } catch (const std::bad_alloc&) {
       fuse_reply_err(req, ENOMEM);
+      return;
+    } catch (...) {
+      fuse_reply_err(req, EIO);
       return;
     }
     prefill_page_cache(context(req), ino, size);
@@ -366,7 +383,13 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_i
 }
 
 void op_opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
-  auto n = context(req).tree->node(ino);
+  std::optional<Tree::Node> n;
+  try {
+    n = context(req).tree->node(ino);
+  } catch (...) {
+    fuse_reply_err(req, EIO);
+    return;
+  }
   if (!n) {
     fuse_reply_err(req, ENOENT);
   } else if (n->kind != Tree::Kind::root && n->kind != Tree::Kind::entry_dir) {
@@ -381,7 +404,13 @@ void op_opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
 // Entry i of a directory listing: ".", "..", then the children.
 void list_directory(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool plus) {
   const Tree& tree = *context(req).tree;
-  auto dir = tree.node(ino);
+  std::optional<Tree::Node> dir;
+  try {
+    dir = tree.node(ino);
+  } catch (...) {
+    fuse_reply_err(req, EIO);
+    return;
+  }
   if (!dir || (dir->kind != Tree::Kind::root && dir->kind != Tree::Kind::entry_dir)) {
     fuse_reply_err(req, ENOTDIR);
     return;
@@ -420,6 +449,9 @@ void list_directory(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool
     }
   } catch (const std::bad_alloc&) {
     fuse_reply_err(req, ENOMEM);
+    return;
+  } catch (...) {
+    fuse_reply_err(req, EIO);
     return;
   }
   fuse_reply_buf(req, buffer.data(), used);

@@ -66,7 +66,10 @@ def require(*needs):
 # Every fixture scripts/make_fixtures.py writes. A missing one is a failure.
 FIXTURE_NAMES = ["convnet", "dtypes", "views", "training", "keys", "collisions", "quantized",
                  "params", "module", "bare", "sparse", "zip64", "zip64_cd", "legacy", "bigendian",
-                 "new_dtypes"]
+                 "new_dtypes", "ts_script", "ts_trace", "ts_quantized", "ts_frozen", "ts_layout2x"]
+# The TorchScript archives (torch.jit.save) among them: torch.load hands them to torch.jit.load,
+# so their oracle is ckptfs_reference.torchscript_flatten, not torch.load flattened.
+TORCHSCRIPT_FIXTURES = {"ts_script", "ts_trace", "ts_quantized", "ts_frozen", "ts_layout2x"}
 # Fixtures torch 1.13 cannot load: new dtypes and the torch >= 2.7 layout (hand-built), and a
 # zip64 central directory whose zero-length record carries only a zip64 offset (valid; miniz 2.1
 # checks the saturated 32-bit offset against the file size). bigendian.pth does load (1.13 ignores
@@ -121,6 +124,12 @@ def corpus_files():
         return []
     return sorted(p for p in CORPUS.iterdir() if p.is_file() and p.name != "PROVENANCE.tsv"
                   and not p.name.startswith("."))
+
+
+def torchscript_corpus_files():
+    """The TorchScript archives of CORPUS/formats/ (*.jit), sorted."""
+    formats = CORPUS / "formats"
+    return sorted(formats.glob("*.jit")) if formats.is_dir() else []
 
 
 def wait_until(predicate, timeout):

@@ -13,6 +13,7 @@ CKPTFS_CORPUS (see fixtures.py). The sanitizer build runs the same tests against
 """
 
 import errno
+import io
 import json
 import os
 import random
@@ -36,7 +37,7 @@ require("fuse", "torch")  # else the module exits 77: skipped, with the reason
 
 import make_fixtures  # noqa: E402
 from ckptfs_mounts import is_mounted  # noqa: E402
-from fixtures import CKPTFS, fixture_path  # noqa: E402
+from fixtures import CKPTFS, expected_doc, fixture_path  # noqa: E402
 from make_fixtures import PID, G, PickleAsm, R, ordered_dict  # noqa: E402
 from test_mount import MountTestCase  # noqa: E402
 
@@ -359,18 +360,19 @@ class LyingZipTests(HostileTestCase):
         entries = self.entries()
         entries[1]["header_offset"] = 0  # data/0 claims data.pkl's local header
         self.assert_refused(self.write("overlap.pth", build_zip(entries)), EXIT["zip"],
-                            r"overlaps|signature|runs past")
+                            r"signature|runs past")
         entries = self.entries()
         entries[2]["header_offset"] = 64  # version's header inside data.pkl's payload
         self.assert_refused(self.write("overlap2.pth", build_zip(entries)), EXIT["zip"],
-                            r"overlaps|signature")
+                            r"runs past the next record's header|signature")
 
     def test_record_claiming_more_bytes_than_the_file_has(self):
         for size in (1000, 1 << 31, 0xFFFFFFFE):
             entries = self.entries()
             entries[1]["size"] = size
             self.assert_refused(self.write(f"record_size{size}.pth", build_zip(entries)),
-                                EXIT["zip"], r"runs past the central directory")
+                                EXIT["zip"], r"runs past the (central directory|next record's "
+                                             r"header)")
 
     def test_local_header_past_the_end(self):
         entries = self.entries()
@@ -754,6 +756,235 @@ class MultiplyingPickleTests(HostileTestCase):
         path = self.write("shared_value.pth", checkpoint(bytes(pkl), {"0": floats(4)}))
         self.assert_refused(path, EXIT["checkpoint"], r"take more than 67108864 bytes",
                             rss_limit_mb=384 * SLOWDOWN)
+
+
+# --------------------------------------------------------------------------------------------
+# TorchScript archives that are damaged or hostile
+# --------------------------------------------------------------------------------------------
+
+def rezip(src, *, methods=None, drop=(), replace=None, append=()):
+    """The records of zip `src` written again by Python's zipfile, in order: `methods` maps a
+    record name to its compression (stored otherwise), `drop` leaves records out, `replace` maps
+    names to new payloads (bytes, or a function writing chunks to a file object, for payloads
+    too big to hold), `append` adds (name, payload) records at the end."""
+    import zipfile
+    methods, replace = methods or {}, replace or {}
+    out = io.BytesIO()
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(out, "w") as zout:
+        records = [(i.filename, None) for i in zin.infolist()] + list(append)
+        for name, payload in records:
+            if name in drop:
+                continue
+            info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+            info.compress_type = methods.get(name, zipfile.ZIP_STORED)
+            payload = replace.get(name, payload)
+            if payload is None:
+                payload = zin.read(name)
+            with zout.open(info, "w", force_zip64=True) as w:
+                payload(w) if callable(payload) else w.write(payload)
+    return out.getvalue()
+
+
+class TorchScriptTests(HostileTestCase):
+    """Damaged and hostile TorchScript archives, made from the ts_trace fixture (torch.jit.save of
+    a traced module: state_dict, constants, deflated code) or by torch here: each gives the
+    documented error, or broken tensors with their reason while the rest is served exactly."""
+
+    NAME = "ts_trace"
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.source = fixture_path(cls.NAME)
+        cls.expected = {e["key"]: e for e in expected_doc(cls.NAME)["entries"]}
+        import zipfile
+        with zipfile.ZipFile(cls.source) as z:
+            cls.names = [i.filename for i in z.infolist()]
+            cls.code = [i.filename for i in z.infolist() if "/code/" in i.filename
+                        and i.filename.endswith(".py")]
+            cls.deflated = {i.filename for i in z.infolist() if i.compress_type != 0}
+        r = subprocess.run([str(CKPTFS), "inspect", "--json", str(cls.source)],
+                           capture_output=True, check=True)
+        cls.records = {e["key"]: e["storage"]["record"] for e in json.loads(r.stdout)["entries"]}
+
+    def assert_served(self, path, broken=None):
+        """inspect exits 0 with exactly the fixture's keys; `broken` keys (key -> pattern) are
+        broken, every other tensor is served with the fixture's bytes, in the mount too."""
+        import hashlib
+        broken = broken or {}
+        r = self.inspect(path)
+        self.assertEqual(r.returncode, 0, f"{path.name}: {r.stderr.decode(errors='replace')}")
+        entries = json.loads(r.stdout)["entries"]
+        self.assertEqual([e["key"] for e in entries], list(self.expected), path.name)
+        for e in entries:
+            self.assertEqual(e.get("key_path"), self.expected[e["key"]].get("key_path"))
+            if e["key"] in broken:
+                self.assertRegex(e["broken"] or "", broken[e["key"]], e["key"])
+            else:
+                self.assertIsNone(e["broken"], e["key"])
+        mnt, proc = self.mount(path)
+        for key, want in self.expected.items():
+            if key in broken:
+                self.assertEqual(os.listdir(mnt / key), ["meta.json"], key)
+                continue
+            data = (mnt / key / "data").read_bytes()
+            self.assertEqual(hashlib.sha256(data).hexdigest(), want["sha256"], key)
+        self.unmount(mnt, proc)
+
+    def test_the_fixture_is_what_these_tests_assume(self):
+        self.assertTrue(self.code and set(self.code) <= self.deflated, "torch deflates code")
+        self.assertIn(f"{self.NAME}/constants.pkl", self.names)
+        self.assertTrue(any(k.startswith("constants.") for k in self.expected))
+
+    def test_compressed_tensor_records_are_broken(self):
+        import zipfile
+        key = next(iter(self.expected))
+        other = next(k for k in self.expected if k.startswith("constants."))
+        for target in (key, other):
+            record = self.records[target]
+            data = rezip(self.source, methods={record: zipfile.ZIP_DEFLATED})
+            path = self.write(f"ts_compressed_{target}.pth", data)
+            self.assert_served(path, {target: rf'"{record}" is compressed \(method 8\)'})
+
+    def test_code_stored_deflated_or_compressed_otherwise(self):
+        """Code as torch writes it (deflated), stored, or compressed by methods ckptfs does not
+        read (then ignored: a traced module's parameters come before `training`, where ckptfs
+        looks without the declarations)."""
+        import zipfile
+        for name, method in (("stored", zipfile.ZIP_STORED), ("deflated", zipfile.ZIP_DEFLATED),
+                             ("bzip2", zipfile.ZIP_BZIP2), ("lzma", zipfile.ZIP_LZMA)):
+            data = rezip(self.source, methods={c: method for c in self.code})
+            self.assert_served(self.write(f"ts_code_{name}.pth", data))
+
+    def test_declarations_decide_what_state_dict_is(self):
+        """ts_script's code as torch wrote it (deflated) gives state_dict() exactly; the same code
+        compressed with bzip2 is ignored, and the fallback (tensor attributes before `training`)
+        then also takes the two tensors placed there that are no parameters: a plain attribute
+        set before Module.__init__ and a TorchScript class object's tensor."""
+        import zipfile
+        source = fixture_path("ts_script")
+        expected = [e["key"] for e in expected_doc("ts_script")["entries"]]
+        with zipfile.ZipFile(source) as z:
+            code = [i.filename for i in z.infolist() if "/code/" in i.filename]
+        for name, method in (("deflated", zipfile.ZIP_DEFLATED), ("bzip2", zipfile.ZIP_BZIP2)):
+            path = self.write(f"ts_script_{name}.pth",
+                              rezip(source, methods={c: method for c in code}))
+            r = self.inspect(path)
+            self.assertEqual(r.returncode, 0, r.stderr.decode(errors="replace"))
+            keys = [e["key"] for e in json.loads(r.stdout)["entries"]]
+            if name == "deflated":
+                self.assertEqual(keys, expected)
+            else:
+                moved = {"attributes.early.early": "early.early",
+                         "attributes.holder.t": "holder.t"}
+                self.assertEqual(sorted(keys), sorted(moved.get(k, k) for k in expected))
+
+    def test_missing_records(self):
+        key = next(iter(self.expected))
+        constant = next(k for k in self.expected if k.startswith("constants."))
+        for target in (key, constant):
+            path = self.write(f"ts_missing_{target}.pth",
+                              rezip(self.source, drop={self.records[target]}))
+            self.assert_served(path, {target: r"is missing from the zip"})
+        # No code at all: the declarations are not there, the tensors are.
+        self.assert_served(self.write("ts_no_code.pth", rezip(self.source, drop=set(self.code))))
+        self.assert_refused(self.write("ts_no_data_pkl.pth",
+                                       rezip(self.source, drop={f"{self.NAME}/data.pkl"})),
+                            EXIT["checkpoint"], r"TorchScript archive without data\.pkl")
+        self.assert_refused(self.write("ts_no_constants_pkl.pth",
+                                       rezip(self.source, drop={f"{self.NAME}/constants.pkl"})),
+                            EXIT["checkpoint"], r'without its ".*/constants\.pkl" record')
+
+    def test_constants_that_are_not_a_tuple(self):
+        import pickle
+        for i, value in enumerate(({"0": 1}, [1, 2], None, 7, "a string")):
+            data = rezip(self.source,
+                         replace={f"{self.NAME}/constants.pkl": pickle.dumps(value, protocol=2)})
+            self.assert_refused(self.write(f"ts_constants_{i}.pth", data), EXIT["checkpoint"],
+                                r"constants\.pkl.* is not a tuple")
+
+    def test_compressed_pickles_are_refused(self):
+        import zipfile
+        for record in ("data.pkl", "constants.pkl"):
+            data = rezip(self.source, methods={f"{self.NAME}/{record}": zipfile.ZIP_DEFLATED})
+            self.assert_refused(self.write(f"ts_deflated_{record}.pth", data),
+                                EXIT["unsupported"], r"compressed \(method 8\)")
+
+    def test_huge_and_deep_code_is_never_run(self):
+        """Code records of 256 MiB of text before the declarations (a deflate bomb of about
+        1 MB), and code nested a million levels deep that would run a command: read within a
+        budget, matched as text only, never run; the tensors are served."""
+        import zipfile
+        marker = self.tmp / "MARKER"
+
+        def bomb(original):
+            def write(w):
+                line = b"#" * 1023 + b"\n"
+                for _ in range(256 * 1024):
+                    w.write(line)
+                w.write(original)
+            return write
+
+        import zipfile as zf_module
+        with zf_module.ZipFile(self.source) as z:
+            originals = {c: z.read(c) for c in self.code}
+        data = rezip(self.source, methods={c: zipfile.ZIP_DEFLATED for c in self.code},
+                     replace={c: bomb(originals[c]) for c in self.code})
+        self.assertLess(len(data), 8 << 20)
+        self.assert_served(self.write("ts_code_bomb.pth", data))
+        deep = ("(" * 1_000_000 + ")" * 1_000_000 + "\n").encode()
+        evil = f"import os\nos.system('touch {marker}')\n".encode()
+        for i, extra in enumerate((deep, evil, deep + evil)):
+            data = rezip(self.source, methods={c: zipfile.ZIP_DEFLATED for c in self.code},
+                         replace={c: originals[c] + extra for c in self.code})
+            self.assert_served(self.write(f"ts_code_deep{i}.pth", data))
+            data = rezip(self.source, replace={c: extra + originals[c] for c in self.code})
+            self.assert_served(self.write(f"ts_code_first{i}.pth", data))
+        self.assertFalse(marker.exists(), "a code record was run")
+
+    def test_modules_nested_deep_and_shared_wide(self):
+        """Modules nested 300,000 deep over one tensor: one key of 600 KB, in bounded time and
+        memory; a module reached along 2^20 paths: refused at the entry limit, as any DAG."""
+        import struct
+        t = PickleAsm().dump(v2("0", 4, (4,)))[2:-1]
+        module = b"c__torch__\nM\n)\x81}("
+        training = b"X\x08\x00\x00\x00training\x89"
+        n = 300_000
+        pkl = (b"\x80\x02" + (module + b"X\x01\x00\x00\x00m") * n
+               + module + b"X\x01\x00\x00\x00w" + t + training + b"ub"
+               + (training + b"ub") * n + b".")
+        code = b'class M(Module):\n  __parameters__ = ["w", ]\n  __buffers__ = []\n'
+        entries = [{"name": "d/data.pkl", "data": pkl}, {"name": "d/code/__torch__.py",
+                                                          "data": code},
+                   {"name": "d/constants.pkl", "data": b"\x80\x02)."},
+                   {"name": "d/data/0", "data": floats(4)}]
+        path = self.write("ts_deep_modules.pth", build_zip(entries))
+        r = self.inspect(path, rss_limit_mb=384 * SLOWDOWN)
+        self.assertEqual(r.returncode, 0, r.stderr.decode(errors="replace"))
+        (entry,) = json.loads(r.stdout)["entries"]
+        self.assertEqual(entry["key"], "m." * n + "w")
+        self.assertIsNone(entry.get("key_path"))
+        # {a: X, b: X} twenty levels deep, X a module: 2^20 keys from a small pickle.
+        levels = 20
+        out = bytearray(b"\x80\x02" + module + b"X\x01\x00\x00\x00w" + t + training + b"ub")
+        out += b"r" + struct.pack("<I", 1000)
+        for level in range(levels):
+            out += module + b"X\x01\x00\x00\x00aj" + struct.pack("<I", 1000 + level)
+            out += b"X\x01\x00\x00\x00bj" + struct.pack("<I", 1000 + level) + training + b"ub"
+            out += b"r" + struct.pack("<I", 1001 + level)
+        entries[0]["data"] = bytes(out + b".")
+        path = self.write("ts_wide_modules.pth", build_zip(entries))
+        self.assert_refused(path, EXIT["checkpoint"], r"more than 65536 entries",
+                            rss_limit_mb=384 * SLOWDOWN)
+
+    def test_archives_without_tensors_are_refused(self):
+        import torch
+        for i, module in enumerate((torch.nn.ReLU(), torch.nn.Dropout(0.5),
+                                    torch.nn.Sequential(torch.nn.Identity(), torch.nn.Tanh()))):
+            buf = io.BytesIO()
+            torch.jit.save(torch.jit.script(module), buf)
+            self.assert_refused(self.write(f"ts_empty{i}.pth", buf.getvalue()),
+                                EXIT["unsupported"], r"TorchScript archive without tensors")
 
 
 if __name__ == "__main__":

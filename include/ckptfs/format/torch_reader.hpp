@@ -4,6 +4,7 @@
 #pragma once
 
 #include <ckptfs/format/pickle_machine.hpp>
+#include <ckptfs/format/zip_reader.hpp>
 #include <ckptfs/model/model.hpp>
 #include <ckptfs/source/byte_source.hpp>
 
@@ -13,6 +14,7 @@ namespace ckptfs {
 
 struct ReadLimits {
   pickle::Limits pickle;
+  ZipLimits zip;  // defer_local_headers for remote sources: see Storage::locator
   std::uint64_t max_entries = 4'000'000;  // flattened entries (a DAG can multiply them)
   // Entries may outnumber the pickle's nodes only up to this: more means that objects shared
   // along many paths multiply them (a DAG of dicts: 2^n entries from n small dicts).
@@ -26,10 +28,12 @@ struct ReadLimits {
 };
 
 // Reads and validates a torch.save checkpoint; every storage is in source 0, named
-// `source_name`. Throws Error with the exit code of the problem: bad_zip, bad_checkpoint (invalid
-// pickle, not a torch checkpoint, inconsistent records) or unsupported (compressed record,
-// torch.package, tar or preview formats). A tensor whose view does not fit its storage, or whose
-// record is missing, is kept and marked broken.
+// `source_name`. A zip with a constants.pkl (or code/ records) is a TorchScript archive, which
+// it hands to read_torchscript() (torchscript_reader.hpp), as torch.load hands it to
+// torch.jit.load. Throws Error with the exit code of the problem: bad_zip, bad_checkpoint
+// (invalid pickle, not a torch checkpoint, inconsistent records) or unsupported (compressed
+// record, torch.package, tar or preview formats). A tensor whose view does not fit its storage,
+// or whose record is missing, is kept and marked broken.
 Model read_torch(const ByteSource& source, std::string source_name, const ReadLimits& limits = {});
 
 }  // namespace ckptfs

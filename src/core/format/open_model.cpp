@@ -67,8 +67,10 @@ Model read_model_file(const ByteSource& source, const std::string& location, std
   if (file_name(location).ends_with(".safetensors") || looks_like_safetensors(source)) {
     return read_safetensors(source, std::move(name), options.safetensors);
   }
-  Model m = read_torch(source, std::move(name), options.limits);
-  return m;
+  // A remote zip's local headers are checked when a record is first read, not all at once.
+  ReadLimits limits = options.limits;
+  limits.zip.defer_local_headers = limits.zip.defer_local_headers || source.remote();
+  return read_torch(source, std::move(name), limits);
 }
 
 OpenedModel open_sharded(const std::string& location, std::unique_ptr<ByteSource> index_source,

@@ -705,6 +705,7 @@ class RemoteSource final : public ByteSource {
   std::uint64_t size() const override { return object_->size; }
   const std::string& name() const noexcept override { return object_->name; }
   SourceTimes times() const noexcept override { return object_->times; }
+  bool remote() const noexcept override { return true; }
 
   bool unchanged(bool check_path) const noexcept override {
     if (object_->changed.load(std::memory_order_acquire)) return false;
@@ -814,6 +815,9 @@ class RemoteSource final : public ByteSource {
         }
       }
       if (match == nullptr) {
+        // A small read (a zip's local header located on first use, a .npy header) is no
+        // sequential reader: it starts no stream that the bytes read next would continue.
+        if (length < min_sequential_read) return;
         Stream* oldest = &streams_[0];
         for (Stream& s : streams_) {
           if (!s.live || s.used < oldest->used) oldest = &s;
