@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // Unit tests of the naming rule: escapes, reserved names, the cut of long names, collisions.
-#include <ckptfs/view/names.hpp>
+#include <ckptfs/base/names.hpp>
 
 #include <doctest/doctest.h>
 #include <fmt/format.h>
@@ -98,6 +98,26 @@ TEST_CASE("suffixed names stay within 255 bytes") {
   CHECK(second.size() <= 255);
   CHECK(second == std::string(200, 'x') + fmt::format("%~{:016x}%#2", ckptfs::fnv1a64(key)));
   CHECK(names.name(key).ends_with("%#3"));
+}
+
+
+TEST_CASE("key_of_name reverses the rule for names that say their key") {
+  using ckptfs::key_of_name;
+  for (std::string key : {"decoder.weight", "a/b", "100%", "%2F", "", ".", "..", "index.json",
+                          "map", "model.safetensors", "model-00001-of-00002.safetensors",
+                          "%index.json", "poids.层"}) {
+    CAPTURE(key);
+    CHECK(key_of_name(directory_name(key)) == key);
+  }
+  CHECK(key_of_name(std::string_view("a%00b")) == std::string("a\0b", 3));
+  // Names that do not say their key, and names the rule never makes.
+  CHECK_FALSE(key_of_name(directory_name(std::string(300, 'x'))));  // cut: "%~" and a hash
+  CHECK_FALSE(key_of_name("w%#2"));
+  CHECK_FALSE(key_of_name("a%zz"));
+  CHECK_FALSE(key_of_name("a%2"));
+  CHECK_FALSE(key_of_name("%weight"));     // a '%' in front of a name that is not reserved
+  CHECK_FALSE(key_of_name("index.json"));  // reserved: the rule writes it "%index.json"
+  CHECK_FALSE(key_of_name("a%2f"));        // escapes are upper-case
 }
 
 TEST_SUITE_END();

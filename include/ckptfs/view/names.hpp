@@ -1,36 +1,7 @@
 // SPDX-License-Identifier: MIT
-// Flattened keys as names in the mount: one path component each, at most 255 bytes, unique, and
-// a key's name never another key's.
+// The naming rule moved to base/names.hpp, where the readers of split and RFC directories
+// (format layer) reach it too; this keeps the view's include working. New code includes
+// <ckptfs/base/names.hpp>.
 #pragma once
 
-#include <cstdint>
-#include <string>
-#include <string_view>
-#include <unordered_set>
-
-namespace ckptfs {
-
-// The name of a key (its directory; in the RFC layout its file, before ".pt"): its UTF-8 bytes
-// with '%' written "%25", '/' "%2F" and NUL "%00". A name the mount's root uses itself gets a
-// '%' in front: "", ".", "..", "index.json", "map" (map.pt), "model.safetensors",
-// "model.safetensors.index.json" and "model-<digits>-of-<digits>.safetensors". A name longer
-// than 255 bytes keeps its first 200 bytes (cut at a character boundary, never inside an
-// escape), then "%~" and the 16 lower-case hex digits of the FNV-1a 64-bit hash of the whole key.
-// Escaping never makes "%~" nor "%#": those names are never another key's.
-std::string directory_name(std::string_view key);
-
-// Names for the keys of a mount, in order: each key gets directory_name(); a key whose name an
-// earlier key has (two keys with the same text: the int 0 and the str "0") gets "%#2", "%#3"...
-// after it, the smallest number not taken, cut as directory_name() cuts when it would pass 255
-// bytes. Only keys that really collide get a suffix, and a suffixed name is no key's own name.
-class NameAllocator {
- public:
-  std::string name(std::string_view key);
-
- private:
-  std::unordered_set<std::string> taken_;
-};
-
-std::uint64_t fnv1a64(std::string_view bytes);
-
-}  // namespace ckptfs
+#include <ckptfs/base/names.hpp>

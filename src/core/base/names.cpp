@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // directory_name() and NameAllocator: the naming rule of the mount.
-#include <ckptfs/view/names.hpp>
+#include <ckptfs/base/names.hpp>
 
 #include <fmt/format.h>
 
@@ -79,6 +79,33 @@ std::uint64_t fnv1a64(std::string_view bytes) {
 std::string directory_name(std::string_view key) {
   Escaped e = escape(key);
   return e.name.size() <= max_name ? std::move(e.name) : cut(e, key);
+}
+
+std::optional<std::string> key_of_name(std::string_view name) {
+  if (name.find("%~") != std::string_view::npos || name.find("%#") != std::string_view::npos) {
+    return std::nullopt;
+  }
+  auto escape_at = [&](std::size_t i) {
+    const std::string_view rest = name.substr(i);
+    return rest.starts_with("%25") || rest.starts_with("%2F") || rest.starts_with("%00");
+  };
+  // A '%' in front that starts no escape marks a name the root reserves.
+  std::size_t i = name.starts_with('%') && !escape_at(0) ? 1 : 0;
+  std::string key;
+  key.reserve(name.size());
+  while (i < name.size()) {
+    if (name[i] != '%') {
+      key += name[i++];
+      continue;
+    }
+    if (!escape_at(i)) return std::nullopt;
+    key += name[i + 1] == '2' ? (name[i + 2] == '5' ? '%' : '/') : '\0';
+    i += 3;
+  }
+  // Only a name the rule itself gives that key (a '%' in front of a name that is not reserved,
+  // or a reserved name without it, is none).
+  if (directory_name(key) != name) return std::nullopt;
+  return key;
 }
 
 std::string NameAllocator::name(std::string_view key) {
