@@ -8,6 +8,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 namespace ckptfs {
@@ -19,6 +20,10 @@ struct SourceTimes {
   std::int64_t ctime_sec = 0;
   std::int64_t ctime_nsec = 0;
 };
+
+// Keeps in `newest` the newer of its times and `times`' (mtime and ctime apart): the times of a
+// model read from several files.
+void keep_newest(SourceTimes& newest, const SourceTimes& times) noexcept;
 
 // All reads are positional and bounds-checked, so one source can be shared by many threads.
 class ByteSource {
@@ -74,6 +79,14 @@ struct FileIdentity {
   std::int64_t ctime_sec = 0;
   std::int64_t ctime_nsec = 0;
 };
+
+// The identity of the file `st` describes, and whether `st` still describes that file.
+FileIdentity file_identity(const struct stat& st) noexcept;
+bool same_identity(const struct stat& st, const FileIdentity& identity) noexcept;
+
+// Reads exactly out.size() bytes at `offset` of descriptor `fd` (pread, retried on EINTR).
+// Throws Error(io) when a read fails or the file ends first ("file shrank while being read").
+void pread_exactly(int fd, std::uint64_t offset, std::span<std::byte> out);
 
 class FileSource final : public ByteSource {
  public:

@@ -35,21 +35,6 @@ std::string file_name(const std::string& location) {
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
-bool newer(std::int64_t sec, std::int64_t nsec, std::int64_t than_sec, std::int64_t than_nsec) {
-  return sec != than_sec ? sec > than_sec : nsec > than_nsec;
-}
-
-void keep_newest(SourceTimes& newest, const SourceTimes& t) {
-  if (newer(t.mtime_sec, t.mtime_nsec, newest.mtime_sec, newest.mtime_nsec)) {
-    newest.mtime_sec = t.mtime_sec;
-    newest.mtime_nsec = t.mtime_nsec;
-  }
-  if (newer(t.ctime_sec, t.ctime_nsec, newest.ctime_sec, newest.ctime_nsec)) {
-    newest.ctime_sec = t.ctime_sec;
-    newest.ctime_nsec = t.ctime_nsec;
-  }
-}
-
 // Whether the text's first non-blank byte opens a JSON object.
 bool starts_like_json(const ByteSource& source) {
   std::string head = source.read_string(0, std::min<std::uint64_t>(source.size(), 64));

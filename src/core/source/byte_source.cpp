@@ -36,10 +36,7 @@ std::string ByteSource::read_string(std::uint64_t offset, std::size_t length) co
 
 FileSource::FileSource(const std::string& path) : path_(path) {
   OpenedFile file = open_file(path, FileKind::regular);
-  const struct stat& st = file.st;
-  identity_ = {st.st_dev,          st.st_ino,          static_cast<std::uint64_t>(st.st_size),
-               st.st_mtim.tv_sec,  st.st_mtim.tv_nsec, st.st_ctim.tv_sec,
-               st.st_ctim.tv_nsec};
+  identity_ = file_identity(file.st);
   const auto slash = path.rfind('/');
   const std::string directory =
       slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
@@ -64,13 +61,49 @@ FileSource::~FileSource() {
 }
 
 namespace {
-bool same_identity(const struct stat& st, const FileIdentity& id) {
+bool newer(std::int64_t sec, std::int64_t nsec, std::int64_t than_sec, std::int64_t than_nsec) {
+  return sec != than_sec ? sec > than_sec : nsec > than_nsec;
+}
+}  // namespace
+
+void keep_newest(SourceTimes& newest, const SourceTimes& t) noexcept {
+  if (newer(t.mtime_sec, t.mtime_nsec, newest.mtime_sec, newest.mtime_nsec)) {
+    newest.mtime_sec = t.mtime_sec;
+    newest.mtime_nsec = t.mtime_nsec;
+  }
+  if (newer(t.ctime_sec, t.ctime_nsec, newest.ctime_sec, newest.ctime_nsec)) {
+    newest.ctime_sec = t.ctime_sec;
+    newest.ctime_nsec = t.ctime_nsec;
+  }
+}
+
+FileIdentity file_identity(const struct stat& st) noexcept {
+  return {st.st_dev,         st.st_ino,          static_cast<std::uint64_t>(st.st_size),
+          st.st_mtim.tv_sec, st.st_mtim.tv_nsec, st.st_ctim.tv_sec,
+          st.st_ctim.tv_nsec};
+}
+
+bool same_identity(const struct stat& st, const FileIdentity& id) noexcept {
   return st.st_dev == id.device && st.st_ino == id.inode &&
          static_cast<std::uint64_t>(st.st_size) == id.size && st.st_mtim.tv_sec == id.mtime_sec &&
          st.st_mtim.tv_nsec == id.mtime_nsec && st.st_ctim.tv_sec == id.ctime_sec &&
          st.st_ctim.tv_nsec == id.ctime_nsec;
 }
-}  // namespace
+
+void pread_exactly(int fd, std::uint64_t offset, std::span<std::byte> out) {
+  std::size_t done = 0;
+  while (done < out.size()) {
+    ssize_t n = ::pread(fd, out.data() + done, out.size() - done,
+                        static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw Error(ExitCode::io, fmt::format("read failed: {}", std::strerror(errno)));
+    if (n == 0) {
+      throw Error(ExitCode::io,
+                  fmt::format("file shrank while being read (at offset {})", offset + done));
+    }
+    done += static_cast<std::size_t>(n);
+  }
+}
 
 bool FileSource::unchanged(bool check_path) const noexcept {
   struct stat st {};
@@ -82,18 +115,7 @@ bool FileSource::unchanged(bool check_path) const noexcept {
 }
 
 void FileSource::read_in_range(std::uint64_t offset, std::span<std::byte> out) const {
-  std::size_t done = 0;
-  while (done < out.size()) {
-    ssize_t n = ::pread(fd_, out.data() + done, out.size() - done,
-                        static_cast<off_t>(offset + done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw Error(ExitCode::io, fmt::format("read failed: {}", std::strerror(errno)));
-    if (n == 0) {
-      throw Error(ExitCode::io,
-                  fmt::format("file shrank while being read (at offset {})", offset + done));
-    }
-    done += static_cast<std::size_t>(n);
-  }
+  pread_exactly(fd_, offset, out);
 }
 
 void MemorySource::read_in_range(std::uint64_t offset, std::span<std::byte> out) const {
