@@ -375,4 +375,21 @@ TEST_CASE("parse_json(): a document in the text's order") {
   CHECK_NOTHROW(parse_json("[1, 2, 3]", {}, 4));
 }
 
+TEST_CASE("compact_json(): the same value without whitespace, numbers as written") {
+  CHECK(compact_json(" { \"a\" : [ 1 , 2.50 , -0 , 1e3 ] ,\n \"b\": {\"c\": null},\"d\":true } \n") ==
+        R"({"a":[1,2.50,-0,1e3],"b":{"c":null},"d":true})");
+  CHECK(compact_json(R"("caf\u00e9 \" \u0001")") == "\"caf\xc3\xa9 \\\" \\u0001\"");
+  CHECK(compact_json("[]") == "[]");
+  CHECK(compact_json("{}") == "{}");
+  CHECK(compact_json("7") == "7");
+  // Its reader's rules all apply: nothing is written back that it would refuse.
+  CHECK_THROWS_AS(compact_json("[1,]"), Error);
+  CHECK_THROWS_AS(compact_json(R"({"a": 1, "a": 2})"), Error);
+  CHECK_THROWS_AS(compact_json("\"\\ud800\""), Error);
+  CHECK_THROWS_AS(compact_json("[[[1]]]", JsonLimits{2, 100, 100}), Error);
+  // Deep nesting within the limit, without recursion.
+  const std::string deep = std::string(100'000, '[') + std::string(100'000, ']');
+  CHECK(compact_json(deep, JsonLimits{100'000, 100, 100}) == deep);
+}
+
 TEST_SUITE_END();

@@ -218,6 +218,11 @@ class JsonValue {
 JsonValue parse_json(std::string_view text, const JsonLimits& limits = {},
                      std::size_t max_values = 1'000'000);
 
+// `text` read with JsonReader's rules and written back compact: no whitespace, strings escaped
+// as append_json_string() writes them, numbers as written. Iterative: memory is the output and
+// a frame per open container. Throws Error(bad_checkpoint) as JsonReader does.
+std::string compact_json(std::string_view text, const JsonLimits& limits = {});
+
 // The number rules of JsonReader on a number's text (as JsonReader::number_text() gives it).
 std::optional<std::uint64_t> json_uint64(std::string_view number_text) noexcept;
 std::optional<std::int64_t> json_int64(std::string_view number_text) noexcept;

@@ -3,6 +3,7 @@
 // text in memory or a stream; and parse_json(), the small document built on it.
 #include <ckptfs/base/error.hpp>
 #include <ckptfs/base/json_reader.hpp>
+#include <ckptfs/base/json_writer.hpp>
 #include <ckptfs/base/text.hpp>
 
 #include <fmt/format.h>
@@ -491,6 +492,30 @@ JsonValue parse_json(std::string_view text, const JsonLimits& limits, std::size_
     }
   }
   return root;
+}
+
+std::string compact_json(std::string_view text, const JsonLimits& limits) {
+  using Token = JsonReader::Token;
+  JsonReader json(text, limits);
+  std::string out;
+  out.reserve(text.size());
+  JsonWriter w(out, 0);
+  for (Token t = json.next(); t != Token::end; t = json.next()) {
+    switch (t) {
+      case Token::begin_object: w.begin_object(); break;
+      case Token::end_object: w.end_object(); break;
+      case Token::begin_array: w.begin_array(); break;
+      case Token::end_array: w.end_array(); break;
+      case Token::key: w.key(json.string()); break;
+      case Token::string: w.string(json.string()); break;
+      case Token::number: w.raw(json.number_text()); break;
+      case Token::true_value: w.boolean(true); break;
+      case Token::false_value: w.boolean(false); break;
+      case Token::null: w.null(); break;
+      case Token::end: break;
+    }
+  }
+  return out;
 }
 
 }  // namespace ckptfs
