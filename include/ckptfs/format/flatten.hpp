@@ -41,8 +41,9 @@ struct FlattenOptions {
 // Every tensor is a tensor entry (a tensor reached twice, as tied weights are, is an entry under
 // each key), a per-channel quantized tensor followed by its `.q_per_channel_scales` and
 // `.q_per_channel_zero_points`; every subtree without a tensor is one value entry. A root tensor
-// is the entry "tensor"; a root dict, list or tuple is always walked; any other root without a
-// tensor is the value entry "value". Order is the pickle's.
+// is the entry "tensor"; a root dict, list or tuple is always walked (unless
+// limits.root_is_one_entry); any other root without a tensor is the value entry "value". Order
+// is the pickle's.
 // Keys of one dict that Python finds equal are merged as Python would (the first position, the
 // last value); keys that merely have the same text (1 and "1"; "a.b" beside "a" -> "b") all
 // stay, and their entries get Entry::key_path, as do entries with a key part that is not a str.

@@ -3,8 +3,10 @@
 // set), opened as the sources that hold its bytes and read into one Model by the right reader.
 #pragma once
 
+#include <ckptfs/format/rfc_reader.hpp>
 #include <ckptfs/format/safetensors_reader.hpp>
 #include <ckptfs/format/sharded_reader.hpp>
+#include <ckptfs/format/split_reader.hpp>
 #include <ckptfs/format/torch_reader.hpp>
 #include <ckptfs/model/model.hpp>
 #include <ckptfs/source/byte_source.hpp>
@@ -28,6 +30,8 @@ struct OpenOptions {
   ReadLimits limits;              // torch.save files
   SafetensorsLimits safetensors;  // safetensors files
   ShardLimits sharded;            // indexes of sharded sets
+  SplitLimits split;              // split directories
+  RfcLimits rfc;                  // RFC directories (their files: `limits`)
   SourceOpener open = open_local_file;
 };
 
@@ -56,7 +60,10 @@ class OpenedModel {
 };
 
 // Opens what `location` names and reads it with the reader it calls for:
-//   - a local directory: the first of model.safetensors, model.safetensors.index.json,
+//   - a local directory: an RFC directory when it holds map.pt (read_rfc_directory()); a split
+//     directory when it holds index.json or a subdirectory holding meta.json or value.json
+//     (read_split_directory(); whatever else is there: a mount's model.safetensors copied
+//     along); else the first of model.safetensors, model.safetensors.index.json,
 //     pytorch_model.bin, pytorch_model.bin.index.json in it (transformers' order); else its one
 //     *.index.json; else, without any, its one *.safetensors. Several candidates and none of
 //     those names (two *.index.json, say) is an error asking to name the one to mount;

@@ -25,6 +25,10 @@ struct ReadLimits {
   std::uint64_t max_flattened_bytes = 64ull << 20;
   std::size_t max_value_json = 1 << 20;   // a longer value.json is cut (valid JSON says so)
   std::size_t max_dims = 64;              // torch's own limit on tensor dimensions
+  // Not a limit: the root is one entry whatever it is, as in the RFC layout's <name>.pt files
+  // (torch.save of one key's tensor or value): a root without a tensor is the value entry
+  // "value" even when it is a dict, list or tuple, which are otherwise walked (flatten.hpp).
+  bool root_is_one_entry = false;
 };
 
 // Reads and validates a torch.save checkpoint; every storage is in source 0, named

@@ -23,6 +23,8 @@ enum class Format : std::uint8_t {
   torchscript,  // torch.jit.save: data.pkl and constants.pkl over stored records
   safetensors,  // an 8-byte header length, a JSON header, then the tensors' bytes
   sharded,      // a Hugging Face sharded set: an *.index.json naming one shard per key
+  split,        // key directories copied out of a mount: meta.json and data, or value.json
+  rfc,          // the RFC's split layout: map.pt (the keys in order) and one <name>.pt per key
 };
 std::string_view format_name(Format format);
 

@@ -53,7 +53,9 @@ class Flattener {
     } else if (tensors_only_ && !has_tensor_[root]) {
       // nothing to list
     } else if (Kind k = g_.kind(root);
-               k == Kind::dict || k == Kind::list || k == Kind::tuple || has_tensor_[root]) {
+               ((k == Kind::dict || k == Kind::list || k == Kind::tuple) &&
+                !limits_.root_is_one_entry) ||
+               has_tensor_[root]) {
       walk(root);
     } else {
       emit_value(synthetic(root_part_.empty() ? "value" : root_part_.c_str(), root));

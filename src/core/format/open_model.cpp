@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <optional>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -123,8 +124,9 @@ bool is_regular_file(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
 }
 
-// What a directory holds to be mounted (see open_model()), as a path in it.
-std::string choose_in_directory(const std::string& directory) {
+// What a directory holds to be mounted (see open_model()), as a path in it; nullopt when it
+// holds none of those files.
+std::optional<std::string> choose_in_directory(const std::string& directory) {
   const std::string dir = directory.ends_with('/') ? directory : directory + "/";
   for (const char* name : {"model.safetensors", "model.safetensors.index.json",
                            "pytorch_model.bin", "pytorch_model.bin.index.json"}) {
@@ -149,11 +151,7 @@ std::string choose_in_directory(const std::string& directory) {
   std::sort(safetensors.begin(), safetensors.end());
   const auto& found = !indexes.empty() ? indexes : safetensors;
   if (found.size() == 1) return dir + found[0];
-  if (found.empty()) {
-    throw Error(ExitCode::io,
-                "a directory without model.safetensors, pytorch_model.bin, an *.index.json or "
-                "a *.safetensors file: nothing to mount");
-  }
+  if (found.empty()) return std::nullopt;
   std::string names;
   for (std::size_t i = 0; i < found.size() && i < 4; ++i) {
     names += (i ? ", " : "") + quote(found[i], 60);
@@ -182,9 +180,23 @@ OpenedModel::OpenedModel(std::vector<std::unique_ptr<ByteSource>> sources, Model
 OpenedModel open_model(const std::string& location, const OpenOptions& options) {
   struct stat st {};
   if (::stat(location.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
-    const std::string chosen = choose_in_directory(location);
-    OpenedModel opened = open_file(chosen, options);
-    return opened;
+    auto opened = [](DirectoryModel d) {
+      return OpenedModel(std::move(d.sources), std::move(d.model), d.times);
+    };
+    // A mount's own layouts first: map.pt is the RFC layout's; index.json or key directories
+    // make a split directory, whatever else was copied along (`rsync -a /mnt/m/model.* dest/`
+    // copies the mount's model.safetensors too, which holds no values).
+    if (looks_like_rfc_directory(location)) {
+      return opened(read_rfc_directory(location, options.limits, options.rfc));
+    }
+    if (looks_like_split_directory(location)) {
+      return opened(read_split_directory(location, options.split));
+    }
+    if (auto chosen = choose_in_directory(location)) return open_file(*chosen, options);
+    throw Error(ExitCode::io,
+                "a directory without model.safetensors, pytorch_model.bin, an *.index.json, a "
+                "*.safetensors file, map.pt (an RFC directory) or key directories (a split "
+                "directory): nothing to mount");
   }
   return open_file(location, options);
 }

@@ -11,6 +11,8 @@ std::string_view format_name(Format format) {
     case Format::torchscript: return "torchscript";
     case Format::safetensors: return "safetensors";
     case Format::sharded: return "sharded";
+    case Format::split: return "split";
+    case Format::rfc: return "rfc";
   }
   return "?";
 }

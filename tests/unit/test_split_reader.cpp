@@ -1,0 +1,347 @@
+// SPDX-License-Identifier: MIT
+// Unit tests of read_split_directory(): key directories as a mount writes them, with and without
+// index.json, values, quantized tensors, broken ones; and hostile directories: meta.json that
+// lies (nbytes, shape, dtype), data shorter or longer than it says, missing files, keys claimed
+// twice, links leading out, huge and deep JSON. On real files in a temporary directory.
+#include "support/temp_dir.hpp"
+
+#include <ckptfs/base/error.hpp>
+#include <ckptfs/format/open_model.hpp>
+#include <ckptfs/format/split_reader.hpp>
+
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+
+#include <string>
+#include <vector>
+
+using namespace ckptfs;
+using ckptfs::test::TempDir;
+
+namespace {
+
+// A tensor's directory as the mount writes it: meta.json (its fields, then `extra` members) and
+// data. `nbytes` -1: the right count for `data`.
+void tensor_dir(const TempDir& t, const std::string& dir, const std::string& key,
+                const std::string& dtype, const std::string& shape, const std::string& data,
+                const std::string& extra = "", long long nbytes = -1) {
+  t.write(dir + "/meta.json",
+          fmt::format(R"({{"key": "{}", "dtype": "{}", "stored_dtype": "{}", "shape": {},
+  "stride": [1], "storage_offset": 0, "contiguous": true, "nbytes": {}, "source": "m.pth",
+  "file_offset": 64, "numpy": "<f4", "storage": {{"key": "0", "record": "archive/data/0", "file_offset": 64,
+  "nbytes": 16}}, "shared_with": [], "shared_with_count": 0, "broken": null{}}}
+)",
+                      key, dtype, dtype, shape, nbytes < 0 ? static_cast<long long>(data.size()) : nbytes,
+                      extra));
+  t.write(dir + "/data", data);
+}
+
+std::vector<std::string> keys(const Model& m) {
+  std::vector<std::string> out;
+  for (const auto& e : m.entries) out.push_back(e.key);
+  return out;
+}
+
+std::pair<ExitCode, std::string> refusal(const std::string& dir, const SplitLimits& limits = {}) {
+  try {
+    read_split_directory(dir, limits);
+  } catch (const Error& e) {
+    return {e.code(), e.what()};
+  }
+  return {ExitCode::ok, ""};
+}
+
+bool has(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+}  // namespace
+
+TEST_SUITE_BEGIN("split_reader");
+
+TEST_CASE("key directories without index.json: sorted by key, each tensor its own data file") {
+  TempDir t;
+  tensor_dir(t, "w", "w", "float32", "[2, 2]", std::string(16, 'a'));
+  tensor_dir(t, "a%2Fb", "a/b", "int64", "[]", std::string(8, 'b'));
+  tensor_dir(t, "e", "e", "bfloat16", "[0, 3]", "");
+  t.write("epoch/value.json", "7\n");
+  t.write("cfg/value.json", "{ \"lr\": 0.5, \"names\": [\"x\", null] }\n");
+  t.write("model.safetensors", "copied along: ignored");
+  DirectoryModel d = read_split_directory(t.path());
+  const Model& m = d.model;
+  CHECK(m.format == Format::split);
+  CHECK(keys(m) == std::vector<std::string>{"a/b", "cfg", "e", "epoch", "w"});
+  CHECK(m.entries[1].kind == Entry::Kind::value);
+  CHECK(m.entries[1].value_json == R"({"lr":0.5,"names":["x",null]})");
+  CHECK(m.entries[3].value_json == "7");
+  const Tensor& w = m.tensors[m.entries[4].tensor];
+  CHECK(w.dtype == DType::float32);
+  CHECK(w.shape == std::vector<std::int64_t>{2, 2});
+  CHECK(w.stride == std::vector<std::int64_t>{2, 1});
+  CHECK(w.contiguous());
+  REQUIRE(w.storage);
+  const Storage& s = m.storages[*w.storage];
+  CHECK(m.sources[s.source] == "w/data");
+  CHECK(s.nbytes == 16);
+  CHECK(s.file_offset == 0);
+  CHECK(d.sources[s.source]->read_string(0, 16) == std::string(16, 'a'));
+  CHECK(m.file_offset(w) == 0u);
+  const Tensor& e = m.tensors[m.entries[2].tensor];
+  CHECK(e.nbytes() == 0);
+  CHECK(e.broken.empty());
+  CHECK(d.sources.size() == 3);
+  // The same through open_model(), which tells a split directory by its key directories.
+  OpenedModel opened = open_model(t.path());
+  CHECK(keys(opened.model()) == keys(m));
+}
+
+TEST_CASE("index.json gives the order and the keys of values; more directories go after") {
+  TempDir t;
+  tensor_dir(t, "w", "w", "float32", "[1]", "abcd");
+  tensor_dir(t, "0", "0", "float32", "[1]", "efgh", R"(, "key_path": ["opt", 0])");
+  tensor_dir(t, "0%#2", "0", "float32", "[1]", "ijkl", R"(, "key_path": ["opt", "0"])");
+  t.write(std::string(200, 'v') + "%~0123456789abcdef/value.json", "[1, 2]");
+  tensor_dir(t, "extra", "extra", "uint8", "[2]", "xy");
+  t.write("index.json", fmt::format(R"({{"source": "/m.pth", "format": "zip", "entries": [
+    {{"key": "{}", "path": "{}%~0123456789abcdef", "kind": "value", "dtype": null}},
+    {{"key": "0", "key_path": ["opt", "0"], "path": "0%#2", "kind": "tensor"}},
+    {{"key": "w", "path": "w", "kind": "tensor"}},
+    {{"key": "gone", "path": "gone", "kind": "tensor"}},
+    {{"key": "0", "key_path": ["opt", 0], "path": "0", "kind": "tensor"}}]}})",
+                                    std::string(300, 'v'), std::string(200, 'v')));
+  const Model m = read_split_directory(t.path()).model;
+  CHECK(keys(m) == std::vector<std::string>{std::string(300, 'v'), "0", "w", "0", "extra"});
+  CHECK(m.entries[0].value_json == "[1,2]");
+  CHECK(m.entries[1].key_path == R"(["opt","0"])");
+  CHECK(m.entries[3].key_path == R"(["opt",0])");
+  CHECK(m.tensors[m.entries[1].tensor].storage);
+}
+
+TEST_CASE("byte order, requires_grad, broken tensors and quantization come from meta.json") {
+  TempDir t;
+  tensor_dir(t, "big", "big", "float32", "[1]", "abcd",
+             R"(, "byteorder": "big", "requires_grad": true)");
+  // (meta.json files written whole: tensor_dir() writes the members these set.)
+  t.write("b/meta.json", R"({"key": "b", "dtype": "float32", "shape": [3], "nbytes": 0,
+                             "broken": "its record is missing from the zip"})");
+  t.write("q/meta.json", R"({"key": "q", "dtype": "qint8", "shape": [2, 3], "nbytes": 6,
+      "quantization": {"qscheme": "per_channel_affine", "axis": 0,
+                       "scales": "q.q_per_channel_scales", "zero_points": "q.q_per_channel_zero_points"}})");
+  t.write("q/data", "123456");
+  tensor_dir(t, "q.q_per_channel_scales", "q.q_per_channel_scales", "float64", "[2]",
+             std::string(16, 's'), R"(, "key_path": ["q", {"__part__": "q_per_channel_scales"}])");
+  tensor_dir(t, "q.q_per_channel_zero_points", "q.q_per_channel_zero_points", "int64", "[2]",
+             std::string(16, 'z'),
+             R"(, "key_path": ["q", {"__part__": "q_per_channel_zero_points"}])");
+  t.write("p/meta.json", R"({"key": "p", "dtype": "quint8", "shape": [1], "nbytes": 1,
+      "quantization": {"qscheme": "per_tensor_affine", "scale": {"__float__": "inf"}, "zero_point": -3}})");
+  t.write("p/data", "x");
+  const Model m = read_split_directory(t.path()).model;
+  CHECK(keys(m) == std::vector<std::string>{"b", "big", "p", "q", "q.q_per_channel_scales",
+                                            "q.q_per_channel_zero_points"});
+  const Tensor& b = m.tensors[m.entries[0].tensor];
+  CHECK(b.broken == "its record is missing from the zip");
+  CHECK_FALSE(b.storage);
+  const Tensor& big = m.tensors[m.entries[1].tensor];
+  CHECK(m.storages[*big.storage].big_endian);
+  CHECK(big.requires_grad);
+  const Tensor& p = m.tensors[m.entries[2].tensor];
+  REQUIRE(p.quantization);
+  CHECK(p.quantization->scheme == "per_tensor_affine");
+  CHECK(p.quantization->scale == std::numeric_limits<double>::infinity());
+  CHECK(p.quantization->zero_point == -3);
+  const Tensor& q = m.tensors[m.entries[3].tensor];
+  REQUIRE(q.quantization);
+  CHECK(q.quantization->axis == 0);
+  CHECK(q.quantization->scales == m.entries[4].tensor);
+  CHECK(q.quantization->zero_points == m.entries[5].tensor);
+  // Without its scales in the directory, the quantized tensor is broken, saying why.
+  t.remove("q.q_per_channel_scales");
+  const Model without = read_split_directory(t.path()).model;
+  CHECK(has(without.tensors[without.entries[3].tensor].broken, "are not in the directory"));
+}
+
+TEST_CASE("meta.json that lies about nbytes, shape or dtype, and data of another size") {
+  struct Case {
+    const char* name;
+    std::string dtype, shape, data, extra;
+    long long nbytes;
+    ExitCode code;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {"nbytes", "float32", "[4]", std::string(16, 'x'), "", 12, ExitCode::bad_checkpoint,
+       "nbytes 12, but a float32 tensor of shape [4] holds 16"},
+      {"shape", "float32", "[5]", std::string(16, 'x'), "", 16, ExitCode::bad_checkpoint,
+       "holds 20"},
+      {"dtype", "float64", "[4]", std::string(16, 'x'), "", 16, ExitCode::bad_checkpoint,
+       "holds 32"},
+      {"short data", "float32", "[4]", std::string(15, 'x'), "", 16, ExitCode::bad_checkpoint,
+       "\"w/data\": holds 15 bytes, but meta.json says nbytes 16"},
+      {"long data", "float32", "[4]", std::string(17, 'x'), "", 16, ExitCode::bad_checkpoint,
+       "holds 17 bytes"},
+      {"unknown dtype", "float33", "[4]", std::string(16, 'x'), "", 16, ExitCode::bad_checkpoint,
+       "unknown dtype \"float33\""},
+      {"overflow", "float64", "[4611686018427387904, 4]", "", "", 0, ExitCode::bad_checkpoint,
+       "holds more bytes than a file can"},
+      {"negative", "float32", "[-1]", "", "", 0, ExitCode::bad_checkpoint,
+       "a dimension of shape is not an integer"},
+      {"fraction", "float32", "[4]", std::string(16, 'x'), "", -2, ExitCode::bad_checkpoint,
+       "nbytes is not an integer"},
+      {"byteorder", "float32", "[4]", std::string(16, 'x'), R"(, "byteorder": "middle")", 16,
+       ExitCode::bad_checkpoint, "byteorder is not"},
+      {"quantized float", "float32", "[4]", std::string(16, 'x'),
+       R"(, "quantization": {"qscheme": "per_tensor_affine", "scale": 1, "zero_point": 0})", 16,
+       ExitCode::bad_checkpoint, "quantization given for a float32 tensor"},
+      {"key path", "float32", "[4]", std::string(16, 'x'), R"(, "key_path": [[1]])", 16,
+       ExitCode::bad_checkpoint, "a key_path part is not a key"},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.name);
+    TempDir t;
+    tensor_dir(t, "fine", "fine", "uint8", "[1]", "f");
+    if (c.nbytes == -2) {
+      tensor_dir(t, "w", "w", c.dtype, c.shape, c.data, c.extra, 16);
+      // A fraction where an integer goes: rewritten by hand.
+      std::string meta = "{\"key\": \"w\", \"dtype\": \"float32\", \"shape\": [4], \"nbytes\": 16.0}";
+      t.write("w/meta.json", meta);
+    } else {
+      tensor_dir(t, "w", "w", c.dtype, c.shape, c.data, c.extra, c.nbytes);
+    }
+    auto [code, message] = refusal(t.path());
+    CHECK(code == c.code);
+    CHECK_MESSAGE(has(message, c.message), message);
+    CHECK_MESSAGE(has(message, "\"w/"), message);  // names the file
+  }
+  TempDir dims;
+  std::string shape = "[";
+  for (int i = 0; i < 65; ++i) shape += i ? ", 1" : "1";
+  tensor_dir(dims, "w", "w", "uint8", shape + "]", "x");
+  CHECK(refusal(dims.path()).first == ExitCode::unsupported);
+}
+
+TEST_CASE("missing files, and directories that are no key directories") {
+  TempDir t;
+  tensor_dir(t, "w", "w", "float32", "[1]", "abcd");
+  t.remove("w/data");
+  auto [code, message] = refusal(t.path());
+  CHECK(code == ExitCode::io);
+  CHECK(message == "\"w/data\": No such file or directory");
+
+  TempDir u;
+  tensor_dir(u, "w", "w", "float32", "[1]", "abcd");
+  u.mkdir("stray");
+  CHECK(refusal(u.path()).second ==
+        "\"stray\": holds neither meta.json nor value.json: not a key directory of a mount");
+  u.remove("stray");
+  u.write("w/value.json", "1");
+  CHECK(has(refusal(u.path()).second, "holds both meta.json and value.json"));
+
+  TempDir v;
+  tensor_dir(v, "w", "w", "float32", "[1]", "abcd");
+  v.write("w%#2/value.json", "1");
+  CHECK(has(refusal(v.path()).second, "copy the mount's index.json along"));
+
+  TempDir n;
+  n.write("w/meta.json", R"({"dtype": "float32", "shape": [1], "nbytes": 4})");
+  n.write("w/data", "abcd");
+  CHECK(refusal(n.path()).second == "\"w/meta.json\": no \"key\"");
+}
+
+TEST_CASE("a key claimed by two directories") {
+  TempDir t;
+  tensor_dir(t, "w", "w", "float32", "[1]", "abcd");
+  tensor_dir(t, "w.copy", "w", "float32", "[1]", "efgh");
+  auto [code, message] = refusal(t.path());
+  CHECK(code == ExitCode::bad_checkpoint);
+  CHECK(message == "key \"w\" is claimed by two directories, \"w\" and \"w.copy\"");
+  // A tensor and a value of one key too; one text with two key paths is fine.
+  TempDir u;
+  tensor_dir(u, "w", "w", "float32", "[1]", "abcd");
+  u.write("x/value.json", "1");
+  u.write("index.json", R"({"entries": [{"key": "w", "path": "x", "kind": "value"}]})");
+  CHECK(refusal(u.path()).first == ExitCode::bad_checkpoint);
+  TempDir v;
+  tensor_dir(v, "a", "w", "float32", "[1]", "abcd", R"(, "key_path": [0])");
+  tensor_dir(v, "b", "w", "float32", "[1]", "abcd", R"(, "key_path": ["0"])");
+  CHECK(read_split_directory(v.path()).model.entries.size() == 2);
+}
+
+TEST_CASE("links that lead out of the directory are refused, never read") {
+  TempDir outside;
+  outside.write("secret", "SECRET!!");
+  tensor_dir(outside, "w", "w", "uint8", "[8]", "SECRET!!");
+  {
+    TempDir t;
+    tensor_dir(t, "w", "w", "uint8", "[8]", "", "", 8);
+    t.remove("w/data");
+    t.symlink(outside.path("secret"), "w/data");
+    auto [code, message] = refusal(t.path());
+    CHECK(code == ExitCode::bad_checkpoint);
+    CHECK(message == "\"w/data\": leads out of the directory (a symbolic link or \"..\")");
+  }
+  {
+    TempDir t;
+    t.symlink(outside.path("w"), "w");  // a whole key directory elsewhere
+    auto [code, message] = refusal(t.path());
+    CHECK(code == ExitCode::bad_checkpoint);
+    CHECK(message == "\"w\": leads out of the directory (a symbolic link)");
+  }
+  {
+    TempDir t;
+    tensor_dir(t, "w", "w", "uint8", "[8]", "12345678");
+    t.remove("w/meta.json");
+    t.symlink(outside.path("w/meta.json"), "w/meta.json");
+    CHECK(has(refusal(t.path()).second, "\"w/meta.json\": leads out of the directory"));
+  }
+  {
+    TempDir t;  // a link that stays inside is followed
+    tensor_dir(t, "w", "w", "uint8", "[8]", "12345678");
+    t.mkdir("v");
+    t.symlink("../w/meta.json", "v/meta.json");
+    t.symlink("../w/data", "v/data");
+    // ...and then claims the key a second time.
+    CHECK(has(refusal(t.path()).second, "claimed by two directories"));
+  }
+}
+
+TEST_CASE("huge, deep and malformed JSON is refused within its limits") {
+  TempDir t;
+  tensor_dir(t, "w", "w", "float32", "[1]", "abcd");
+  t.write("w/meta.json", "{\"key\": \"" + std::string(2u << 20, 'k') + "\"}");
+  auto [code, message] = refusal(t.path());
+  CHECK(code == ExitCode::unsupported);
+  CHECK(has(message, "\"w/meta.json\": 2097163 bytes, over the limit of 1048576"));
+
+  t.write("w/meta.json", R"({"key": "w", "x": )" + std::string(10'000, '[') +
+                             std::string(10'000, ']') + "}");
+  std::tie(code, message) = refusal(t.path());
+  CHECK(code == ExitCode::bad_checkpoint);
+  CHECK(has(message, "\"w/meta.json\": invalid JSON at byte"));
+
+  for (const char* bad : {"", "[]", "{\"key\": \"w\",}", "{\"key\": \"w\", \"key\": \"v\"}",
+                          "{\"key\": 1}", "{\"key\": \"w\"} x"}) {
+    CAPTURE(bad);
+    t.write("w/meta.json", bad);
+    CHECK(refusal(t.path()).first == ExitCode::bad_checkpoint);
+  }
+  t.write("w/meta.json", R"({"key": "w", "dtype": "float32", "shape": [1], "nbytes": 4})");
+  t.write("v/value.json", std::string(100'000, '[') + std::string(100'000, ']'));
+  CHECK(has(refusal(t.path()).second, "\"v/value.json\": invalid JSON"));
+  t.write("v/value.json", "[1, 2");
+  CHECK(has(refusal(t.path()).second, "\"v/value.json\": invalid JSON"));
+  t.write("v/value.json", "[1, 2]");
+  SplitLimits tiny;
+  tiny.max_json_bytes = 60;
+  CHECK(refusal(t.path(), tiny).first == ExitCode::unsupported);
+  CHECK(read_split_directory(t.path()).model.entries.size() == 2);
+
+  t.write("index.json", R"({"entries": [{"key": "w", "path": "../w", "kind": "tensor"}]})");
+  CHECK(has(refusal(t.path()).second, "\"index.json\": at byte"));
+  t.write("index.json", R"({"entries": [{"key": "w", "path": "w", "kind": "value"}]})");
+  CHECK(has(refusal(t.path()).second, "index.json says its directory holds the value"));
+  t.write("index.json", R"({"tensors": 1})");
+  CHECK(has(refusal(t.path()).second, "no \"entries\""));
+}
+
+TEST_SUITE_END();
