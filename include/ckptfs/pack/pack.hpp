@@ -1,0 +1,48 @@
+// SPDX-License-Identifier: MIT
+// `ckptfs pack`: a model (anything open_model() reads, split and RFC directories too) written
+// back as one file, torch's zip format or safetensors, streaming: memory stays bounded whatever
+// the size of the tensors (their bytes go from source to output by copy_file_range, or through
+// one buffer of OutputFile::buffer_bytes), and the file gets its name only once complete.
+#pragma once
+
+#include <ckptfs/model/model.hpp>
+#include <ckptfs/pack/output_file.hpp>
+#include <ckptfs/pack/selection.hpp>
+#include <ckptfs/view/read_buffer.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace ckptfs {
+
+struct PackOptions {
+  std::string output;                  // OUT: its suffix picks the format (pack_format_of())
+  std::vector<std::string> keys;       // --keys patterns (key_glob.hpp); none: every entry
+  std::optional<DType> dtype;          // --dtype: floating tensors converted as serve() does
+  Overwrite overwrite = Overwrite::no; // --force
+};
+
+struct PackResult {
+  PackFormat format = PackFormat::torch;
+  std::size_t tensors = 0;  // entries written
+  std::size_t values = 0;
+  std::uint64_t bytes = 0;  // of the file
+  std::vector<std::pair<std::string, std::string>> left_out;  // (key, why), in model order
+};
+
+// Writes `model`'s entries (select_entries()) to options.output:
+//   torch:       TorchPack (torch_pack.hpp): what torch.save(OrderedDict) writes, shared
+//                storages shared, views kept, values as plain Python values, a byteorder record;
+//   safetensors: SafetensorsExport (view/safetensors_export.hpp), the mount's model.safetensors:
+//                {"format": "pt"} in __metadata__ (the model's own metadata kept), each tensor
+//                its own contiguous bytes (tied ones too), in the model's order.
+// `sources` holds the model's bytes (OpenedModel::sources()). Throws Error: usage for a name
+// without a known suffix ("OUT must end in .pth, .pt, .bin or .safetensors") or an existing file
+// without Overwrite::yes, and what select_entries(), TorchPack, OutputFile and the sources throw;
+// the output then never appears under its name.
+PackResult pack(const Model& model, Sources sources, const PackOptions& options);
+
+}  // namespace ckptfs

@@ -1,0 +1,56 @@
+// SPDX-License-Identifier: MIT
+// What `ckptfs pack` writes of a model: the entries its --keys patterns select that the output
+// format can hold, each under a key of its own, and what is left out and why.
+#pragma once
+
+#include <ckptfs/format/pickle_writer.hpp>
+#include <ckptfs/model/model.hpp>
+#include <ckptfs/pack/key_glob.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ckptfs {
+
+enum class PackFormat : std::uint8_t {
+  torch,        // torch.save's zip format: a flat OrderedDict of the keys
+  safetensors,  // tensors only
+};
+
+// The format a file name asks for: ".pth", ".pt", ".bin" torch's, ".safetensors" safetensors;
+// nullopt for any other name.
+std::optional<PackFormat> pack_format_of(std::string_view path);
+
+struct Selection {
+  std::vector<std::size_t> entries;  // into Model::entries, in the model's order
+  std::vector<std::string> keys;     // each one's key in the output: unique (see below)
+  // For each value entry, the plain value it holds (format/value_pickle.hpp); none for tensors.
+  std::vector<pickle::Value> values;
+  struct LeftOut {
+    std::size_t entry;
+    std::string why;
+  };
+  std::vector<LeftOut> left_out;     // selected, but not in the output, in the model's order
+};
+
+// The entries of `model` that `globs` select (all when there is none), for `format`:
+//   - a broken tensor is refused: Error(bad_checkpoint) naming its key and why it is broken
+//     (torch.load could not read it either);
+//   - a pattern that selects no key is Error(usage) naming it (a typo would pack nothing);
+//   - left out, with why: for torch, values that are not plain (value_pickle.hpp: objects
+//     ckptfs never builds) and quantized tensors torch does not save (quint4x2, quint2x4,
+//     schemes other than per-tensor and per-channel affine); for safetensors, every value and
+//     every tensor whose dtype (converted by `convert_to`, as serve() does) safetensors lacks;
+//   - for torch, the entries of a per-channel quantized tensor's scales and zero points
+//     (KEY.q_per_channel_scales, KEY.q_per_channel_zero_points) are not written when KEY is: they
+//     go inside it, as torch saves them.
+// Keys: an entry's own key; a text an earlier written entry has already gets "%#2", "%#3"...
+// (the smallest that is no other entry's key), as the mount names them.
+Selection select_entries(const Model& model, std::span<const KeyGlob> globs, PackFormat format,
+                         std::optional<DType> convert_to);
+
+}  // namespace ckptfs

@@ -1,0 +1,115 @@
+// SPDX-License-Identifier: MIT
+// pack(): the entries selected, the file laid out for its format, written, named.
+#include <ckptfs/base/error.hpp>
+#include <ckptfs/pack/pack.hpp>
+#include <ckptfs/pack/torch_pack.hpp>
+#include <ckptfs/view/safetensors_export.hpp>
+#include <ckptfs/view/served.hpp>
+
+#include <fmt/format.h>
+
+#include <stdexcept>
+
+namespace ckptfs {
+namespace {
+
+// Staged (gathered, converted) bytes are made this much at a time: the bound on memory.
+constexpr std::size_t chunk_bytes = 1 << 20;
+
+// The model with only the selected entries, under their output keys: what SafetensorsExport
+// lays out (its tensors and storages unchanged: entries index them).
+Model selected_model(const Model& model, const Selection& selection) {
+  Model sub;
+  sub.format = model.format;
+  sub.sources = model.sources;
+  sub.storages = model.storages;
+  sub.tensors = model.tensors;
+  sub.metadata = model.metadata;
+  sub.entries.reserve(selection.entries.size());
+  for (std::size_t i = 0; i < selection.entries.size(); ++i) {
+    Entry e = model.entries[selection.entries[i]];
+    e.key = selection.keys[i];
+    sub.entries.push_back(std::move(e));
+  }
+  return sub;
+}
+
+void write_safetensors(const Model& sub, Sources sources, std::optional<DType> convert_to,
+                       OutputFile& out) {
+  const SafetensorsExport layout(sub, 0, convert_to);
+  if (layout.tensors().size() != sub.entries.size()) {
+    // select_entries() left out what the export leaves out; only a tensor larger than a file
+    // can be (its own bytes and the header's) is left out here.
+    throw Error(ExitCode::unsupported, "a tensor too large for a safetensors file");
+  }
+  const SafetensorsExport::File& file = layout.files().at(0);
+  out.write(file.header);
+  ReadBuffer buffer;
+  for (const SafetensorsExport::Tensor& st : layout.tensors()) {
+    const Tensor& t = sub.tensors[sub.entries[st.entry].tensor];
+    const ServedTensor served = serve(sub, t, convert_to);
+    if (served.way == ServedTensor::Way::range) {
+      // One range of a source: copied in the kernel, in one call for the whole tensor.
+      const Storage& s = sub.storages[served.storage];
+      out.copy(*sources[s.source], data_offset(s) + served.begin, served.nbytes);
+      continue;
+    }
+    for (std::uint64_t at = 0; at < served.nbytes; at += chunk_bytes) {
+      const auto n =
+          static_cast<std::size_t>(std::min<std::uint64_t>(chunk_bytes, served.nbytes - at));
+      buffer.clear();
+      read_served(sub, t, served, at, n, sources, buffer);
+      for (const ReadPiece& piece : buffer.pieces()) {
+        if (piece.memory) {
+          out.write({piece.memory, piece.length});
+        } else {
+          out.copy(*sources[piece.source], piece.source_offset, piece.length);
+        }
+      }
+    }
+  }
+  if (out.size() != file.size) {
+    throw std::logic_error(fmt::format("write_safetensors: {} bytes written, {} planned",
+                                       out.size(), file.size));
+  }
+}
+
+}  // namespace
+
+PackResult pack(const Model& model, Sources sources, const PackOptions& options) {
+  const auto format = pack_format_of(options.output);
+  if (!format) {
+    throw Error(ExitCode::usage, "OUT must end in .pth, .pt, .bin (torch) or .safetensors");
+  }
+  std::vector<KeyGlob> globs(options.keys.begin(), options.keys.end());
+  const Selection selection = select_entries(model, globs, *format, options.dtype);
+
+  PackResult result;
+  result.format = *format;
+  for (const auto& [entry, why] : selection.left_out) {
+    result.left_out.emplace_back(model.entries[entry].key, why);
+  }
+  for (const std::size_t i : selection.entries) {
+    (model.entries[i].kind == Entry::Kind::tensor ? result.tensors : result.values) += 1;
+  }
+  // Everything that can be refused is, before the output is created: the layout is made from
+  // the model alone.
+  std::optional<TorchPack> torch;
+  std::optional<Model> sub;
+  if (*format == PackFormat::torch) {
+    torch.emplace(model, selection, torch_prefix_of(options.output), options.dtype);
+  } else {
+    sub = selected_model(model, selection);
+  }
+  OutputFile out(options.output, options.overwrite);
+  if (torch) {
+    torch->write(model, sources, out);
+  } else {
+    write_safetensors(*sub, sources, options.dtype, out);
+  }
+  result.bytes = out.size();
+  out.commit();
+  return result;
+}
+
+}  // namespace ckptfs

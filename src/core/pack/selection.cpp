@@ -1,0 +1,159 @@
+// SPDX-License-Identifier: MIT
+// select_entries(): patterns, the entries each format can hold, parts that go inside their
+// tensor, and unique keys.
+#include <ckptfs/base/error.hpp>
+#include <ckptfs/base/text.hpp>
+#include <ckptfs/format/value_pickle.hpp>
+#include <ckptfs/pack/selection.hpp>
+#include <ckptfs/view/served.hpp>
+
+#include <fmt/format.h>
+
+#include <unordered_set>
+
+namespace ckptfs {
+namespace {
+
+bool quantized(DType dtype) {
+  return dtype == DType::qint8 || dtype == DType::quint8 || dtype == DType::qint32 ||
+         dtype == DType::quint4x2 || dtype == DType::quint2x4;
+}
+
+bool per_channel(const Tensor& t) {
+  return t.quantization && (t.quantization->scales || t.quantization->zero_points);
+}
+
+// Why torch's writer cannot write a quantized tensor; empty when it can.
+std::string quantized_problem(const Model& model, const Tensor& t) {
+  if (t.dtype != DType::qint8 && t.dtype != DType::quint8 && t.dtype != DType::qint32) {
+    return fmt::format("torch saves no quantized tensor of dtype {}", info(t.dtype).name);
+  }
+  if (!t.quantization) return "a quantized tensor without its quantization";
+  const std::string& scheme = t.quantization->scheme;
+  if (scheme != "per_tensor_affine" && scheme != "per_channel_affine" &&
+      scheme != "per_channel_affine_float_qparams") {
+    return fmt::format("torch saves no quantized tensor of scheme {}", quote(scheme));
+  }
+  if (per_channel(t)) {
+    // One scale and one zero point per channel, as 1-D tensors that can be written.
+    const auto& q = *t.quantization;
+    if (!q.scales || !q.zero_points || q.axis < 0 ||
+        static_cast<std::size_t>(q.axis) >= t.shape.size()) {
+      return "per-channel quantization without its scales and zero points";
+    }
+    const std::vector<std::int64_t> channels{t.shape[static_cast<std::size_t>(q.axis)]};
+    for (const std::size_t part : {*q.scales, *q.zero_points}) {
+      const Tensor& p = model.tensors[part];
+      if (p.shape != channels || !p.broken.empty() || quantized(p.dtype)) {
+        return "per-channel scales or zero points that are not one per channel";
+      }
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+std::optional<PackFormat> pack_format_of(std::string_view path) {
+  for (std::string_view suffix : {".pth", ".pt", ".bin"}) {
+    if (path.ends_with(suffix) && path.size() > suffix.size()) return PackFormat::torch;
+  }
+  if (path.ends_with(".safetensors") && path.size() > 12) return PackFormat::safetensors;
+  return std::nullopt;
+}
+
+Selection select_entries(const Model& model, std::span<const KeyGlob> globs, PackFormat format,
+                         std::optional<DType> convert_to) {
+  std::vector<bool> selected(model.entries.size(), globs.empty());
+  for (const KeyGlob& glob : globs) {
+    bool any = false;
+    for (std::size_t i = 0; i < model.entries.size(); ++i) {
+      if (glob.matches(model.entries[i].key)) selected[i] = any = true;
+    }
+    if (!any) {
+      throw Error(ExitCode::usage,
+                  fmt::format("--keys {} matches no key", quote(glob.pattern())));
+    }
+  }
+  // Per-channel quantized tensors written: their scales' and zero points' entries go inside.
+  std::unordered_set<std::string> inside;
+  if (format == PackFormat::torch) {
+    for (std::size_t i = 0; i < model.entries.size(); ++i) {
+      const Entry& e = model.entries[i];
+      if (!selected[i] || e.kind != Entry::Kind::tensor) continue;
+      const Tensor& t = model.tensors[e.tensor];
+      if (t.broken.empty() && per_channel(t) && quantized_problem(model, t).empty()) {
+        inside.insert(e.key + ".q_per_channel_scales");
+        inside.insert(e.key + ".q_per_channel_zero_points");
+      }
+    }
+  }
+
+  Selection out;
+  for (std::size_t i = 0; i < model.entries.size(); ++i) {
+    if (!selected[i]) continue;
+    const Entry& e = model.entries[i];
+    pickle::Value value;
+    if (e.kind == Entry::Kind::value) {
+      if (format == PackFormat::safetensors) {
+        out.left_out.push_back({i, "a value: safetensors holds tensors only"});
+        continue;
+      }
+      std::string why;
+      auto plain = plain_value(e.value_json, why);
+      if (!plain) {
+        out.left_out.push_back({i, "not a plain value: " + why});
+        continue;
+      }
+      value = std::move(*plain);
+    } else {
+      const Tensor& t = model.tensors[e.tensor];
+      if (!t.broken.empty()) {
+        throw Error(ExitCode::bad_checkpoint,
+                    fmt::format("tensor {} is broken ({}): it cannot be packed; leave it out "
+                                "with --keys",
+                                quote(e.key), t.broken));
+      }
+      if (format == PackFormat::safetensors) {
+        const DType served = serve(model, t, convert_to).dtype;
+        if (info(served).safetensors.empty()) {
+          out.left_out.push_back(
+              {i, fmt::format("safetensors has no dtype {}", info(served).name)});
+          continue;
+        }
+      } else if (quantized(t.dtype)) {
+        if (std::string problem = quantized_problem(model, t); !problem.empty()) {
+          out.left_out.push_back({i, std::move(problem)});
+          continue;
+        }
+      } else if (inside.contains(e.key) &&
+                 (e.key_path.empty() ||  // formats without key paths (RFC directories)
+                  e.key_path.ends_with(R"({"__part__":"q_per_channel_scales"}])") ||
+                  e.key_path.ends_with(R"({"__part__":"q_per_channel_zero_points"}])"))) {
+        continue;  // a part of a per-channel quantized tensor that is written: it is inside it
+      }
+    }
+    out.entries.push_back(i);
+    out.values.push_back(std::move(value));
+  }
+
+  // Unique keys: the first of a text keeps it; later ones get the smallest "%#N" that is no
+  // entry's own key.
+  std::unordered_set<std::string_view> own;
+  for (const std::size_t i : out.entries) own.insert(model.entries[i].key);
+  std::unordered_set<std::string> used;
+  out.keys.reserve(out.entries.size());
+  for (const std::size_t i : out.entries) {
+    const std::string& text = model.entries[i].key;
+    std::string key = text;
+    for (std::uint64_t n = 2; used.contains(key); ++n) {
+      key = fmt::format("{}%#{}", text, n);
+      if (own.contains(key)) key = text;  // another entry's own key: the next number
+    }
+    used.insert(key);
+    out.keys.push_back(std::move(key));
+  }
+  return out;
+}
+
+}  // namespace ckptfs

@@ -1,0 +1,303 @@
+// SPDX-License-Identifier: MIT
+// Unit tests of the pieces of `ckptfs pack`: the output file (nothing under its name before
+// commit, never an existing file replaced without Overwrite::yes, copies and CRCs), the
+// selection (patterns, what each format leaves out, broken tensors, unique keys), and whole packs
+// of a model built by hand, read back by ckptfs's own readers (torch.load reads them in
+// tests/integration/test_pack.py): storages shared, views kept, values, conversions.
+#include "support/temp_dir.hpp"
+
+#include <ckptfs/base/crc32.hpp>
+#include <ckptfs/base/error.hpp>
+#include <ckptfs/format/safetensors_reader.hpp>
+#include <ckptfs/format/torch_reader.hpp>
+#include <ckptfs/pack/output_file.hpp>
+#include <ckptfs/pack/pack.hpp>
+#include <ckptfs/pack/selection.hpp>
+#include <ckptfs/pack/torch_pack.hpp>
+
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+using namespace ckptfs;
+using ckptfs::test::TempDir;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::vector<std::string> names_in(const std::string& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(dir)) out.push_back(e.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::string contents(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// 8 float32 values 0..7 in one storage, and entries over it: "full" (all of it), "view" (a
+// transposed 2x2 view at offset 2), "tied" (the same tensor as "full"), a value "epoch", and a
+// complex128 tensor "z" of its own storage.
+struct Fixture {
+  std::string bytes;
+  Model model;
+  std::vector<std::unique_ptr<ByteSource>> owned;
+  std::vector<const ByteSource*> sources;
+
+  Fixture() {
+    for (int i = 0; i < 8; ++i) {
+      float f = static_cast<float>(i);
+      bytes.append(reinterpret_cast<const char*>(&f), 4);
+    }
+    bytes += std::string(16, 'z');  // the complex128 element
+    model.format = Format::zip;
+    model.sources = {"memory"};
+    Storage s;
+    s.key = "0";
+    s.nbytes = 32;
+    model.storages.push_back(s);
+    s.key = "1";
+    s.file_offset = 32;
+    s.nbytes = 16;
+    model.storages.push_back(s);
+    Tensor full;
+    full.shape = {8};
+    full.stride = {1};
+    full.storage = 0;
+    Tensor view = full;
+    view.shape = {2, 2};
+    view.stride = {1, 2};
+    view.storage_offset = 2;
+    view.requires_grad = true;
+    Tensor z;
+    z.dtype = DType::complex128;
+    z.shape = {1};
+    z.stride = {1};
+    z.storage = 1;
+    model.tensors = {full, view, z};
+    model.entries = {{"full", "", Entry::Kind::tensor, 0, ""},
+                     {"view", "", Entry::Kind::tensor, 1, ""},
+                     {"epoch", "", Entry::Kind::value, 0, "7"},
+                     {"tied", "", Entry::Kind::tensor, 0, ""},
+                     {"z", "", Entry::Kind::tensor, 2, ""}};
+    owned.push_back(std::make_unique<MemorySource>(bytes));
+    sources.push_back(owned.back().get());
+  }
+};
+
+std::pair<ExitCode, std::string> refusal(const std::function<void()>& body) {
+  try {
+    body();
+  } catch (const Error& e) {
+    return {e.code(), e.what()};
+  }
+  return {ExitCode::ok, ""};
+}
+
+}  // namespace
+
+TEST_SUITE_BEGIN("pack");
+
+TEST_CASE("the output has no name until commit, and never replaces a file unasked") {
+  TempDir t;
+  const std::string path = t.path("out.pth");
+  {
+    OutputFile out(path, Overwrite::no);
+    out.write("hello ");
+    const MemorySource memory("0123456789");
+    out.copy(memory, 2, 3);
+    CHECK(out.copy_with_crc(memory, 0, 4) == crc32("0123"));
+    CHECK(out.size() == 13);
+    CHECK(names_in(t.path()).empty());  // nothing under any name while it is written
+  }
+  CHECK(names_in(t.path()).empty());  // dropped without commit()
+
+  t.write("source", std::string(3u << 20, 'x') + "tail");
+  const FileSource file(t.path("source"));
+  {
+    OutputFile out(path, Overwrite::no);
+    out.copy(file, 1, (3u << 20) + 3);  // copy_file_range, more than the buffer
+    out.commit();
+  }
+  CHECK(contents(path) == std::string((3u << 20) - 1, 'x') + "tail");
+  CHECK(names_in(t.path()) == std::vector<std::string>{"out.pth", "source"});
+
+  auto [code, message] = refusal([&] { OutputFile(path, Overwrite::no); });
+  CHECK(code == ExitCode::usage);
+  CHECK(message == "exists: pack does not overwrite it without --force");
+  {
+    // A file that appears under the name while the output is written is not replaced either.
+    TempDir u;
+    OutputFile out(u.path("late.pth"), Overwrite::no);
+    out.write("mine");
+    u.write("late.pth", "theirs");
+    CHECK(refusal([&] { out.commit(); }).first == ExitCode::usage);
+    CHECK(contents(u.path("late.pth")) == "theirs");
+    CHECK(names_in(u.path()) == std::vector<std::string>{"late.pth"});
+  }
+  {
+    OutputFile out(path, Overwrite::yes);
+    out.write("new");
+    out.commit();
+  }
+  CHECK(contents(path) == "new");
+  CHECK(names_in(t.path()) == std::vector<std::string>{"out.pth", "source"});
+  CHECK(refusal([&] { OutputFile(t.path("missing/out.pth"), Overwrite::no); }).first ==
+        ExitCode::io);
+  // A source shorter than the range asked.
+  OutputFile out(t.path("short.pth"), Overwrite::no);
+  CHECK(refusal([&] { out.copy(file, 10, 4u << 20); }).first == ExitCode::bad_checkpoint);
+}
+
+TEST_CASE("selection: patterns, what each format leaves out, broken tensors, unique keys") {
+  Fixture f;
+  const std::vector<KeyGlob> none;
+  Selection all = select_entries(f.model, none, PackFormat::torch, std::nullopt);
+  CHECK(all.entries == std::vector<std::size_t>{0, 1, 2, 3, 4});
+  CHECK(all.keys == std::vector<std::string>{"full", "view", "epoch", "tied", "z"});
+  CHECK(all.left_out.empty());
+
+  Selection st = select_entries(f.model, none, PackFormat::safetensors, std::nullopt);
+  CHECK(st.entries == std::vector<std::size_t>{0, 1, 3});
+  REQUIRE(st.left_out.size() == 2);
+  CHECK(st.left_out[0].why == "a value: safetensors holds tensors only");
+  CHECK(st.left_out[1].why == "safetensors has no dtype complex128");
+
+  const std::vector<KeyGlob> globs{KeyGlob("v*"), KeyGlob("[e]poch")};
+  CHECK(select_entries(f.model, globs, PackFormat::torch, std::nullopt).entries ==
+        std::vector<std::size_t>{1, 2});
+  const std::vector<KeyGlob> typo{KeyGlob("full"), KeyGlob("decoder.*")};
+  auto [code, message] = refusal([&] {
+    select_entries(f.model, typo, PackFormat::torch, std::nullopt);
+  });
+  CHECK(code == ExitCode::usage);
+  CHECK(message == "--keys \"decoder.*\" matches no key");
+
+  f.model.entries[2].value_json = R"({"__class__":"argparse.Namespace"})";
+  f.model.entries.push_back({"full", "[1]", Entry::Kind::tensor, 2, ""});
+  f.model.entries.push_back({"full%#2", "", Entry::Kind::tensor, 2, ""});
+  Selection odd = select_entries(f.model, none, PackFormat::torch, std::nullopt);
+  CHECK(odd.keys == std::vector<std::string>{"full", "view", "tied", "z", "full%#3", "full%#2"});
+  REQUIRE(odd.left_out.size() == 1);
+  CHECK(odd.left_out[0].why ==
+        "not a plain value: an instance of argparse.Namespace, which ckptfs never builds");
+
+  f.model.tensors[1].broken = "its record is missing";
+  std::tie(code, message) = refusal([&] {
+    select_entries(f.model, none, PackFormat::torch, std::nullopt);
+  });
+  CHECK(code == ExitCode::bad_checkpoint);
+  CHECK(message == "tensor \"view\" is broken (its record is missing): it cannot be packed; "
+                   "leave it out with --keys");
+  const std::vector<KeyGlob> others{KeyGlob("[!v]*")};
+  CHECK(select_entries(f.model, others, PackFormat::torch, std::nullopt).entries.size() == 5);
+}
+
+TEST_CASE("torch: one record per storage, views kept, the tied tensor memoized, values kept") {
+  Fixture f;
+  TempDir t;
+  const std::string path = t.path("model.pth");
+  PackResult r = pack(f.model, f.sources, {path, {}, std::nullopt, Overwrite::no});
+  CHECK(r.format == PackFormat::torch);
+  CHECK(r.tensors == 4);
+  CHECK(r.values == 1);
+  CHECK(r.bytes == fs::file_size(path));
+  const FileSource file(path);
+  const Model back = read_torch(file, "model.pth");
+  REQUIRE(back.entries.size() == 5);
+  CHECK(back.entries[2].value_json == "7");
+  const Tensor& full = back.tensors[back.entries[0].tensor];
+  const Tensor& view = back.tensors[back.entries[1].tensor];
+  const Tensor& tied = back.tensors[back.entries[3].tensor];
+  CHECK(back.storages.size() == 2);
+  CHECK(full.storage == view.storage);
+  CHECK(full.storage == tied.storage);
+  CHECK(view.storage_offset == 2);
+  CHECK(view.stride == std::vector<std::int64_t>{1, 2});
+  CHECK(view.requires_grad);
+  const Storage& s = back.storages[*full.storage];
+  CHECK(s.record == "model/data/0");
+  CHECK(file.read_string(data_offset(s), 32) == f.bytes.substr(0, 32));
+  CHECK(data_offset(s) % 64 == 0);
+  CHECK(s.record_crc32 == crc32(f.bytes.substr(0, 32)));
+  CHECK(back.tensors[back.entries[4].tensor].dtype == DType::complex128);
+
+  // Converted: each floating tensor its own record, in C order.
+  const std::string half = t.path("half.pt");
+  pack(f.model, f.sources, {half, {"view"}, DType::float16, Overwrite::no});
+  const FileSource half_file(half);
+  const Model h = read_torch(half_file, "half.pt");
+  REQUIRE(h.entries.size() == 1);
+  const Tensor& hv = h.tensors[h.entries[0].tensor];
+  CHECK(hv.dtype == DType::float16);
+  CHECK(hv.stride == std::vector<std::int64_t>{2, 1});
+  // The view's elements in C order: 2, 4, 3, 5 as float16.
+  CHECK(half_file.read_string(*h.file_offset(hv), 8) ==
+        std::string("\x00\x40\x00\x44\x00\x42\x00\x45", 8));
+}
+
+TEST_CASE("torch: storages of both byte orders are refused before anything is written") {
+  Fixture f;
+  f.model.storages[1].big_endian = true;
+  TempDir t;
+  auto [code, message] = refusal([&] {
+    pack(f.model, f.sources, {t.path("m.pth"), {}, std::nullopt, Overwrite::no});
+  });
+  CHECK(code == ExitCode::unsupported);
+  CHECK(names_in(t.path()).empty());
+  // One order alone is that order's record.
+  pack(f.model, f.sources, {t.path("big.pth"), {"z"}, std::nullopt, Overwrite::no});
+  const FileSource file(t.path("big.pth"));
+  CHECK(read_torch(file, "big.pth").storages.at(0).big_endian);
+}
+
+TEST_CASE("safetensors: each tensor its own contiguous bytes, format pt") {
+  Fixture f;
+  f.model.metadata = {{"note", "kept"}};
+  TempDir t;
+  const std::string path = t.path("model.safetensors");
+  PackResult r = pack(f.model, f.sources, {path, {}, std::nullopt, Overwrite::no});
+  CHECK(r.format == PackFormat::safetensors);
+  CHECK(r.tensors == 3);
+  CHECK(r.left_out.size() == 2);
+  const FileSource file(path);
+  const Model back = read_safetensors(file, "model.safetensors");
+  REQUIRE(back.entries.size() == 3);
+  CHECK(back.entries[0].key == "full");
+  CHECK(back.entries[1].key == "view");
+  CHECK(back.entries[2].key == "tied");
+  CHECK(back.metadata == std::vector<std::pair<std::string, std::string>>{{"note", "kept"},
+                                                                          {"format", "pt"}});
+  auto bytes_of = [&](std::size_t i) {
+    const Tensor& tensor = back.tensors[back.entries[i].tensor];
+    return file.read_string(*back.file_offset(tensor), tensor.nbytes());
+  };
+  CHECK(bytes_of(0) == f.bytes.substr(0, 32));
+  CHECK(bytes_of(2) == f.bytes.substr(0, 32));
+  // The view gathered: elements 2, 4, 3, 5.
+  std::string view;
+  for (int i : {2, 4, 3, 5}) view += f.bytes.substr(static_cast<std::size_t>(i) * 4, 4);
+  CHECK(bytes_of(1) == view);
+  // --force replaces; without it, an existing OUT stays as it is.
+  CHECK(refusal([&] { pack(f.model, f.sources, {path, {"full"}, std::nullopt, Overwrite::no}); })
+            .first == ExitCode::usage);
+  pack(f.model, f.sources, {path, {"full"}, std::nullopt, Overwrite::yes});
+  CHECK(read_safetensors(FileSource(path), "x").entries.size() == 1);
+  CHECK(refusal([&] { pack(f.model, f.sources, {t.path("m.npz"), {}, std::nullopt}); }).first ==
+        ExitCode::usage);
+}
+
+TEST_CASE("torch_prefix_of() as torch.save names its records") {
+  CHECK(torch_prefix_of("/data/model.pth") == "model");
+  CHECK(torch_prefix_of("a.b.bin") == "a.b");
+  CHECK(torch_prefix_of(".pt") == "archive");
+  CHECK(torch_prefix_of("dir.x/noext") == "noext");
+}
+
+TEST_SUITE_END();
