@@ -4,6 +4,8 @@
 #include "../fuse/mount.hpp"
 #include "inspect.hpp"
 #include "options.hpp"
+#include "pack_command.hpp"
+#include "remote_open.hpp"
 
 #include <ckptfs/base/error.hpp>
 #include <ckptfs/base/numbers.hpp>
@@ -137,24 +139,6 @@ int usage_error(const std::string& message) {
 // The mount's readahead for a remote checkpoint, unless -o read_ahead_kb= says otherwise.
 constexpr unsigned remote_read_ahead_kb = 2048;
 
-// The remote side, for a URL: its options from the command line, S3's from the environment.
-// Null for a local file.
-std::unique_ptr<ckptfs::RemoteContext> remote_for(const std::string& location,
-                                                  const ckptfs::RemoteOptions& options) {
-  if (!ckptfs::is_url(location)) return nullptr;
-  const bool s3 = location.size() > 5 && (location[0] | 0x20) == 's' && location[1] == '3';
-  return std::make_unique<ckptfs::RemoteContext>(
-      options, s3 ? ckptfs::S3Settings::from_environment() : ckptfs::S3Settings{});
-}
-
-ckptfs::OpenOptions open_options(ckptfs::RemoteContext* remote) {
-  ckptfs::OpenOptions options;
-  options.open = [remote](const std::string& location) {
-    return ckptfs::open_location(location, remote);
-  };
-  return options;
-}
-
 int run_inspect(const std::vector<std::string>& args) {
   std::string path;
   bool json = false;
@@ -188,8 +172,9 @@ int run_inspect(const std::vector<std::string>& args) {
   if (path.empty()) return usage_error("inspect: missing CHECKPOINT");
   const std::string shown = ckptfs::display_location(path);
   try {
-    auto remote = remote_for(path, remote_options);
-    ckptfs::OpenedModel opened = ckptfs::open_model(path, open_options(remote.get()));
+    auto remote = ckptfs::cli::remote_for(path, remote_options);
+    ckptfs::OpenedModel opened =
+        ckptfs::open_model(path, ckptfs::cli::open_options(remote.get()));
     if (json) {
       ckptfs::cli::print_inspect_json(opened.model(), stdout);
     } else {
@@ -257,9 +242,10 @@ int run_mount(const std::vector<std::string>& args) {
                          : ::realpath(o.checkpoint.c_str(), resolved) ? resolved
                                                                        : o.checkpoint;
   try {
-    auto remote = remote_for(o.checkpoint, o.remote);
+    auto remote = ckptfs::cli::remote_for(o.checkpoint, o.remote);
     // Everything is parsed and validated before the mount: a bad checkpoint never mounts.
-    ckptfs::OpenedModel opened = ckptfs::open_model(o.checkpoint, open_options(remote.get()));
+    ckptfs::OpenedModel opened =
+        ckptfs::open_model(o.checkpoint, ckptfs::cli::open_options(remote.get()));
     ckptfs::TreeOptions tree_options;
     tree_options.source_path = absolute;
     tree_options.uid = o.uid.value_or(::getuid());
@@ -316,5 +302,6 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) ckptfs::mask_credentials(argv[i]);
   if (args.empty()) return usage_error("needs a CHECKPOINT and a MOUNTPOINT");
   if (args[0] == "inspect") return run_inspect({args.begin() + 1, args.end()});
+  if (args[0] == "pack") return ckptfs::cli::run_pack({args.begin() + 1, args.end()});
   return run_mount(args);
 }

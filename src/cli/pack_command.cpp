@@ -1,0 +1,169 @@
+// SPDX-License-Identifier: MIT
+// run_pack(): options, the model opened, pack() run, what was left out told on stderr.
+#include "pack_command.hpp"
+
+#include "options.hpp"
+#include "remote_open.hpp"
+
+#include <ckptfs/base/error.hpp>
+#include <ckptfs/base/text.hpp>
+#include <ckptfs/pack/pack.hpp>
+#include <ckptfs/source/location.hpp>
+
+#include <fmt/format.h>
+
+#include <map>
+#include <sys/stat.h>
+
+namespace ckptfs::cli {
+namespace {
+
+constexpr const char* pack_usage = R"(usage: ckptfs pack SRC OUT [--keys GLOB]... [--dtype NAME] [--force] [-o OPT,...]
+
+Writes SRC back as one file, OUT, streaming: memory stays bounded whatever the size of the
+tensors, bytes are copied from file to file by the kernel where they can be. OUT appears only
+once complete (a failed or killed pack leaves nothing under its name).
+
+SRC  anything ckptfs reads (a .pth/.pt/.bin file, a safetensors file, a sharded set, a
+     TorchScript archive, a URL), or
+     a split directory: key directories copied out of a mount (meta.json and data, or
+     value.json), with or without the mount's index.json, e.g. after
+     rsync -a /mnt/model/decoder.* dest/
+     an RFC directory: map.pt (torch.save of the list of keys) and one <name>.pt per key
+OUT  its suffix picks the format:
+     .pth .pt .bin   torch.save's zip format: a flat OrderedDict of the keys in order, shared
+                     storages shared, views kept, plain values kept, a byteorder record
+     .safetensors    safetensors: the tensors, each its own contiguous bytes (tied ones too),
+                     {"format": "pt"} in __metadata__
+
+  --keys GLOB   pack only the keys GLOB matches (fnmatch: * ? [seq] [!seq]; '*' takes '.' too);
+                repeatable: a key any of them matches; a GLOB matching no key is an error
+  --dtype NAME  float16, bfloat16 or float32: floating-point tensors converted as torch's .to()
+  --force       replace OUT if it exists (else: refused, exit 1)
+  -o OPT,...    remote options for a URL (timeout=, cache_size=, cacert=, insecure...)
+
+Left out, each said on stderr: values that are no plain Python value (objects ckptfs never
+builds), quantized tensors torch does not save, and for safetensors every value and every
+tensor of a dtype it lacks. A broken tensor is an error (leave it out with --keys).
+
+exit status: 0 written; 1 usage (the command line, OUT's suffix, OUT exists, a GLOB matching
+nothing); 2 SRC, a file in it, or OUT cannot be opened, read or written; 3 an invalid zip;
+4 an invalid or inconsistent SRC (a meta.json that disagrees with its data, a key claimed
+twice, a link leading out of SRC, a broken tensor); 5 what pack does not write; 7, 8 a server
+refused or did not answer.
+)";
+
+int fail(ExitCode code, const std::string& message) {
+  fmt::print(stderr, "ckptfs: {}\n", message);
+  return static_cast<int>(code);
+}
+
+int usage_error(const std::string& message) {
+  fmt::print(stderr, "ckptfs: pack: {} (try 'ckptfs pack --help')\n", message);
+  return static_cast<int>(ExitCode::usage);
+}
+
+// What was left out, one line per reason, with its first keys.
+void tell_left_out(const PackResult& result, const std::string& out) {
+  std::map<std::string, std::vector<std::string>> by_why;
+  std::vector<std::string> order;
+  for (const auto& [key, why] : result.left_out) {
+    auto [it, fresh] = by_why.try_emplace(why);
+    if (fresh) order.push_back(why);
+    it->second.push_back(key);
+  }
+  for (const std::string& why : order) {
+    const auto& keys = by_why[why];
+    std::string listed;
+    for (std::size_t i = 0; i < keys.size() && i < 5; ++i) {
+      listed += (i ? ", " : "") + quote(keys[i], 80);
+    }
+    fmt::print(stderr, "ckptfs: {}: left out {} {} ({}): {}{}\n", out, keys.size(),
+               keys.size() == 1 ? "entry" : "entries", why, listed,
+               keys.size() > 5 ? fmt::format(", and {} more", keys.size() - 5) : "");
+  }
+}
+
+}  // namespace
+
+int run_pack(const std::vector<std::string>& args) {
+  PackOptions options;
+  RemoteOptions remote_options;
+  std::vector<std::string> positional;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    auto value = [&](std::string_view name) -> std::optional<std::string> {
+      if (a == name) {
+        if (i + 1 == args.size()) return std::nullopt;
+        return args[++i];
+      }
+      return a.substr(name.size() + 1);  // --name=value
+    };
+    if (a == "-h" || a == "--help") {
+      fmt::print("{}", pack_usage);
+      return 0;
+    } else if (a == "--keys" || a.starts_with("--keys=")) {
+      auto glob = value("--keys");
+      if (!glob) return usage_error("--keys needs a GLOB");
+      options.keys.push_back(std::move(*glob));
+    } else if (a == "--dtype" || a.starts_with("--dtype=")) {
+      auto name = value("--dtype");
+      if (!name) return usage_error("--dtype needs a NAME");
+      if (*name != "float16" && *name != "bfloat16" && *name != "float32") {
+        return usage_error(fmt::format("invalid --dtype {} (float16, bfloat16 or float32)",
+                                       quote(*name)));
+      }
+      options.dtype = dtype_from_name(*name);
+    } else if (a == "--force" || a == "-f") {
+      options.overwrite = Overwrite::yes;
+    } else if (a == "-o" || (a.starts_with("-o") && a.size() > 2)) {
+      if (a == "-o" && i + 1 == args.size()) return usage_error("-o needs an argument");
+      std::string_view list = a == "-o" ? std::string_view(args[++i]) : std::string_view(a).substr(2);
+      while (true) {
+        const auto comma = list.find(',');
+        const std::string_view item = list.substr(0, comma);
+        std::string error;
+        if (!take_remote_option(item, remote_options, error)) {
+          return usage_error(fmt::format("unknown option {}", quote(item)));
+        }
+        if (!error.empty()) return usage_error(error);
+        if (comma == std::string_view::npos) break;
+        list.remove_prefix(comma + 1);
+      }
+    } else if (a.starts_with("-") && a != "-") {
+      return usage_error(fmt::format("unknown option {}", quote(a)));
+    } else {
+      positional.push_back(a);
+    }
+  }
+  if (positional.size() != 2) return usage_error("needs SRC and OUT");
+  const std::string& source = positional[0];
+  options.output = positional[1];
+  if (!pack_format_of(options.output)) {
+    return usage_error(fmt::format("OUT {} must end in .pth, .pt, .bin (torch) or .safetensors",
+                                   quote(options.output)));
+  }
+  // Refused before SRC is read (which may take long, remote): checked again when OUT is named.
+  struct stat st {};
+  if (options.overwrite == Overwrite::no && ::lstat(options.output.c_str(), &st) == 0) {
+    return fail(ExitCode::usage,
+                fmt::format("{}: exists: pack does not overwrite it without --force",
+                            options.output));
+  }
+  const std::string shown = display_location(source);
+  try {
+    auto remote = remote_for(source, remote_options);
+    OpenedModel opened = open_model(source, open_options(remote.get()));
+    const PackResult result = pack(opened.model(), opened.sources(), options);
+    tell_left_out(result, options.output);
+    return 0;
+  } catch (const OutputError& e) {
+    return fail(e.code(), fmt::format("{}: {}", options.output, e.what()));
+  } catch (const Error& e) {
+    return fail(e.code(), fmt::format("{}: {}", shown, e.what()));
+  } catch (const std::bad_alloc&) {
+    return fail(ExitCode::bad_checkpoint, fmt::format("{}: out of memory", shown));
+  }
+}
+
+}  // namespace ckptfs::cli
