@@ -255,6 +255,23 @@ TEST_CASE("torch: storages of both byte orders are refused before anything is wr
   pack(f.model, f.sources, {t.path("big.pth"), {"z"}, std::nullopt, Overwrite::no});
   const FileSource file(t.path("big.pth"));
   CHECK(read_torch(file, "big.pth").storages.at(0).big_endian);
+  // safetensors is little-endian: big-endian elements are swapped, a view's after its gather.
+  f.model.storages[0].big_endian = true;
+  pack(f.model, f.sources, {t.path("le.safetensors"), {"full", "view"}, std::nullopt});
+  const FileSource le(t.path("le.safetensors"));
+  const Model back = read_safetensors(le, "le.safetensors");
+  auto swapped = [&](std::initializer_list<int> elements) {
+    std::string out;
+    for (int i : elements) {
+      std::string e = f.bytes.substr(static_cast<std::size_t>(i) * 4, 4);
+      out.append(e.rbegin(), e.rend());
+    }
+    return out;
+  };
+  CHECK(le.read_string(*back.file_offset(back.tensors[back.entries[0].tensor]), 32) ==
+        swapped({0, 1, 2, 3, 4, 5, 6, 7}));
+  CHECK(le.read_string(*back.file_offset(back.tensors[back.entries[1].tensor]), 16) ==
+        swapped({2, 4, 3, 5}));
 }
 
 TEST_CASE("safetensors: each tensor its own contiguous bytes, format pt") {

@@ -36,9 +36,10 @@ struct PackResult {
 // Writes `model`'s entries (select_entries()) to options.output:
 //   torch:       TorchPack (torch_pack.hpp): what torch.save(OrderedDict) writes, shared
 //                storages shared, views kept, values as plain Python values, a byteorder record;
-//   safetensors: SafetensorsExport (view/safetensors_export.hpp), the mount's model.safetensors:
-//                {"format": "pt"} in __metadata__ (the model's own metadata kept), each tensor
-//                its own contiguous bytes (tied ones too), in the model's order.
+//   safetensors: SafetensorsExport's layout (view/safetensors_export.hpp), the mount's
+//                model.safetensors: {"format": "pt"} in __metadata__ (the model's own metadata
+//                kept), each tensor its own contiguous bytes (tied ones too), in the model's
+//                order, little-endian as the format is (a big-endian checkpoint's swapped).
 // `sources` holds the model's bytes (OpenedModel::sources()). Throws Error: usage for a name
 // without a known suffix ("OUT must end in .pth, .pt, .bin or .safetensors") or an existing file
 // without Overwrite::yes, and what select_entries(), TorchPack, OutputFile and the sources throw;
