@@ -1,0 +1,197 @@
+# SPDX-License-Identifier: MIT
+"""Integration tests of `ckptfs pack` on what a mount gives: every fixture (and some corpus files)
+mounted, a subset of its key directories copied out with `rsync -a` (with the mount's index.json
+or without), packed back into one file, which must hold exactly that subset: the same keys, the
+bytes of the checkpoint (expected.json's sha256 of each tensor as stored, made by
+scripts/make_fixtures.py), dtypes, shapes, requires_grad and values; in index.json's order when it
+was copied along, else sorted by key. Also: a whole mount copied (its model.safetensors too) packs
+everything; a split directory mounts, and `ckptfs inspect` reads it.
+
+Needs /dev/fuse, fusermount3, rsync and /usr/bin/python3's torch (see fixtures.require()).
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+import warnings
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[1] / "scripts"))
+sys.path.insert(0, str(HERE))
+
+from fixtures import require  # noqa: E402
+
+require("fuse", "torch")  # else the module exits 77: skipped, with the reason
+
+import torch  # noqa: E402
+
+import ckptfs_reference as ref  # noqa: E402
+from ckptfs_mounts import index_readable, unmount, wait_for_mount  # noqa: E402
+from fixtures import CKPTFS, FIXTURE_NAMES, expected_doc, fixture_path  # noqa: E402
+from test_pack import (NOT_IN_TORCH_1_13, inspect, json_key, reference_bytes,  # noqa: E402
+                       run, sha256, to_json, torch_plan)
+
+warnings.filterwarnings("ignore")
+
+TIMEOUT = 120
+
+
+class PackFromMount(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        if not shutil.which("rsync"):
+            raise AssertionError("rsync is not installed (apt-get install rsync)")
+
+    def setUp(self):
+        tmp = tempfile.TemporaryDirectory(prefix="ckptfs-pack-mount-test-")
+        self.addCleanup(tmp.cleanup)
+        self.tmp = Path(tmp.name)
+
+    def mount(self, checkpoint):
+        mnt = Path(tempfile.mkdtemp(prefix="mnt-", dir=self.tmp))
+        r = subprocess.run([str(CKPTFS), str(checkpoint), str(mnt)], capture_output=True,
+                           timeout=TIMEOUT)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.addCleanup(unmount, mnt)
+        self.assertIsNone(wait_for_mount(mnt, None, TIMEOUT, index_readable))
+        return mnt
+
+    def copy_out(self, mnt, names, with_index):
+        """`rsync -a` of the named key directories (and index.json) into a fresh directory."""
+        dest = Path(tempfile.mkdtemp(prefix="split-", dir=self.tmp))
+        sources = [str(mnt / n) for n in names] + ([str(mnt / "index.json")] if with_index else [])
+        if sources:
+            r = subprocess.run(["rsync", "-a", *sources, str(dest) + "/"], capture_output=True,
+                               timeout=TIMEOUT)
+            self.assertEqual(r.returncode, 0, r.stderr)
+        return dest
+
+    def chosen_entries(self, mnt, entries, with_index, pick):
+        """The entries `pick(i)` chooses that a split directory can hold on its own: not a
+        broken tensor, a per-channel quantized tensor with its scales and zero points, and
+        without index.json no value whose name does not say its key."""
+        chosen = set()
+        for i, e in enumerate(entries):
+            if not pick(i) or (e["kind"] == "tensor" and e["nbytes"] is None):
+                continue
+            if e["kind"] == "value" and not with_index and ("%#" in e["path"] or
+                                                            "%~" in e["path"]):
+                continue
+            chosen.add(i)
+            if e["kind"] == "tensor":
+                q = json.loads((mnt / e["path"] / "meta.json").read_text())["quantization"]
+                if q and "scales" in q:
+                    chosen |= {j for j, f in enumerate(entries)
+                               if f["key"] in (q["scales"], q["zero_points"])}
+        # An empty copy is no split directory: then the first entry that can go.
+        if not chosen:
+            return self.chosen_entries(mnt, entries, with_index, lambda i: True)[:1]
+        return sorted(chosen)
+
+    def check(self, name, checkpoint, expected, pick, with_index):
+        mnt = self.mount(checkpoint)
+        index = json.loads((mnt / "index.json").read_text())
+        entries = index["entries"]
+        chosen = self.chosen_entries(mnt, entries, with_index, pick)
+        dest = self.copy_out(mnt, [entries[i]["path"] for i in chosen], with_index)
+        doc = inspect(dest)
+        self.assertEqual(doc["format"], "split")
+
+        # What tells entries apart: the key, and the key path, which only index.json keeps for
+        # a value (it has no meta.json).
+        def identity(e):
+            return e["key"], json_key(e) if with_index or e["kind"] == "tensor" else None
+
+        # The split directory's entries are the chosen ones, in index.json's order or by key.
+        got = [identity(e) for e in doc["entries"]]
+        want = [identity(entries[i]) for i in chosen]
+        if with_index:
+            self.assertEqual(got, want)
+        else:
+            self.assertEqual(sorted(got), sorted(want))
+            raw = [k.encode("utf-8", "surrogatepass") for k, _ in got]
+            self.assertEqual(raw, sorted(raw))
+        original = {identity(entries[i]): i for i in chosen}
+        out = self.tmp / f"{name}-{'index' if with_index else 'bare'}.pth"
+        r = run("pack", dest, out)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        plan = torch_plan(doc)
+        exact = [original[identity(doc["entries"][i])] for i, _ in plan]
+        if any(doc["entries"][i].get("dtype") in NOT_IN_TORCH_1_13 for i, _ in plan):
+            stored = dict(reference_bytes(out))
+            for (i, key), j in zip(plan, exact):
+                if doc["entries"][i]["kind"] == "tensor":
+                    self.assertEqual(sha256(stored[key]), expected[j]["sha256"], key)
+            return dest
+        packed = torch.load(out)
+        self.assertEqual(list(packed), [k for _, k in plan])
+        for (i, key), j in zip(plan, exact):
+            e, v = doc["entries"][i], packed[key]
+            with self.subTest(name=name, key=key):
+                if e["kind"] == "value":
+                    self.assertTrue(ref.json_equal(to_json(v), e["value"]))
+                    if "value" in expected[j]:
+                        self.assertTrue(ref.json_equal(to_json(v), expected[j]["value"]))
+                    continue
+                self.assertEqual(ref.dtype_name(v.dtype), expected[j]["dtype"])
+                self.assertEqual(list(v.shape), expected[j]["shape"])
+                self.assertEqual(v.requires_grad, expected[j]["requires_grad"])
+                self.assertTrue(v.is_contiguous())  # the mount's data: C order
+                self.assertEqual(sha256(ref.tensor_bytes(v)), expected[j]["sha256"])
+        return dest
+
+    def test_every_fixture_subset_with_and_without_index(self):
+        for n, name in enumerate(FIXTURE_NAMES):
+            for with_index in (True, False):
+                with self.subTest(name=name, with_index=with_index):
+                    expected = expected_doc(name)["entries"]
+                    # Every other entry, starting with the first or the second.
+                    self.check(name, fixture_path(name), expected,
+                               lambda i, n=n: i % 2 == n % 2, with_index)
+
+    def test_a_whole_mount_copied_packs_everything(self):
+        src = fixture_path("training")
+        mnt = self.mount(src)
+        dest = Path(tempfile.mkdtemp(prefix="whole-", dir=self.tmp))
+        r = subprocess.run(["rsync", "-a", f"{mnt}/", f"{dest}/"], capture_output=True,
+                           timeout=TIMEOUT)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertTrue((dest / "model.safetensors").is_file())
+        out = self.tmp / "whole.pth"
+        r = run("pack", dest, out)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        packed = torch.load(out)
+        source = ref.flatten(ref.torch_load(src))
+        want = [(k, v) for k, v in source if k != "cli"]  # an argparse.Namespace: left out
+        self.assertEqual(list(packed), [k for k, _ in want])
+        for k, v in want:
+            if isinstance(v, torch.Tensor):
+                self.assertEqual(ref.tensor_bytes(packed[k]), ref.tensor_bytes(v), k)
+            else:
+                self.assertTrue(ref.json_equal(to_json(packed[k]), ref.simple_json(v)), k)
+
+    def test_a_split_directory_mounts(self):
+        src = fixture_path("views")
+        mnt = self.mount(src)
+        index = json.loads((mnt / "index.json").read_text())
+        names = [e["path"] for e in index["entries"]]
+        dest = self.copy_out(mnt, names, with_index=True)
+        again = self.mount(dest)
+        back = json.loads((again / "index.json").read_text())
+        self.assertEqual(back["format"], "split")
+        self.assertEqual([e["key"] for e in back["entries"]], [e["key"] for e in index["entries"]])
+        for e in index["entries"]:
+            if e["kind"] == "tensor" and e["nbytes"] is not None:
+                self.assertEqual((again / e["path"] / "data").read_bytes(),
+                                 (mnt / e["path"] / "data").read_bytes(), e["key"])
+                npy = (again / e["path"] / "tensor.npy").read_bytes()
+                self.assertEqual(npy, (mnt / e["path"] / "tensor.npy").read_bytes(), e["key"])
+
+
+if __name__ == "__main__":
+    unittest.main()
