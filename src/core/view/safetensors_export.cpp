@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // SafetensorsExport: the layout and the reads of a virtual model.safetensors and its shards.
 #include <ckptfs/base/json_writer.hpp>
+#include <ckptfs/base/text.hpp>
 #include <ckptfs/view/safetensors_export.hpp>
 #include <ckptfs/view/served.hpp>
 
@@ -12,6 +13,36 @@
 
 namespace ckptfs {
 namespace {
+
+// How a tensor is served in the export: little-endian, as the format has it.
+ServedTensor served_of(const Model& model, const Tensor& tensor, std::optional<DType> convert_to) {
+  return serve(model, tensor, convert_to, ByteOrder::little);
+}
+
+// The format's name of the served dtype; "" when the format has none. torch's float4_e2m1fn_x2
+// holds a pair of F4 a byte, so an F4 tensor has twice its last dimension (a 0-d one has none).
+std::string_view format_dtype(const Tensor& tensor, DType served) {
+  if (served == DType::float4_e2m1fn_x2) return tensor.shape.empty() ? "" : "F4";
+  return info(served).safetensors;
+}
+
+// A key as a header can hold it: JSON strings are Unicode, and the safetensors library refuses
+// the lone surrogate escapes ckptfs writes elsewhere for bytes that are not UTF-8; each such byte
+// becomes U+FFFD.
+std::string header_key(std::string_view key) {
+  std::string out;
+  for (std::size_t i = 0; i < key.size();) {
+    const std::size_t n = utf8_sequence_length(key, i);
+    if (n == 0) {
+      out += "\xef\xbf\xbd";  // U+FFFD
+      ++i;
+    } else {
+      out.append(key.substr(i, n));
+      i += n;
+    }
+  }
+  return out;
+}
 
 // The JSON header of a file holding `tensors`, with its 8-byte little-endian length in front
 // and spaces after it up to a multiple of 8, as the format asks.
@@ -31,9 +62,15 @@ std::string header_of(const Model& model, const std::vector<SafetensorsExport::T
   for (std::size_t i = first; i < end; ++i) {
     const auto& t = tensors[i];
     const Tensor& tensor = model.tensors[model.entries[t.entry].tensor];
+    const std::string_view dtype = format_dtype(tensor, served_of(model, tensor, convert_to).dtype);
     j.key(t.key).begin_object();
-    j.key("dtype").string(info(serve(model, tensor, convert_to).dtype).safetensors);
-    j.key("shape").numbers(tensor.shape);
+    j.key("dtype").string(dtype);
+    j.key("shape").begin_array();
+    for (std::size_t d = 0; d < tensor.shape.size(); ++d) {
+      const auto size = static_cast<std::uint64_t>(tensor.shape[d]);
+      j.number(d + 1 == tensor.shape.size() && dtype == "F4" ? 2 * size : size);
+    }
+    j.end_array();
     j.key("data_offsets").begin_array();
     j.number(t.begin).number(t.begin + t.nbytes);
     j.end_array().end_object();
@@ -50,22 +87,27 @@ std::string header_of(const Model& model, const std::vector<SafetensorsExport::T
 SafetensorsExport::SafetensorsExport(const Model& model, std::uint64_t shard_size,
                                      std::optional<DType> convert_to)
     : convert_to_(convert_to) {
-  // The tensors, with keys made unique: the first of a text keeps it.
+  // The tensors, with keys made unique: the first of a text keeps it. "__metadata__" is the
+  // format's own.
+  std::vector<std::string> keys(model.entries.size());
   std::unordered_set<std::string_view> texts;
-  for (const Entry& e : model.entries) {
-    if (e.kind == Entry::Kind::tensor) texts.insert(e.key);
+  for (std::size_t i = 0; i < model.entries.size(); ++i) {
+    if (model.entries[i].kind != Entry::Kind::tensor) continue;
+    keys[i] = header_key(model.entries[i].key);
+    texts.insert(keys[i]);
   }
-  std::unordered_set<std::string> used;
+  std::unordered_set<std::string> used{"__metadata__"};
   for (std::size_t i = 0; i < model.entries.size(); ++i) {
     const Entry& e = model.entries[i];
     if (e.kind != Entry::Kind::tensor) continue;
     const ckptfs::Tensor& tensor = model.tensors[e.tensor];
-    ServedTensor served = serve(model, tensor, convert_to);
-    if (!tensor.broken.empty() || info(served.dtype).safetensors.empty()) continue;
-    std::string key = e.key;
+    const ServedTensor served = served_of(model, tensor, convert_to);
+    if (!tensor.broken.empty() || format_dtype(tensor, served.dtype).empty()) continue;
+    const std::string& text = keys[i];
+    std::string key = text;
     for (std::uint64_t n = 2; used.contains(key); ++n) {
-      key = fmt::format("{}%#{}", e.key, n);
-      if (texts.contains(key)) key = e.key;  // another entry's own key: take the next number
+      key = fmt::format("{}%#{}", text, n);
+      if (texts.contains(key)) key = text;  // another entry's own key: take the next number
     }
     used.insert(key);
     tensors_.push_back({i, std::move(key), 0, served.nbytes});
@@ -90,15 +132,17 @@ SafetensorsExport::SafetensorsExport(const Model& model, std::uint64_t shard_siz
   }
   tensors_ = std::move(kept);
   files_.push_back({"", file_first, tensors_.size(), {}, 0});
+  // One file is model.safetensors, without an index, as save_pretrained writes it.
+  const bool sharded = files_.size() > 1;
   for (std::size_t i = 0; i < files_.size(); ++i) {
     File& f = files_[i];
-    f.name = shard_size == 0 ? "model.safetensors"
-                             : fmt::format("model-{:05}-of-{:05}.safetensors", i + 1, files_.size());
+    f.name = !sharded ? "model.safetensors"
+                      : fmt::format("model-{:05}-of-{:05}.safetensors", i + 1, files_.size());
     f.header = header_of(model, tensors_, f.first, f.end, convert_to);
     const std::uint64_t data = f.first < f.end ? tensors_[f.end - 1].begin + tensors_[f.end - 1].nbytes : 0;
     f.size = f.header.size() + data;
   }
-  if (shard_size == 0) return;
+  if (!sharded) return;
   std::uint64_t total = 0;
   for (const Tensor& t : tensors_) total += t.nbytes;
   JsonWriter j(index_json_);
@@ -134,7 +178,7 @@ void SafetensorsExport::read(const Model& model, std::size_t file, std::uint64_t
     const std::uint64_t b = std::min(to, it->begin + it->nbytes);
     if (a >= b) continue;
     const ckptfs::Tensor& tensor = model.tensors[model.entries[it->entry].tensor];
-    read_served(model, tensor, serve(model, tensor, convert_to_), a - it->begin,
+    read_served(model, tensor, served_of(model, tensor, convert_to_), a - it->begin,
                 static_cast<std::size_t>(b - a), sources, out);
   }
 }

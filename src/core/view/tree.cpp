@@ -82,11 +82,14 @@ Tree::Tree(Model model, TreeOptions options)
   if (options_.shard_size == 0) {
     root_files_.push_back({"model.safetensors", Kind::safetensors_file, 0});
   } else {
-    // The shards' names say how many there are: the export is laid out now.
-    root_files_.push_back({"model.safetensors.index.json", Kind::safetensors_index, 0});
-    const auto& files = safetensors().files();
-    for (std::size_t i = 0; i < files.size(); ++i) {
-      root_files_.push_back({files[i].name, Kind::safetensors_file, i});
+    // The shards' names say how many there are: the export is laid out now. A model that fits
+    // one shard is one model.safetensors, without an index.
+    const SafetensorsExport& files = safetensors();
+    if (!files.index_json().empty()) {
+      root_files_.push_back({"model.safetensors.index.json", Kind::safetensors_index, 0});
+    }
+    for (std::size_t i = 0; i < files.files().size(); ++i) {
+      root_files_.push_back({files.files()[i].name, Kind::safetensors_file, i});
     }
   }
   first_entry_ino_ = root_ino + 1 + root_files_.size();
