@@ -14,8 +14,9 @@
 #include <fmt/format.h>
 
 #include <climits>
-#include <malloc.h>
 #include <cstdlib>
+#include <malloc.h>
+#include <optional>
 #include <string>
 #include <unistd.h>
 #include <vector>
@@ -160,7 +161,11 @@ int run_mount(const std::vector<std::string>& args) {
   auto parsed = ckptfs::cli::parse_mount_options(args);
   const auto& o = parsed.options;
   if (!parsed.error.empty()) {
-    if (o.notify_fd) (void)notifier.open(*o.notify_fd);
+    try {
+      if (o.notify_fd) notifier.open(*o.notify_fd);
+    } catch (const ckptfs::Error&) {
+      // the usage error below is the one to report
+    }
     return usage_error(parsed.error);
   }
   if (o.help) {
@@ -171,42 +176,53 @@ int run_mount(const std::vector<std::string>& args) {
     fmt::print("ckptfs {}\n", CKPTFS_VERSION);
     return 0;
   }
-  if (o.notify_fd && !notifier.open(*o.notify_fd)) {
-    return usage_error(fmt::format("notify_fd={}: not an open file descriptor", *o.notify_fd));
+  try {
+    if (o.notify_fd) notifier.open(*o.notify_fd);
+  } catch (const ckptfs::Error& e) {
+    return usage_error(e.what());
   }
   char resolved[PATH_MAX];
   std::string absolute = ::realpath(o.checkpoint.c_str(), resolved) ? resolved : o.checkpoint;
+  // Everything is parsed and validated before the mount: a bad checkpoint never mounts.
+  std::optional<ckptfs::OpenedModel> opened;
+  std::optional<ckptfs::Tree> tree;
   try {
-    // Everything is parsed and validated before the mount: a bad checkpoint never mounts.
-    ckptfs::OpenedModel opened = ckptfs::open_model(o.checkpoint);
+    opened.emplace(ckptfs::open_model(o.checkpoint));
     ckptfs::TreeOptions tree_options;
     tree_options.source_path = absolute;
     tree_options.uid = o.uid.value_or(::getuid());
     tree_options.gid = o.gid.value_or(::getgid());
     tree_options.umask = o.umask.value_or(0222);
-    tree_options.times = opened.source(0).times();
+    tree_options.times = opened->source(0).times();
     tree_options.dtype = o.dtype;
     tree_options.shard_size = o.shard_size;
-    ckptfs::Tree tree(std::move(opened.model()), tree_options);
-    // Parsing peaked at many times what the model keeps (the pickle graph, flattening): give
-    // the freed heap back, so that a mounted daemon holds its model, not its parse.
-    ::malloc_trim(0);
-    ckptfs::fuse::MountRequest request;
-    request.mountpoint = o.mountpoint;
-    request.foreground = o.foreground;
-    request.debug = o.debug;
-    request.fuse_options = o.fuse_options;
-    request.read_ahead_kb = o.read_ahead_kb;
-    request.max_read = o.max_read;
-    request.busy_poll = std::chrono::microseconds(o.busy_poll_us);
-    request.fsname = escaped_fsname(absolute);
-    request.notifier = &notifier;
-    request.ready_line = ready_line(tree.model(), o.checkpoint, o.mountpoint);
-    return ckptfs::fuse::mount_and_serve(tree, opened.sources(), request);
+    tree.emplace(std::move(opened->model()), tree_options);
   } catch (const ckptfs::Error& e) {
     return fail(e.code(), fmt::format("{}: {}", o.checkpoint, e.what()));
   } catch (const std::bad_alloc&) {
     return fail(ExitCode::bad_checkpoint, fmt::format("{}: out of memory", o.checkpoint));
+  }
+  // Parsing peaked at many times what the model keeps (the pickle graph, flattening): give the
+  // freed heap back, so that a mounted daemon holds its model, not its parse.
+  ::malloc_trim(0);
+  ckptfs::fuse::MountRequest request;
+  request.mountpoint = o.mountpoint;
+  request.foreground = o.foreground;
+  request.debug = o.debug;
+  request.fuse_options = o.fuse_options;
+  request.read_ahead_kb = o.read_ahead_kb;
+  request.max_read = o.max_read;
+  request.busy_poll = std::chrono::microseconds(o.busy_poll_us);
+  request.fsname = escaped_fsname(absolute);
+  request.notifier = &notifier;
+  request.ready_line = ready_line(tree->model(), o.checkpoint, o.mountpoint);
+  try {
+    ckptfs::fuse::mount_and_serve(*tree, opened->sources(), request);
+    return 0;
+  } catch (const ckptfs::Error& e) {
+    return fail(e.code(), fmt::format("{}: {}", o.mountpoint, e.what()));
+  } catch (const std::bad_alloc&) {
+    return fail(ExitCode::mount_failed, fmt::format("{}: out of memory", o.mountpoint));
   }
 }
 

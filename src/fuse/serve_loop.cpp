@@ -15,10 +15,18 @@
 // CPU at each turn, so it only uses time no other thread wants.
 #include "serve_loop.hpp"
 
+#include "libfuse.hpp"
+#include "log.hpp"
+
+#include <ckptfs/base/error.hpp>
+
+#include <fmt/format.h>
+
 #include <atomic>
 #include <cerrno>
 #include <csignal>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <fcntl.h>
 #include <poll.h>
@@ -162,8 +170,9 @@ void run_worker(Shared& s) {
     if (s.options->after_init && !s.init_done.exchange(true)) {
       try {
         s.options->after_init();
-      } catch (...) {
+      } catch (const std::exception& e) {
         // whatever it did not do (report readiness, tune the readahead) stays undone
+        log::error(fmt::format("after the kernel's INIT: {}", e.what()));
       }
     }
     if (!poller && busy_poll.count() > 0 && !s.polling.load(std::memory_order_relaxed) &&
@@ -182,19 +191,24 @@ void run_worker(Shared& s) {
 
 }  // namespace
 
-void may_wait() {
+void may_wait() noexcept {
   if (this_threads_loop != nullptr && this_thread_polls) {
     (void)wake_sleepers(*this_threads_loop, true);
   }
 }
 
-int serve(fuse_session* session, const ServeOptions& options) {
+void serve(fuse_session* session, const ServeOptions& options) {
+  auto failed = [](const char* what, int error) {
+    return Error(ExitCode::mount_failed, fmt::format("{}: {}", what, std::strerror(error)));
+  };
   int fd = fuse_session_fd(session);
   int flags = ::fcntl(fd, F_GETFL);
-  if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0) return -errno;
+  if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0) {
+    throw failed("making /dev/fuse non-blocking", errno);
+  }
   Descriptor epoll(::epoll_create1(EPOLL_CLOEXEC));
   Descriptor stop_fd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-  if (epoll.get() < 0 || stop_fd.get() < 0) return -errno;
+  if (epoll.get() < 0 || stop_fd.get() < 0) throw failed("setting up the serving threads", errno);
   epoll_event request{};
   request.events = EPOLLIN | EPOLLET;  // one wake-up per new request, not one per sleeper
   request.data.fd = fd;
@@ -203,7 +217,7 @@ int serve(fuse_session* session, const ServeOptions& options) {
   stop.data.fd = stop_fd.get();
   if (::epoll_ctl(epoll.get(), EPOLL_CTL_ADD, fd, &request) != 0 ||
       ::epoll_ctl(epoll.get(), EPOLL_CTL_ADD, stop_fd.get(), &stop) != 0) {
-    return -errno;
+    throw failed("setting up the serving threads", errno);
   }
   Shared shared(session, &options, epoll.get(), stop_fd.get());
   // The signals libfuse handles (fuse_set_signal_handlers) are blocked in every serving thread
@@ -222,13 +236,16 @@ int serve(fuse_session* session, const ServeOptions& options) {
     for (unsigned i = 1; i < options.threads; ++i) {
       threads.emplace_back(run_worker, std::ref(shared));
     }
-  } catch (const std::exception&) {
-    // fewer threads serve too
+  } catch (const std::exception& e) {
+    log::warning(fmt::format("serving with {} threads instead of {}: {}", threads.size() + 1,
+                             options.threads, e.what()));  // fewer threads serve too
   }
   run_worker(shared);  // this thread serves as well
   for (std::thread& t : threads) t.join();
   pthread_sigmask(SIG_SETMASK, &previous, nullptr);
-  return shared.status.load();
+  if (const int status = shared.status.load(); status < 0) {
+    throw failed("reading /dev/fuse", -status);
+  }
 }
 
 }  // namespace ckptfs::fuse
