@@ -6,6 +6,7 @@
 #include "log.hpp"
 #include "read_reply.hpp"
 #include "session.hpp"
+#include "source_pages.hpp"
 
 #include <ckptfs/base/error.hpp>
 #include <ckptfs/source/byte_source.hpp>
@@ -50,7 +51,8 @@ struct Session::State {
         max_stores(std::max(1u, o.threads) - 1),
         may_wait(o.may_wait),
         prefilled(t.node_count_hint() + 1),
-        changed(std::make_unique<std::atomic<bool>[]>(s.size())) {}
+        changed(std::make_unique<std::atomic<bool>[]>(s.size())),
+        pages(s) {}
   const Tree& tree;
   Sources sources;
   fuse_session* session = nullptr;  // for stores into the page cache
@@ -62,6 +64,7 @@ struct Session::State {
   // Per source: set once it is found replaced, truncated or rewritten (see source_changed()):
   // from then on every open and read of a file over it fails with EIO.
   std::unique_ptr<std::atomic<bool>[]> changed;
+  SourcePages pages;
   std::atomic<bool> init_called{false};
 
   void wait_ahead() const {
@@ -302,8 +305,9 @@ void prefill_page_cache(Context& ctx, fuse_ino_t ino, std::uint64_t size) {
     return;  // READ reads the bytes again, and logs the failure if it fails too
   }
   fuse_bufvec* bytes = reply.bufvec();
-  if (bytes != nullptr) {
-    (void)fuse_lowlevel_notify_store(ctx.session, ino, 0, bytes, fuse_buf_copy_flags{});
+  if (bytes != nullptr &&
+      fuse_lowlevel_notify_store(ctx.session, ino, 0, bytes, fuse_buf_copy_flags{}) == 0) {
+    for (const SourceRange& range : reply.source_ranges()) ctx.pages.cached_by_mount(range);
   }
 }
 
@@ -322,7 +326,7 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   });
 }
 
-void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info*) {
+void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
   guarded(req, "read", ino, [&](Reply& reply) {
     Context& ctx = context(req);
     ReadReply& read = thread_reply;
@@ -343,7 +347,11 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_i
     }
     fuse_bufvec* bytes = read.bufvec();
     if (bytes == nullptr) return reply.buffer(nullptr, 0);
-    (void)reply.data(bytes);
+    // Once the kernel has the bytes, the mount's page cache holds them (unless the reader asked
+    // for O_DIRECT): the sources' pages of them are no longer needed.
+    if (reply.data(bytes) == 0 && (fi->flags & O_DIRECT) == 0) {
+      for (const SourceRange& range : read.source_ranges()) ctx.pages.cached_by_mount(range);
+    }
   });
 }
 
