@@ -5,7 +5,8 @@ The one copy of the reference logic that scripts/make_fixtures.py, scripts/ckptf
 integration tests (tests/integration/) share:
 
     dtypes      DTYPE_SIZES, NUMPY_KIND, dtype_name, numpy_descr, swap_unit, byteswap
-    bytes       gather (a strided view over raw storage bytes, in C order),
+    bytes       gather (a strided view over raw storage bytes, in C order), load_tensor_file
+                (torch.load of a tensor.pt, never running other code),
                 tensor_bytes (a torch tensor's elements in C order, in a given byte order),
                 storage_of (the identity and size of a tensor's storage)
     loading     torch_load: torch.load on the CPU even when the checkpoint's classes are missing
@@ -98,6 +99,34 @@ def byteswap(data, unit):
 # --------------------------------------------------------------------------------------------
 # Bytes
 # --------------------------------------------------------------------------------------------
+
+# The globals a tensor.pt may hold (ckptfs writes only these): torch's rebuild calls, storage
+# classes, dtypes and qschemes, and OrderedDict.
+_TENSOR_FILE_GLOBALS = re.compile(
+    r"^(torch\._utils _rebuild_(tensor_v2|tensor_v3|qtensor)|torch \w+Storage|"
+    r"torch\.storage UntypedStorage|torch \w+|collections OrderedDict)$")
+
+
+def load_tensor_file(path):
+    """torch.load of a tensor.pt: with weights_only=True, or, where the installed torch's
+    weights_only loader lacks what the file needs (quantized tensors before torch 2.4, the dtypes
+    of _rebuild_tensor_v3 before 2.2...), with weights_only=False once every GLOBAL of its pickle
+    is one of torch's rebuild calls, storage classes, dtypes or qschemes: never runs other code."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception:  # noqa: BLE001: torch raises various types for what it refuses
+        pass
+    import pickletools
+    import zipfile
+    with zipfile.ZipFile(path) as zf:
+        pkl = zf.read(next(n for n in zf.namelist() if n.endswith("/data.pkl")))
+    for op, arg, _ in pickletools.genops(pkl):
+        if op.name in ("GLOBAL", "INST") and not _TENSOR_FILE_GLOBALS.match(arg):
+            raise ValueError(f"{path}: unexpected global {arg!r} in a tensor.pt")
+        if op.name == "STACK_GLOBAL":
+            raise ValueError(f"{path}: STACK_GLOBAL in a tensor.pt")
+    return torch.load(path, map_location="cpu", weights_only=False)
+
 
 def gather(storage_bytes, elsize, shape, stride, offset):
     """The logical elements of a strided view over raw storage bytes, in C order: `elsize`

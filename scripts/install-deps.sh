@@ -4,6 +4,7 @@ set -euo pipefail
 packages=(
   g++ cmake ninja-build pkg-config
   libfuse3-dev fuse3 libfmt-dev nlohmann-json3-dev doctest-dev
+  zlib1g-dev  # only for the CRC-32 benchmark built with the tests (tests/tools/crc32_bench)
   python3-torch python3-numpy
   rsync fuse-zip
   dpkg-dev file man-db groff-base  # scripts/package.sh (dpkg-shlibdeps) and the man page tests

@@ -268,7 +268,8 @@ class FixtureMountTests(MountTestCase):
                 continue
             for field in ("dtype", "shape", "nbytes"):
                 self.assertEqual(e.get(field), w[field], f"{at}: index.json {field}")
-            self.assertEqual(sorted(os.listdir(d)), ["data", "meta.json", "tensor.npy"], at)
+            self.assertEqual(sorted(os.listdir(d)), ["data", "meta.json", "tensor.npy", "tensor.pt"],
+                             at)
             meta = self.read_json(d / "meta.json")
             for field in ("key", "dtype", "shape", "stride", "storage_offset", "contiguous",
                           "nbytes", "requires_grad"):
@@ -517,7 +518,7 @@ class ToolTests(MountTestCase):
         path, want = fixture_path(name), expected_doc(name)
         mnt, proc = self.mount(path)
         names = [directory_name(w["key"]) for w in want["entries"]]
-        n_files = len(ROOT_FILES) + sum(3 if w["kind"] == "tensor" else 1 for w in want["entries"])
+        n_files = len(ROOT_FILES) + sum(4 if w["kind"] == "tensor" else 1 for w in want["entries"])
 
         with self.subTest("glob"):
             for pattern in ("model.bn1.*", "optimizer.state.*.exp_avg", "*.running_var"):
@@ -526,7 +527,7 @@ class ToolTests(MountTestCase):
                 self.assertTrue(got, pattern)
             self.assertEqual(sorted(glob.glob(str(mnt / "model.fc.weight" / "*"))),
                              [str(mnt / "model.fc.weight" / n)
-                              for n in ("data", "meta.json", "tensor.npy")])
+                              for n in ("data", "meta.json", "tensor.npy", "tensor.pt")])
 
         reference = self.tree(mnt)
         self.assertEqual(sum(1 for v in reference.values() if v is not None), n_files)

@@ -279,7 +279,7 @@ class ManPageTests(TempDirTestCase):
         fields = set(index) | set(index["entries"][0]) | set(meta) | set(meta["storage"])
         for field in sorted(fields):
             self.assertRegex(tree, rf"(?<!\w){field}(?!\w)", f"field {field!r} undocumented")
-        for name in ["index.json", "data", "meta.json", "tensor.npy", "value.json", "%25",
+        for name in ["index.json", "data", "meta.json", "tensor.npy", "tensor.pt", "value.json", "%25",
                      "%2F", "%00", "FNV-1a"]:
             self.assertTrue(name in tree, f"{name!r} is not in THE TREE")
 

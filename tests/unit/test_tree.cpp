@@ -4,6 +4,8 @@
 #include "support/fake_checkpoint.hpp"
 
 #include <ckptfs/format/torch_reader.hpp>
+#include <ckptfs/format/torch_writer.hpp>
+#include <ckptfs/format/zip_reader.hpp>
 #include <ckptfs/view/convert.hpp>
 #include <ckptfs/view/npy.hpp>
 #include <ckptfs/view/tree.hpp>
@@ -80,7 +82,8 @@ TEST_CASE("the tree: index.json, model.safetensors, a directory per entry, files
   Mounted m(checkpoint_with_views(), {.source_path = "x.pth", .uid = 7, .gid = 8, .umask = 0222});
   CHECK(m.list(Tree::root_ino) ==
         std::vector<std::string>{"index.json", "model.safetensors", "w", "w.T", "a%2Fb", "x", "bad"});
-  CHECK(m.list(m.path("w")) == std::vector<std::string>{"data", "meta.json", "tensor.npy"});
+  CHECK(m.list(m.path("w")) ==
+        std::vector<std::string>{"data", "meta.json", "tensor.npy", "tensor.pt"});
   CHECK(m.list(m.path("bad")) == std::vector<std::string>{"meta.json"});  // broken: no bytes
   CHECK(m.path("a%2Fb", "data") != 0);
   CHECK(m.path("bad", "data") == 0);
@@ -275,6 +278,46 @@ TEST_CASE("dtype=float16: floating tensors served converted, described as served
   CHECK(header["w"]["dtype"] == "F16");
   CHECK(header["i"]["dtype"] == "I64");
   CHECK(st.substr(8 + n, 24) == half.read_all(half.path("w", "data")));
+}
+
+// tensor.pt as the writer would stream it, the data record being `data`.
+std::string expected_torch_file(const Model& model, const Tensor& tensor, const std::string& data,
+                                DType dtype) {
+  TensorFileSpec spec = tensor_file_spec(model, tensor);
+  spec.dtype = dtype;
+  TorchArchive archive = tensor_file(spec, {.prefix = "tensor"});
+  std::string out;
+  archive.write([&](std::string_view b) { out += b; },
+                [&](std::size_t, ZipStreamWriter& z) { z.write(data); });
+  return out;
+}
+
+TEST_CASE("tensor.pt: the writer's archive, data spliced or gathered, CRCs made on need") {
+  Mounted m(checkpoint_with_views());
+  for (const char* key : {"w", "w.T", "x"}) {
+    CAPTURE(key);
+    const Tree::Ino pt = m.path(key, "tensor.pt");
+    REQUIRE(pt != 0);
+    const Entry& e = m.tree.model().entries[m.tree.node(m.path(key))->index];
+    const Tensor& t = m.tree.model().tensors[e.tensor];
+    const std::string want =
+        expected_torch_file(m.tree.model(), t, m.read_all(m.path(key, "data")), t.dtype);
+    struct stat st {};
+    REQUIRE(m.tree.stat(pt, st));
+    CHECK(static_cast<std::size_t>(st.st_size) == want.size());  // known before any CRC
+    CHECK(m.read_all(pt) == want);
+    for (std::size_t off = 0; off < want.size(); off += 29) {  // any slice, the tail first too
+      CHECK(m.read_all(pt, want.size() - 1 - off, 41) == want.substr(want.size() - 1 - off, 41));
+    }
+    // Our own readers take it back: one tensor, the same bytes.
+    MemorySource file(want);
+    ZipArchive zip(file);
+    const ZipEntry* record = zip.find("tensor/data/0");
+    REQUIRE(record);
+    CHECK(record->data_offset % 64 == 0);  // aligned, as torch.load(mmap=True) needs
+    CHECK(file.read_string(record->data_offset, record->size) == m.read_all(m.path(key, "data")));
+  }
+  CHECK(m.path("bad", "tensor.pt") == 0);  // broken: no tensor to hold
 }
 
 TEST_CASE("derived files are made on first use, once") {

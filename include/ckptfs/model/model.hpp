@@ -33,6 +33,9 @@ struct Storage {
   std::uint64_t file_offset = 0;  // absolute offset of the storage's first byte in its source
   std::uint64_t nbytes = 0;       // bytes of the storage in the source
   bool big_endian = false;        // byte order of its elements (the zip's `byteorder` record)
+  // The CRC-32 of the whole storage as its zip's central directory records it, unchecked (torch
+  // never checks it, and writes 0 at times); none outside zips.
+  std::optional<std::uint32_t> record_crc32;
   std::string broken;             // why it cannot be served (missing record); empty when fine
 };
 

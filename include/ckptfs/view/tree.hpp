@@ -52,6 +52,7 @@ class Tree {
     data,                // a tensor's bytes
     meta_json,           // what the tensor is
     tensor_npy,          // a .npy header, then the bytes
+    tensor_pt,           // a torch zip that torch.load reads as the tensor alone
     value_json,          // a value that is not a tensor
   };
 
@@ -68,7 +69,7 @@ class Tree {
   const Model& model() const noexcept { return model_; }
 
   // What `ino` is; nullopt when there is no such node.
-  std::optional<Node> node(Ino ino) const noexcept;
+  std::optional<Node> node(Ino ino) const;
   // The child of directory `parent` named `name`, or 0.
   Ino lookup(Ino parent, std::string_view name) const;
   // The number of children of a directory, and child i's name and inode (i < count).
@@ -99,12 +100,17 @@ class Tree {
   };
 
   const EntryFiles& entry_files(std::size_t entry) const;
+  std::uint32_t storage_crc(std::size_t entry, const EntryFiles& files, std::size_t storage,
+                            Sources sources) const;
+  void read_torch_file(std::size_t entry, std::uint64_t offset, std::size_t length,
+                       Sources sources, ReadBuffer& out) const;
+  const Tensor& tensor_of_storage(std::size_t entry, std::size_t storage) const;
   const std::string& index_json() const;
   const SafetensorsExport& safetensors() const;
   const SharingIndex& sharing() const;
   std::size_t files_of_entry(std::size_t entry) const;
   Ino entry_ino(std::size_t entry) const noexcept { return first_entry_ino_ + entry * stride; }
-  static constexpr Ino stride = 4;  // an entry's directory, then up to three files
+  static constexpr Ino stride = 5;  // an entry's directory, then up to four files
 
   Model model_;
   TreeOptions options_;
@@ -114,6 +120,8 @@ class Tree {
   std::unordered_map<std::string_view, std::size_t> root_lookup_;  // name -> root child index
   // Made once, on first use (see entry_files(), index_json(), safetensors()).
   mutable std::unique_ptr<std::atomic<const EntryFiles*>[]> entry_files_;
+  // Files in each entry's directory, 0 until first known (whether tensor.pt can be made).
+  mutable std::unique_ptr<std::atomic<std::uint8_t>[]> file_counts_;
   mutable std::atomic<const std::string*> index_json_{nullptr};
   mutable std::atomic<const SafetensorsExport*> safetensors_{nullptr};
   mutable std::atomic<const SharingIndex*> sharing_{nullptr};

@@ -138,6 +138,7 @@ StorageTable zip_storages(const ZipArchive& zip, const std::string& prefix,
       stored_or_refuse(*e);
       s.file_offset = e->data_offset;
       s.nbytes = e->size;
+      s.record_crc32 = e->crc32;
     } else {
       s.broken = fmt::format("record {} is missing from the zip", quote(s.record));
     }

@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: MIT
 // The tree: inode numbers computed from an entry's place, names, attributes, and the reads of
 // every kind of file, with derived files made on first use.
+#include <ckptfs/base/crc32.hpp>
 #include <ckptfs/base/error.hpp>
 #include <ckptfs/base/numbers.hpp>
 #include <ckptfs/base/json_writer.hpp>
+#include <ckptfs/format/torch_writer.hpp>
 #include <ckptfs/view/describe.hpp>
 #include <ckptfs/view/names.hpp>
 #include <ckptfs/view/npy.hpp>
@@ -12,21 +14,38 @@
 #include <ckptfs/view/tree.hpp>
 
 #include <algorithm>
+#include <type_traits>
+#include <cstring>
 
 namespace ckptfs {
 
+// A tensor entry's derived files. tensor.pt: its archive, the archive's segments and local
+// headers, and its storages' CRCs and central directory, made once each on first need (a CRC
+// may mean reading the whole tensor once).
 struct Tree::EntryFiles {
   std::string meta_json;
   std::string npy_header;
+  std::optional<TorchArchive> archive;
+  std::vector<ZipSegment> segments;
+  std::vector<std::string> local_headers;
+  mutable std::atomic<std::uint64_t> crcs[3] = {};  // bit 32 set: known
+  mutable std::atomic<const std::string*> trailer{nullptr};
+  ~EntryFiles() { delete trailer.load(); }
 };
 
 namespace {
 
 // Makes *slot once: the first thread to finish publishes its result, the others drop theirs.
+// `make` returns the value (or a unique_ptr to it, for what cannot be moved).
 template <typename T, typename Make>
 const T& once(std::atomic<const T*>& slot, Make make) {
   if (const T* made = slot.load(std::memory_order_acquire)) return *made;
-  auto fresh = std::make_unique<const T>(make());
+  std::unique_ptr<const T> fresh;
+  if constexpr (std::is_same_v<decltype(make()), std::unique_ptr<T>>) {
+    fresh = make();
+  } else {
+    fresh = std::make_unique<const T>(make());
+  }
   const T* expected = nullptr;
   if (slot.compare_exchange_strong(expected, fresh.get(), std::memory_order_acq_rel)) {
     return *fresh.release();
@@ -34,9 +53,22 @@ const T& once(std::atomic<const T*>& slot, Make make) {
   return *expected;
 }
 
-constexpr const char* entry_file_names[] = {"data", "meta.json", "tensor.npy"};
+constexpr const char* entry_file_names[] = {"data", "meta.json", "tensor.npy", "tensor.pt"};
 constexpr Tree::Kind entry_file_kinds[] = {Tree::Kind::data, Tree::Kind::meta_json,
-                                           Tree::Kind::tensor_npy};
+                                           Tree::Kind::tensor_npy, Tree::Kind::tensor_pt};
+
+// The archive tensor.pt holds for a tensor served as `served`; nullopt when torch cannot hold it
+// (a quantization scheme torch does not save, more elements than a pickle may describe).
+std::optional<TorchArchive> torch_file_of(const Model& model, const Tensor& tensor,
+                                          const ServedTensor& served) {
+  try {
+    TensorFileSpec spec = tensor_file_spec(model, tensor);
+    spec.dtype = served.dtype;  // converted (-o dtype), or as stored
+    return tensor_file(spec, {.prefix = "tensor", .big_endian = served.big_endian});
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+}
 
 }  // namespace
 
@@ -65,6 +97,7 @@ Tree::Tree(Model model, TreeOptions options)
     root_lookup_.emplace(entry_names_[i], root_files_.size() + i);
   }
   entry_files_ = std::make_unique<std::atomic<const EntryFiles*>[]>(entries);
+  file_counts_ = std::make_unique<std::atomic<std::uint8_t>[]>(entries);
 }
 
 Tree::~Tree() {
@@ -75,12 +108,20 @@ Tree::~Tree() {
 }
 
 std::size_t Tree::files_of_entry(std::size_t entry) const {
+  std::uint8_t count = file_counts_[entry].load(std::memory_order_relaxed);
+  if (count != 0) return count;
   const Entry& e = model_.entries[entry];
-  if (e.kind == Entry::Kind::value) return 1;                   // value.json
-  return model_.tensors[e.tensor].broken.empty() ? 3 : 1;        // data, meta.json, tensor.npy
+  if (e.kind == Entry::Kind::value || !model_.tensors[e.tensor].broken.empty()) {
+    count = 1;  // value.json, or a broken tensor's meta.json
+  } else {
+    // data, meta.json, tensor.npy, and tensor.pt when torch can hold the tensor
+    count = entry_files(entry).archive ? 4 : 3;
+  }
+  file_counts_[entry].store(count, std::memory_order_relaxed);
+  return count;
 }
 
-std::optional<Tree::Node> Tree::node(Ino ino) const noexcept {
+std::optional<Tree::Node> Tree::node(Ino ino) const {
   if (ino == root_ino) return Node{Kind::root, 0};
   if (ino > root_ino && ino < first_entry_ino_) {
     const RootFile& f = root_files_[ino - root_ino - 1];
@@ -148,14 +189,22 @@ Tree::Ino Tree::lookup(Ino parent, std::string_view name) const {
 
 const Tree::EntryFiles& Tree::entry_files(std::size_t entry) const {
   return once(entry_files_[entry], [&] {
-    EntryFiles f;
+    auto made = std::make_unique<EntryFiles>();
+    EntryFiles& f = *made;
     const Tensor& t = model_.tensors[model_.entries[entry].tensor];
     f.meta_json = tensor_meta_json(model_, entry, sharing(), options_.dtype);
     if (t.broken.empty()) {
       const ServedTensor served = serve(model_, t, options_.dtype);
       f.npy_header = npy_header(numpy_descr(served.dtype, served.big_endian), t.shape);
+      f.archive = torch_file_of(model_, t, served);
+      if (f.archive) {
+        f.segments = f.archive->plan().segments();
+        for (std::size_t i = 0; i < f.archive->records().size(); ++i) {
+          f.local_headers.push_back(f.archive->plan().local_header(i));
+        }
+      }
     }
-    return f;
+    return made;
   });
 }
 
@@ -177,6 +226,8 @@ std::uint64_t Tree::size(const Node& n) const {
     case Kind::tensor_npy:
       return entry_files(n.index).npy_header.size() +
              serve(model_, model_.tensors[model_.entries[n.index].tensor], options_.dtype).nbytes;
+    case Kind::tensor_pt:
+      return entry_files(n.index).archive->plan().size();
     case Kind::value_json:
       return model_.entries[n.index].value_json.size() + 1;
   }
@@ -261,6 +312,109 @@ const std::string& Tree::index_json() const {
   });
 }
 
+// The tensor whose bytes are storage `storage` of an entry's tensor.pt: 0 the tensor itself,
+// 1 and 2 a per-channel quantized tensor's scales and zero points.
+const Tensor& Tree::tensor_of_storage(std::size_t entry, std::size_t storage) const {
+  const Tensor& t = model_.tensors[model_.entries[entry].tensor];
+  if (storage == 0) return t;
+  return model_.tensors[storage == 1 ? *t.quantization->scales : *t.quantization->zero_points];
+}
+
+std::uint32_t Tree::storage_crc(std::size_t entry, const EntryFiles& files, std::size_t storage,
+                                Sources sources) const {
+  constexpr std::uint64_t known = std::uint64_t{1} << 32;
+  const std::uint64_t cached = files.crcs[storage].load(std::memory_order_acquire);
+  if (cached & known) return static_cast<std::uint32_t>(cached);
+  const Tensor& t = tensor_of_storage(entry, storage);
+  // Only the tensor itself is converted; the quantization parameters are served as stored.
+  const ServedTensor served = serve(model_, t, storage == 0 ? options_.dtype : std::nullopt);
+  std::uint32_t crc = 0;
+  const Storage* whole = t.storage ? &model_.storages[*t.storage] : nullptr;
+  if (served.way == ServedTensor::Way::range && whole && whole->record_crc32 &&
+      served.offset == whole->file_offset && served.nbytes == whole->nbytes &&
+      (*whole->record_crc32 != 0 || served.nbytes == 0)) {
+    // The tensor is its whole record: the source's central directory has its CRC (0 is what
+    // torch >= 2.6 may write instead of one, so it is computed then).
+    crc = *whole->record_crc32;
+  } else {
+    // Computed once, streaming the served bytes through a bounded buffer.
+    constexpr std::size_t chunk = 1 << 20;
+    thread_local ReadBuffer buffer;
+    thread_local std::vector<char> copy;
+    for (std::uint64_t at = 0; at < served.nbytes; at += chunk) {
+      const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(chunk, served.nbytes - at));
+      buffer.clear();
+      read_served(model_, t, served, at, n, sources, buffer);
+      for (const ReadPiece& p : buffer.pieces()) {
+        if (p.memory) {
+          crc = crc32(crc, p.memory, p.length);
+        } else {
+          copy.resize(p.length);
+          sources[p.source]->read(p.source_offset, std::as_writable_bytes(std::span(copy)));
+          crc = crc32(crc, copy.data(), copy.size());
+        }
+      }
+    }
+  }
+  files.crcs[storage].store(known | crc, std::memory_order_release);
+  return crc;
+}
+
+void Tree::read_torch_file(std::size_t entry, std::uint64_t offset, std::size_t length,
+                           Sources sources, ReadBuffer& out) const {
+  const EntryFiles& f = entry_files(entry);
+  const TorchArchive& archive = *f.archive;
+  const std::uint64_t end = offset + length;
+  auto it = std::upper_bound(f.segments.begin(), f.segments.end(), offset,
+                             [](std::uint64_t at, const ZipSegment& s) { return at < s.offset; });
+  if (it != f.segments.begin()) --it;
+  for (; it != f.segments.end() && it->offset < end; ++it) {
+    const ZipSegment& seg = *it;
+    const std::uint64_t a = std::max(offset, seg.offset) - seg.offset;
+    const std::uint64_t b = std::min(end, seg.offset + seg.size) - seg.offset;
+    if (a >= b) continue;
+    const auto n = static_cast<std::size_t>(b - a);
+    auto staged = [&](const std::string& bytes) {
+      std::memcpy(out.add_staged(n).data(), bytes.data() + a, n);
+    };
+    switch (seg.kind) {
+      case ZipSegmentKind::local_header:
+        out.add_memory(f.local_headers[seg.record].data() + a, n);
+        break;
+      case ZipSegmentKind::payload: {
+        const TorchRecord& record = archive.record(seg.record);
+        if (record.source == TorchRecord::Source::literal) {
+          out.add_memory(record.literal.data() + a, n);
+        } else {
+          const Tensor& t = tensor_of_storage(entry, record.storage);
+          const auto convert_to = record.storage == 0 ? options_.dtype : std::nullopt;
+          read_served(model_, t, serve(model_, t, convert_to), a, n, sources, out);
+        }
+        break;
+      }
+      case ZipSegmentKind::data_descriptor: {
+        const TorchRecord& record = archive.record(seg.record);
+        const std::uint32_t crc = record.source == TorchRecord::Source::storage
+                                      ? storage_crc(entry, f, record.storage, sources)
+                                      : *archive.known_crc(seg.record);
+        staged(archive.plan().data_descriptor(seg.record, crc));
+        break;
+      }
+      case ZipSegmentKind::trailer: {
+        const std::string& trailer = once(f.trailer, [&] {
+          std::vector<std::uint32_t> storage_crcs;
+          for (std::size_t i = 0; i < archive.storages().size(); ++i) {
+            storage_crcs.push_back(storage_crc(entry, f, i, sources));
+          }
+          return archive.plan().trailer(archive.crcs(storage_crcs));
+        });
+        out.add_memory(trailer.data() + a, n);
+        break;
+      }
+    }
+  }
+}
+
 const SharingIndex& Tree::sharing() const {
   return once(sharing_, [&] { return SharingIndex(model_); });
 }
@@ -293,6 +447,8 @@ void Tree::read(Ino ino, std::uint64_t offset, std::size_t length, Sources sourc
       return safetensors().read(model_, n->index, offset, length, sources, out);
     case Kind::meta_json:
       return literal(entry_files(n->index).meta_json);
+    case Kind::tensor_pt:
+      return read_torch_file(n->index, offset, length, sources, out);
     case Kind::value_json: {
       const std::string& json = model_.entries[n->index].value_json;
       // The JSON, then a newline.
