@@ -11,8 +11,9 @@ Reads every .hpp and .cpp under include/ and src/ of the repository (or of --roo
        base     (errors, text, JSON)        -
        source   (bytes)                      base
        model    (storages, tensors, entries) base
-       format   (readers: sources -> model)  base, source, model
-       view     (the tree over a model)      base, source, model
+       format   (readers: sources -> model;  base, source, model
+                 writers: model -> bytes)
+       view     (the tree over a model)      base, source, model, format (its writers)
        fuse     (the FUSE adapter)           base, source, model, view
        cli      (the command line)           every layer
      so that sources and formats lead to the model, the model to the views, and the views to one
@@ -37,7 +38,7 @@ ALLOWED = {
     "source": {"base"},
     "model": {"base"},
     "format": {"base", "source", "model"},
-    "view": {"base", "source", "model"},
+    "view": {"base", "source", "model", "format"},
     "fuse": {"base", "source", "model", "view"},
     "cli": {"base", "source", "model", "format", "view", "fuse"},
 }

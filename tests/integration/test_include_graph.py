@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
 """The include graph of include/ and src/ (scripts/include_graph.py): layers in order
-(sources and formats -> model -> views -> one FUSE adapter -> the command line), no cycle, and
+(sources and formats -> model -> views -> one FUSE adapter -> the command line; the views use
+the format writers for tensor.pt), no cycle, and
 libfuse included by exactly one header. Checked on this repository, and on small trees that break
 each rule, so that the check is known to fail when it should.
 
@@ -61,7 +62,6 @@ class IncludeGraphTests(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("fuse -> view", r.stdout)
         self.assertNotIn("fuse -> format", r.stdout)
-        self.assertNotIn("view -> format", r.stdout)
 
     def test_a_good_tree(self):
         r = run(self.tree({}))
