@@ -5,7 +5,9 @@ the format writers for tensor.pt), no cycle, and
 libfuse included by exactly one header. Checked on this repository, and on small trees that break
 each rule, so that the check is known to fail when it should.
 
-Run by ctest as `/usr/bin/python3 -m unittest -v test_include_graph` (standard library only).
+Run by ctest (test include_graph) as `python3 -m unittest -v test_include_graph` in tests/layout/:
+standard library only, no fixtures, nothing mounted, so it lives apart from the integration
+tests (which all need torch).
 """
 
 import subprocess
