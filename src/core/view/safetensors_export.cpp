@@ -13,36 +13,62 @@
 namespace ckptfs {
 namespace {
 
-// The JSON header of a file holding `tensors`, with its 8-byte little-endian length in front
-// and spaces after it up to a multiple of 8, as the format asks.
+// The JSON header of a file, written into `out` (compact; no length in front, no padding): the
+// __metadata__ object, then each tensor(). Only ever appends to `out`, so that a caller may take
+// and clear what it holds between tensors.
+class HeaderJson {
+ public:
+  HeaderJson(const Model& model, std::optional<DType> convert_to, std::string& out)
+      : model_(model), convert_to_(convert_to), j_(out, 0) {
+    j_.begin_object();
+    j_.key("__metadata__").begin_object();
+    bool has_format = false;
+    for (const auto& [key, value] : model.metadata) {
+      j_.key(key).string(value);
+      has_format = has_format || key == "format";
+    }
+    if (!has_format) j_.key("format").string("pt");
+    j_.end_object();
+  }
+  void tensor(std::size_t entry, std::string_view key, std::uint64_t begin, std::uint64_t nbytes) {
+    const Tensor& tensor = model_.tensors[model_.entries[entry].tensor];
+    j_.key(key).begin_object();
+    j_.key("dtype").string(info(serve(model_, tensor, convert_to_).dtype).safetensors);
+    j_.key("shape").numbers(tensor.shape);
+    j_.key("data_offsets").begin_array();
+    j_.number(begin).number(begin + nbytes);
+    j_.end_array().end_object();
+  }
+  void finish() { j_.end_object(); }
+
+ private:
+  const Model& model_;
+  std::optional<DType> convert_to_;
+  JsonWriter j_;
+};
+
+// The bytes before a file's data: the JSON header's 8-byte little-endian length, then the JSON
+// padded with spaces to a multiple of 8, as the format asks.
+std::uint64_t header_size(std::uint64_t json_size) { return 8 + (json_size + 7) / 8 * 8; }
+
 std::string header_of(const Model& model, const std::vector<SafetensorsExport::Tensor>& tensors,
                       std::size_t first, std::size_t end, std::optional<DType> convert_to) {
   std::string json;
-  JsonWriter j(json, 0);
-  j.begin_object();
-  j.key("__metadata__").begin_object();
-  bool has_format = false;
-  for (const auto& [key, value] : model.metadata) {
-    j.key(key).string(value);
-    has_format = has_format || key == "format";
-  }
-  if (!has_format) j.key("format").string("pt");
-  j.end_object();
+  HeaderJson header(model, convert_to, json);
   for (std::size_t i = first; i < end; ++i) {
-    const auto& t = tensors[i];
-    const Tensor& tensor = model.tensors[model.entries[t.entry].tensor];
-    j.key(t.key).begin_object();
-    j.key("dtype").string(info(serve(model, tensor, convert_to).dtype).safetensors);
-    j.key("shape").numbers(tensor.shape);
-    j.key("data_offsets").begin_array();
-    j.number(t.begin).number(t.begin + t.nbytes);
-    j.end_array().end_object();
+    header.tensor(tensors[i].entry, tensors[i].key, tensors[i].begin, tensors[i].nbytes);
   }
-  j.end_object();
+  header.finish();
   json.append((8 - json.size() % 8) % 8, ' ');
   std::string out(8, '\0');
   for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((json.size() >> (8 * i)) & 0xff);
   return out + json;
+}
+
+// Whether a tensor entry is in the export, served as `served`.
+bool exported(const Model& model, const Entry& e, const ServedTensor& served) {
+  return e.kind == Entry::Kind::tensor && model.tensors[e.tensor].broken.empty() &&
+         !info(served.dtype).safetensors.empty();
 }
 
 }  // namespace
@@ -59,9 +85,8 @@ SafetensorsExport::SafetensorsExport(const Model& model, std::uint64_t shard_siz
   for (std::size_t i = 0; i < model.entries.size(); ++i) {
     const Entry& e = model.entries[i];
     if (e.kind != Entry::Kind::tensor) continue;
-    const ckptfs::Tensor& tensor = model.tensors[e.tensor];
-    ServedTensor served = serve(model, tensor, convert_to);
-    if (!tensor.broken.empty() || info(served.dtype).safetensors.empty()) continue;
+    const ServedTensor served = serve(model, model.tensors[e.tensor], convert_to);
+    if (!exported(model, e, served)) continue;
     std::string key = e.key;
     for (std::uint64_t n = 2; used.contains(key); ++n) {
       key = fmt::format("{}%#{}", e.key, n);
@@ -110,6 +135,40 @@ SafetensorsExport::SafetensorsExport(const Model& model, std::uint64_t shard_siz
   }
   j.end_object().end_object();
   index_json_ += '\n';
+}
+
+std::uint64_t SafetensorsExport::single_file_size(const Model& model,
+                                                  std::optional<DType> convert_to,
+                                                  bool keys_unique) {
+  // Keys are the entries' own unless two tensors share one: then the full layout names them.
+  if (!keys_unique) {
+    std::vector<std::string_view> keys;
+    keys.reserve(model.entries.size());
+    for (const Entry& e : model.entries) {
+      if (e.kind == Entry::Kind::tensor) keys.push_back(e.key);
+    }
+    std::sort(keys.begin(), keys.end());
+    keys_unique = std::adjacent_find(keys.begin(), keys.end()) == keys.end();
+  }
+  if (!keys_unique) return SafetensorsExport(model, 0, convert_to).files().front().size;
+  // The constructor's layout, counted: the same tensors at the same offsets, the same JSON.
+  std::string json;
+  HeaderJson header(model, convert_to, json);
+  std::uint64_t json_size = 0;
+  std::uint64_t in_file = 0;
+  for (std::size_t i = 0; i < model.entries.size(); ++i) {
+    const Entry& e = model.entries[i];
+    if (e.kind != Entry::Kind::tensor) continue;
+    const ServedTensor served = serve(model, model.tensors[e.tensor], convert_to);
+    if (!exported(model, e, served) || served.nbytes > max_tensor_bytes - in_file) continue;
+    header.tensor(i, e.key, in_file, served.nbytes);
+    in_file += served.nbytes;
+    json_size += json.size();
+    json.clear();
+  }
+  header.finish();
+  json_size += json.size();
+  return header_size(json_size) + in_file;
 }
 
 void SafetensorsExport::read(const Model& model, std::size_t file, std::uint64_t offset,
