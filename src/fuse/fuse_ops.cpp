@@ -371,9 +371,14 @@ void list_directory(Reply& reply, const Tree& tree, fuse_ino_t ino, size_t size,
                     bool plus) {
   const auto dir = tree.node(ino);
   if (!dir || !is_directory(*dir)) return reply.error(ENOTDIR);
-  thread_local std::vector<char> buffer;
+  // Not zero-filled: only what the entries fill is touched (and sent).
+  thread_local std::unique_ptr<char[]> buffer;
+  thread_local std::size_t capacity = 0;
   thread_local std::string name;  // NUL-terminated for libfuse
-  buffer.resize(size);
+  if (capacity < size) {
+    buffer.reset(new char[size]);
+    capacity = size;
+  }
   std::size_t used = 0;
   const std::uint64_t total = 2 + static_cast<std::uint64_t>(tree.child_count(ino));
   for (auto i = static_cast<std::uint64_t>(off < 0 ? 0 : off); i < total; ++i) {
@@ -391,19 +396,19 @@ void list_directory(Reply& reply, const Tree& tree, fuse_ino_t ino, size_t size,
     if (plus) {
       fuse_entry_param e = entry_of(tree, child);
       if (i < 2) e.ino = 0;  // no lookup (and no lookup count) for . and ..
-      need = fuse_add_direntry_plus(reply.request(), buffer.data() + used, size - used,
+      need = fuse_add_direntry_plus(reply.request(), buffer.get() + used, size - used,
                                     name.c_str(), &e, next);
     } else {
       struct stat st {};
       st.st_ino = child;
       st.st_mode = child == Tree::root_ino || tree.child_count(child) ? S_IFDIR : S_IFREG;
-      need = fuse_add_direntry(reply.request(), buffer.data() + used, size - used, name.c_str(),
+      need = fuse_add_direntry(reply.request(), buffer.get() + used, size - used, name.c_str(),
                                &st, next);
     }
     if (need > size - used) break;
     used += need;
   }
-  reply.buffer(buffer.data(), used);
+  reply.buffer(buffer.get(), used);
 }
 
 void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info*) {
