@@ -150,12 +150,13 @@ bool any_source_changed(const Context& ctx, bool check_path) {
 }
 
 // Whether a source the file reads from changed: its tensor's source for an entry's files (a
-// sharded model has one source per shard: an open stats one, not all), every source for the
-// rest (index.json, the safetensors export, values).
+// sharded model has one source per shard: an open stats one, not all; a quantized tensor's
+// parameters are in the same zip), every source for the rest (index.json, the safetensors
+// export, values).
 bool file_sources_changed(const Context& ctx, const Tree::Node& n, bool check_path) {
   const Model& model = ctx.tree.model();
   const bool entry_file = n.kind == Tree::Kind::data || n.kind == Tree::Kind::meta_json ||
-                          n.kind == Tree::Kind::tensor_npy;
+                          n.kind == Tree::Kind::tensor_npy || n.kind == Tree::Kind::tensor_pt;
   if (entry_file && n.index < model.entries.size()) {
     const Entry& e = model.entries[n.index];
     if (e.kind == Entry::Kind::tensor && model.tensors[e.tensor].storage) {
