@@ -400,9 +400,11 @@ void list_directory(Reply& reply, const Tree& tree, fuse_ino_t ino, size_t size,
       need = fuse_add_direntry_plus(reply.request(), buffer.get() + used, size - used,
                                     name.c_str(), &e, next);
     } else {
+      // The type alone: a child's own files (an entry's tensor.pt plan) are not made for it.
+      const auto node = tree.node(child);
       struct stat st {};
       st.st_ino = child;
-      st.st_mode = child == Tree::root_ino || tree.child_count(child) ? S_IFDIR : S_IFREG;
+      st.st_mode = node && is_directory(*node) ? S_IFDIR : S_IFREG;
       need = fuse_add_direntry(reply.request(), buffer.get() + used, size - used, name.c_str(),
                                &st, next);
     }
