@@ -7,6 +7,7 @@
 #include <ckptfs/format/torch_writer.hpp>
 #include <ckptfs/format/zip_reader.hpp>
 #include <ckptfs/view/convert.hpp>
+#include <ckptfs/view/names.hpp>
 #include <ckptfs/view/npy.hpp>
 #include <ckptfs/view/tree.hpp>
 
@@ -381,6 +382,42 @@ TEST_CASE("root names: the entries' keys where the rule keeps them, found by loo
   CHECK(m.tree.lookup(Tree::root_ino, "w.500") == 0);
   CHECK(m.tree.lookup(Tree::root_ino, "") == 0);
   CHECK(m.tree.lookup(Tree::root_ino, "index.json") != 0);
+}
+
+TEST_CASE("entry names are NameAllocator's, collisions and cut names included") {
+  // Keys with the same text (the int 1 and the str "1"; a nested key and a dotted one, long
+  // enough to be cut), escaped ones, reserved ones.
+  const std::string long_key(300, 'k');
+  auto tensor = [](PickleBuilder& p) {
+    p.tensor_v2("FloatStorage", "0", "cpu", 4, 0, {4}, {1});
+  };
+  PickleBuilder p;
+  p.proto(2).empty_dict().mark();
+  p.binunicode("a"), tensor(p);
+  p.binint1(1), tensor(p);
+  p.binunicode("1"), tensor(p);
+  p.binunicode("1%#2"), tensor(p);
+  p.binunicode("a/b"), tensor(p);
+  p.binunicode("a%2Fb"), tensor(p);
+  p.binunicode(""), tensor(p);
+  p.binunicode("."), tensor(p);
+  p.binunicode("index.json"), tensor(p);
+  p.binunicode(long_key).empty_dict().binunicode("x"), tensor(p), p.setitem();
+  p.binunicode(long_key + ".x"), tensor(p);
+  p.binunicode("b\n"), tensor(p);
+  p.setitems().stop();
+  Mounted m(torch_zip(p.bytes(), {{"0", floats(4)}}));
+  REQUIRE(m.tree.model().entries.size() == 12);
+  NameAllocator names;
+  for (std::size_t i = 0; i < m.tree.model().entries.size(); ++i) {
+    const std::string& key = m.tree.model().entries[i].key;
+    CAPTURE(key);
+    const std::string want = names.name(key);
+    CHECK(m.tree.entry_name(i) == want);
+    CHECK(m.tree.lookup(Tree::root_ino, want) == m.tree.child(Tree::root_ino, 2 + i).second);
+  }
+  CHECK(m.tree.entry_name(2) == "1%#2");
+  CHECK(m.tree.entry_name(10).ends_with("%#2"));
 }
 
 TEST_CASE("derived files are made on first use, once") {

@@ -19,6 +19,13 @@ namespace ckptfs {
 // Escaping never makes "%~" nor "%#": those names are never another key's.
 std::string directory_name(std::string_view key);
 
+// Whether directory_name(key) is `key` itself, without making it (most keys).
+bool is_own_name(std::string_view key) noexcept;
+
+// The name of the n-th key (n >= 2) whose directory_name() an earlier key has: that name, then
+// "%#n", cut as directory_name() cuts when it would pass 255 bytes.
+std::string suffixed_name(std::string_view key, std::uint64_t n);
+
 // Names for the keys of a mount, in order: each key gets directory_name(); a key whose name an
 // earlier key has (two keys with the same text: the int 0 and the str "0") gets "%#2", "%#3"...
 // after it, the smallest number not taken, cut as directory_name() cuts when it would pass 255

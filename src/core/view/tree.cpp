@@ -87,26 +87,32 @@ Tree::Tree(Model model, TreeOptions options)
   }
   first_entry_ino_ = root_ino + 1 + root_files_.size();
   const std::size_t entries = model_.entries.size();
-  {
-    NameAllocator names;
-    for (std::size_t i = 0; i < entries; ++i) {
-      std::string name = names.name(model_.entries[i].key);
-      // Escaping never makes "%#": only a key whose text an earlier key has gets it.
-      if (name.find("%#") != std::string::npos) keys_unique_ = false;
-      if (name != model_.entries[i].key) renamed_.emplace_back(i, std::move(name));
-    }
-  }
-  renamed_.shrink_to_fit();
-  // Entry names never equal a root file's (the naming rule reserves them), nor one another.
+  // Names as NameAllocator gives them, with the root's lookup table as the set of names taken:
+  // no second copy of the keys. Root files' names are no key's (the naming rule reserves them).
   const std::size_t children = root_files_.size() + entries;
   std::size_t slots = 16;
   while (slots < 2 * children) slots *= 2;
   root_slots_.assign(slots, 0);
-  for (std::size_t child = 0; child < children; ++child) {
+  auto insert = [&](std::size_t child) {
     std::size_t at = std::hash<std::string_view>{}(root_child_name(child)) & (slots - 1);
     while (root_slots_[at] != 0) at = (at + 1) & (slots - 1);
     root_slots_[at] = static_cast<std::uint32_t>(child + 1);
+  };
+  for (std::size_t f = 0; f < root_files_.size(); ++f) insert(f);
+  for (std::size_t i = 0; i < entries; ++i) {
+    const std::string& key = model_.entries[i].key;
+    std::string name = is_own_name(key) ? std::string() : directory_name(key);
+    if (find_root_child(name.empty() ? std::string_view(key) : name)) {
+      keys_unique_ = false;  // an earlier key has this name: the same text
+      for (std::uint64_t n = 2;; ++n) {
+        name = suffixed_name(key, n);
+        if (!find_root_child(name)) break;
+      }
+    }
+    if (!name.empty()) renamed_.emplace_back(i, std::move(name));
+    insert(root_files_.size() + i);
   }
+  renamed_.shrink_to_fit();
   entry_files_ = std::make_unique<std::atomic<const EntryFiles*>[]>(entries);
   file_counts_ = std::make_unique<std::atomic<std::uint8_t>[]>(entries);
 }
