@@ -48,6 +48,11 @@ struct ZipLimits {
 class ZipArchive {
  public:
   ZipArchive(const ByteSource& source, const ZipLimits& limits = {});
+  // Not copied: the name index points into entries_ (a move keeps the entries where they are).
+  ZipArchive(const ZipArchive&) = delete;
+  ZipArchive& operator=(const ZipArchive&) = delete;
+  ZipArchive(ZipArchive&&) noexcept = default;
+  ZipArchive& operator=(ZipArchive&&) noexcept = default;
 
   const std::vector<ZipEntry>& entries() const noexcept { return entries_; }
   const ZipEntry* find(std::string_view name) const;
@@ -55,7 +60,7 @@ class ZipArchive {
 
  private:
   std::vector<ZipEntry> entries_;
-  std::unordered_map<std::string, std::size_t> first_by_name_;
+  std::unordered_map<std::string_view, std::size_t> first_by_name_;  // names in entries_
   std::uint64_t cd_offset_ = 0;
 };
 
