@@ -1,21 +1,40 @@
 #!/usr/bin/env bash
 # Installs everything ckptfs needs to build, test and benchmark on Debian 12 (run as root, or with sudo).
 set -euo pipefail
+cd "$(dirname "$0")/.."
 packages=(
   g++ cmake ninja-build pkg-config
   libfuse3-dev fuse3 libfmt-dev nlohmann-json3-dev doctest-dev
-  zlib1g-dev  # only for the CRC-32 benchmark built with the tests (tests/tools/crc32_bench)
+  libcurl4-openssl-dev zlib1g-dev  # remote checkpoints (HTTP(S), S3), the disk cache's CRCs, the
+                                   # CRC-32 benchmark built with the tests
   python3-torch python3-numpy
   rsync fuse-zip
+  nginx-light openssl curl         # the remote tests' HTTP(S) server, its throw-away CA, a reference client
   dpkg-dev file man-db groff-base  # scripts/package.sh (dpkg-shlibdeps) and the man page tests
 )
+command -v node >/dev/null && command -v npm >/dev/null || packages+=(nodejs npm)  # the S3 test server
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
 if ((${#missing[@]})); then
-  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
   export DEBIAN_FRONTEND=noninteractive
+  # Installing nginx must not start it as a service (the tests start their own on loopback):
+  # invoke-rc.d asks policy-rc.d, and 101 means "not now".
+  policy=/usr/sbin/policy-rc.d
+  if [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\nexit 101\n' | $SUDO tee "$policy" >/dev/null
+    $SUDO chmod 755 "$policy"
+    trap '$SUDO rm -f "$policy"' EXIT
+  fi
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+# The S3 API server of the remote tests (a fork of s3rver that checks SigV4 signatures), from
+# the npm registry into tests/integration/s3rver/node_modules, at the versions of its lock file.
+s3rver=tests/integration/s3rver
+if [ ! -f "$s3rver/node_modules/@20minutes/s3rver/lib/cli.js" ] ||
+   [ "$s3rver/package-lock.json" -nt "$s3rver/node_modules/.package-lock.json" ]; then
+  (cd "$s3rver" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
 fi

@@ -9,6 +9,8 @@
 #include <ckptfs/base/numbers.hpp>
 #include <ckptfs/format/open_model.hpp>
 #include <ckptfs/source/byte_source.hpp>
+#include <ckptfs/source/location.hpp>
+#include <ckptfs/source/remote.hpp>
 #include <ckptfs/view/tree.hpp>
 
 #include <fmt/format.h>
@@ -16,6 +18,7 @@
 #include <climits>
 #include <cstdlib>
 #include <malloc.h>
+#include <memory>
 #include <optional>
 #include <string>
 #include <unistd.h>
@@ -26,13 +29,18 @@ namespace {
 using ckptfs::ExitCode;
 
 constexpr const char* usage_text = R"(usage: ckptfs [options] CHECKPOINT MOUNTPOINT
-       ckptfs inspect CHECKPOINT [--json]
+       ckptfs inspect CHECKPOINT [--json] [-o OPT[,OPT...]]
        ckptfs -h | --help | -V | --version
 
 Mounts a PyTorch checkpoint (.pth/.pt/.ckpt/.bin written by torch.save) read-only: every
 state_dict key becomes a directory with the tensor's raw `data`, a `meta.json` and a
 `tensor.npy`, and every read is an offset read inside the checkpoint. Its pickle is never
 executed.
+
+CHECKPOINT is a file, or a URL: http://, https:// (presigned URLs too) or s3://BUCKET/KEY
+(credentials, region and endpoint from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
+AWS_SESSION_TOKEN, AWS_REGION, AWS_ENDPOINT_URL). A remote checkpoint is read by range
+requests, only what is read, through a memory cache; it is never downloaded whole.
 
 options (before or after CHECKPOINT MOUNTPOINT):
   -f                     stay in the foreground; "ckptfs: mounted ..." on stderr once ready
@@ -44,14 +52,28 @@ options (before or after CHECKPOINT MOUNTPOINT):
        allow_root          let root read it too, and no other user
        auto_unmount        unmount even when ckptfs is killed (fusermount3 watches it)
        notify_fd=N         write "1\n" to descriptor N once ready ("0\n" if not), close it
-       read_ahead_kb=N     the mount's readahead in KiB, set when run as root (default 512;
-                           0 keeps the kernel's 128)
+       read_ahead_kb=N     the mount's readahead in KiB, set when run as root (default 512,
+                           2048 for a URL; 0 keeps the kernel's 128)
        busy_poll_us=N      after each request, one thread polls N microseconds for the next
                            before sleeping (default 200; 0 never; off with a single CPU)
        max_read=N          the largest read request in bytes (at least 4096; default: the
                            kernel's own limit)
+       dtype=NAME          serve every floating-point tensor as float16, bfloat16 or float32,
+                           converted on read as torch's .to() converts
+       shard_size=SIZE     the root holds the sharded set save_pretrained would write
+                           (model-0000N-of-0000M.safetensors, model.safetensors.index.json)
+                           instead of model.safetensors; SIZE like 5GB, 500MB, 2GiB
        fsname=NAME         the source shown in /proc/mounts (default: the checkpoint's path)
        subtype=NAME        the type shown, fuse.NAME (default: fuse.ckptfs)
+     remote checkpoints (URLs):
+       timeout=SECONDS     how long a read may take, retries included, before it fails with
+                           EIO (default 30); the mount's first request too
+       cache_size=SIZE     memory cache shared by all files (default 256M; K, M, G suffixes)
+       cache_dir=DIR       also keep fetched blocks in DIR, across mounts (several mounts may
+                           share one DIR)
+       cache_dir_size=SIZE the most cache_dir may hold (default 32G)
+       cacert=FILE         CA certificates to verify HTTPS servers with
+       insecure            do not verify HTTPS certificates
        ...                 ro and default_permissions are implied; the mount flags nodev,
                            nosuid, noexec, noatime, sync, dirsync (and dev, suid, exec, atime,
                            async) go to the kernel; rw and fstab's own options (defaults,
@@ -64,9 +86,9 @@ options (before or after CHECKPOINT MOUNTPOINT):
 ready: once the kernel's INIT request is answered; without -f, ckptfs returns then (0), or
 once the mount has failed and is gone (6). Relative paths work: both are made absolute first.
 
-inspect CHECKPOINT [--json]
+inspect CHECKPOINT [--json] [-o OPT[,OPT...]]
   lists every entry without mounting: key, kind, dtype, shape, bytes, file offset, and totals;
-  --json prints {"format", "byteorder", "entries": [...]}
+  --json prints {"format", "byteorder", "entries": [...]}; -o takes the remote options above
 
 the tree:
   MOUNTPOINT/index.json           every entry: key, path, kind, dtype, shape, nbytes
@@ -86,6 +108,8 @@ exit status:
   4  the pickle is invalid or the checkpoint is inconsistent
   5  a valid file ckptfs does not serve (compressed record, TorchScript, tar format)
   6  the mount failed or never came up (mountpoint, /dev/fuse, permissions, INIT refused)
+  7  a server refused access (HTTP 401 or 403: credentials, S3 signature)
+  8  a server could not be reached or did not answer (connection, TLS, timeout, HTTP 5xx)
 )";
 
 int fail(ExitCode code, const std::string& message) {
@@ -98,12 +122,49 @@ int usage_error(const std::string& message) {
   return static_cast<int>(ExitCode::usage);
 }
 
+// The mount's readahead for a remote checkpoint, unless -o read_ahead_kb= says otherwise.
+constexpr unsigned remote_read_ahead_kb = 2048;
+
+// The remote side, for a URL: its options from the command line, S3's from the environment.
+// Null for a local file.
+std::unique_ptr<ckptfs::RemoteContext> remote_for(const std::string& location,
+                                                  const ckptfs::RemoteOptions& options) {
+  if (!ckptfs::is_url(location)) return nullptr;
+  const bool s3 = location.size() > 5 && (location[0] | 0x20) == 's' && location[1] == '3';
+  return std::make_unique<ckptfs::RemoteContext>(
+      options, s3 ? ckptfs::S3Settings::from_environment() : ckptfs::S3Settings{});
+}
+
+ckptfs::OpenOptions open_options(ckptfs::RemoteContext* remote) {
+  ckptfs::OpenOptions options;
+  options.open = [remote](const std::string& location) {
+    return ckptfs::open_location(location, remote);
+  };
+  return options;
+}
+
 int run_inspect(const std::vector<std::string>& args) {
   std::string path;
   bool json = false;
-  for (const auto& arg : args) {
+  ckptfs::RemoteOptions remote_options;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
     if (arg == "--json") {
       json = true;
+    } else if (arg == "-o" || (arg.starts_with("-o") && arg.size() > 2)) {
+      if (arg == "-o" && i + 1 == args.size()) return usage_error("-o needs an argument");
+      std::string_view list = arg == "-o" ? std::string_view(args[++i]) : std::string_view(arg).substr(2);
+      while (true) {
+        const auto comma = list.find(',');
+        const std::string_view item = list.substr(0, comma);
+        std::string error;
+        if (!ckptfs::cli::take_remote_option(item, remote_options, error)) {
+          return usage_error(fmt::format("inspect: unknown option {}", ckptfs::quote(item)));
+        }
+        if (!error.empty()) return usage_error(error);
+        if (comma == std::string_view::npos) break;
+        list.remove_prefix(comma + 1);
+      }
     } else if (arg.starts_with("-") && arg != "-") {
       return usage_error(fmt::format("inspect: unknown option {}", ckptfs::quote(arg)));
     } else if (path.empty()) {
@@ -113,17 +174,19 @@ int run_inspect(const std::vector<std::string>& args) {
     }
   }
   if (path.empty()) return usage_error("inspect: missing CHECKPOINT");
+  const std::string shown = ckptfs::display_location(path);
   try {
-    ckptfs::OpenedModel opened = ckptfs::open_model(path);
+    auto remote = remote_for(path, remote_options);
+    ckptfs::OpenedModel opened = ckptfs::open_model(path, open_options(remote.get()));
     if (json) {
       ckptfs::cli::print_inspect_json(opened.model(), stdout);
     } else {
       ckptfs::cli::print_inspect_table(opened.model(), stdout);
     }
   } catch (const ckptfs::Error& e) {
-    return fail(e.code(), fmt::format("{}: {}", path, e.what()));
+    return fail(e.code(), fmt::format("{}: {}", shown, e.what()));
   } catch (const std::bad_alloc&) {
-    return fail(ExitCode::bad_checkpoint, fmt::format("{}: out of memory", path));
+    return fail(ExitCode::bad_checkpoint, fmt::format("{}: out of memory", shown));
   }
   return std::fflush(stdout) == 0 ? 0 : fail(ExitCode::io, "cannot write the output");
 }
@@ -181,13 +244,19 @@ int run_mount(const std::vector<std::string>& args) {
   } catch (const ckptfs::Error& e) {
     return usage_error(e.what());
   }
+  // A URL is shown (messages, /proc/mounts, index.json) without its credentials.
+  const std::string shown = ckptfs::display_location(o.checkpoint);
   char resolved[PATH_MAX];
-  std::string absolute = ::realpath(o.checkpoint.c_str(), resolved) ? resolved : o.checkpoint;
+  std::string absolute = ckptfs::is_url(o.checkpoint) ? shown
+                         : ::realpath(o.checkpoint.c_str(), resolved) ? resolved
+                                                                       : o.checkpoint;
   // Everything is parsed and validated before the mount: a bad checkpoint never mounts.
+  std::unique_ptr<ckptfs::RemoteContext> remote;
   std::optional<ckptfs::OpenedModel> opened;
   std::optional<ckptfs::Tree> tree;
   try {
-    opened.emplace(ckptfs::open_model(o.checkpoint));
+    remote = remote_for(o.checkpoint, o.remote);
+    opened.emplace(ckptfs::open_model(o.checkpoint, open_options(remote.get())));
     ckptfs::TreeOptions tree_options;
     tree_options.source_path = absolute;
     tree_options.uid = o.uid.value_or(::getuid());
@@ -198,9 +267,9 @@ int run_mount(const std::vector<std::string>& args) {
     tree_options.shard_size = o.shard_size;
     tree.emplace(std::move(opened->model()), tree_options);
   } catch (const ckptfs::Error& e) {
-    return fail(e.code(), fmt::format("{}: {}", o.checkpoint, e.what()));
+    return fail(e.code(), fmt::format("{}: {}", shown, e.what()));
   } catch (const std::bad_alloc&) {
-    return fail(ExitCode::bad_checkpoint, fmt::format("{}: out of memory", o.checkpoint));
+    return fail(ExitCode::bad_checkpoint, fmt::format("{}: out of memory", shown));
   }
   // Parsing peaked at many times what the model keeps (the pickle graph, flattening): give the
   // freed heap back, so that a mounted daemon holds its model, not its parse.
@@ -210,13 +279,20 @@ int run_mount(const std::vector<std::string>& args) {
   request.foreground = o.foreground;
   request.debug = o.debug;
   request.fuse_options = o.fuse_options;
-  request.read_ahead_kb = o.read_ahead_kb;
+  // A remote checkpoint's reads are copies out of the block cache, not splices: more of them in
+  // flight (a larger kernel readahead) keep the serving threads busy. Measured on a 1.5 GiB file
+  // over loopback HTTP: 0.45 GiB/s at 512 KiB, 0.85 at 2 MiB, 0.73 at 8 MiB.
+  request.read_ahead_kb =
+      remote && !o.read_ahead_kb_given ? remote_read_ahead_kb : o.read_ahead_kb;
   request.max_read = o.max_read;
   request.busy_poll = std::chrono::microseconds(o.busy_poll_us);
   request.fsname = escaped_fsname(absolute);
   request.notifier = &notifier;
-  request.ready_line = ready_line(tree->model(), o.checkpoint, o.mountpoint);
+  request.ready_line = ready_line(tree->model(), shown, o.mountpoint);
   try {
+    // The remote threads stop before the mount may fork into a daemon, and start again in
+    // whichever process reads next.
+    if (remote) remote->quiesce();
     ckptfs::fuse::mount_and_serve(*tree, opened->sources(), request);
     return 0;
   } catch (const ckptfs::Error& e) {
@@ -230,6 +306,8 @@ int run_mount(const std::vector<std::string>& args) {
 
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
+  // What ps(1) shows of the command line loses a URL's credentials (kept in `args`).
+  for (int i = 1; i < argc; ++i) ckptfs::mask_credentials(argv[i]);
   if (args.empty()) return usage_error("needs a CHECKPOINT and a MOUNTPOINT");
   if (args[0] == "inspect") return run_inspect({args.begin() + 1, args.end()});
   return run_mount(args);

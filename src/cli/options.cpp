@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdint>
+#include <optional>
 
 namespace ckptfs::cli {
 namespace {
@@ -45,6 +47,7 @@ bool is_ignored_option(std::string_view option) {
 
 // One -o item; returns an error message or "".
 std::string take_option(std::string_view item, MountOptions& o) {
+  if (std::string error; take_remote_option(item, o.remote, error)) return error;
   auto value_of = [&](std::string_view name) -> std::optional<std::string_view> {
     if (item.size() > name.size() && item.starts_with(name) && item[name.size()] == '=') {
       return item.substr(name.size() + 1);
@@ -72,6 +75,7 @@ std::string take_option(std::string_view item, MountOptions& o) {
     if (!parse_number(*r, o.read_ahead_kb, 10) || o.read_ahead_kb > (1u << 20)) {
       return fmt::format("invalid read_ahead_kb '{}' (0 to 1048576)", *r);
     }
+    o.read_ahead_kb_given = true;
   } else if (auto b = value_of("busy_poll_us")) {
     if (!parse_number(*b, o.busy_poll_us, 10) || o.busy_poll_us > 1'000'000) {
       return fmt::format("invalid busy_poll_us '{}' (0 to 1000000)", *b);
@@ -122,9 +126,10 @@ std::optional<std::uint64_t> parse_size(std::string_view text) {
   std::string unit;
   for (char c : text.substr(end)) unit += static_cast<char>(c >= 'A' && c <= 'Z' ? c + 32 : c);
   static constexpr std::pair<std::string_view, double> units[] = {
-      {"", 1},      {"b", 1},          {"kb", 1e3},       {"mb", 1e6},
-      {"gb", 1e9},  {"tb", 1e12},      {"kib", 1024.0},   {"mib", 1048576.0},
-      {"gib", 1073741824.0}, {"tib", 1099511627776.0}};
+      {"", 1},         {"b", 1},
+      {"k", 1024.0},   {"m", 1048576.0},   {"g", 1073741824.0},   {"t", 1099511627776.0},
+      {"kib", 1024.0}, {"mib", 1048576.0}, {"gib", 1073741824.0}, {"tib", 1099511627776.0},
+      {"kb", 1e3},     {"mb", 1e6},        {"gb", 1e9},           {"tb", 1e12}};
   const auto* found = std::find_if(std::begin(units), std::end(units),
                                    [&](const auto& u) { return u.first == unit; });
   if (number.empty() || found == std::end(units) ||
@@ -147,6 +152,48 @@ std::optional<std::uint64_t> parse_size(std::string_view text) {
   }
   if (scaled == 0 || scaled >= (std::uint64_t{1} << 63)) return std::nullopt;
   return scaled;
+}
+
+bool take_remote_option(std::string_view item, RemoteOptions& remote, std::string& error) {
+  auto value_of = [&](std::string_view name) -> std::optional<std::string_view> {
+    if (item.size() > name.size() && item.starts_with(name) && item[name.size()] == '=') {
+      return item.substr(name.size() + 1);
+    }
+    return std::nullopt;
+  };
+  if (item == "insecure") {
+    remote.insecure = true;
+  } else if (auto c = value_of("cacert")) {
+    remote.cacert = std::string(*c);
+  } else if (auto size = value_of("cache_size")) {
+    auto bytes = parse_size(*size);
+    // Readahead needs room for a few requests; past a terabyte is surely a typo.
+    if (!bytes || *bytes < (4u << 20) || *bytes > (1ull << 40)) {
+      error = fmt::format("invalid cache_size '{}' (4M to 1T)", *size);
+    } else {
+      remote.cache_size = *bytes;
+    }
+  } else if (auto dir = value_of("cache_dir")) {
+    remote.cache_dir = std::string(*dir);
+  } else if (auto dir_size = value_of("cache_dir_size")) {
+    auto bytes = parse_size(*dir_size);
+    if (!bytes || *bytes < (1u << 20)) {
+      error = fmt::format("invalid cache_dir_size '{}' (at least 1M)", *dir_size);
+    } else {
+      remote.cache_dir_size = *bytes;
+    }
+  } else if (auto t = value_of("timeout")) {
+    double seconds = 0;
+    auto [end, ec] = std::from_chars(t->data(), t->data() + t->size(), seconds);
+    if (ec != std::errc{} || end != t->data() + t->size() || !(seconds >= 0.1 && seconds <= 3600)) {
+      error = fmt::format("invalid timeout '{}' (seconds, 0.1 to 3600)", *t);
+    } else {
+      remote.timeout = std::chrono::milliseconds(static_cast<long long>(seconds * 1000));
+    }
+  } else {
+    return false;
+  }
+  return true;
 }
 
 bool is_passed_option(std::string_view option) {

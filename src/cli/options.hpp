@@ -3,6 +3,7 @@
 #pragma once
 
 #include <ckptfs/model/dtype.hpp>
+#include <ckptfs/source/remote.hpp>
 
 #include <cstdint>
 #include <optional>
@@ -13,10 +14,10 @@
 
 namespace ckptfs::cli {
 
-// A size as transformers' save_pretrained takes max_shard_size: a number of bytes, or a number
-// with a unit, decimal (KB, MB, GB, TB: powers of 1000) or binary (KiB, MiB, GiB, TiB: of
-// 1024), in any case ("5GB", "500MB", "1.5GiB"). nullopt when it is not one, is 0, or passes
-// 2^63.
+// A size: a number of bytes, or a number with a unit in any case: binary (K, M, G, T and
+// KiB, MiB, GiB, TiB: powers of 1024) or decimal (KB, MB, GB, TB: powers of 1000, as
+// transformers' save_pretrained takes max_shard_size): "256M", "5GB", "1.5GiB". nullopt when
+// it is not one, is 0, or passes 2^63.
 std::optional<std::uint64_t> parse_size(std::string_view text);
 
 struct MountOptions {
@@ -31,11 +32,13 @@ struct MountOptions {
   std::optional<mode_t> umask;
   std::optional<int> notify_fd;           // -o notify_fd=N, --notify-fd N: readiness is written there
   unsigned read_ahead_kb = 512;           // -o read_ahead_kb=N: the mount's readahead (root only)
+  bool read_ahead_kb_given = false;       // whether -o read_ahead_kb= was given
   unsigned busy_poll_us = 200;            // -o busy_poll_us=N: polling for the next request
   unsigned max_read = 0;                  // -o max_read=N: the largest READ (0: the kernel's)
   std::optional<DType> dtype;             // -o dtype=NAME: floating tensors served converted
   std::uint64_t shard_size = 0;           // -o shard_size=SIZE: a sharded safetensors export
   std::vector<std::string> fuse_options;  // the accepted libfuse and kernel options (below)
+  RemoteOptions remote;  // insecure, cacert=, cache_size=, cache_dir=, cache_dir_size=, timeout=
 };
 
 // Parses argv (without the program name). Returns the options, or an error message for a usage
@@ -55,6 +58,12 @@ struct ParseResult {
   std::string error;  // non-empty on a usage error
 };
 ParseResult parse_mount_options(const std::vector<std::string>& args);
+
+// Takes one -o item when it is an option of remote sources (insecure, cacert=FILE,
+// cache_size=SIZE, cache_dir=DIR, cache_dir_size=SIZE, timeout=SECONDS): sets it in `remote`
+// and returns true, or sets `error` for a bad value. SIZE is bytes, or a number with K, M, G or
+// T (powers of 1024; KiB, MiB... too). Returns false for any other item.
+bool take_remote_option(std::string_view item, RemoteOptions& remote, std::string& error);
 
 // Whether an -o option is one that parse_mount_options() passes on to libfuse and the kernel:
 // allow_other, allow_root, auto_unmount, default_permissions, fsname=NAME, subtype=NAME, and the

@@ -258,7 +258,7 @@ class ManPageTests(TempDirTestCase):
         """The same codes, each described with (at least) the words --help uses."""
         help_codes = help_exit_codes(self.help)
         man_codes = man_exit_codes(self.sections["EXIT STATUS"])
-        self.assertEqual(sorted(help_codes), list(range(7)))
+        self.assertEqual(sorted(help_codes), list(range(9)))
         self.assertEqual(sorted(man_codes), sorted(help_codes), "exit codes: man vs --help")
         for code, meaning in help_codes.items():
             missing = words(meaning) - words(man_codes[code])
@@ -861,7 +861,8 @@ class CompletionTests(TempDirTestCase):
     def test_mount_options(self):
         names = sorted(["uid=", "gid=", "umask=", "allow_other", "allow_root", "auto_unmount",
                         "notify_fd=", "read_ahead_kb=", "busy_poll_us=", "max_read=", "fsname=",
-                        "subtype=", "ro"])
+                        "subtype=", "dtype=", "shard_size=", "ro", "timeout=", "cache_size=",
+                        "cache_dir=", "cache_dir_size=", "cacert=", "insecure"])
         self.assertEqual(self.complete("ckptfs -o "), names)
         self.assertEqual(self.complete("ckptfs a.pth mnt -o "), names)
         self.assertEqual(self.complete("ckptfs -o u"), ["uid=", "umask="])

@@ -46,10 +46,29 @@ std::string zip_error(std::string bytes, const ZipLimits& limits = {}) {
   return {};
 }
 
+// The message of the bad_zip error that opening `bytes` with deferred local headers raises, at
+// open (what the central directory says) or when its entries are located one by one.
+std::string deferred_zip_error(std::string bytes, ZipLimits limits) {
+  limits.defer_local_headers = true;
+  const MemorySource source(std::move(bytes));
+  try {
+    const ZipArchive archive(source, limits);
+    for (const ZipEntry& e : archive.entries()) (void)locate_entry(source, e);
+  } catch (const Error& e) {
+    CHECK_MESSAGE(e.code() == ExitCode::bad_zip, e.what());
+    return e.what();
+  }
+  FAIL("the archive was accepted with deferred local headers");
+  return {};
+}
+
+// A bad zip is refused with `fragment` in a one-line message, and the same message when its
+// local headers are read on first use (remote sources): every check holds in both modes.
 void check_bad_zip(std::string bytes, std::string_view fragment, const ZipLimits& limits = {}) {
-  const std::string message = zip_error(std::move(bytes), limits);
+  const std::string message = zip_error(bytes, limits);
   CHECK_MESSAGE(message.find(fragment) != std::string::npos, message);
   CHECK(message.find('\n') == std::string::npos);
+  CHECK(deferred_zip_error(std::move(bytes), limits) == message);
 }
 
 // Either a valid archive whose every entry lies inside the file, or a bad_zip error.
@@ -484,6 +503,22 @@ TEST_CASE("limits are enforced before reading the central directory") {
   CHECK(open_zip(zip, {.max_entries = 3}).entries().size() == 3);
 }
 
+TEST_CASE("deferred local headers: the same offsets, located one by one on first use") {
+  ZipBuilder b = three_entries();
+  const std::string zip = b.build();
+  const MemorySource source(zip);
+  const ZipArchive eager(source);
+  const ZipArchive deferred(source, {.defer_local_headers = true});
+  REQUIRE(deferred.entries().size() == eager.entries().size());
+  for (std::size_t i = 0; i < eager.entries().size(); ++i) {
+    CHECK(deferred.entries()[i].data_offset == 0);  // not read at open
+    CHECK(locate_entry(source, deferred.entries()[i]) == eager.entries()[i].data_offset);
+  }
+  ckptfs::ZipLocator locator(source, deferred.entries());
+  CHECK(locator.data_offset(1) == eager.entries()[1].data_offset);
+  CHECK(locator.data_offset(1) == eager.entries()[1].data_offset);  // remembered
+}
+
 TEST_CASE("entries overlap") {
   ZipBuilder layout_only = three_entries();
   layout_only.build();
@@ -494,12 +529,12 @@ TEST_CASE("entries overlap") {
     b.add("archive/data.pkl", "pickle bytes", {.size = 12 + 40, .compressed_size = 12 + 40});
     b.add("archive/data/0", std::string(100, 'x'));
     b.add("archive/version", "3\n");
-    check_bad_zip(b.build(), "\"archive/data/0\" (bytes");
+    check_bad_zip(b.build(), "\"archive/data.pkl\" (52 bytes at offset");
   }
   SUBCASE("two entries sharing one local header") {
     ZipBuilder b = three_entries();
     b.add("archive/alias", "", {.header_offset = layout.header_offsets[1]});
-    check_bad_zip(b.build(), "overlaps \"archive/data/0\"");
+    check_bad_zip(b.build(), "\"archive/data/0\" (100 bytes at offset");
   }
   SUBCASE("a header hidden inside another payload") {
     std::string fake_header = "PK\x03\x04" + std::string(26, '\0');
@@ -508,7 +543,7 @@ TEST_CASE("entries overlap") {
     b.add("archive/data/0", fake_header + std::string(100 - 30, 'x'));
     b.add("archive/version", "3\n");
     b.add("archive/hidden", "", {.header_offset = layout.data_offsets[1]});
-    check_bad_zip(b.build(), "\"archive/hidden\" (bytes");
+    check_bad_zip(b.build(), "\"archive/data/0\" (100 bytes at offset");
   }
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <ckptfs/format/pickle_machine.hpp>
+#include <ckptfs/format/zip_reader.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -11,6 +12,7 @@ namespace ckptfs {
 
 struct ReadLimits {
   pickle::Limits pickle;
+  ZipLimits zip;  // defer_local_headers for remote sources: see Storage::locator
   std::uint64_t max_entries = 4'000'000;  // flattened entries (a DAG can multiply them)
   // Entries may outnumber the pickle's nodes only up to this: more means that objects shared
   // along many paths multiply them (a DAG of dicts: 2^n entries from n small dicts).

@@ -3,7 +3,11 @@
 // Produces the absolute payload offset of every entry; reads no payload.
 #pragma once
 
+#include <ckptfs/model/model.hpp>
 #include <ckptfs/source/byte_source.hpp>
+
+#include <atomic>
+#include <memory>
 
 #include <cstdint>
 #include <string>
@@ -16,7 +20,10 @@ namespace ckptfs {
 struct ZipEntry {
   std::string name;                  // as stored in the central directory (raw bytes)
   std::uint64_t header_offset = 0;   // absolute offset of the local file header
-  std::uint64_t data_offset = 0;     // absolute offset of the payload: header + 30 + name + extra
+  std::uint64_t data_offset = 0;     // absolute offset of the payload: header + 30 + name + extra;
+                                     // 0 until located (ZipLimits::defer_local_headers)
+  std::uint64_t limit = 0;           // the payload must end by here: the next header, or the
+  bool limit_is_directory = false;   // central directory
   std::uint64_t compressed_size = 0; // bytes of payload in the file
   std::uint64_t size = 0;            // uncompressed size (== compressed_size when stored)
   std::uint16_t method = 0;          // 0 = stored, 8 = deflate, ...
@@ -27,6 +34,9 @@ struct ZipEntry {
 };
 
 struct ZipLimits {
+  // Read no local header: every entry's data_offset is found later by locate_entry(), on first
+  // use. For remote sources, where each header would be a request of its own at mount.
+  bool defer_local_headers = false;
   std::uint64_t max_entries = 4'000'000;         // more is refused as a zip bomb
   std::uint64_t max_central_directory = 1ull << 30;  // bytes
 };
@@ -66,5 +76,24 @@ class ZipArchive {
 
 // True when the source starts with a local file header signature ("PK\3\4").
 bool looks_like_zip(const ByteSource& source);
+
+// The payload offset of `entry` (of a ZipArchive of `source`), from its local header: one read,
+// checked as the archive checks every header when it does not defer them (signature; payload
+// inside the file, before entry.limit). Throws Error(bad_zip) naming the problem, or what
+// ByteSource::read throws.
+std::uint64_t locate_entry(const ByteSource& source, const ZipEntry& entry);
+
+// A StorageLocator over records of a zip whose local headers were deferred: record i's offset is
+// located on first use and remembered. Keeps a reference to `source`, which must outlive it.
+class ZipLocator final : public StorageLocator {
+ public:
+  ZipLocator(const ByteSource& source, std::vector<ZipEntry> records);
+  std::uint64_t data_offset(std::uint32_t index) const override;
+
+ private:
+  const ByteSource& source_;
+  std::vector<ZipEntry> records_;
+  mutable std::unique_ptr<std::atomic<std::uint64_t>[]> offsets_;  // 0: not located yet
+};
 
 }  // namespace ckptfs

@@ -8,6 +8,7 @@
 #include <ckptfs/model/dtype.hpp>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -26,12 +27,27 @@ enum class Format : std::uint8_t {
 };
 std::string_view format_name(Format format);
 
+// Where storages start when their format learns it only on first use: a remote zip's records,
+// whose local headers are read with their bytes instead of one request each at mount.
+class StorageLocator {
+ public:
+  virtual ~StorageLocator() = default;
+  // The absolute offset of record `index`'s first byte in its source, read and checked on the
+  // first call, then remembered. Thread-safe. Throws Error: bad_zip when the record's header is
+  // invalid or its bytes do not fit where the directory says, io when it cannot be read.
+  virtual std::uint64_t data_offset(std::uint32_t index) const = 0;
+};
+
 // A run of bytes in one source holding one storage (torch) or one tensor's bytes (safetensors).
 struct Storage {
   std::uint32_t source = 0;       // index into Model::sources
   std::string key;                // the persistent id's key ("0", "94613254123456"), or a name
   std::string record;             // zip record name ("archive/data/0"); empty outside zips
-  std::uint64_t file_offset = 0;  // absolute offset of the storage's first byte in its source
+  // Absolute offset of the storage's first byte in its source, unless `locator` is set: then
+  // locator->data_offset(locator_index) says it, on first use (see data_offset()).
+  std::uint64_t file_offset = 0;
+  std::shared_ptr<const StorageLocator> locator;
+  std::uint32_t locator_index = 0;
   std::uint64_t nbytes = 0;       // bytes of the storage in the source
   bool big_endian = false;        // byte order of its elements (the zip's `byteorder` record)
   // The CRC-32 of the whole storage as its zip's central directory records it, unchecked (torch
@@ -98,12 +114,22 @@ struct Model {
   // String metadata of the file (safetensors' __metadata__), in the file's order.
   std::vector<std::pair<std::string, std::string>> metadata;
 
-  // Absolute offset in its source of the tensor's first byte, when the tensor is servable, its
-  // bytes in C order are one range of its storage, and that range lies inside the storage.
+  // Where the tensor's first byte is in its storage, when the tensor is servable, its bytes in C
+  // order are one range of its storage, and that range lies inside the storage. No I/O.
+  std::optional<std::uint64_t> offset_in_storage(const Tensor& tensor) const;
+  // The same as an absolute offset in the storage's source: it may ask the storage's locator,
+  // and so read the source and throw what data_offset() throws.
   std::optional<std::uint64_t> file_offset(const Tensor& tensor) const;
   // "little" or "big" when every storage agrees, "mixed" otherwise ("little" without storages).
   std::string_view byteorder() const;
 };
+
+// The absolute offset of a storage's first byte in its source: file_offset, or what its locator
+// reads (which may throw Error).
+inline std::uint64_t data_offset(const Storage& storage) {
+  return storage.locator ? storage.locator->data_offset(storage.locator_index)
+                         : storage.file_offset;
+}
 
 // The byte order of a tensor's elements: its storage's.
 inline bool big_endian(const Model& model, const Tensor& tensor) {

@@ -31,6 +31,10 @@ class ByteSource {
 
   virtual SourceTimes times() const noexcept { return {}; }
 
+  // Whether each read is a request to a server: readers then read as little as they can at
+  // mount (a zip's local headers are read with their records' bytes, on first use).
+  virtual bool remote() const noexcept { return false; }
+
   // A descriptor whose bytes at the same offsets are the source's, for splicing them into a
   // reply without copying; -1 when there is none (memory, remote sources: read() instead).
   virtual int fd() const noexcept { return -1; }

@@ -16,18 +16,18 @@ namespace ckptfs {
 struct ServedTensor {
   enum class Way : std::uint8_t {
     none,    // no bytes: empty, or broken
-    range,    // one range of a source: [offset, offset + nbytes) of `source`
+    range,    // one range of its storage: bytes [begin, begin + nbytes)
     gather,   // a strided view, gathered in C order on read
-    convert,  // converted from `stored` on read, from one range (`source`, `offset`) or gathered
+    convert,  // converted from `stored` on read, from one range of its storage or gathered
   };
   Way way = Way::none;
   DType dtype = DType::float32;   // of the bytes served
   DType stored = DType::float32;  // of the bytes in the source
   bool big_endian = false;        // of the bytes served (converted ones are little-endian)
-  bool contiguous = false;        // the stored bytes are one range (`source`, `offset`)
+  bool contiguous = false;        // the stored bytes are one range of the storage, from `begin`
   std::uint64_t nbytes = 0;
-  std::uint32_t source = 0;      // range: the source, and the offset in it
-  std::uint64_t offset = 0;
+  std::size_t storage = 0;       // contiguous: the storage (index into Model::storages)...
+  std::uint64_t begin = 0;       // ...and where the tensor's bytes start in it
 };
 
 // How `tensor` is served: as stored, or converted to `convert_to` when it is a floating-point

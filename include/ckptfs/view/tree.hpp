@@ -100,6 +100,7 @@ class Tree {
   };
 
   const EntryFiles& entry_files(std::size_t entry) const;
+  const std::string& meta_json(std::size_t entry) const;
   std::uint32_t storage_crc(std::size_t entry, const EntryFiles& files, std::size_t storage,
                             Sources sources) const;
   void read_torch_file(std::size_t entry, std::uint64_t offset, std::size_t length,

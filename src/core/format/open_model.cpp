@@ -16,7 +16,9 @@ OpenedModel::OpenedModel(std::vector<std::unique_ptr<ByteSource>> sources, Model
 
 OpenedModel open_model(const std::string& location, const OpenOptions& options) {
   std::unique_ptr<ByteSource> source = options.open(location);
-  Model model = read_torch(*source, location, options.limits);
+  ReadLimits limits = options.limits;
+  limits.zip.defer_local_headers = limits.zip.defer_local_headers || source->remote();
+  Model model = read_torch(*source, location, limits);
   std::vector<std::unique_ptr<ByteSource>> sources;
   sources.push_back(std::move(source));
   return OpenedModel(std::move(sources), std::move(model));

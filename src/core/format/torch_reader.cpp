@@ -113,12 +113,17 @@ ZipLayout find_zip_layout(const ZipArchive& zip) {
   return layout;
 }
 
+// Where a record's payload is: known, or read from its local header now (deferred headers).
+std::uint64_t payload_offset(const ByteSource& source, const ZipEntry& entry) {
+  return entry.data_offset != 0 ? entry.data_offset : locate_entry(source, entry);
+}
+
 bool read_byteorder(const ByteSource& source, const ZipArchive& zip, const std::string& prefix) {
   const ZipEntry* e = zip.find(prefix + "/byteorder");
   if (!e) return false;  // absent: little, as torch >= 2.2 assumes
   stored_or_refuse(*e);
   if (e->size > 16) throw Error(ExitCode::bad_checkpoint, "byteorder record is too long");
-  std::string text = source.read_string(e->data_offset, e->size);
+  std::string text = source.read_string(payload_offset(source, *e), e->size);
   while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
   if (text == "little") return false;
   if (text == "big") return true;
@@ -126,9 +131,13 @@ bool read_byteorder(const ByteSource& source, const ZipArchive& zip, const std::
               fmt::format("byteorder record says {}, not little or big", quote(text)));
 }
 
-StorageTable zip_storages(const ZipArchive& zip, const std::string& prefix,
-                          const Interpretation& in) {
+// The storages the pickle refers to. With deferred local headers, each storage's offset is its
+// record's, located by one ZipLocator on first use.
+StorageTable zip_storages(const ByteSource& source, const ZipArchive& zip,
+                          const std::string& prefix, const Interpretation& in, bool deferred) {
   StorageTable table;
+  std::vector<ZipEntry> located_later;
+  std::vector<std::size_t> deferred_storages;
   for (const auto& ref : in.storage_refs) {
     if (table.by_key.contains(ref.key)) continue;
     Storage s;
@@ -136,14 +145,24 @@ StorageTable zip_storages(const ZipArchive& zip, const std::string& prefix,
     s.record = prefix + "/data/" + ref.key;
     if (const ZipEntry* e = zip.find(s.record)) {
       stored_or_refuse(*e);
-      s.file_offset = e->data_offset;
       s.nbytes = e->size;
       s.record_crc32 = e->crc32;
+      if (deferred) {
+        s.locator_index = static_cast<std::uint32_t>(located_later.size());
+        located_later.push_back(*e);
+        deferred_storages.push_back(table.storages.size());
+      } else {
+        s.file_offset = e->data_offset;
+      }
     } else {
       s.broken = fmt::format("record {} is missing from the zip", quote(s.record));
     }
     table.by_key.emplace(s.key, table.storages.size());
     table.storages.push_back(std::move(s));
+  }
+  if (!located_later.empty()) {
+    auto locator = std::make_shared<const ZipLocator>(source, std::move(located_later));
+    for (std::size_t i : deferred_storages) table.storages[i].locator = locator;
   }
   return table;
 }
@@ -354,18 +373,19 @@ Model finish(Format format, bool big_endian, std::string source_name, pickle::Gr
 }
 
 Model read_zip(const ByteSource& source, std::string name, const ReadLimits& limits) {
-  ZipArchive zip(source);
+  ZipArchive zip(source, limits.zip);
   ZipLayout layout = find_zip_layout(zip);
   const ZipEntry& pkl = stored_or_refuse(*layout.data_pkl);
   bool big_endian = read_byteorder(source, zip, layout.prefix);
   pickle::ParseResult parsed;
   try {
-    parsed = pickle::parse(source, pkl.data_offset, pkl.size, limits.pickle);
+    parsed = pickle::parse(source, payload_offset(source, pkl), pkl.size, limits.pickle);
   } catch (const Error& e) {
     throw Error(e.code(), pickle_error_context(quote(pkl.name), e));
   }
   Interpretation in = interpret(parsed.graph, limits.max_dims);
-  StorageTable table = zip_storages(zip, layout.prefix, in);
+  StorageTable table =
+      zip_storages(source, zip, layout.prefix, in, limits.zip.defer_local_headers);
   return finish(Format::zip, big_endian, std::move(name), parsed.graph, in, table, limits);
 }
 

@@ -42,6 +42,8 @@ template <typename... Args>
   throw Error(ExitCode::bad_zip, fmt::format(format, std::forward<Args>(args)...));
 }
 
+
+
 std::uint64_t read_le(std::string_view bytes, std::size_t at, std::size_t width) {
   std::uint64_t value = 0;
   for (std::size_t i = width; i-- > 0;) {
@@ -56,6 +58,24 @@ std::uint32_t u32(std::string_view bytes, std::size_t at) {
   return static_cast<std::uint32_t>(read_le(bytes, at, 4));
 }
 std::uint64_t u64(std::string_view bytes, std::size_t at) { return read_le(bytes, at, 8); }
+
+// The payload offset of `entry` from its 30-byte local `header`, checked: the signature, and a
+// payload that ends by entry.limit (the next record's header, or the central directory). One rule and one message whether headers are read at open or on first use.
+std::uint64_t payload_after_header(std::string_view header, const ZipEntry& entry) {
+  if (u32(header, 0) != local_signature) {
+    fail("bad local header signature for {} at offset {}", quote(entry.name), entry.header_offset);
+  }
+  // The local extra, not the central one: torch pads it to align the payload.
+  const std::uint64_t data_offset =
+      entry.header_offset + local_header_size + u16(header, 26) + u16(header, 28);
+  if (data_offset > entry.limit || entry.compressed_size > entry.limit - data_offset) {
+    fail("{} ({} bytes at offset {}) runs past {} at {}", quote(entry.name),
+         entry.compressed_size, data_offset,
+         entry.limit_is_directory ? "the central directory" : "the next record's header",
+         entry.limit);
+  }
+  return data_offset;
+}
 
 // Where and how big the central directory is, as the end records declare it.
 struct Directory {
@@ -299,8 +319,19 @@ ZipArchive::ZipArchive(const ByteSource& source, const ZipLimits& limits) {
     std::stable_sort(order.begin(), order.end(), by_offset);
   }
 
+  // Each payload must end by the next header (in offset order), or by the central directory.
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    ZipEntry& entry = entries_[order[i]];
+    entry.limit_is_directory = i + 1 == order.size();
+    entry.limit = entry.limit_is_directory ? cd_offset_ : entries_[order[i + 1]].header_offset;
+  }
+  if (limits.defer_local_headers) {
+    first_by_name_.reserve(entries_.size());
+    for (std::size_t i = 0; i < entries_.size(); ++i) first_by_name_.try_emplace(entries_[i].name, i);
+    return;
+  }
+
   std::string window;
-  const ZipEntry* previous = nullptr;
   for (std::size_t first = 0; first < order.size();) {
     // Every header ends at or before cd_offset_ (checked above), so these sums cannot overflow.
     const std::uint64_t window_offset = entries_[order[first]].header_offset;
@@ -316,29 +347,12 @@ ZipArchive::ZipArchive(const ByteSource& source, const ZipLimits& limits) {
     }
     window.resize(static_cast<std::size_t>(window_end - window_offset));
     source.read(window_offset, std::as_writable_bytes(std::span(window)));
-
     for (; first < last; ++first) {
       ZipEntry& entry = entries_[order[first]];
-      const auto local = static_cast<std::size_t>(entry.header_offset - window_offset);
-      if (u32(window, local) != local_signature) {
-        fail("bad local header signature for {} at offset {}", quote(entry.name),
-             entry.header_offset);
-      }
-      // The local extra, not the central one: torch pads it to align the payload.
-      entry.data_offset = entry.header_offset + local_header_size + u16(window, local + 26) +
-                          u16(window, local + 28);
-      if (entry.data_offset > cd_offset_ ||
-          entry.compressed_size > cd_offset_ - entry.data_offset) {
-        fail("{} ({} bytes at offset {}) runs past the central directory at {}", quote(entry.name),
-             entry.compressed_size, entry.data_offset, cd_offset_);
-      }
-      if (previous != nullptr &&
-          entry.header_offset < previous->data_offset + previous->compressed_size) {
-        fail("{} (bytes {}..{}) overlaps {} (bytes {}..{})", quote(entry.name), entry.header_offset,
-             entry.data_offset + entry.compressed_size, quote(previous->name),
-             previous->header_offset, previous->data_offset + previous->compressed_size);
-      }
-      previous = &entry;
+      entry.data_offset = payload_after_header(
+          std::string_view(window).substr(
+              static_cast<std::size_t>(entry.header_offset - window_offset), local_header_size),
+          entry);
     }
   }
 
@@ -349,6 +363,27 @@ ZipArchive::ZipArchive(const ByteSource& source, const ZipLimits& limits) {
 const ZipEntry* ZipArchive::find(std::string_view name) const {
   auto it = first_by_name_.find(name);
   return it == first_by_name_.end() ? nullptr : &entries_[it->second];
+}
+
+std::uint64_t locate_entry(const ByteSource& source, const ZipEntry& entry) {
+  // The archive checked that the header lies before the central directory, inside the file.
+  return payload_after_header(source.read_string(entry.header_offset, local_header_size), entry);
+}
+
+ZipLocator::ZipLocator(const ByteSource& source, std::vector<ZipEntry> records)
+    : source_(source),
+      records_(std::move(records)),
+      offsets_(std::make_unique<std::atomic<std::uint64_t>[]>(records_.size())) {}
+
+std::uint64_t ZipLocator::data_offset(std::uint32_t index) const {
+  // A payload is never at 0 (its header comes first): 0 means "not located yet". Two threads
+  // may both locate it; they find the same offset.
+  std::uint64_t offset = offsets_[index].load(std::memory_order_acquire);
+  if (offset == 0) {
+    offset = locate_entry(source_, records_.at(index));
+    offsets_[index].store(offset, std::memory_order_release);
+  }
+  return offset;
 }
 
 bool looks_like_zip(const ByteSource& source) {

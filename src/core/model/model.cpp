@@ -41,7 +41,7 @@ bool Tensor::contiguous() const noexcept {
   return true;
 }
 
-std::optional<std::uint64_t> Model::file_offset(const Tensor& t) const {
+std::optional<std::uint64_t> Model::offset_in_storage(const Tensor& t) const {
   if (!t.broken.empty() || !t.storage || !t.contiguous()) return std::nullopt;
   const Storage& s = storages[*t.storage];
   // Inside the storage, the empty tensors too: an empty view may sit at any offset (x[5:5]).
@@ -51,7 +51,13 @@ std::optional<std::uint64_t> Model::file_offset(const Tensor& t) const {
       begin > s.nbytes || t.nbytes() > s.nbytes - begin) {
     return std::nullopt;
   }
-  return s.file_offset + begin;
+  return begin;
+}
+
+std::optional<std::uint64_t> Model::file_offset(const Tensor& t) const {
+  const auto begin = offset_in_storage(t);
+  if (!begin) return std::nullopt;
+  return data_offset(storages[*t.storage]) + *begin;
 }
 
 std::string_view Model::byteorder() const {

@@ -65,7 +65,7 @@ void write_tensor_fields(JsonWriter& j, const Model& c, std::size_t entry_index,
     } else {
       j.string(s.record);
     }
-    j.key("file_offset").number(s.file_offset);
+    j.key("file_offset").number(data_offset(s));
     j.key("nbytes").number(s.nbytes);
     j.end_object();
     j.key("shared_with").begin_array();

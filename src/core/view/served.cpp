@@ -31,7 +31,7 @@ void gather_tensor(const Model& c, const Tensor& t, std::uint64_t offset, Source
   const std::uint64_t es = t.element_size();
   const Storage& storage = c.storages[*t.storage];
   const ByteSource& source = *sources[storage.source];
-  const std::uint64_t base = storage.file_offset;
+  const std::uint64_t base = data_offset(storage);
   const std::size_t dims = t.shape.size();
   const std::uint64_t first = offset / es;
   const std::uint64_t last = (offset + length + es - 1) / es;  // one past the last element
@@ -102,11 +102,11 @@ ServedTensor serve(const Model& model, const Tensor& tensor, std::optional<DType
   s.big_endian = big_endian(model, tensor);
   if (!tensor.broken.empty()) return s;
   s.nbytes = tensor.nbytes();
-  const auto offset = model.file_offset(tensor);
-  if (offset) {
+  const auto begin = model.offset_in_storage(tensor);
+  if (begin) {
     s.contiguous = true;
-    s.source = model.storages[*tensor.storage].source;
-    s.offset = *offset;
+    s.storage = *tensor.storage;
+    s.begin = *begin;
   }
   if (convert_to && convertible(tensor.dtype, *convert_to) &&
       (*convert_to != tensor.dtype || s.big_endian) &&
@@ -117,7 +117,7 @@ ServedTensor serve(const Model& model, const Tensor& tensor, std::optional<DType
     if (s.nbytes != 0) s.way = ServedTensor::Way::convert;
     return s;
   }
-  if (s.nbytes != 0) s.way = offset ? ServedTensor::Way::range : ServedTensor::Way::gather;
+  if (s.nbytes != 0) s.way = begin ? ServedTensor::Way::range : ServedTensor::Way::gather;
   return s;
 }
 
@@ -126,9 +126,11 @@ void read_served(const Model& model, const Tensor& tensor, const ServedTensor& s
   switch (served.way) {
     case ServedTensor::Way::none:
       return;
-    case ServedTensor::Way::range:
-      out.add_source(served.source, served.offset + offset, length);
+    case ServedTensor::Way::range: {
+      const Storage& storage = model.storages[served.storage];
+      out.add_source(storage.source, data_offset(storage) + served.begin + offset, length);
       return;
+    }
     case ServedTensor::Way::gather: {
       const std::uint32_t source = model.storages[*tensor.storage].source;
       gather_tensor(model, tensor, offset, sources, out.add_staged(length, source));
@@ -142,7 +144,9 @@ void read_served(const Model& model, const Tensor& tensor, const ServedTensor& s
                      std::as_writable_bytes(into),
                      [&](std::uint64_t at, std::span<std::byte> stored) {
                        if (served.contiguous) {
-                         sources[served.source]->read(served.offset + at, stored);
+                         const Storage& storage = model.storages[served.storage];
+                         sources[storage.source]->read(data_offset(storage) + served.begin + at,
+                                                       stored);
                        } else {
                          gather_tensor(model, tensor, at, sources,
                                        {reinterpret_cast<char*>(stored.data()), stored.size()});

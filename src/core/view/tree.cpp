@@ -19,18 +19,22 @@
 
 namespace ckptfs {
 
-// A tensor entry's derived files. tensor.pt: its archive, the archive's segments and local
-// headers, and its storages' CRCs and central directory, made once each on first need (a CRC
-// may mean reading the whole tensor once).
+// A tensor entry's derived files. meta.json, made on its first use (its offsets may mean reading
+// a remote record's local header); the .npy header; tensor.pt: its archive, the archive's
+// segments and local headers, and its storages' CRCs and central directory, made once each on
+// first need (a CRC may mean reading the whole tensor once).
 struct Tree::EntryFiles {
-  std::string meta_json;
+  mutable std::atomic<const std::string*> meta_json{nullptr};
   std::string npy_header;
   std::optional<TorchArchive> archive;
   std::vector<ZipSegment> segments;
   std::vector<std::string> local_headers;
   mutable std::atomic<std::uint64_t> crcs[3] = {};  // bit 32 set: known
   mutable std::atomic<const std::string*> trailer{nullptr};
-  ~EntryFiles() { delete trailer.load(); }
+  ~EntryFiles() {
+    delete trailer.load();
+    delete meta_json.load();
+  }
 };
 
 namespace {
@@ -226,12 +230,16 @@ Tree::Ino Tree::lookup(Ino parent, std::string_view name) const {
   return 0;
 }
 
+const std::string& Tree::meta_json(std::size_t entry) const {
+  return once(entry_files(entry).meta_json,
+              [&] { return tensor_meta_json(model_, entry, sharing(), options_.dtype); });
+}
+
 const Tree::EntryFiles& Tree::entry_files(std::size_t entry) const {
   return once(entry_files_[entry], [&] {
     auto made = std::make_unique<EntryFiles>();
     EntryFiles& f = *made;
     const Tensor& t = model_.tensors[model_.entries[entry].tensor];
-    f.meta_json = tensor_meta_json(model_, entry, sharing(), options_.dtype);
     if (t.broken.empty()) {
       const ServedTensor served = serve(model_, t, options_.dtype);
       f.npy_header = npy_header(numpy_descr(served.dtype, served.big_endian), t.shape);
@@ -261,7 +269,7 @@ std::uint64_t Tree::size(const Node& n) const {
     case Kind::data:
       return serve(model_, model_.tensors[model_.entries[n.index].tensor], options_.dtype).nbytes;
     case Kind::meta_json:
-      return entry_files(n.index).meta_json.size();
+      return meta_json(n.index).size();
     case Kind::tensor_npy:
       return entry_files(n.index).npy_header.size() +
              serve(model_, model_.tensors[model_.entries[n.index].tensor], options_.dtype).nbytes;
@@ -409,7 +417,7 @@ std::uint32_t Tree::storage_crc(std::size_t entry, const EntryFiles& files, std:
   std::uint32_t crc = 0;
   const Storage* whole = t.storage ? &model_.storages[*t.storage] : nullptr;
   if (served.way == ServedTensor::Way::range && whole && whole->record_crc32 &&
-      served.offset == whole->file_offset && served.nbytes == whole->nbytes &&
+      served.begin == 0 && served.nbytes == whole->nbytes &&
       (*whole->record_crc32 != 0 || served.nbytes == 0)) {
     // The tensor is its whole record: the source's central directory has its CRC (0 is what
     // torch >= 2.6 may write instead of one, so it is computed then).
@@ -524,7 +532,7 @@ void Tree::read(Ino ino, std::uint64_t offset, std::size_t length, Sources sourc
     case Kind::safetensors_file:
       return safetensors().read(model_, n->index, offset, length, sources, out);
     case Kind::meta_json:
-      return literal(entry_files(n->index).meta_json);
+      return literal(meta_json(n->index));
     case Kind::tensor_pt:
       return read_torch_file(n->index, offset, length, sources, out);
     case Kind::value_json: {

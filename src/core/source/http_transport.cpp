@@ -1,0 +1,169 @@
+// SPDX-License-Identifier: MIT
+// HttpTransport: the curl multi loop, its queue of jobs, retries' start times and shutdown.
+#include "http_transport.hpp"
+
+#include <algorithm>
+#include <system_error>
+
+namespace ckptfs::detail {
+namespace {
+
+// Large receive buffers: fewer callbacks and copies per byte on fast links (curl's maximum
+// is 512 KiB; each connection has one).
+constexpr long receive_buffer = 256 * 1024;
+
+}  // namespace
+
+HttpTransport::HttpTransport(TransportOptions options) : options_(std::move(options)) {}
+
+HttpTransport::~HttpTransport() { quiesce(); }
+
+int HttpTransport::progress(void* job, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
+  return static_cast<Job*>(job)->cancelled.load(std::memory_order_relaxed) ? 1 : 0;
+}
+
+void HttpTransport::submit(std::shared_ptr<Job> job) {
+  std::lock_guard lock(mutex_);
+  incoming_.push_back(std::move(job));
+  if (stopping_) return;  // a job finish_all() finishes, resubmitting itself: finished there too
+  if (thread_.joinable()) {
+    curl_multi_wakeup(multi_);
+    return;
+  }
+  multi_ = curl_multi_init();
+  if (multi_ == nullptr) throw std::system_error(std::make_error_code(std::errc::not_enough_memory));
+  curl_multi_setopt(multi_, CURLMOPT_MAX_HOST_CONNECTIONS, static_cast<long>(options_.max_connections));
+  curl_multi_setopt(multi_, CURLMOPT_MAXCONNECTS, static_cast<long>(2 * options_.max_connections));
+  curl_multi_setopt(multi_, CURLMOPT_PIPELINING, CURLPIPE_MULTIPLEX);
+  stopping_ = false;
+  thread_ = std::thread([this] { run(); });
+}
+
+void HttpTransport::quiesce() {
+  std::thread thread;
+  {
+    std::lock_guard lock(mutex_);
+    if (!thread_.joinable()) return;
+    stopping_ = true;
+    curl_multi_wakeup(multi_);
+    thread = std::move(thread_);
+  }
+  thread.join();
+  std::lock_guard lock(mutex_);
+  curl_multi_cleanup(multi_);
+  multi_ = nullptr;
+  stopping_ = false;
+}
+
+void HttpTransport::start_ready_jobs(CURLM* multi, std::vector<std::shared_ptr<Job>>& waiting) {
+  const auto now = Clock::now();
+  for (std::size_t i = 0; i < waiting.size();) {
+    if (waiting[i]->not_before > now && !waiting[i]->cancelled) {
+      ++i;
+      continue;
+    }
+    std::shared_ptr<Job> job = std::move(waiting[i]);
+    waiting[i] = std::move(waiting.back());
+    waiting.pop_back();
+    CURL* easy = nullptr;
+    if (!idle_handles_.empty()) {
+      easy = idle_handles_.back();
+      idle_handles_.pop_back();
+      curl_easy_reset(easy);
+    } else {
+      easy = curl_easy_init();
+    }
+    if (easy == nullptr) {
+      job->finish(CURLE_OUT_OF_MEMORY, nullptr);
+      continue;
+    }
+    curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(easy, CURLOPT_TCP_KEEPALIVE, 1L);
+    curl_easy_setopt(easy, CURLOPT_BUFFERSIZE, receive_buffer);
+    curl_easy_setopt(easy, CURLOPT_USERAGENT, "ckptfs/" CKPTFS_VERSION);
+    curl_easy_setopt(easy, CURLOPT_PIPEWAIT, 1L);  // HTTP/2: share a connection rather than open one
+    curl_easy_setopt(easy, CURLOPT_SSL_VERIFYPEER, options_.insecure ? 0L : 1L);
+    curl_easy_setopt(easy, CURLOPT_SSL_VERIFYHOST, options_.insecure ? 0L : 2L);
+    if (!options_.cacert.empty()) curl_easy_setopt(easy, CURLOPT_CAINFO, options_.cacert.c_str());
+    curl_easy_setopt(easy, CURLOPT_NOPROGRESS, 0L);
+    curl_easy_setopt(easy, CURLOPT_XFERINFOFUNCTION, &HttpTransport::progress);
+    curl_easy_setopt(easy, CURLOPT_XFERINFODATA, job.get());
+    if (job->cancelled || !job->start(easy) || curl_multi_add_handle(multi, easy) != CURLM_OK) {
+      idle_handles_.push_back(easy);
+      job->finish(CURLE_ABORTED_BY_CALLBACK, nullptr);
+      continue;
+    }
+    active_.emplace(easy, std::move(job));
+  }
+}
+
+void HttpTransport::run() {
+  CURLM* multi = multi_;
+  std::vector<std::shared_ptr<Job>> waiting;
+  while (true) {
+    {
+      std::lock_guard lock(mutex_);
+      if (stopping_) break;
+      for (auto& job : incoming_) waiting.push_back(std::move(job));
+      incoming_.clear();
+    }
+    start_ready_jobs(multi, waiting);
+    int running = 0;
+    curl_multi_perform(multi, &running);
+    int left = 0;
+    while (CURLMsg* message = curl_multi_info_read(multi, &left)) {
+      if (message->msg != CURLMSG_DONE) continue;
+      CURL* easy = message->easy_handle;
+      const CURLcode result = message->data.result;
+      auto it = active_.find(easy);
+      curl_multi_remove_handle(multi, easy);
+      if (it == active_.end()) continue;
+      std::shared_ptr<Job> job = std::move(it->second);
+      active_.erase(it);
+      job->finish(result, easy);
+      idle_handles_.push_back(easy);
+    }
+    // Sleep until a socket is ready, a job is submitted (wakeup), or the first retry is due.
+    auto wait = std::chrono::milliseconds(1000);
+    const auto now = Clock::now();
+    for (const auto& job : waiting) {
+      const auto due = std::chrono::duration_cast<std::chrono::milliseconds>(job->not_before - now);
+      wait = std::max(std::chrono::milliseconds(0), std::min(wait, due + std::chrono::milliseconds(1)));
+    }
+    {
+      std::lock_guard lock(mutex_);
+      if (!incoming_.empty() || stopping_) wait = std::chrono::milliseconds(0);
+    }
+    curl_multi_poll(multi, nullptr, 0, static_cast<int>(wait.count()), nullptr);
+  }
+  finish_all(multi, waiting);
+}
+
+void HttpTransport::finish_all(CURLM* multi, std::vector<std::shared_ptr<Job>>& waiting) {
+  // Cancelled jobs do not resubmit themselves; any that a finish() submits is finished too.
+  while (true) {
+    std::vector<std::shared_ptr<Job>> jobs = std::move(waiting);
+    waiting.clear();
+    {
+      std::lock_guard lock(mutex_);
+      for (auto& job : incoming_) jobs.push_back(std::move(job));
+      incoming_.clear();
+    }
+    for (auto& [easy, job] : active_) {
+      job->cancelled = true;
+      curl_multi_remove_handle(multi, easy);
+      job->finish(CURLE_ABORTED_BY_CALLBACK, easy);
+      idle_handles_.push_back(easy);
+    }
+    active_.clear();
+    if (jobs.empty()) break;
+    for (auto& job : jobs) {
+      job->cancelled = true;
+      job->finish(CURLE_ABORTED_BY_CALLBACK, nullptr);
+    }
+  }
+  for (CURL* easy : idle_handles_) curl_easy_cleanup(easy);
+  idle_handles_.clear();
+}
+
+}  // namespace ckptfs::detail

@@ -1,0 +1,1105 @@
+// SPDX-License-Identifier: MIT
+// RemoteSource and RemoteContext: opening an object by URL, range fetches with retries and
+// identity checks, readahead, and the memory and disk caches behind reads.
+#include <ckptfs/source/remote.hpp>
+
+#include <ckptfs/base/error.hpp>
+#include <ckptfs/source/block_cache.hpp>
+#include <ckptfs/source/http_headers.hpp>
+#include <ckptfs/source/location.hpp>
+
+#include "disk_cache.hpp"
+#include "http_transport.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <thread>
+
+namespace ckptfs {
+namespace detail {
+namespace {
+
+constexpr std::uint64_t block_size = remote_block_size;
+// Readahead on sequential reads: the window is as large as what the stream has read so far,
+// from 4 blocks (1 MiB) up to 64 MiB (less with a small cache), so that a reader that stops
+// never leaves more unread than it read; fetched by requests of up to 4 MiB, so that up to 16
+// are in flight.
+constexpr std::uint64_t first_window = 4;
+constexpr std::uint64_t largest_window = 256;
+constexpr std::uint64_t blocks_per_request = 16;
+constexpr std::size_t max_error_body = 4096;
+// A request that moves no byte for this long is abandoned and retried on a new connection.
+constexpr long stall_seconds_max = 10;
+// unchanged(check_path) asks the server again at most this often (in the background).
+constexpr auto revalidate_every = std::chrono::seconds(5);
+// SigV4 signs the payload's hash: a GET has none, this is SHA-256 of nothing.
+constexpr const char* empty_sha256 =
+    "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
+  return s;
+}
+
+std::int64_t steady_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+// One object at one URL, as pinned when it was opened.
+struct Object {
+  ~Object() { curl_slist_free_all(headers); }
+
+  std::string request_url;  // what is fetched: may hold credentials, never shown
+  std::string name;         // display_location(): shown
+  std::vector<std::string> secrets;  // texts never to show in a message
+  bool follow_redirects = false;
+  std::string redirect_protocols;
+  std::string sigv4;  // CURLOPT_AWS_SIGV4 for signed S3 requests; empty: none
+  std::string user, password;
+  std::vector<std::string> header_lines;  // fixed request headers (x-amz-*, If-Match)
+  curl_slist* headers = nullptr;          // the same, for curl; built once the identity is known
+
+  // Identity at open.
+  std::uint64_t size = 0;
+  std::string etag;
+  std::string last_modified;
+  SourceTimes times;
+  std::uint32_t id = 0;
+  std::string disk_folder;  // empty: no disk cache
+
+  std::atomic<bool> changed{false};
+  std::mutex reason_mutex;
+  std::string change_reason;
+  std::atomic<bool> validating{false};
+  std::atomic<std::int64_t> validated_at{0};  // steady_ms() of the last identity seen
+
+  void mark_changed(const std::string& why) {
+    {
+      std::lock_guard lock(reason_mutex);
+      if (change_reason.empty()) change_reason = why;
+    }
+    changed.store(true, std::memory_order_release);
+  }
+  std::string reason() {
+    std::lock_guard lock(reason_mutex);
+    return change_reason;
+  }
+  std::string scrub(std::string message) const {
+    for (const std::string& secret : secrets) {
+      if (secret.size() < 4) continue;
+      for (auto at = message.find(secret); at != std::string::npos; at = message.find(secret, at)) {
+        message.replace(at, secret.size(), "***");
+      }
+    }
+    return message;
+  }
+  void build_headers() {
+    curl_slist_free_all(headers);
+    headers = nullptr;
+    for (const auto& line : header_lines) headers = curl_slist_append(headers, line.c_str());
+  }
+};
+
+struct DiskWrite {
+  std::shared_ptr<Object> object;
+  std::uint64_t index;
+  std::shared_ptr<Block> block;
+};
+
+struct RemoteShared {
+  RemoteShared(RemoteOptions o, S3Settings s)
+      : options(std::move(o)), s3(std::move(s)), cache(options.cache_size),
+        transport(TransportOptions{options.insecure, options.cacert, options.max_connections}) {
+    if (!options.cache_dir.empty()) {
+      disk = std::make_unique<DiskCache>(options.cache_dir, options.cache_dir_size);
+    }
+    window_limit = std::clamp<std::uint64_t>(options.cache_size / 4 / block_size, 1, largest_window);
+    max_in_flight = std::max<std::uint64_t>(options.cache_size / 2, block_size * blocks_per_request);
+  }
+  ~RemoteShared() {
+    transport.quiesce();
+    stop_disk_writer();
+  }
+
+  void queue_disk_write(DiskWrite write) {
+    std::lock_guard lock(disk_mutex);
+    if (disk_queue.size() >= 64) return;  // writing lags behind the network: this block is skipped
+    disk_queue.push_back(std::move(write));
+    if (!disk_thread.joinable()) {
+      disk_thread = std::thread([this] { disk_writer(); });
+    }
+    disk_wake.notify_one();
+  }
+  void disk_writer() {
+    std::unique_lock lock(disk_mutex);
+    while (true) {
+      disk_wake.wait(lock, [&] { return disk_stopping || !disk_queue.empty(); });
+      if (disk_queue.empty()) return;  // stopping, with everything written
+      DiskWrite w = std::move(disk_queue.front());
+      disk_queue.pop_front();
+      lock.unlock();
+      disk->store(w.object->disk_folder, w.index,
+                  std::span<const std::byte>(w.block->data(), w.block->length()));
+      lock.lock();
+    }
+  }
+  // Writes what is queued, then stops the thread (the next block queued starts it again).
+  void stop_disk_writer() {
+    std::thread thread;
+    {
+      std::lock_guard lock(disk_mutex);
+      disk_stopping = true;
+      thread = std::move(disk_thread);
+    }
+    disk_wake.notify_all();
+    if (thread.joinable()) thread.join();
+    std::lock_guard lock(disk_mutex);
+    disk_queue.clear();
+    disk_stopping = false;
+  }
+
+  RemoteOptions options;
+  S3Settings s3;
+  BlockCache cache;
+  std::unique_ptr<DiskCache> disk;
+  std::uint64_t window_limit = largest_window;  // blocks
+  std::uint64_t max_in_flight = 0;             // bytes of readahead requested, not yet there
+  std::atomic<std::uint64_t> in_flight{0};
+  std::atomic<std::uint32_t> next_id{0};
+  // Until then (steady_ms()), reads make one attempt, not retries until the timeout: a read that
+  // just failed for want of a server is followed by the kernel's own retries of the same pages,
+  // which would each wait the whole timeout again.
+  std::atomic<std::int64_t> failing_until{0};
+
+  std::mutex disk_mutex;
+  std::condition_variable disk_wake;
+  std::deque<DiskWrite> disk_queue;
+  bool disk_stopping = false;
+  std::thread disk_thread;
+
+  // Last: destroyed first, so that the jobs it finishes on the way still find the rest.
+  HttpTransport transport;
+};
+
+namespace {
+
+// A failure of one attempt, and whether trying again may help.
+struct Failure {
+  ExitCode code = ExitCode::io;
+  std::string message;
+  bool retry = false;
+  bool changed = false;  // the object is no longer the one pinned
+};
+
+// One ranged GET, retried with backoff until it succeeds, fails for good, or its deadline.
+//   probe: the first request at open, learning size and identity (and block 0);
+//   validate: a one-byte request checking that the identity still holds;
+//   read: blocks of the cache, filled in order, each made ready as soon as it is whole.
+class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFetch> {
+ public:
+  enum class Mode { probe, validate, read };
+
+  RangeFetch(RemoteShared& shared, std::shared_ptr<Object> object, Mode mode,
+             std::uint64_t offset, std::uint64_t length, unsigned max_attempts)
+      : shared_(shared), object_(std::move(object)), mode_(mode), offset_(offset),
+        length_(length), max_attempts_(max_attempts),
+        deadline_(Clock::now() + shared.options.timeout) {}
+
+  // read: the blocks [first, first + blocks.size()) the fetch fills (offset_ = first's start).
+  void set_blocks(std::uint64_t first, std::vector<std::shared_ptr<Block>> blocks) {
+    first_block_ = first;
+    blocks_ = std::move(blocks);
+  }
+  void count_in_flight(std::uint64_t bytes) { in_flight_ = bytes; }
+
+  // probe: waits for the outcome. Returns the failure, if any.
+  std::optional<Failure> wait() {
+    std::unique_lock lock(done_mutex_);
+    done_cv_.wait(lock, [&] { return done_; });
+    return final_failure_;
+  }
+  std::string& body() { return body_; }
+  std::uint64_t total() const { return total_; }
+  const std::string& etag() const { return etag_; }
+  const std::string& last_modified() const { return last_modified_; }
+
+  bool start(CURL* easy) override {
+    reset_response();
+    const auto remaining = std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - Clock::now());
+    if (remaining.count() <= 0) return false;
+    const Object& o = *object_;
+    curl_easy_setopt(easy, CURLOPT_URL, o.request_url.c_str());
+    const std::string range = fmt::format("{}-{}", offset_, offset_ + length_ - 1);
+    curl_easy_setopt(easy, CURLOPT_RANGE, range.c_str());  // copied by curl
+    if (o.headers != nullptr) curl_easy_setopt(easy, CURLOPT_HTTPHEADER, o.headers);
+    if (!o.sigv4.empty()) {
+      curl_easy_setopt(easy, CURLOPT_AWS_SIGV4, o.sigv4.c_str());
+      curl_easy_setopt(easy, CURLOPT_USERNAME, o.user.c_str());
+      curl_easy_setopt(easy, CURLOPT_PASSWORD, o.password.c_str());
+    }
+    if (o.follow_redirects) {
+      curl_easy_setopt(easy, CURLOPT_FOLLOWLOCATION, 1L);
+      curl_easy_setopt(easy, CURLOPT_MAXREDIRS, 5L);
+      curl_easy_setopt(easy, CURLOPT_REDIR_PROTOCOLS_STR, o.redirect_protocols.c_str());
+    }
+    curl_easy_setopt(easy, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, static_cast<long>(remaining.count()));
+    curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS,
+                     static_cast<long>(std::min<std::int64_t>(remaining.count(), 10'000)));
+    const long stall = std::clamp<long>(static_cast<long>(shared_.options.timeout.count() / 3000), 1,
+                                        stall_seconds_max);
+    curl_easy_setopt(easy, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    curl_easy_setopt(easy, CURLOPT_LOW_SPEED_TIME, stall);
+    curl_easy_setopt(easy, CURLOPT_HEADERFUNCTION, &RangeFetch::on_header);
+    curl_easy_setopt(easy, CURLOPT_HEADERDATA, this);
+    curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, &RangeFetch::on_body);
+    curl_easy_setopt(easy, CURLOPT_WRITEDATA, this);
+    error_buffer_[0] = '\0';
+    curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, error_buffer_);
+    ++attempt_;
+    return true;
+  }
+
+  void finish(CURLcode result, CURL* easy) override {
+    if (easy != nullptr) {
+      curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, nullptr);
+      curl_easy_setopt(easy, CURLOPT_HTTPHEADER, nullptr);
+    }
+    if (result == CURLE_OK && accepted_ && received_ == expected_body()) {
+      succeed();
+      return;
+    }
+    Failure f = failure_ ? *failure_ : describe(result);
+    if (status_ >= 400) add_error_code(f);
+    if (cancelled) f = {ExitCode::io, "the request was cancelled", false, false};
+    if (f.changed) object_->mark_changed(f.message);
+    if (f.retry && attempt_ < max_attempts_) {
+      auto backoff = std::chrono::milliseconds(100 << std::min(attempt_ - 1, 4u));
+      backoff += std::chrono::milliseconds(std::uniform_int_distribution<int>(
+          0, static_cast<int>(backoff.count() / 2))(random_));
+      if (retry_after_) {
+        // Capped: a hostile value must not overflow the clock (a day is past any timeout).
+        const auto asked = std::chrono::seconds(std::min<std::uint64_t>(*retry_after_, 86400));
+        if (Clock::now() + asked >= deadline_) {
+          f.message += fmt::format(" (the server asked to retry after {} s, past the timeout)",
+                                   *retry_after_);
+          fail(f);
+          return;
+        }
+        backoff = std::max<std::chrono::milliseconds>(backoff, asked);
+      }
+      if (Clock::now() + backoff < deadline_ && !cancelled) {
+        not_before = Clock::now() + backoff;
+        resume_after_ready_blocks();
+        shared_.transport.submit(shared_from_this());
+        return;
+      }
+    }
+    if (f.retry && attempt_ > 1) f.message += fmt::format(" ({} tries)", attempt_);
+    fail(f);
+  }
+
+ private:
+  std::uint64_t expected_body() const { return accepted_whole_ ? total_ : length_; }
+
+  void reset_response() {
+    status_ = 0;
+    accepted_ = false;
+    accepted_whole_ = false;
+    received_ = 0;
+    failure_.reset();
+    retry_after_.reset();
+    content_range_.reset();
+    content_length_.reset();
+    response_etag_.clear();
+    response_last_modified_.clear();
+    content_encoding_.clear();
+    error_body_.clear();
+    if (mode_ != Mode::read) body_.clear();
+  }
+
+  static std::size_t on_header(char* data, std::size_t size, std::size_t count, void* self) {
+    auto* f = static_cast<RangeFetch*>(self);
+    const std::size_t n = size * count;
+    const std::string_view line(data, n);
+    if (auto status = http::parse_status_line(line)) {
+      // A new response (after a redirect, or a 100 Continue): forget the previous one's fields.
+      const auto keep_attempt_state = f->received_;
+      f->reset_response();
+      f->received_ = keep_attempt_state;
+      f->status_ = *status;
+      return n;
+    }
+    if (auto field = http::parse_header_line(line)) {
+      if (field->name == "content-range") {
+        f->content_range_ = http::parse_content_range(field->value);
+      } else if (field->name == "content-length") {
+        f->content_length_ = std::strtoull(field->value.c_str(), nullptr, 10);
+      } else if (field->name == "etag") {
+        f->response_etag_ = field->value;
+      } else if (field->name == "last-modified") {
+        f->response_last_modified_ = field->value;
+      } else if (field->name == "retry-after") {
+        const auto date = curl_getdate(field->value.c_str(), nullptr);
+        f->retry_after_ = http::parse_retry_after(
+            field->value, static_cast<std::int64_t>(::time(nullptr)),
+            date >= 0 ? std::optional<std::int64_t>(date) : std::nullopt);
+      } else if (field->name == "content-encoding") {
+        f->content_encoding_ = lower(field->value);
+      }
+      return n;
+    }
+    // The empty line that ends the header: judge the response before any body byte.
+    if (f->status_ >= 100 && f->status_ < 200) return n;
+    if (f->status_ >= 300 && f->status_ < 400 && f->object_->follow_redirects) return n;
+    f->judge();
+    // A failure with nothing to learn from the body stops the transfer now (a 200 to a range
+    // would otherwise download the whole object).
+    if (f->failure_ && !f->want_error_body()) return 0;
+    return n;
+  }
+
+  static std::size_t on_body(char* data, std::size_t size, std::size_t count, void* self) {
+    auto* f = static_cast<RangeFetch*>(self);
+    const std::size_t n = size * count;
+    if (!f->accepted_) {
+      // An error's body, kept for its <Code>; a server that goes on past that is cut off.
+      const std::size_t room = max_error_body - std::min(max_error_body, f->error_body_.size());
+      if (room == 0) return 0;
+      f->error_body_.append(data, std::min(n, room));
+      return n;
+    }
+    if (n > f->expected_body() - f->received_) {
+      f->failure_ = Failure{ExitCode::io, "the server sent more bytes than asked", true};
+      return 0;
+    }
+    if (f->mode_ != Mode::read) {
+      f->body_.append(data, n);
+      f->received_ += n;
+      return n;
+    }
+    f->store(reinterpret_cast<const std::byte*>(data), n);
+    return n;
+  }
+
+  // Copies body bytes into the blocks, making each ready once whole.
+  void store(const std::byte* data, std::size_t n) {
+    std::uint64_t position = offset_ - first_block_ * block_size + received_;
+    received_ += n;
+    while (n > 0) {
+      const std::size_t k = static_cast<std::size_t>(position / block_size);
+      const std::size_t within = static_cast<std::size_t>(position % block_size);
+      Block& block = *blocks_[k];
+      const std::size_t take = std::min<std::size_t>(n, block.length() - within);
+      std::memcpy(block.data() + within, data, take);
+      data += take;
+      n -= take;
+      position += take;
+      if (within + take == block.length()) block_done(k);
+    }
+  }
+
+  void block_done(std::size_t k) {
+    Block& block = *blocks_[k];
+    if (block.state() != Block::State::pending) return;
+    block.set_ready();
+    if (in_flight_ > 0) {
+      const std::uint64_t part = std::min<std::uint64_t>(in_flight_, block.length());
+      in_flight_ -= part;
+      shared_.in_flight.fetch_sub(part, std::memory_order_relaxed);
+    }
+    if (shared_.disk && !object_->disk_folder.empty()) {
+      shared_.queue_disk_write({object_, first_block_ + k, blocks_[k]});
+    }
+  }
+
+  bool want_error_body() const { return status_ >= 400 && !failure_->changed; }
+
+  // The verdict on a response's status and header fields, before its body.
+  void judge() {
+    const Object& o = *object_;
+    auto fail_with = [&](ExitCode code, std::string message, bool retry, bool changed = false) {
+      failure_ = Failure{code, std::move(message), retry, changed};
+    };
+    if (!content_encoding_.empty() && content_encoding_ != "identity") {
+      return fail_with(ExitCode::io, fmt::format("the server sent the bytes encoded ({})",
+                                                 quote(content_encoding_)), false);
+    }
+    if (status_ == 206 || (status_ == 200 && mode_ != Mode::read)) {
+      if (mode_ != Mode::read && status_ == 200) {
+        // The server ignores ranges: acceptable only when the whole object is what was asked.
+        if (!content_length_) return fail_with(ExitCode::io, "the server ignores Range requests", false);
+        if (*content_length_ > (mode_ == Mode::probe ? std::max(length_, block_size) : length_)) {
+          return fail_with(ExitCode::io,
+                           "the server ignores Range requests (it answered 200 with the whole "
+                           "object): ckptfs reads remote objects by range",
+                           false);
+        }
+        total_ = *content_length_;
+        accepted_whole_ = true;
+      } else {
+        if (!content_range_) {
+          return fail_with(ExitCode::io, "a 206 answer without a valid Content-Range", false);
+        }
+        const auto& r = *content_range_;
+        if (!r.total || !r.first) return fail_with(ExitCode::io, "a 206 answer with an unknown size", false);
+        total_ = *r.total;
+        const std::uint64_t want_last =
+            mode_ == Mode::probe ? std::min(offset_ + length_, total_) - 1 : offset_ + length_ - 1;
+        if (mode_ != Mode::probe && total_ != o.size) {
+          return fail_with(ExitCode::io,
+                           fmt::format("its size is now {} bytes, not {}: it changed on the "
+                                       "server since it was opened", total_, o.size),
+                           false, true);
+        }
+        if (*r.first != offset_ || *r.last != want_last) {
+          return fail_with(ExitCode::io,
+                           fmt::format("the server answered bytes {}-{} to a request for {}-{}",
+                                       *r.first, *r.last, offset_, want_last),
+                           false);
+        }
+        if (mode_ == Mode::probe) length_ = want_last - offset_ + 1;
+      }
+      etag_ = response_etag_;
+      last_modified_ = response_last_modified_;
+      if (mode_ != Mode::probe && !identity_holds()) {
+        return fail_with(ExitCode::io,
+                         fmt::format("it changed on the server since it was opened (ETag {} "
+                                     "then, {} now)", quote(o.etag.empty() ? o.last_modified : o.etag),
+                                     quote(o.etag.empty() ? response_last_modified_ : response_etag_)),
+                         false, true);
+      }
+      accepted_ = true;
+      return;
+    }
+    if (status_ == 200) {
+      return fail_with(ExitCode::io,
+                       "the server answered 200 to a Range request (it ignores ranges): its bytes "
+                       "are not used",
+                       false);
+    }
+    if (status_ == 416 && mode_ == Mode::probe && content_range_ && content_range_->total &&
+        *content_range_->total == 0) {
+      total_ = 0;  // an empty object: no byte to ask for
+      etag_ = response_etag_;
+      last_modified_ = response_last_modified_;
+      accepted_ = true;
+      accepted_whole_ = true;
+      return;
+    }
+    if (mode_ != Mode::probe && (status_ == 404 || status_ == 410 || status_ == 412 || status_ == 416)) {
+      return fail_with(ExitCode::io,
+                       fmt::format("it changed on the server since it was opened (HTTP {})", status_),
+                       false, true);
+    }
+    if (status_ == 401 || status_ == 403) {
+      return fail_with(ExitCode::access_denied, fmt::format("access denied (HTTP {})", status_), false);
+    }
+    if (status_ == 404 || status_ == 410) {
+      return fail_with(ExitCode::io, fmt::format("not found (HTTP {})", status_), false);
+    }
+    if (status_ == 408 || status_ == 425 || status_ == 429 || status_ == 500 || status_ == 502 ||
+        status_ == 503 || status_ == 504) {
+      return fail_with(ExitCode::unreachable, fmt::format("the server answered HTTP {}", status_), true);
+    }
+    if (status_ == 0) return fail_with(ExitCode::unreachable, "no HTTP status line", true);
+    return fail_with(ExitCode::io, fmt::format("the server answered HTTP {}", status_), false);
+  }
+
+  bool identity_holds() const {
+    const Object& o = *object_;
+    if (!o.etag.empty() && !response_etag_.empty()) return response_etag_ == o.etag;
+    if (!o.last_modified.empty() && !response_last_modified_.empty()) {
+      return response_last_modified_ == o.last_modified;
+    }
+    return true;
+  }
+
+  // S3 and its kin say why in an XML body: <Code>SignatureDoesNotMatch</Code>.
+  void add_error_code(Failure& f) const {
+    const auto open = error_body_.find("<Code>");
+    const auto close = error_body_.find("</Code>");
+    if (open != std::string::npos && close != std::string::npos && close > open) {
+      f.message += fmt::format(": {}", quote(error_body_.substr(open + 6, close - open - 6), 64));
+    }
+  }
+
+  Failure describe(CURLcode result) {
+    if (status_ >= 400 || (result == CURLE_OK && !accepted_)) {
+      return {ExitCode::io, fmt::format("HTTP {}", status_), false};
+    }
+    if (result == CURLE_OK) {
+      return {ExitCode::unreachable,
+              fmt::format("the answer was cut after {} of {} bytes", received_, expected_body()),
+              true};
+    }
+    std::string what = error_buffer_[0] != '\0' ? error_buffer_ : curl_easy_strerror(result);
+    what = object_->scrub(what);
+    switch (result) {
+      case CURLE_PEER_FAILED_VERIFICATION:
+      case CURLE_SSL_CACERT_BADFILE:
+      case CURLE_SSL_CERTPROBLEM:
+      case CURLE_SSL_ISSUER_ERROR:
+        return {ExitCode::unreachable,
+                fmt::format("TLS: {} (-o cacert=FILE names the CA to trust; -o insecure skips "
+                            "the check)", what),
+                false};
+      case CURLE_URL_MALFORMAT:
+      case CURLE_UNSUPPORTED_PROTOCOL:
+      case CURLE_TOO_MANY_REDIRECTS:
+      case CURLE_OUT_OF_MEMORY:
+        return {ExitCode::io, what, false};
+      case CURLE_ABORTED_BY_CALLBACK:  // not started: the deadline had passed
+        return {ExitCode::unreachable,
+                fmt::format("no answer within the timeout ({} s)",
+                            shared_.options.timeout.count() / 1000.0),
+                false};
+      default:
+        return {ExitCode::unreachable, what, true};
+    }
+  }
+
+  // A retry of a read asks only for what is not there yet: from its first block not ready.
+  void resume_after_ready_blocks() {
+    if (mode_ != Mode::read) return;
+    std::size_t k = static_cast<std::size_t>((offset_ - first_block_ * block_size) / block_size);
+    while (k < blocks_.size() && blocks_[k]->state() != Block::State::pending) ++k;
+    if (k == blocks_.size()) return;
+    const std::uint64_t end = offset_ + length_;
+    offset_ = (first_block_ + k) * block_size;
+    length_ = end - offset_;
+  }
+
+ public:
+  // The job could not be submitted: its blocks fail now.
+  void abandon(const std::string& why) {
+    fail(Failure{ExitCode::io, "cannot start a request: " + why, false});
+  }
+
+ private:
+  void succeed() {
+    shared_.failing_until.store(0, std::memory_order_relaxed);
+    if (mode_ == Mode::read) {
+      for (std::size_t k = 0; k < blocks_.size(); ++k) block_done(k);
+    } else {
+      object_->validated_at = steady_ms();
+      object_->validating = false;
+    }
+    release_in_flight();
+    complete(std::nullopt);
+  }
+
+  void fail(Failure f) {
+    f.message = object_->scrub(std::move(f.message));
+    if (f.retry && !cancelled) {
+      shared_.failing_until.store(steady_ms() + shared_.options.timeout.count(),
+                                  std::memory_order_relaxed);
+    }
+    if (mode_ == Mode::read) {
+      for (std::size_t k = 0; k < blocks_.size(); ++k) {
+        auto& block = blocks_[k];
+        if (block->state() != Block::State::pending) continue;
+        block->set_failed(f.code, f.message);
+        shared_.cache.erase(BlockKey{object_->id, first_block_ + k}, block.get());
+      }
+    }
+    if (mode_ == Mode::validate) object_->validating = false;
+    release_in_flight();
+    complete(std::move(f));
+  }
+
+  void release_in_flight() {
+    if (in_flight_ > 0) shared_.in_flight.fetch_sub(in_flight_, std::memory_order_relaxed);
+    in_flight_ = 0;
+  }
+
+  void complete(std::optional<Failure> f) {
+    {
+      std::lock_guard lock(done_mutex_);
+      final_failure_ = std::move(f);
+      done_ = true;
+    }
+    done_cv_.notify_all();
+  }
+
+  RemoteShared& shared_;
+  std::shared_ptr<Object> object_;
+  Mode mode_;
+  std::uint64_t offset_;
+  std::uint64_t length_;
+  unsigned max_attempts_;
+  unsigned attempt_ = 0;
+  Clock::time_point deadline_;
+  std::uint64_t first_block_ = 0;
+  std::vector<std::shared_ptr<Block>> blocks_;
+  std::uint64_t in_flight_ = 0;
+  std::minstd_rand random_{std::random_device{}()};
+
+  // The current attempt's response.
+  int status_ = 0;
+  bool accepted_ = false;
+  bool accepted_whole_ = false;  // a 200 (or empty 416) with the whole object
+  std::uint64_t received_ = 0;
+  std::optional<Failure> failure_;
+  std::optional<std::uint64_t> retry_after_;
+  std::optional<http::ContentRange> content_range_;
+  std::optional<std::uint64_t> content_length_;
+  std::string response_etag_;
+  std::string response_last_modified_;
+  std::string content_encoding_;
+  std::string error_body_;
+  char error_buffer_[CURL_ERROR_SIZE] = {};
+
+  // What the probe learnt.
+  std::uint64_t total_ = 0;
+  std::string etag_;
+  std::string last_modified_;
+  std::string body_;
+
+  std::mutex done_mutex_;
+  std::condition_variable done_cv_;
+  bool done_ = false;
+  std::optional<Failure> final_failure_;
+};
+
+// Sequential-read detection per source: a few streams, each where a reader has read up to and
+// how far ahead of it blocks are fetched.
+struct Stream {
+  std::uint64_t start = 0;         // where the stream began, in bytes
+  std::uint64_t end = 0;           // the end of the furthest read, in bytes
+  std::uint64_t window = 0;        // blocks to keep fetched ahead of `end`; 0: none (random)
+  std::uint64_t issued_until = 0;  // blocks below this were asked for
+  std::uint64_t used = 0;          // for replacing the least recently used stream
+  bool live = false;
+};
+// A read continues a stream when it starts at most this far behind or ahead of the stream's
+// end: the kernel's readahead comes as several reads of up to 512 KiB, answered by several
+// threads in any order.
+constexpr std::uint64_t stream_slack = 1 << 20;
+// Reads shorter than this never start or grow a readahead: a format's scattered header reads
+// at mount stay requests of one block.
+constexpr std::uint64_t min_sequential_read = 4096;
+
+class RemoteSource final : public ByteSource {
+ public:
+  RemoteSource(std::shared_ptr<RemoteShared> shared, std::shared_ptr<Object> object)
+      : shared_(std::move(shared)), object_(std::move(object)) {
+    block_count_ = (object_->size + block_size - 1) / block_size;
+  }
+
+  std::uint64_t size() const override { return object_->size; }
+  const std::string& name() const noexcept override { return object_->name; }
+  SourceTimes times() const noexcept override { return object_->times; }
+  bool remote() const noexcept override { return true; }
+
+  bool unchanged(bool check_path) const noexcept override {
+    if (object_->changed.load(std::memory_order_acquire)) return false;
+    if (check_path && steady_ms() - object_->validated_at.load() >
+                          std::chrono::duration_cast<std::chrono::milliseconds>(revalidate_every).count()) {
+      revalidate();
+    }
+    return true;
+  }
+
+ private:
+  // In the background: opens are not held up by a slow server; a change seen marks the source.
+  void revalidate() const noexcept {
+    if (object_->validating.exchange(true)) return;
+    try {
+      auto job = std::make_shared<RangeFetch>(*shared_, object_, RangeFetch::Mode::validate, 0,
+                                              1, 1);
+      if (object_->size == 0) {
+        object_->validating = false;
+        return;
+      }
+      shared_->transport.submit(std::move(job));
+    } catch (...) {
+      object_->validating = false;
+    }
+  }
+
+  std::uint64_t block_length(std::uint64_t index) const {
+    return std::min(block_size, object_->size - index * block_size);
+  }
+
+  // The block at `index` from the caches: ready, pending (fetched by someone), or new (to be
+  // fetched by the caller: `created`).
+  std::shared_ptr<Block> block(std::uint64_t index, bool& created) const {
+    auto [b, is_new] = shared_->cache.acquire(BlockKey{object_->id, index},
+                                              static_cast<std::size_t>(block_length(index)));
+    created = false;
+    if (!is_new) return b;
+    if (shared_->disk && !object_->disk_folder.empty() &&
+        shared_->disk->load(object_->disk_folder, index,
+                            std::span<std::byte>(b->data(), b->length()))) {
+      b->set_ready();
+      return b;
+    }
+    created = true;
+    return b;
+  }
+
+  // Fetches the new blocks [first, first + blocks.size()) in requests of blocks_per_request.
+  void fetch(std::uint64_t first, std::vector<std::shared_ptr<Block>> blocks, bool readahead) const {
+    for (std::size_t at = 0; at < blocks.size(); at += blocks_per_request) {
+      const std::size_t n = std::min<std::size_t>(blocks_per_request, blocks.size() - at);
+      std::vector<std::shared_ptr<Block>> part(blocks.begin() + at, blocks.begin() + at + n);
+      const std::uint64_t offset = (first + at) * block_size;
+      std::uint64_t length = 0;
+      for (const auto& b : part) length += b->length();
+      const bool failing = steady_ms() < shared_->failing_until.load(std::memory_order_relaxed);
+      auto job = std::make_shared<RangeFetch>(*shared_, object_, RangeFetch::Mode::read, offset,
+                                              length, failing ? 1u : ~0u);
+      job->set_blocks(first + at, std::move(part));
+      if (readahead) {
+        shared_->in_flight.fetch_add(length, std::memory_order_relaxed);
+        job->count_in_flight(length);
+      }
+      try {
+        shared_->transport.submit(job);
+      } catch (const std::exception& e) {
+        job->abandon(e.what());  // no thread to fetch with: its blocks fail rather than wait
+      }
+    }
+  }
+
+  // Asks for the blocks of [from, to) that no cache holds, in runs of consecutive ones.
+  void fetch_missing(std::uint64_t from, std::uint64_t to, bool readahead) const {
+    std::vector<std::shared_ptr<Block>> run;
+    std::uint64_t run_first = from;
+    for (std::uint64_t i = from; i < to; ++i) {
+      if (readahead && shared_->in_flight.load(std::memory_order_relaxed) >= shared_->max_in_flight) {
+        break;  // enough is on its way: the next read asks for the rest
+      }
+      bool created = false;
+      auto b = block(i, created);
+      if (created) {
+        if (run.empty()) run_first = i;
+        run.push_back(std::move(b));
+      } else if (!run.empty()) {
+        fetch(run_first, std::move(run), readahead);
+        run.clear();
+      }
+    }
+    if (!run.empty()) fetch(run_first, std::move(run), readahead);
+  }
+
+  // Sequential reads grow a readahead window; others fetch only what they read.
+  void read_ahead(std::uint64_t offset, std::uint64_t length) const {
+    const std::uint64_t end = offset + length;
+    std::uint64_t from = 0;
+    std::uint64_t to = 0;
+    {
+      std::lock_guard lock(streams_mutex_);
+      ++tick_;
+      Stream* match = nullptr;
+      for (Stream& s : streams_) {
+        if (s.live && offset + stream_slack >= s.end && offset <= s.end + stream_slack) {
+          match = &s;
+          break;
+        }
+      }
+      if (match == nullptr) {
+        // A small read (a zip's local header located on first use, a .npy header) is no
+        // sequential reader: it starts no stream that the bytes read next would continue.
+        if (length < min_sequential_read) return;
+        Stream* oldest = &streams_[0];
+        for (Stream& s : streams_) {
+          if (!s.live || s.used < oldest->used) oldest = &s;
+          if (!s.live) break;
+        }
+        *oldest = Stream{offset, end, 0, 0, tick_, true};
+        return;
+      }
+      Stream& s = *match;
+      s.used = tick_;
+      if (end <= s.end || length < min_sequential_read) return;  // no progress: nothing to do
+      s.end = end;
+      s.window = std::clamp<std::uint64_t>((s.end - s.start) / block_size, first_window,
+                                           std::max(first_window, shared_->window_limit));
+      s.window = std::min(s.window, shared_->window_limit);
+      const std::uint64_t next = (end + block_size - 1) / block_size;
+      from = std::max(s.issued_until, next);
+      to = std::min(next + s.window, block_count_);
+      if (to <= from) return;
+      // Ask in whole requests' worth once the window is wide, so that requests stay large.
+      if (to - from < blocks_per_request && to < block_count_ && s.window >= 2 * blocks_per_request) {
+        return;
+      }
+      s.issued_until = to;
+    }
+    fetch_missing(from, to, true);
+  }
+
+  void read_in_range(std::uint64_t offset, std::span<std::byte> out) const override {
+    if (object_->changed.load(std::memory_order_acquire)) {
+      throw Error(ExitCode::io, object_->reason());
+    }
+    const std::uint64_t first = offset / block_size;
+    const std::uint64_t last = (offset + out.size() - 1) / block_size;
+    const auto deadline = Clock::now() + shared_->options.timeout;
+    // What this read needs first, then what a sequential reader will need next.
+    fetch_missing(first, last + 1, false);
+    read_ahead(offset, out.size());
+    std::size_t done = 0;
+    for (std::uint64_t i = first; i <= last; ++i) {
+      std::shared_ptr<Block> b = shared_->cache.find(BlockKey{object_->id, i});
+      if (!b) {
+        // Evicted between the fetch and now (a tiny cache under pressure): fetch it again.
+        fetch_missing(i, i + 1, false);
+        b = shared_->cache.find(BlockKey{object_->id, i});
+        if (!b) throw Error(ExitCode::io, "the block cache is too small for this read");
+      }
+      const Block::State state = b->wait_until(deadline);
+      if (state == Block::State::pending) {
+        throw Error(ExitCode::unreachable,
+                    fmt::format("no answer from the server within {} s (bytes {}..{})",
+                                shared_->options.timeout.count() / 1000.0, i * block_size,
+                                i * block_size + b->length()));
+      }
+      if (state == Block::State::failed) throw Error(b->error_code(), b->error());
+      const std::uint64_t block_start = i * block_size;
+      const std::uint64_t from = std::max(offset, block_start) - block_start;
+      const std::uint64_t to =
+          std::min<std::uint64_t>(offset + out.size(), block_start + b->length()) - block_start;
+      std::memcpy(out.data() + done, b->data() + from, static_cast<std::size_t>(to - from));
+      done += static_cast<std::size_t>(to - from);
+    }
+    if (object_->changed.load(std::memory_order_acquire)) {
+      throw Error(ExitCode::io, object_->reason());
+    }
+  }
+
+  std::shared_ptr<RemoteShared> shared_;
+  std::shared_ptr<Object> object_;
+  std::uint64_t block_count_ = 0;
+  mutable std::mutex streams_mutex_;
+  mutable std::array<Stream, 8> streams_{};
+  mutable std::uint64_t tick_ = 0;
+};
+
+// Where an s3:// URL is fetched from, and how it is signed.
+void target_s3(const Url& url, const S3Settings& s3, Object& o) {
+  const std::string& bucket = url.host;
+  std::string key = url.path.empty() ? std::string{} : url.path.substr(1);
+  if (url.has_query) key += "?" + url.query;  // a '?' in an s3:// URL is part of the key
+  if (key.empty()) throw Error(ExitCode::usage, "an s3:// URL needs a key: s3://BUCKET/KEY");
+  for (unsigned char c : bucket) {
+    if (!std::isalnum(c) && c != '.' && c != '-' && c != '_') {
+      throw Error(ExitCode::usage, fmt::format("invalid bucket name {}", quote(bucket)));
+    }
+  }
+  const std::string encoded = percent_encode(key, true);
+  if (!s3.endpoint.empty()) {
+    o.request_url = s3.endpoint + "/" + bucket + "/" + encoded;
+  } else if (bucket.find('.') == std::string::npos) {
+    o.request_url = fmt::format("https://{}.s3.{}.amazonaws.com/{}", bucket, s3.region, encoded);
+  } else {
+    o.request_url = fmt::format("https://s3.{}.amazonaws.com/{}/{}", s3.region, bucket, encoded);
+  }
+  o.name = "s3://" + bucket + "/" + key;
+  o.header_lines.push_back(std::string("x-amz-content-sha256: ") + empty_sha256);
+  if (!s3.access_key.empty()) {
+    o.sigv4 = "aws:amz:" + s3.region + ":s3";
+    o.user = s3.access_key;
+    o.password = s3.secret_key;
+    o.secrets = {s3.secret_key, s3.access_key};
+  }
+  if (!s3.session_token.empty()) {
+    o.header_lines.push_back("x-amz-security-token: " + s3.session_token);
+    o.secrets.push_back(s3.session_token);
+  }
+}
+
+}  // namespace
+}  // namespace detail
+
+namespace {
+
+// The keys of section `section` of an AWS shared INI file ("[default]", "[profile x]"...);
+// empty when the file or the section is missing.
+std::map<std::string, std::string> ini_section(const std::string& path, const std::string& section) {
+  std::map<std::string, std::string> out;
+  std::ifstream in(path);
+  std::string line;
+  bool inside = false;
+  auto trim = [](std::string t) {
+    const auto first = t.find_first_not_of(" \t\r");
+    const auto last = t.find_last_not_of(" \t\r");
+    return first == std::string::npos ? std::string{} : t.substr(first, last - first + 1);
+  };
+  while (std::getline(in, line)) {
+    line = trim(line);
+    if (line.empty() || line[0] == '#' || line[0] == ';') continue;
+    if (line.front() == '[' && line.back() == ']') {
+      inside = trim(line.substr(1, line.size() - 2)) == section;
+      continue;
+    }
+    const auto equals = line.find('=');
+    if (inside && equals != std::string::npos) {
+      out[trim(line.substr(0, equals))] = trim(line.substr(equals + 1));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+S3Settings S3Settings::from_environment() {
+  auto env = [](const char* name) {
+    const char* v = std::getenv(name);
+    return std::string(v ? v : "");
+  };
+  S3Settings s;
+  s.access_key = env("AWS_ACCESS_KEY_ID");
+  s.secret_key = env("AWS_SECRET_ACCESS_KEY");
+  s.session_token = env("AWS_SESSION_TOKEN");
+  // Without keys in the environment, those of the shared files that `aws configure` writes.
+  const std::string profile = !env("AWS_PROFILE").empty() ? env("AWS_PROFILE") : "default";
+  const std::string home = env("HOME");
+  std::map<std::string, std::string> config;
+  const std::string config_file =
+      !env("AWS_CONFIG_FILE").empty() ? env("AWS_CONFIG_FILE") : home.empty() ? "" : home + "/.aws/config";
+  if (!config_file.empty()) {
+    config = ini_section(config_file, profile == "default" ? "default" : "profile " + profile);
+  }
+  if (s.access_key.empty() && s.secret_key.empty()) {
+    const std::string credentials_file = !env("AWS_SHARED_CREDENTIALS_FILE").empty()
+                                             ? env("AWS_SHARED_CREDENTIALS_FILE")
+                                         : home.empty() ? ""
+                                                        : home + "/.aws/credentials";
+    auto keys = credentials_file.empty() ? std::map<std::string, std::string>{}
+                                         : ini_section(credentials_file, profile);
+    for (auto* source : {&keys, &config}) {
+      if (source->contains("aws_access_key_id") && s.access_key.empty()) {
+        s.access_key = (*source)["aws_access_key_id"];
+        s.secret_key = (*source)["aws_secret_access_key"];
+        s.session_token = (*source)["aws_session_token"];
+      }
+    }
+  }
+  if (s.access_key.empty() != s.secret_key.empty()) {
+    throw Error(ExitCode::usage, s.access_key.empty()
+                                     ? "AWS_SECRET_ACCESS_KEY is set but AWS_ACCESS_KEY_ID is not"
+                                     : "AWS_ACCESS_KEY_ID is set but AWS_SECRET_ACCESS_KEY is not "
+                                       "(or the profile of the shared credentials file has one "
+                                       "without the other)");
+  }
+  if (!env("AWS_REGION").empty()) {
+    s.region = env("AWS_REGION");
+  } else if (!env("AWS_DEFAULT_REGION").empty()) {
+    s.region = env("AWS_DEFAULT_REGION");
+  } else if (!config["region"].empty()) {
+    s.region = config["region"];
+  }
+  s.endpoint = !env("AWS_ENDPOINT_URL_S3").empty() ? env("AWS_ENDPOINT_URL_S3")
+               : !env("AWS_ENDPOINT_URL").empty() ? env("AWS_ENDPOINT_URL")
+                                                   : config["endpoint_url"];
+  while (s.endpoint.ends_with('/')) s.endpoint.pop_back();
+  if (!s.endpoint.empty()) {
+    auto url = parse_url(s.endpoint);
+    if (!url || url->scheme == "s3" || url->has_query) {
+      throw Error(ExitCode::usage, fmt::format("AWS_ENDPOINT_URL {} is not an http(s) URL",
+                                               quote(display_location(s.endpoint))));
+    }
+  }
+  return s;
+}
+
+RemoteContext::RemoteContext(RemoteOptions options, S3Settings s3) {
+  static std::once_flag curl_initialized;
+  std::call_once(curl_initialized, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+  shared_ = std::make_shared<detail::RemoteShared>(std::move(options), std::move(s3));
+}
+
+RemoteContext::~RemoteContext() { quiesce(); }
+
+void RemoteContext::quiesce() noexcept {
+  shared_->transport.quiesce();
+  shared_->stop_disk_writer();
+}
+
+
+std::unique_ptr<ByteSource> RemoteContext::open(const std::string& location) {
+  using detail::Object;
+  using detail::RangeFetch;
+  auto url = parse_url(location);
+  if (!url) throw Error(ExitCode::usage, "not a valid URL");
+  auto object = std::make_shared<Object>();
+  Object& o = *object;
+  std::string cache_key;
+  if (url->scheme == "s3") {
+    detail::target_s3(*url, shared_->s3, o);
+    cache_key = o.name + " at " + (shared_->s3.endpoint.empty() ? "aws:" + shared_->s3.region
+                                                                : shared_->s3.endpoint);
+  } else {
+    o.request_url = location;
+    o.name = display_location(location);
+    o.follow_redirects = true;
+    // Never from https down to plain http on a redirect.
+    o.redirect_protocols = url->scheme == "https" ? "https" : "http,https";
+    if (!url->userinfo.empty()) o.secrets.push_back(url->userinfo);
+    if (url->has_query) o.secrets.push_back(url->query);
+    cache_key = url->scheme + "://" + url->host + (url->port.empty() ? "" : ":" + url->port) + url->path;
+  }
+  o.build_headers();
+
+  // The first block, unless a disk cache may have it: then one byte, for size and identity.
+  const bool disk = shared_->disk != nullptr;
+  const std::uint64_t probe_length = disk ? 1 : detail::block_size;
+  auto probe = std::make_shared<RangeFetch>(*shared_, object, RangeFetch::Mode::probe, 0,
+                                            probe_length, 4);
+  shared_->transport.submit(probe);
+  if (auto failure = probe->wait()) throw Error(failure->code, failure->message);
+
+  o.size = probe->total();
+  o.etag = probe->etag();
+  o.last_modified = probe->last_modified();
+  if (!o.last_modified.empty()) {
+    const auto t = curl_getdate(o.last_modified.c_str(), nullptr);
+    if (t > 0) o.times = {t, 0, t, 0};
+  }
+  o.id = shared_->next_id.fetch_add(1);
+  o.validated_at = detail::steady_ms();
+  // Later requests ask the server to answer only while the object is the one opened (a strong
+  // ETag; a weak one never matches If-Match); every answer is checked anyway.
+  if (!o.etag.empty() && !o.etag.starts_with("W/")) o.header_lines.push_back("If-Match: " + o.etag);
+  o.build_headers();
+  if (disk) {
+    o.disk_folder = shared_->disk->object_folder(
+        fmt::format("{}\netag {}\nlast-modified {}\nsize {}\n", cache_key, o.etag,
+                    o.last_modified, o.size));
+  }
+  const std::string& body = probe->body();
+  if (!disk && o.size > 0 && body.size() == std::min(o.size, detail::block_size)) {
+    auto [b, created] = shared_->cache.acquire(BlockKey{o.id, 0}, body.size());
+    if (created) {
+      std::memcpy(b->data(), body.data(), body.size());
+      b->set_ready();
+    }
+  }
+  return std::make_unique<detail::RemoteSource>(shared_, std::move(object));
+}
+
+std::unique_ptr<ByteSource> open_location(const std::string& location, RemoteContext* remote) {
+  if (!is_url(location)) return std::make_unique<FileSource>(location);
+  if (remote == nullptr) throw Error(ExitCode::usage, "remote locations are not enabled here");
+  return remote->open(location);
+}
+
+}  // namespace ckptfs

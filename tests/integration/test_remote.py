@@ -1,0 +1,637 @@
+# SPDX-License-Identifier: MIT
+"""Remote checkpoints against real servers on loopback, started and stopped here: nginx (HTTP,
+and HTTPS with HTTP/2 and a throw-away CA), an S3 API server that checks SigV4 signatures, and
+a fault proxy. Every fixture and corpus file mounted by URL gives the tree its local mount
+gives, byte for byte; nginx's access log counts the requests and bytes; faults end in EIO
+within the timeout, never in a hang or wrong bytes."""
+
+import contextlib
+import errno
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from fixtures import require  # noqa: E402
+
+require("fuse", "torch")  # else the module exits 77: skipped, with the reason
+
+from fixtures import CKPTFS, CORPUS, FIXTURE_NAMES, FIXTURES, corpus_files, fixture_path  # noqa: E402
+from remote_servers import FaultProxy, Nginx, S3Server  # noqa: E402
+from test_hostile import SANITIZED  # noqa: E402
+from test_mount import MountTestCase, run  # noqa: E402
+
+BLOCK = 256 * 1024      # remote_block_size
+FIRST_WINDOW = 4 * BLOCK  # the first readahead window of a sequential reader
+FAULT_TIMEOUT = 4.0     # -o timeout= of the fault tests, seconds
+SLACK = 4.0             # what a failing read may take past its timeout (scheduling, unmount)
+
+
+def random_bytes(n, seed=1):
+    import random
+    return random.Random(seed).randbytes(n)
+
+
+def make_checkpoint(path, tensors, seed=0):
+    """A torch.save state_dict with `tensors` {key: (rows, cols)} of float32, made by torch."""
+    code = ("import sys, torch\n"
+            "torch.manual_seed(int(sys.argv[2]))\n"
+            "spec = eval(sys.argv[3])\n"
+            "torch.save({k: torch.randn(*shape) for k, shape in spec.items()}, sys.argv[1])\n")
+    subprocess.run(["/usr/bin/python3", "-c", code, str(path), str(seed), repr(tensors)],
+                   check=True, timeout=120)
+    return path
+
+
+# A checkpoint with a 4 KiB tensor and eight of 1 MiB: request counts, bytes per tensor, faults.
+TENSORS = {"head.bias": (1, 1024), **{f"layer{i}.weight": (256, 1024) for i in range(8)}}
+
+
+def tree(root):
+    """{relative path: sha256 of the bytes} of every file under `root`, and index.json without
+    its "source" (the path or URL named on the command line)."""
+    out = {}
+    for directory, dirs, files in os.walk(root):
+        dirs.sort()
+        for name in sorted(files):
+            path = Path(directory) / name
+            data = path.read_bytes()
+            rel = str(path.relative_to(root))
+            if rel == "index.json":
+                doc = json.loads(data)
+                doc.pop("source", None)
+                data = json.dumps(doc, sort_keys=True).encode()
+            out[rel] = hashlib.sha256(data).hexdigest()
+    return out
+
+
+def read_all(mnt):
+    """Every tensor's data, {key directory: bytes}, in file order (by file_offset)."""
+    index = json.loads((Path(mnt) / "index.json").read_bytes())
+    out = {}
+    for e in index["entries"]:
+        if e["kind"] == "tensor":
+            out[e["path"]] = (Path(mnt) / e["path"] / "data").read_bytes()
+    return out
+
+
+def ranges(requests):
+    return [r for r in requests if r["method"] == "GET"]
+
+
+@contextlib.contextmanager
+def environment(**values):
+    """os.environ with `values` set (None: unset) for the children started inside."""
+    def apply(settings):
+        for k, v in settings.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    old = {k: os.environ.get(k) for k in values}
+    try:
+        apply(values)
+        yield
+    finally:
+        apply(old)
+
+
+def in_thread(function, timeout):
+    """Runs `function` in a thread; (finished, result or exception, seconds)."""
+    box = {}
+
+    def target():
+        try:
+            box["result"] = function()
+        except BaseException as e:  # noqa: B902 - handed to the test
+            box["result"] = e
+    start = time.monotonic()
+    t = threading.Thread(target=target, daemon=True)
+    t.start()
+    t.join(timeout)
+    return not t.is_alive(), box.get("result"), time.monotonic() - start
+
+
+class RemoteTestCase(MountTestCase):
+    """A server root with the fixtures, the corpus and generated checkpoints, served by nginx
+    for the whole class."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.class_tmp = Path(tempfile.mkdtemp(prefix="ckptfs-remote-test-"))
+        cls.root = cls.class_tmp / "root"
+        cls.root.mkdir()
+        (cls.root / "fixtures").symlink_to(FIXTURES)
+        if CORPUS.is_dir():
+            (cls.root / "corpus").symlink_to(CORPUS)
+        (cls.root / "private").mkdir()
+        (cls.root / "forbidden").mkdir()
+        make_checkpoint(cls.root / "layers.pth", TENSORS)
+        shutil.copy(fixture_path("convnet"), cls.root / "private" / "convnet.pth")
+        shutil.copy(fixture_path("convnet"), cls.root / "forbidden" / "convnet.pth")
+        cls.nginx = Nginx(cls.root, cls.class_tmp / "nginx")
+        try:
+            cls.nginx.start()
+        except BaseException:
+            cls.nginx.stop()
+            shutil.rmtree(cls.class_tmp, ignore_errors=True)
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.nginx.stop()
+        shutil.rmtree(cls.class_tmp, ignore_errors=True)
+        super().tearDownClass()
+
+    def ckptfs(self, *args, timeout=60):
+        return run([CKPTFS, *args], timeout=timeout)
+
+
+class HttpTests(RemoteTestCase):
+    def assert_same_as_local(self, local, url, *options):
+        """The mount of `url` has the tree of the mount of `local`, byte for byte."""
+        lm, lp = self.mount(local)
+        rm, rp = self.mount(url, *options)
+        try:
+            self.assertEqual(tree(rm), tree(lm), f"{url}: tree differs from {local}'s")
+        finally:
+            self.unmount(lm, lp)
+            self.unmount(rm, rp)
+
+    def test_fixtures_and_corpus_same_tree(self):
+        """Every fixture and every corpus file: the same tree by URL as from the file, or the
+        same exit status and message when the file cannot be mounted."""
+        files = [("fixtures", fixture_path(n)) for n in FIXTURE_NAMES]
+        files += [("corpus", p) for p in corpus_files()]
+        self.assertGreater(len(files), len(FIXTURE_NAMES), "the corpus is missing")
+        for folder, path in files:
+            url = self.nginx.url(f"{folder}/{path.name}")
+            with self.subTest(path=path.name):
+                local = self.ckptfs("inspect", "--json", path)
+                remote = self.ckptfs("inspect", "--json", url)
+                self.assertEqual(remote.returncode, local.returncode, remote.stderr)
+                if local.returncode != 0:
+                    self.assertEqual(remote.stderr.decode().split(": ", 2)[2],
+                                     local.stderr.decode().split(": ", 2)[2])
+                    continue
+                self.assertEqual(json.loads(remote.stdout), json.loads(local.stdout))
+                self.assert_same_as_local(path, url)
+
+    def test_option_values(self):
+        url = self.nginx.url("fixtures/convnet.pth")
+        for bad in ("cache_size=1K", "cache_size=2X", "timeout=0", "timeout=abc",
+                    "cache_dir_size=10"):
+            with self.subTest(option=bad):
+                r = self.ckptfs("inspect", "-o", bad, url)
+                self.assertEqual(r.returncode, 1, r.stderr)
+                self.assertEqual(self.ckptfs("-o", bad, url, self.new_dir()).returncode, 1)
+        self.assertEqual(self.ckptfs("inspect", "-o", "allow_other", url).returncode, 1)
+        r = self.ckptfs("inspect", "-ocache_size=8M,timeout=2.5", "-o", "insecure", url)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        # The remote options are accepted, and mean nothing, for a local file.
+        mnt, proc = self.mount(fixture_path("convnet"), "-o", "timeout=5,cache_size=64M")
+        self.unmount(mnt, proc)
+
+    def test_hostile_files_same_verdict(self):
+        """Truncated, lying and hostile files: the same exit status and message by URL as from
+        the file (or the same listing when they are served)."""
+        from make_fixtures import G, R
+        from test_hostile import PickleAsm, build_zip, floats, good_checkpoint, v2
+        good = good_checkpoint()
+        entries = [{"name": "archive/data.pkl", "data": PickleAsm().dump({"w": v2("0", 4, (4,))})},
+                   {"name": "archive/data/0", "data": floats(4)},
+                   {"name": "archive/version", "data": b"3\n"}]
+        files = {f"cut{n}.pth": good[:n] for n in range(0, len(good), max(1, len(good) // 40))}
+        files["random.pth"] = bytes(random_bytes(5000))
+        files["cd_past_end.pth"] = build_zip(entries, cd_offset=1 << 31, zip64=True)
+        files["count.pth"] = build_zip(entries, count=65535)
+        files["cd_size.pth"] = build_zip(entries, cd_size=1 << 20)
+        lying = [dict(e) for e in entries]
+        lying[1]["size"] = 0xFFFFFFFE
+        files["record_size.pth"] = build_zip(lying)
+        lying = [dict(e) for e in entries]
+        lying[1]["header_offset"] = 1 << 30
+        files["lho.pth"] = build_zip(lying)
+        files["call.pth"] = build_zip([
+            {"name": "archive/data.pkl",
+             "data": PickleAsm().dump({"x": R(G("os", "system"), ("true",))})},
+            {"name": "archive/version", "data": b"3\n"}])
+        folder = self.root / "hostile"
+        folder.mkdir(exist_ok=True)
+        for name, data in files.items():
+            (folder / name).write_bytes(data)
+        for name in sorted(files):
+            with self.subTest(file=name):
+                local = self.ckptfs("inspect", "--json", folder / name)
+                remote = self.ckptfs("inspect", "--json", self.nginx.url(f"hostile/{name}"))
+                self.assertEqual(remote.returncode, local.returncode, remote.stderr)
+                self.assertEqual(remote.stdout, local.stdout)
+                if local.returncode:
+                    self.assertEqual(remote.stderr.decode().split(": ", 2)[2],
+                                     local.stderr.decode().split(": ", 2)[2])
+
+    def test_https_http2_and_verification(self):
+        local = fixture_path("training")
+        url = self.nginx.url("fixtures/training.pth", tls=True)
+        mark = self.nginx.mark()
+        self.assert_same_as_local(local, url, "-o", f"cacert={self.nginx.ca}")
+        self.assertTrue(all(r["protocol"] == "HTTP/2.0" for r in self.nginx.since(mark)),
+                        "HTTPS requests were not made over HTTP/2")
+        r = self.ckptfs("inspect", url)
+        self.assertEqual(r.returncode, 8, r.stderr)
+        self.assertIn("TLS", r.stderr.decode())
+        self.assertIn("certificate", r.stderr.decode())
+        self.assertEqual(self.ckptfs("inspect", "-o", "insecure", url).returncode, 0)
+
+    def test_mount_errors_and_credentials(self):
+        """401, 403, 404 and a closed port: one line, the documented exit status, the URL
+        without its credentials."""
+        n = self.nginx
+        secret_query = "X-Amz-Credential=AKIDSECRETKEY&X-Amz-Signature=deadbeefsignature"
+        cases = [
+            (n.url("missing.pth", userinfo="someone:hunter2pw") + "?" + secret_query, 2,
+             "not found (HTTP 404)"),
+            (n.url("forbidden/convnet.pth"), 7, "access denied (HTTP 403)"),
+            (n.url("private/convnet.pth"), 7, "access denied (HTTP 401)"),
+            (n.url("private/convnet.pth", userinfo="reader:wrong-pass"), 7,
+             "access denied (HTTP 401)"),
+            ("http://127.0.0.1:1/x.pth", 8, "Failed to connect"),
+        ]
+        for url, code, message in cases:
+            with self.subTest(url=url):
+                start = time.monotonic()
+                r = self.ckptfs(url, self.new_dir(), timeout=60)
+                self.assertLess(time.monotonic() - start, 31)
+                err = r.stderr.decode()
+                self.assertEqual(r.returncode, code, err)
+                self.assertIn(message, err)
+                self.assertEqual(err.count("\n"), 1, err)
+                for secret in ("hunter2pw", "AKIDSECRETKEY", "deadbeefsignature", "wrong-pass"):
+                    self.assertNotIn(secret, err)
+        # The right password works; neither /proc/mounts nor ps shows it.
+        url = n.url("private/convnet.pth", userinfo=f"{Nginx.USER}:{Nginx.PASSWORD}")
+        mnt, proc = self.mount(url + "?token=hunter2pw")
+        try:
+            lm, lp = self.mount(fixture_path("convnet"))
+            self.assertEqual(tree(mnt), tree(lm))
+            self.unmount(lm, lp)
+            mounts = Path("/proc/mounts").read_text()
+            cmdline = Path(f"/proc/{proc.pid}/cmdline").read_bytes().decode()
+            index = json.loads((mnt / "index.json").read_bytes())
+            for text in (mounts, cmdline, index["source"]):
+                self.assertNotIn(Nginx.PASSWORD, text)
+                self.assertNotIn("hunter2pw", text)
+            self.assertEqual(index["source"], n.url("private/convnet.pth") + "?...")
+        finally:
+            self.unmount(mnt, proc)
+        self.assertNotIn(Nginx.PASSWORD, self.output(proc))
+
+    def test_requests_per_mount_and_bytes_per_tensor(self):
+        """A file within one block mounts in one request; layers.pth, whatever its number of
+        tensors, in at most 4 (its first block, its zip directory at the end, the rest of its
+        pickle): each record's local header is read with the record's bytes, when its tensor is
+        first read. Reading its 4 KiB tensor fetches one block (two when the record straddles
+        a block boundary); a 1 MiB tensor, its bytes and one readahead window."""
+        n = self.nginx
+        mark = n.mark()
+        mnt, proc = self.mount(n.url("fixtures/training.pth"))
+        got = ranges(n.since(mark))
+        self.assertEqual(len(got), 1, got)
+        self.assertEqual(got[0]["range"], f"bytes=0-{BLOCK - 1}")
+        self.unmount(mnt, proc)
+
+        path = self.root / "layers.pth"
+        size = path.stat().st_size
+        mark = n.mark()
+        mnt, proc = self.mount(n.url("layers.pth"))
+        try:
+            mount_requests = ranges(n.since(mark))
+            print(f"\nlayers.pth ({size} bytes, {len(TENSORS)} tensors): "
+                  f"{len(mount_requests)} requests at mount", file=sys.stderr)
+            self.assertLessEqual(len(mount_requests), 4, mount_requests)
+            index = json.loads((mnt / "index.json").read_bytes())
+            by_key = {e["key"]: e for e in index["entries"]}
+            for key, limit in (("head.bias", 2 * BLOCK),
+                               ("layer5.weight", 2**20 + FIRST_WINDOW + 2 * BLOCK)):
+                mark = n.mark()
+                data = (mnt / by_key[key]["path"] / "data").read_bytes()
+                self.assertEqual(len(data), by_key[key]["nbytes"])
+                sent = sum(r["bytes"] for r in ranges(n.since(mark)))
+                print(f"{key} ({len(data)} bytes): {sent} bytes fetched", file=sys.stderr)
+                self.assertLessEqual(sent, limit)
+            self.assertGreater(sent, 2**20 - BLOCK, "layer5.weight came from nowhere")
+        finally:
+            self.unmount(mnt, proc)
+
+    def test_disk_cache_second_mount_reads_nothing_twice(self):
+        cache = self.new_dir("cache")
+        url = self.nginx.url("layers.pth")
+        mnt, proc = self.mount(url, "-o", f"cache_dir={cache}")
+        first = read_all(mnt)
+        self.unmount(mnt, proc)
+        # Two mounts at once on the same cache, reading everything; then nothing came twice.
+        mark = self.nginx.mark()
+        mounts = [self.mount(url, "-o", f"cache_dir={cache}") for _ in range(2)]
+        try:
+            results = [None, None]
+            threads = [threading.Thread(target=lambda i=i: results.__setitem__(
+                i, read_all(mounts[i][0]))) for i in range(2)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(60)
+            self.assertEqual(results, [first, first])
+        finally:
+            for mnt, proc in mounts:
+                self.unmount(mnt, proc)
+        # Only the one-byte requests that pin the identity (at mount, and at opens after a while).
+        got = ranges(self.nginx.since(mark))
+        self.assertGreaterEqual(len(got), 2)
+        self.assertTrue(all(r["range"] == "bytes=0-0" for r in got), got)
+        self.assertLessEqual(sum(r["bytes"] for r in got), len(got))
+        # A block file changed on disk is a miss, not wrong bytes.
+        blocks = sorted(cache.glob("ckptfs-blocks-v1/*/*.blk"))
+        self.assertGreater(len(blocks), 8)
+        for f in blocks:
+            data = bytearray(f.read_bytes())
+            data[-1] ^= 0xFF
+            f.write_bytes(bytes(data))
+        mnt, proc = self.mount(url, "-o", f"cache_dir={cache},cache_dir_size=2M")
+        try:
+            self.assertEqual(read_all(mnt), first)
+        finally:
+            self.unmount(mnt, proc)
+        total = sum(f.stat().st_size for f in cache.glob("ckptfs-blocks-v1/*/*.blk"))
+        self.assertLessEqual(total, 2 << 20, "cache_dir_size not kept")
+
+    def test_memory_bound(self):
+        """cache_size bounds the daemon's memory while it reads more than that."""
+        mnt, proc = self.mount(self.nginx.url("layers.pth"), "-o", "cache_size=4M")
+        try:
+            for _ in range(3):
+                read_all(mnt)
+                for e in json.loads((mnt / "index.json").read_bytes())["entries"]:
+                    # Out of the kernel's page cache, so that the next pass asks the daemon.
+                    fd = os.open(mnt / e["path"] / "data", os.O_RDONLY)
+                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                    os.close(fd)
+            status = Path(f"/proc/{proc.pid}/status").read_text()
+            hwm = int(status.split("VmHWM:")[1].split()[0]) * 1024
+            print(f"\nVmHWM with cache_size=4M after reading 8 MiB 3 times: {hwm >> 20} MiB",
+                  file=sys.stderr)
+            # ASan's shadow memory and quarantine of freed memory come on top.
+            self.assertLess(hwm, (48 << 20) * (3 if SANITIZED else 1))
+        finally:
+            self.unmount(mnt, proc)
+
+
+class S3Tests(RemoteTestCase):
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.s3 = S3Server(cls.class_tmp / "s3", "models")
+        try:
+            cls.s3.start()
+            # Trust the server only once it is seen to refuse a wrong secret.
+            for name in ("convnet", "training", "legacy", "zip64"):
+                cls.s3.put(f"ckpt/{name}.pth", fixture_path(name))
+            cls.s3.put("ckpt/layers.pth", cls.root / "layers.pth")
+            status, body = cls.s3.curl("GET", "ckpt/convnet.pth", secret="not-the-secret")
+            if status != 403 or b"SignatureDoesNotMatch" not in body:
+                raise AssertionError(f"the S3 server accepted a wrong secret: HTTP {status}")
+            status, _ = cls.s3.curl("GET", "ckpt/convnet.pth")
+            if status != 200:
+                raise AssertionError(f"the S3 server refused the right secret: HTTP {status}")
+        except BaseException:
+            cls.s3.stop()
+            super().tearDownClass()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.s3.stop()
+        super().tearDownClass()
+
+    def env(self, **overrides):
+        values = dict(AWS_ENDPOINT_URL=self.s3.endpoint, AWS_ACCESS_KEY_ID=S3Server.ACCESS_KEY,
+                      AWS_SECRET_ACCESS_KEY=S3Server.SECRET_KEY, AWS_REGION="us-east-1",
+                      AWS_SESSION_TOKEN=None, AWS_ENDPOINT_URL_S3=None, AWS_DEFAULT_REGION=None,
+                      AWS_PROFILE=None, AWS_SHARED_CREDENTIALS_FILE=None, AWS_CONFIG_FILE=None)
+        values.update(overrides)
+        return environment(**values)
+
+    def test_signed_mounts_same_tree(self):
+        for name in ("convnet", "training", "legacy", "zip64", "layers"):
+            local = self.root / "layers.pth" if name == "layers" else fixture_path(name)
+            with self.subTest(name=name):
+                with self.env():
+                    rm, rp = self.mount(f"s3://models/ckpt/{name}.pth")
+                    r = self.ckptfs("inspect", "--json", f"s3://models/ckpt/{name}.pth")
+                lm, lp = self.mount(local)
+                try:
+                    self.assertEqual(tree(rm), tree(lm))
+                    self.assertEqual(r.returncode, 0, r.stderr)
+                    self.assertEqual(json.loads(r.stdout),
+                                     json.loads(self.ckptfs("inspect", "--json", local).stdout))
+                    self.assertEqual(json.loads((rm / "index.json").read_bytes())["source"],
+                                     f"s3://models/ckpt/{name}.pth")
+                finally:
+                    self.unmount(rm, rp)
+                    self.unmount(lm, lp)
+
+    def test_shared_credentials_file(self):
+        creds = self.tmp / "credentials"
+        creds.write_text(f"[default]\naws_access_key_id = nobody\naws_secret_access_key = x\n"
+                         f"[test]\naws_access_key_id = {S3Server.ACCESS_KEY}\n"
+                         f"aws_secret_access_key = {S3Server.SECRET_KEY}\n")
+        with self.env(AWS_ACCESS_KEY_ID=None, AWS_SECRET_ACCESS_KEY=None, AWS_PROFILE="test",
+                      AWS_SHARED_CREDENTIALS_FILE=str(creds), AWS_CONFIG_FILE=str(creds) + ".no"):
+            r = self.ckptfs("inspect", "s3://models/ckpt/convnet.pth")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with self.env(AWS_ACCESS_KEY_ID=None, AWS_SECRET_ACCESS_KEY=None, AWS_PROFILE="default",
+                      AWS_SHARED_CREDENTIALS_FILE=str(creds), AWS_CONFIG_FILE=str(creds) + ".no"):
+            r = self.ckptfs("inspect", "s3://models/ckpt/convnet.pth")
+        self.assertEqual(r.returncode, 7, r.stderr)
+        self.assertIn("InvalidAccessKeyId", r.stderr.decode())
+
+    def test_presigned_url(self):
+        """A presigned URL is plain HTTP(S): its query goes to the server as it is, and is never
+        shown. The server refuses it once its signature is changed."""
+        url = self.s3.presign("ckpt/training.pth")
+        signature = url.rsplit("X-Amz-Signature=", 1)[1]
+        with self.env(AWS_ACCESS_KEY_ID=None, AWS_SECRET_ACCESS_KEY=None):
+            rm, rp = self.mount(url)
+            lm, lp = self.mount(fixture_path("training"))
+            try:
+                self.assertEqual(tree(rm), tree(lm))
+                for text in (Path("/proc/mounts").read_text(),
+                             Path(f"/proc/{rp.pid}/cmdline").read_bytes().decode(),
+                             (rm / "index.json").read_text()):
+                    self.assertNotIn(signature, text)
+                    self.assertNotIn("X-Amz-Credential", text)
+            finally:
+                self.unmount(rm, rp)
+                self.unmount(lm, lp)
+            bad = url[:-4] + ("0000" if not url.endswith("0000") else "1111")
+            r = self.ckptfs("inspect", bad)
+        self.assertEqual(r.returncode, 7, r.stderr)
+        self.assertIn("SignatureDoesNotMatch", r.stderr.decode())
+        self.assertNotIn(signature[:-4], r.stderr.decode())
+
+    def test_session_token_is_signed_and_never_shown(self):
+        with self.env(AWS_SESSION_TOKEN="FQoGZXIvYXdzSESSIONTOKEN"):
+            r = self.ckptfs("inspect", "s3://models/ckpt/convnet.pth")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertNotIn(b"SESSIONTOKEN", r.stdout + r.stderr)
+
+    def test_wrong_secret_missing_key_and_half_credentials(self):
+        with self.env(AWS_SECRET_ACCESS_KEY="wrong-secret-value"):
+            r = self.ckptfs("s3://models/ckpt/convnet.pth", self.new_dir())
+        err = r.stderr.decode()
+        self.assertEqual(r.returncode, 7, err)
+        self.assertIn("access denied (HTTP 403)", err)
+        self.assertIn("SignatureDoesNotMatch", err)
+        self.assertIn("s3://models/ckpt/convnet.pth", err)
+        self.assertNotIn("wrong-secret-value", err)
+        with self.env():
+            r = self.ckptfs("inspect", "s3://models/ckpt/nothere.pth")
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("NoSuchKey", r.stderr.decode())
+        with self.env(AWS_SECRET_ACCESS_KEY=None):
+            r = self.ckptfs("inspect", "s3://models/ckpt/convnet.pth")
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("AWS_ACCESS_KEY_ID is set but AWS_SECRET_ACCESS_KEY is not",
+                      r.stderr.decode())
+
+
+class FaultTests(RemoteTestCase):
+    """Through a fault proxy in front of nginx, with -o timeout=4."""
+
+    def setUp(self):
+        super().setUp()
+        self.proxy = FaultProxy(self.nginx.port).start()
+        self.addCleanup(self.proxy.stop)
+
+    def mount_layers(self, url=None):
+        mnt, proc = self.mount(url or self.proxy.url("layers.pth"),
+                               "-o", f"timeout={FAULT_TIMEOUT:g}")
+        self.index = {e["key"]: e for e in json.loads((mnt / "index.json").read_bytes())["entries"]}
+        return mnt, proc
+
+    def data(self, mnt, key):
+        return (mnt / self.index[key]["path"] / "data").read_bytes()
+
+    def read_again(self, mnt, key):
+        try:
+            return self.data(mnt, key)
+        except OSError:
+            time.sleep(0.2)
+            return self.data(mnt, key)
+
+    def expected(self, mnt, key):
+        meta = json.loads((mnt / self.index[key]["path"] / "meta.json").read_bytes())
+        with open(self.root / "layers.pth", "rb") as f:
+            f.seek(meta["file_offset"])
+            return hashlib.sha256(f.read(meta["nbytes"])).hexdigest()
+
+    def read_through_fault(self, fault, faults_left):
+        """A fresh mount (so that layer4's bytes are not cached), then `fault` on the next
+        `faults_left` responses (None: all) while layer4 is read. (finished, bytes or the
+        exception, seconds, requests the proxy saw during the read)."""
+        mnt, proc = self.mount_layers()
+        try:
+            expected = self.expected(mnt, "layer4.weight")
+            served = self.proxy.served
+            self.proxy.faults_left, self.proxy.mode = faults_left, fault
+            done, result, seconds = in_thread(lambda: self.data(mnt, "layer4.weight"),
+                                              FAULT_TIMEOUT + SLACK)
+            self.proxy.mode = "pass"
+            self.assertTrue(done, f"{fault}: the read hung")
+            requests = self.proxy.served - served
+            if isinstance(result, bytes):
+                self.assertEqual(hashlib.sha256(result).hexdigest(), expected,
+                                 f"{fault}: wrong bytes")
+            # Once the server is right again the same tensor reads, whatever happened (a read
+            # may first join a request sent before the fault ended, and fail with it).
+            self.assertEqual(hashlib.sha256(self.read_again(mnt, "layer4.weight")).hexdigest(),
+                             expected)
+            return result, seconds, requests
+        finally:
+            self.proxy.mode = "pass"
+            self.unmount(mnt, proc)
+
+    def test_transient_faults_are_retried(self):
+        for fault in ("reset", "reset_mid", "truncate", "503", "429"):
+            with self.subTest(fault=fault):
+                result, seconds, requests = self.read_through_fault(fault, 1)
+                self.assertIsInstance(result, bytes, f"{fault}: {result!r}"[:300])
+                self.assertGreaterEqual(requests, 2, f"{fault}: no retry")
+
+    def test_persistent_faults_give_eio_within_the_timeout(self):
+        for fault in os.environ.get("FAULTS", "reset 503 stall truncate ignore_range").split():
+            with self.subTest(fault=fault):
+                result, seconds, requests = self.read_through_fault(fault, None)
+                self.assertIsInstance(result, OSError, f"{fault}: {type(result)}")
+                self.assertEqual(result.errno, errno.EIO)
+                self.assertLess(seconds, FAULT_TIMEOUT + SLACK)
+
+    def test_faults_at_mount(self):
+        for fault, code in (("503", 8), ("ignore_range", 2), ("stall", 8), ("reset", 8),
+                            ("truncate", 8)):
+            with self.subTest(fault=fault):
+                self.proxy.faults_left, self.proxy.mode = None, fault
+                start = time.monotonic()
+                r = self.ckptfs("-o", "timeout=2", self.proxy.url("layers.pth"), self.new_dir())
+                self.proxy.mode = "pass"
+                self.assertEqual(r.returncode, code, r.stderr)
+                self.assertLess(time.monotonic() - start, 2 + SLACK)
+                self.assertEqual(r.stderr.decode().count("\n"), 1, r.stderr)
+
+    def test_server_stopped_and_restarted(self):
+        mnt, proc = self.mount_layers(self.nginx.url("layers.pth"))
+        try:
+            self.nginx.stop()
+            done, result, seconds = in_thread(lambda: self.data(mnt, "layer6.weight"),
+                                              FAULT_TIMEOUT + SLACK)
+            self.assertTrue(done, "the read hung with the server stopped")
+            self.assertIsInstance(result, OSError)
+            self.assertEqual(result.errno, errno.EIO)
+            self.nginx.start()
+            self.assertEqual(len(self.read_again(mnt, "layer6.weight")), 2**20)
+            self.assertEqual(len(self.read_again(mnt, "layer7.weight")), 2**20)
+        finally:
+            if self.nginx.proc is None:
+                self.nginx.start()
+            self.unmount(mnt, proc)
+
+    def test_object_replaced_on_the_server(self):
+        path = self.root / "replaced.pth"
+        shutil.copy(self.root / "layers.pth", path)
+        mnt, proc = self.mount_layers(self.nginx.url("replaced.pth"))
+        try:
+            self.assertEqual(len(self.data(mnt, "layer0.weight")), 2**20)
+            make_checkpoint(path.with_suffix(".new"), TENSORS, seed=1)
+            os.replace(path.with_suffix(".new"), path)
+            with self.assertRaises(OSError) as caught:
+                self.data(mnt, "layer7.weight")
+            self.assertEqual(caught.exception.errno, errno.EIO)
+            # Every read from now on, cached or not.
+            with self.assertRaises(OSError):
+                (mnt / self.index["head.bias"]["path"] / "tensor.npy").read_bytes()
+        finally:
+            self.unmount(mnt, proc)
+        self.assertIn("changed while mounted", self.output(proc))
+
+
+if __name__ == "__main__":
+    unittest.main()
