@@ -5,14 +5,13 @@
 // Why not libfuse's fuse_session_loop_mt(): its threads sleep in read() between requests, and
 // every request then starts by waking one. On a VM whose idle vCPUs halt (this project's test
 // machine), waking a thread on another vCPU costs tens of microseconds, more than the rest of a
-// round trip: an IOCTL round trip took 21 us with libfuse's loop and 12 us with a thread polling
-// for it. So after answering a request, one thread (never two) keeps polling for the next for a
-// short while. The other threads sleep in one shared epoll set, which wakes one of them per
-// request; while a thread polls or answers, /dev/fuse is out of that set so that the request it
-// is about to take does not wake a sleeper for nothing (a wake-up that cost the caller as much as
-// the round trip saved). It goes back in when requests pile up, when a handler may wait (may_wait:
-// a disk read, a store into the page cache), and when the poller gives up. The poller yields the
-// CPU at each turn, so it only uses time no other thread wants.
+// round trip (docs/PERFORMANCE.md). So after answering a request, one thread (never two) keeps
+// polling for the next for a short while. The other threads sleep in one shared epoll set, which
+// wakes one of them per request; while a thread polls or answers, /dev/fuse is out of that set
+// so that the request it is about to take does not wake a sleeper for nothing (a wake-up that
+// costs the caller as much as the round trip saves). It goes back in when requests pile up, when
+// a handler may wait (may_wait: a disk read, a store into the page cache), and when the poller
+// gives up. The poller yields the CPU at each turn, so it only uses time no other thread wants.
 #include "serve_loop.hpp"
 
 #include "libfuse.hpp"
@@ -88,7 +87,7 @@ bool stopping(Shared& s) {
 
 // Whether a request on /dev/fuse wakes a sleeping thread: /dev/fuse is taken out of the epoll set
 // and put back. (EPOLL_CTL_MOD with no events does not do it: the kernel adds EPOLLERR|EPOLLHUP,
-// and /dev/fuse's wake-ups carry no event mask, so they still wake the sleepers; measured.)
+// and /dev/fuse's wake-ups carry no event mask, so they still wake the sleepers.)
 // Called by the poller only. Returns whether the state is now `on`.
 bool wake_sleepers(Shared& s, bool on) {
   if (s.sleepers_woken.load(std::memory_order_relaxed) == on) return true;
@@ -138,7 +137,7 @@ void run_worker(Shared& s) {
         // thread keeps polling until it is back in (epoll_ctl failed only for lack of memory).
         if (Clock::now() < deadline || !wake_sleepers(s, true)) {
           // Polling must not take a CPU from a runnable thread (the readers, when they are as
-          // many as the CPUs): measured 24k -> 65k random 4 KiB reads a second, 2 readers.
+          // many as the CPUs; docs/PERFORMANCE.md).
           ::sched_yield();
           continue;
         }
