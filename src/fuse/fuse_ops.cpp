@@ -311,7 +311,9 @@ void prefill_page_cache(Context& ctx, fuse_ino_t ino, std::uint64_t size) {
   fuse_bufvec* bytes = reply.bufvec();
   if (bytes != nullptr &&
       fuse_lowlevel_notify_store(ctx.session, ino, 0, bytes, fuse_buf_copy_flags{}) == 0) {
-    for (const SourceRange& range : reply.source_ranges()) ctx.pages.cached_by_mount(range);
+    for (const SourceRange& range : reply.source_ranges()) {
+      ctx.pages.cached_by_mount(range, SourcePages::Drop::later);
+    }
   }
 }
 

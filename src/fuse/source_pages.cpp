@@ -49,7 +49,7 @@ SourcePages::SourcePages(Sources sources) : reach_(largest_folio() + page_size()
 
 SourcePages::~SourcePages() = default;
 
-void SourcePages::cached_by_mount(const SourceRange& range) noexcept {
+void SourcePages::cached_by_mount(const SourceRange& range, Drop drop) noexcept {
   if (range.source >= per_source_.size() || range.length == 0) return;
   Extents& e = *per_source_[range.source];
   if (e.fd < 0) return;
@@ -75,6 +75,7 @@ void SourcePages::cached_by_mount(const SourceRange& range) noexcept {
   } catch (...) {
     return;  // nothing is dropped; the pages stay cached
   }
+  if (drop == Drop::later) return;
   // The whole pages of the extent within reach of the new range.
   const std::uint64_t lo = std::max((start + page - 1) / page * page,
                                     range.offset > reach_ ? range.offset - reach_ : 0);

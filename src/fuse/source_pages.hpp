@@ -20,7 +20,8 @@ namespace ckptfs::fuse {
 // than a page: a zip record's local header), and each new range drops what lies within
 // largest_folio() + a page of it inside its extent: every folio that holds only bytes read
 // through the mount, once its last bytes are. What is left of a source: the partial folios at
-// each end of an extent, and the bytes no read asked for.
+// each end of an extent, the bytes no read asked for, and those recorded with Drop::later that no
+// later range came near.
 //
 // Thread-safe. Sources without a descriptor (remote ones) are left alone.
 class SourcePages {
@@ -31,7 +32,11 @@ class SourcePages {
   SourcePages& operator=(const SourcePages&) = delete;
 
   // The bytes of `range` are now in the mount's page cache (a reply that fills it was sent).
-  void cached_by_mount(const SourceRange& range) noexcept;
+  // Drop::later records them without a DONTNEED call, which a later range within reach makes:
+  // for the first bytes a file's open stores, so that opening many small files costs no call
+  // each (their pages stay cached until a read near them).
+  enum class Drop { now, later };
+  void cached_by_mount(const SourceRange& range, Drop drop = Drop::now) noexcept;
 
   // How many extents are remembered per source at most: past it the lowest is forgotten (random
   // reads make one extent each; forgetting one only leaves some pages in the cache).
