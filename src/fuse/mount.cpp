@@ -275,7 +275,8 @@ void mount_and_serve(const Tree& tree, Sources sources, const MountRequest& requ
   fuse_session* se = session->get();
   SignalHandlers handlers(se);
   MountedSession mounted(se, mountpoint);
-  log::forget_libfuse_failure();  // from here, what libfuse logs at error level explains a failed INIT
+  // From here, what libfuse logs at error level explains a failed INIT.
+  log::forget_libfuse_failure();
 
   // The mount exists, but it is not ready until the kernel's INIT is answered (requests wait in
   // the kernel until then). Without -f, a daemon child serves; this process waits for its report.
