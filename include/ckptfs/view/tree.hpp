@@ -8,6 +8,7 @@
 #include <ckptfs/model/model.hpp>
 #include <ckptfs/source/byte_source.hpp>
 #include <ckptfs/view/read_buffer.hpp>
+#include <ckptfs/base/hash.hpp>
 
 #include <atomic>
 #include <cstdint>
@@ -126,7 +127,7 @@ class Tree {
   std::vector<RootFile> root_files_;
   Ino first_entry_ino_ = 0;
   std::vector<std::string> entry_names_;
-  std::unordered_map<std::string_view, std::size_t> root_lookup_;  // name -> root child index
+  TextViewMap<std::size_t> root_lookup_;  // name -> root child index
   // Made once, on first use (see entry_files(), index_json(), safetensors()).
   mutable std::unique_ptr<std::atomic<const EntryFiles*>[]> entry_files_;
   // Files in each entry's directory, 0 until first known (whether tensor.pt can be made).
