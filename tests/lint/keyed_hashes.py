@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""Fails when an unordered container of the sources is keyed by text with the default hash.
+"""Fails when the sources hash text with std::hash: a default-hashed unordered container keyed by
+text, or std::hash<std::string(_view)> called by hand.
 
 Text keys come from files (zip names, pickle keys, safetensors names); std::hash has no key, so a
 file can make all of them collide (base/hash.hpp says how). Such tables use ckptfs::TextMap,
-TextViewMap, TextSet or TextViewSet, or a hasher given explicitly.
+TextViewMap, TextSet or TextViewSet, or KeyedHash directly.
 
     keyed_hashes.py SOURCE_ROOT
 """
@@ -15,7 +16,9 @@ from pathlib import Path
 # std::unordered_set<std::string> or <std::string_view>.
 DEFAULT_HASHED = re.compile(
     r"std::unordered_(?:map|set)\s*<\s*(?:const\s+)?std::(?:string|string_view)\s*"
-    r"(?:>|,\s*[^,<>]+(?:<[^<>]*>)?\s*>)")
+    r"(?:>|,\s*[^,<>]+(?:<[^<>]*>)?\s*>)"
+    # or std::hash of text used by hand (an open-addressing table of one's own)
+    r"|std::hash\s*<\s*(?:const\s+)?std::(?:string|string_view)\s*>")
 
 
 def main():
