@@ -3,7 +3,7 @@
 # ckptfs_VERSION_ARCH.deb, installed under /usr with `apt-get install ./ckptfs_*.deb`.
 # Its contents are what packaging/install.cmake and CMakeLists.txt install, the binaries
 # stripped. Depends: fuse3 (fusermount3, mount.fuse3) and the shared libraries the binary
-# links, computed by dpkg-shlibdeps (libc6, libfmt9, libfuse3-3, libgcc-s1, libstdc++6).
+# links, computed by dpkg-shlibdeps (libc6, libfmt9, libfuse3-3, libgcc-s1, libstdc++6, zlib1g).
 # ckptfs-verify needs python3 with numpy and torch: Recommends python3, Suggests the others
 # (python3-torch is large, and ckptfs itself never needs it).
 

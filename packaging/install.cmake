@@ -2,8 +2,9 @@
 # What `cmake --install` puts beside the ckptfs binary (CMakeLists.txt installs ckptfs itself).
 # Every destination is a GNUInstallDirs one, relative to CMAKE_INSTALL_PREFIX (DESTDIR works):
 #   bin/ckptfs-verify                     a relative symlink to libexec/ckptfs/ckptfs-verify
-#   libexec/ckptfs/                       ckptfs-verify, and ckptfs_reference.py and ckptfs_mounts.py,
-#                                         which it imports from its own (resolved) directory
+#   libexec/ckptfs/                       ckptfs-verify, and ckptfs_reference.py, ckptfs_mounts.py
+#                                         and ckptfs_safetensors.py, which it imports from its own
+#                                         (resolved) directory
 #   share/man/man1/ckptfs.1.gz            the man page (packaging/ckptfs.1, gzip -9n)
 #   share/bash-completion/completions/ckptfs
 #   share/doc/ckptfs/                     README.md, copyright, examples/mnt-model.mount
@@ -15,7 +16,8 @@ include(GNUInstallDirs)
 set(CKPTFS_VERIFY_DIR ${CMAKE_INSTALL_LIBEXECDIR}/ckptfs)
 install(PROGRAMS ${PROJECT_SOURCE_DIR}/scripts/ckptfs-verify DESTINATION ${CKPTFS_VERIFY_DIR})
 install(FILES ${PROJECT_SOURCE_DIR}/scripts/ckptfs_reference.py
-  ${PROJECT_SOURCE_DIR}/scripts/ckptfs_mounts.py DESTINATION ${CKPTFS_VERIFY_DIR})
+  ${PROJECT_SOURCE_DIR}/scripts/ckptfs_mounts.py ${PROJECT_SOURCE_DIR}/scripts/ckptfs_safetensors.py
+  DESTINATION ${CKPTFS_VERIFY_DIR})
 
 # bin/ckptfs-verify -> the script, relative so that the installed tree can move (DESTDIR,
 # a package); computed at install time, when the final prefix is known.

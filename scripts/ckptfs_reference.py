@@ -15,6 +15,8 @@ integration tests (tests/integration/) share:
                 `ckptfs inspect` and of the mount (children, contains_tensor; sparse and nested
                 tensors as their parts: tensor_parts, SPARSE_PARTS, NESTED_PARTS); key_paths: the
                 Python keys of the entries whose text does not say them
+    TorchScript torchscript_prefix, torchscript_flatten, torchscript_key_paths: a torch.jit.save
+                archive's entries (state_dict, constants.N, attributes.*) computed with torch
     values      simple_json, NOT_JSON, value_entry, has_opaque, json_equal: which values JSON
                 can hold, a value's entry, and how ckptfs's JSON compares with them
     names       directory_name, entry_names, fnv1a64, ROOT_FILES: the names of keys in the mount
@@ -47,7 +49,8 @@ DTYPE_SIZES = {
     "int64": 8, "int32": 4, "int16": 2, "int8": 1, "uint8": 1, "bool": 1,
     "complex64": 8, "complex128": 16, "complex32": 4,
     "float8_e5m2": 1, "float8_e4m3fn": 1, "float8_e5m2fnuz": 1, "float8_e4m3fnuz": 1,
-    "float8_e8m0fnu": 1, "uint16": 2, "uint32": 4, "uint64": 8, "bits8": 1,
+    "float8_e8m0fnu": 1, "float4_e2m1fn_x2": 1, "uint16": 2, "uint32": 4, "uint64": 8,
+    "bits8": 1,
     "qint8": 1, "quint8": 1, "qint32": 4,
 }
 
@@ -59,7 +62,7 @@ NUMPY_KIND = {
     "bool": "b1", "complex64": "c8", "complex128": "c16",
     "bfloat16": "u2", "complex32": "u4", "bits8": "u1",
     "float8_e5m2": "u1", "float8_e4m3fn": "u1", "float8_e5m2fnuz": "u1", "float8_e4m3fnuz": "u1",
-    "float8_e8m0fnu": "u1",
+    "float8_e8m0fnu": "u1", "float4_e2m1fn_x2": "u1",
     "qint8": "i1", "quint8": "u1", "qint32": "i4",  # the integer representation
 }
 
@@ -460,6 +463,157 @@ def key_paths(flat):
     for key, _, parts in flat:
         needed = count[key] > 1 or any(type(p) is not str for p in parts)
         out.append([key_part_json(p) for p in parts] if needed else None)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# TorchScript archives (torch.jit.save)
+# --------------------------------------------------------------------------------------------
+
+def torchscript_prefix(path):
+    """The record prefix of a TorchScript archive (a zip whose `<prefix>/constants.pkl` exists,
+    which is how torch.load tells one), or None for any other file."""
+    import zipfile
+    try:
+        with zipfile.ZipFile(path) as zf:
+            names = zf.namelist()
+    except (zipfile.BadZipFile, OSError):
+        return None
+    if not names:
+        return None
+    prefix = names[0].split("/")[0]
+    return prefix if f"{prefix}/constants.pkl" in names else None
+
+
+class _RenamedRecords:
+    """torch's own zip reader, with torch.serialization._load's `data/<key>` storages read from
+    another directory (constants.pkl's storages are `constants/<key>`)."""
+
+    def __init__(self, reader, directory):
+        self._reader, self._directory = reader, directory
+
+    def get_storage_from_record(self, name, *args):
+        if name.startswith("data/"):
+            name = self._directory + name[len("data/"):]
+        return self._reader.get_storage_from_record(name, *args)
+
+    def __getattr__(self, name):
+        return getattr(self._reader, name)
+
+
+def _torchscript_pickle(path, pickle_file, directory):
+    """A pickle of a TorchScript archive loaded by torch's own torch.serialization._load (torch
+    reads and rebuilds every tensor from its record), TorchScript classes kept as StubObjects
+    holding their pickled state (runs the archive's pickle: trusted files only)."""
+    reader = _RenamedRecords(torch._C.PyTorchFileReader(str(path)), directory)
+    return torch.serialization._load(reader, "cpu", _stub_pickle, pickle_file=pickle_file)
+
+
+def _tensor_leaves(x, parts, out, seen):
+    """The tensors below `x` in flatten's order, tensors only: (key parts, tensor) of dict items,
+    list and tuple positions, an object's dict state by its keys, or its other state as the part
+    "__state__"; a per-channel quantized tensor is followed by its scales and zero points."""
+    if isinstance(x, torch.Tensor):
+        out.append((parts, x))
+        for name, part in quantized_parts(x):
+            out.append((parts + [Part(name)], part))
+        return
+    if id(x) in seen:
+        return
+    seen.add(id(x))
+    if isinstance(x, dict):
+        children = list(x.items())
+    elif type(x) in (list, tuple):
+        children = list(enumerate(x))
+    elif isinstance(x, StubObject):
+        d = x.__dict__
+        children = ([(Part("__state__"), d["__state__"])] if list(d) == ["__state__"]
+                    else list(d.items()))
+    else:
+        children = []
+    for k, v in children:
+        _tensor_leaves(v, parts + [k], out, seen)
+    seen.discard(id(x))
+
+
+def _state_of(stub):
+    d = stub.__dict__ if isinstance(stub, StubObject) else {}
+    return {} if list(d) == ["__state__"] else d
+
+
+def torchscript_flatten(path):
+    """The entries ckptfs gives a TorchScript archive, computed with torch:
+    [(key, tensor, parts, group)] in order, group being "state_dict", "constants" or
+    "attributes":
+      - torch.jit.load(path).state_dict(): its keys, in its order;
+      - constants.pkl's tensors as "constants.N" (torch's _load over the constants/ records);
+      - every other tensor of data.pkl under "attributes." + the module path + the attribute
+        (then positions, keys, "__state__"), modules' other attributes before their submodules'.
+    Every tensor comes from torch's own _load of data.pkl (so that tensors over one storage
+    share it, as in the file); each state_dict one is checked against torch.jit.load's (dtype,
+    layout, requires_grad, values): an AssertionError says where they differ."""
+    prefix = torchscript_prefix(path)
+    if prefix is None:
+        raise ValueError(f"{path}: not a TorchScript archive")
+    module = torch.jit.load(str(path), map_location="cpu")
+    root = _torchscript_pickle(path, "data.pkl", "data/")
+    constants = _torchscript_pickle(path, "constants.pkl", "constants/")
+    out = []
+
+    def tensor(key, t, parts, group):
+        out.append((key, t, parts, group))
+        for name, part in quantized_parts(t):
+            out.append((f"{key}.{name}", part, parts + [Part(name)], group))
+
+    for key, jit_tensor in module.state_dict(keep_vars=True).items():
+        stub, names = root, key.split(".")
+        for name in names[:-1]:
+            stub = _state_of(stub)[name]
+        t = _state_of(stub)[names[-1]]
+        assert isinstance(t, torch.Tensor), f"{key}: not a tensor in data.pkl"
+        assert (t.dtype, t.shape, t.stride(), t.storage_offset(), t.requires_grad) == (
+            jit_tensor.dtype, jit_tensor.shape, jit_tensor.stride(), jit_tensor.storage_offset(),
+            jit_tensor.requires_grad), f"{key}: torch.jit.load and data.pkl disagree"
+        assert tensor_bytes(t) == tensor_bytes(jit_tensor), f"{key}: values differ"
+        tensor(key, t, names, "state_dict")
+    assert isinstance(constants, tuple), "constants.pkl is not a tuple"
+    leaves = []
+    _tensor_leaves(constants, [Part("constants")], leaves, set())
+    for parts, t in leaves:
+        out.append((".".join(map(str, parts)), t, parts, "constants"))
+
+    leaves = []
+
+    def attributes(m, stub, parts):
+        state = stub.__dict__ if isinstance(stub, StubObject) else {}
+        taken = set(m._modules.keys())
+        taken |= {k for k, v in m._parameters.items() if isinstance(v, torch.Tensor)}
+        taken |= {k for k, v in m._buffers.items() if isinstance(v, torch.Tensor)}
+        if list(state) == ["__state__"]:
+            _tensor_leaves(stub, parts, leaves, set())
+            return
+        for name, value in state.items():
+            if name not in taken:
+                _tensor_leaves(value, parts + [name], leaves, set())
+        for name, sub in m._modules.items():
+            if sub is not None:
+                attributes(sub, state.get(name), parts + [name])
+
+    attributes(module, root, [Part("attributes")])
+    for parts, t in leaves:
+        out.append((".".join(map(str, parts)), t, parts, "attributes"))
+    return out
+
+
+def torchscript_key_paths(flat):
+    """key_paths() of torchscript_flatten()'s entries, each group on its own (as ckptfs finds
+    shared texts within the walk that made them)."""
+    out = [None] * len(flat)
+    for group in ("state_dict", "constants", "attributes"):
+        where = [i for i, e in enumerate(flat) if e[3] == group]
+        paths = key_paths([flat[i][:3] for i in where])
+        for i, p in zip(where, paths):
+            out[i] = p
     return out
 
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Fuzzes ckptfs with libFuzzer (clang, ASan+UBSan), in build-fuzz/ (-DCKPTFS_FUZZ=ON).
 #
-#   scripts/fuzz.sh TARGET SECONDS [LIBFUZZER_ARGS...]  fuzz TARGET (zip, pickle, checkpoint)
+#   scripts/fuzz.sh TARGET SECONDS [LIBFUZZER_ARGS...]  fuzz TARGET (zip, pickle, checkpoint,
+#                                                        safetensors)
 #   scripts/fuzz.sh seed                                 (re)build the seeds: build-fuzz/seeds/
 #   scripts/fuzz.sh merge TARGET                         minimize the work corpus into the
 #                                                        committed tests/fuzz/corpus/TARGET/
@@ -17,7 +18,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 build=$root/build-fuzz
-targets=(zip pickle checkpoint)
+targets=(zip pickle checkpoint safetensors)
 
 usage() { sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 1; }
 
@@ -27,7 +28,7 @@ configure() {
       -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DCKPTFS_FUZZ=ON >/dev/null
   fi
   nice -n 19 cmake --build "$build" -j"$(nproc)" \
-    --target fuzz_zip fuzz_pickle fuzz_checkpoint fuzz_seeds >/dev/null
+    --target fuzz_zip fuzz_pickle fuzz_checkpoint fuzz_safetensors fuzz_seeds >/dev/null
 }
 
 # Seeds: real checkpoints (zip and checkpoint targets), their pickles (pickle target), and the
@@ -35,6 +36,7 @@ configure() {
 seed() {
   rm -rf "$build/seeds"
   "$build/tests/fuzz/fuzz_seeds" "$build/seeds"
+  mkdir -p "$build/seeds/safetensors"
   if [ ! -f "$build/fixtures/convnet.pth" ]; then
     /usr/bin/python3 scripts/make_fixtures.py "$build/fixtures" >/dev/null
   fi
@@ -60,6 +62,14 @@ def pickles(data):
         found.append(data[at:end])
         at = end
     return found
+
+# safetensors files and indexes (the fixtures' and those of ../shared/corpus/formats).
+for directory in sys.argv[2:]:
+    for path in sorted(Path(directory).glob("**/*")):
+        if path.is_file() and path.suffix in (".safetensors", ".json") \
+                and not path.name.endswith(".expected.json") and path.stat().st_size <= limit:
+            name = f"{path.parent.name}.{path.name}"
+            (out / "safetensors" / name).write_bytes(path.read_bytes())
 
 for directory in sys.argv[2:]:
     for path in sorted(Path(directory).glob("*")):

@@ -5,8 +5,8 @@ cd "$(dirname "$0")/.."
 packages=(
   g++ cmake ninja-build pkg-config
   libfuse3-dev fuse3 libfmt-dev nlohmann-json3-dev doctest-dev
-  libcurl4-openssl-dev zlib1g-dev  # remote checkpoints (HTTP(S), S3), the disk cache's CRCs, the
-                                   # CRC-32 benchmark built with the tests
+  libcurl4-openssl-dev zlib1g-dev  # remote checkpoints (HTTP(S), S3); zlib: the disk cache's CRCs,
+                                   # TorchScript's deflated code records, the CRC-32 benchmark
   python3-torch python3-numpy
   rsync fuse-zip
   nginx-light openssl curl         # the remote tests' HTTP(S) server, its throw-away CA, a reference client

@@ -11,7 +11,7 @@ them it exits 77 (test harnesses' "skipped"), saying so. The output is determini
 seeds, no timestamps, legacy storage keys (heap pointers) rewritten.
 
 Each `<name>.expected.json` is computed from the objects that were saved (never typed by hand):
-    {"format": "zip"|"legacy", "byteorder": "little"|"big", "entries": [...]}
+    {"format": "zip"|"legacy"|"torchscript", "byteorder": "little"|"big", "entries": [...]}
 with one entry per flattened item (the rule is ckptfs_reference.flatten, that of `ckptfs inspect`):
     {"key", "kind": "tensor", "dtype", "shape", "stride", "storage_offset", "requires_grad",
      "nbytes", "contiguous", "shared_with", "sha256"}
@@ -36,6 +36,24 @@ Fixtures:
     bigendian   what torch >= 2.1 writes on s390x: byte-swapped storages, byteorder 'big'
     new_dtypes  torch >= 2.7 layout: _rebuild_tensor_v3 + UntypedStorage for float8*, uint16/32/64,
                 complex32, bits8; two dtypes over one storage; Parameter with state; conj
+    ts_script   torch.jit.script of TSNet: conv/bn/linear, Sequential, ModuleList, ModuleDict,
+                ParameterList, buffers persistent, not persistent and None, a tied parameter, one
+                module under two names, a frozen parameter, plain tensor attributes (one set
+                before Module.__init__), a TorchScript class holding a tensor, List/Dict of
+                tensors, an LSTM, buffers of several dtypes, a transposed view, an empty buffer
+    ts_trace    torch.jit.trace of TSTraced: tensor constants in constants.pkl
+    ts_quantized torch.jit.script of a dynamically quantized model (qint8 per tensor and per
+                channel): the weights are packed parameters, outside state_dict()
+    ts_frozen   torch.jit.freeze: every weight a constant, state_dict() empty
+    ts_layout2x ts_script re-zipped as torch 2.x lays archives out (byteorder, .data/version,
+                .data/serialization_id), code records stored
+The expected entries of a TorchScript archive are torch's own reading (ckptfs_reference's
+torchscript_flatten): torch.jit.load(f).state_dict()'s keys and order, then constants.pkl and the
+other tensors of data.pkl as torch.serialization._load rebuilds them from the records.
+
+and the safetensors files and Hugging Face sharded sets of scripts/safetensors_fixtures.py
+(st_dtypes, st_mlx, st_keys, st_empty, sharded_st/, sharded_bin/), whose expected.json has its
+own form (see there).
 
 Fixtures torch 1.13 cannot write (bigendian.pth, new_dtypes.pth) are assembled here: a zip writer
 that lays records out exactly as torch's miniz writer does (the 'FB' padding field, 64-byte
@@ -43,9 +61,11 @@ aligned payloads, data descriptors, zip64 end records), and a protocol-2 pickle 
 1.13 can load all but new_dtypes.pth and zip64_cd.pth (see the comment where it is written).
 
 Self-checks before exiting 0: every fixture torch 1.13 can load is loaded and must describe exactly
-as expected; every fixture is re-read by an independent reference reader in this file (zipfile or
-the legacy stream + a stub unpickler + byte gathering from the file) that must agree too; the zip
-writer and the pickle assembler reproduce torch's own output byte for byte.
+as expected; every fixture but the TorchScript ones is re-read by an independent reference reader
+in this file (zipfile or the legacy stream + a stub unpickler + byte gathering from the file) that
+must agree too (a TorchScript archive's state_dict tensors are checked against torch.jit.load's
+instead, and what its fixtures exist to show is asserted); the zip writer and the pickle
+assembler reproduce torch's own output byte for byte.
 """
 
 import argparse
@@ -79,6 +99,7 @@ except ImportError as _e:
 
 sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
 import ckptfs_reference as ref  # noqa: E402  (beside this script)
+import safetensors_fixtures  # noqa: E402  (beside this script)
 
 warnings.filterwarnings("ignore")
 
@@ -876,6 +897,201 @@ def fixture_bigendian_source():
 
 
 # --------------------------------------------------------------------------------------------
+# TorchScript fixtures (torch.jit.save): modules scripted and traced here
+# --------------------------------------------------------------------------------------------
+
+@torch.jit.script
+class TSHolder:
+    """A TorchScript class (not a module): its tensor is an attribute, never in state_dict,
+    though a bool `training` follows it as in a module (only the declarations tell)."""
+
+    def __init__(self, t: torch.Tensor):
+        self.t = t
+        self.training = True
+
+
+class TSInner(nn.Module):
+    """Parameters and buffers of every kind state_dict() knows, and tensors it does not list."""
+
+    def __init__(self, n):
+        super().__init__()
+        self.lin = nn.Linear(n, n)
+        self.register_buffer("persistent", torch.arange(float(n)))
+        self.register_buffer("transient", torch.ones(n), persistent=False)  # listed by jit
+        self.register_buffer("absent", None)  # a None buffer: not listed
+        self.plain = torch.full((n,), 7.0)  # a plain tensor attribute: not listed
+        self.scale = nn.Parameter(torch.linspace(-1, 1, n))
+        self.frozen = nn.Parameter(torch.ones(2, 2), requires_grad=False)
+
+    def forward(self, x):
+        return self.lin(x) * self.scale + self.persistent + self.transient + self.plain
+
+
+class TSEarly(nn.Module):
+    """A tensor attribute set before Module.__init__: it precedes `training` in data.pkl."""
+
+    def __init__(self, n):
+        self.early = torch.zeros(n)
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(n))
+
+    def forward(self, x):
+        return x * self.w + self.early
+
+
+class TSNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        n = 3
+        self.conv = nn.Conv2d(2, n, 3, bias=False)  # a parameter that is None: not listed
+        self.bn = nn.BatchNorm2d(n)
+        self.seq = nn.Sequential(nn.Linear(n, n), nn.ReLU(), nn.Linear(n, n))
+        self.blocks = nn.ModuleList([TSInner(n), TSInner(n)])
+        self.heads = nn.ModuleDict({"a": nn.Linear(n, n), "norm": nn.LayerNorm(n)})
+        self.extra = nn.ParameterList([nn.Parameter(torch.randn(n)), nn.Parameter(torch.randn(2))])
+        self.tied = nn.Linear(n, n)
+        self.seq[0].weight = self.tied.weight  # one parameter in two places
+        self.shared = nn.Linear(n, 2)
+        self.shared_again = self.shared  # one module under two names
+        self.early = TSEarly(n)
+        self.holder = TSHolder(torch.randn(4))
+        self.rnn = nn.LSTM(n, 2, batch_first=True)  # its _flat_weights list: attributes
+        self.emb = nn.Embedding(5, n)
+        self.register_buffer("tied_t", self.tied.weight.detach().t())  # a transposed view
+        self.register_buffer("steps", torch.tensor(11, dtype=torch.int64))
+        self.register_buffer("mask", torch.tensor([True, False, True]))
+        self.register_buffer("f16", torch.randn(2, 3).half())
+        self.register_buffer("bf16", torch.randn(3).bfloat16())
+        self.register_buffer("ids", torch.arange(6, dtype=torch.int32).reshape(2, 3))
+        self.register_buffer("nothing", torch.empty(0, 4))
+        self.history = [torch.randn(2), torch.randn(3)]  # List[Tensor]: attributes
+        self.table = {"k": torch.randn(2)}  # Dict[str, Tensor]: attributes
+
+    def forward(self, x):
+        y = self.bn(self.conv(x)).mean((2, 3))
+        y = self.seq(y) + self.tied(y)
+        for block in self.blocks:
+            y = block(y)
+        y = self.heads["norm"](self.heads["a"](y)) + self.early(y)
+        o, _ = self.rnn(y.unsqueeze(0))
+        z = self.shared(y) + self.shared_again(y)
+        return (o.sum() + z.sum() + self.emb(torch.tensor([1])).sum() + self.holder.t.sum()
+                + self.extra[0].sum() + self.history[0].sum() + self.table["k"].sum())
+
+
+class TSTraced(nn.Module):
+    """Traced: tensors the forward makes or reads from plain attributes become constants."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(1, 2, 2)
+        self.bn = nn.BatchNorm2d(2)
+        self.fc = nn.Linear(2, 3)
+        self.offset = torch.tensor([0.5, -0.5, 2.0])
+
+    def forward(self, x):
+        y = self.bn(self.conv(x)).mean((2, 3))
+        return self.fc(y) + self.offset + torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64).float()
+
+
+def ts_net():
+    torch.manual_seed(21)
+    m = TSNet()
+    m.train()
+    m(torch.randn(2, 2, 5, 5))  # running statistics move, num_batches_tracked counts
+    return m.eval()
+
+
+def ts_quantized_model():
+    """Dynamically quantized Linear layers, per tensor and per channel: their weights live in
+    packed parameters, which state_dict() does not list."""
+    torch.manual_seed(22)
+    float_model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2), nn.LayerNorm(2))
+    qconfig = {"0": torch.quantization.default_dynamic_qconfig,
+               "2": torch.quantization.per_channel_dynamic_qconfig}
+    return torch.quantization.quantize_dynamic(float_model, qconfig, dtype=torch.qint8)
+
+
+def write_torchscript_fixtures(out):
+    """ts_script, ts_trace, ts_quantized, ts_frozen (torch.jit.save by torch 1.13) and
+    ts_layout2x (ts_script's records re-zipped in the order torch 2.x writes them, with
+    byteorder, .data/version and .data/serialization_id, code records stored); their names."""
+    torch.jit.save(torch.jit.script(ts_net()), str(out / "ts_script.pth"))
+    torch.manual_seed(23)
+    traced = TSTraced().eval()
+    torch.jit.save(torch.jit.trace(traced, torch.randn(1, 1, 3, 3)), str(out / "ts_trace.pth"))
+    torch.jit.save(torch.jit.script(ts_quantized_model()), str(out / "ts_quantized.pth"))
+    torch.manual_seed(24)
+    frozen = nn.Sequential(nn.Conv2d(1, 2, 2), nn.ReLU(), nn.Flatten(), nn.Linear(8, 2)).eval()
+    torch.jit.save(torch.jit.freeze(torch.jit.script(frozen)), str(out / "ts_frozen.pth"))
+    records = read_zip_records((out / "ts_script.pth").read_bytes())
+    old = records[0][0].split("/")[0] + "/"
+    rec = {n[len(old):]: b for n, b in records}
+    order = sorted((n for n in rec if n.startswith("data/")), key=lambda n: int(n[5:]))
+    order += ["data.pkl"] + [n for n in rec if n.startswith("code/")]
+    order += [n for n in rec if n.startswith("constants/")] + ["constants.pkl", "version"]
+    assert sorted(order) == sorted(rec), "ts_script.pth has records the 2.x layout lacks"
+    layout = [("ts_layout2x/" + n, rec[n]) for n in order]
+    layout += [("ts_layout2x/byteorder", b"little"), ("ts_layout2x/.data/version", b"3\n")]
+    layout.append(("ts_layout2x/.data/serialization_id", serialization_id(layout).encode()))
+    write(out / "ts_layout2x.pth", torch_zip(layout))
+    return ["ts_script", "ts_trace", "ts_quantized", "ts_frozen", "ts_layout2x"]
+
+
+def describe_torchscript(path):
+    """The expected.json document of a TorchScript archive: ref.torchscript_flatten (torch's own
+    reading: torch.jit.load's state_dict, then torch's _load of constants.pkl and data.pkl)."""
+    flat = ref.torchscript_flatten(path)
+    entries, idents = [], []
+    for (key, t, _, _), key_path in zip(flat, ref.torchscript_key_paths(flat)):
+        e = {"key": key, "kind": "tensor"}
+        e.update(tensor_entry(t, "little"))
+        q = ref.quantization(t, key)
+        if q is not None:
+            e["quantization"] = q
+        if key_path is not None:
+            e["key_path"] = key_path
+        entries.append(e)
+        idents.append(storage_identity(t))
+    for i, e in enumerate(entries):
+        e["shared_with"] = [entries[j]["key"] for j in range(len(entries))
+                            if j != i and idents[j] == idents[i]]
+    return {"format": "torchscript", "byteorder": "little", "entries": entries}
+
+
+def check_torchscript_facts(out, made):
+    """What the TorchScript fixtures exist to show, as torch 1.13 has it."""
+    def keys(name, group=None):
+        return [e["key"] for e in made[name][0]["entries"]
+                if group is None or (e.get("key_path") or [None])[0] == group]
+
+    sd = list(torch.jit.load(str(out / "ts_script.pth")).state_dict())
+    check(keys("ts_script")[:len(sd)] == sd, "ts_script: state_dict first, in its order")
+    for key in ("blocks.0.transient", "seq.0.weight", "tied.weight", "shared.weight",
+                "shared_again.weight", "early.w", "blocks.1.frozen"):
+        check(key in sd, f"ts_script: {key} is in state_dict")
+    for key in ("blocks.0.plain", "blocks.0.absent", "conv.bias", "early.early", "holder.t"):
+        check(key not in sd, f"ts_script: {key} is not in state_dict")
+    attributes = keys("ts_script", {"__part__": "attributes"})
+    for key in ("attributes.blocks.0.plain", "attributes.early.early", "attributes.holder.t",
+                "attributes.history.1", "attributes.table.k", "attributes.rnn._flat_weights.0"):
+        check(key in attributes, f"ts_script: {key} is among the attributes")
+    check(keys("ts_trace", {"__part__": "constants"}), "ts_trace: tensor constants")
+    quantized_sd = list(torch.jit.load(str(out / "ts_quantized.pth")).state_dict())
+    check(quantized_sd == ["3.weight", "3.bias"],
+          "ts_quantized: the LayerNorm only in state_dict, no packed weight")
+    dtypes = {e["dtype"] for e in made["ts_quantized"][0]["entries"]}
+    check("qint8" in dtypes, "ts_quantized: qint8 packed weights among the attributes")
+    check(any(e["key"].endswith(".q_per_channel_scales")
+              for e in made["ts_quantized"][0]["entries"]), "ts_quantized: per-channel scales")
+    check(not list(torch.jit.load(str(out / "ts_frozen.pth")).state_dict())
+          and keys("ts_frozen") == keys("ts_frozen", {"__part__": "constants"}),
+          "ts_frozen: frozen weights are constants only")
+    check(made["ts_layout2x"][0]["entries"] == made["ts_script"][0]["entries"],
+          "ts_layout2x: the same entries as ts_script")
+
+
+# --------------------------------------------------------------------------------------------
 # Writers
 # --------------------------------------------------------------------------------------------
 
@@ -1127,13 +1343,17 @@ def make_all(outdir):
     write(out / "new_dtypes.pth", data)
     made["new_dtypes"] = (describe(root, "zip", "little"), False)
 
+    for name in write_torchscript_fixtures(out):
+        made[name] = (describe_torchscript(out / f"{name}.pth"), True)
+    check_torchscript_facts(out, made)
+
     for name, (expected, loadable) in made.items():
         write_json(out / f"{name}.expected.json", expected)
 
     # Self-checks. 1: torch 1.13 loads what it can, and it describes exactly as expected
     # (bigendian.pth loads with swapped values: its bytes must then be the file's bytes).
     for name, (expected, loadable) in made.items():
-        if not loadable:
+        if not loadable or expected["format"] == "torchscript":  # torch's own reading made them
             continue
         loaded = torch.load(out / f"{name}.pth", map_location="cpu")
         got = describe(loaded, expected["format"], "little")
@@ -1142,6 +1362,8 @@ def make_all(outdir):
         check(diff is None, f"{name}.pth: torch.load disagrees with expected: {diff}")
     # 2: the reference reader (zipfile / legacy stream, stub unpickler, bytes from the file).
     for name, (expected, _) in made.items():
+        if expected["format"] == "torchscript":
+            continue  # no reader here tells parameters from attributes: torch's (above) does
         fmt, byteorder, root = reference_read(out / f"{name}.pth")
         got = describe(root, fmt, byteorder)
         diff = first_difference(got, expected)
@@ -1167,7 +1389,8 @@ def make_all(outdir):
     check(mine == theirs, "the pickle assembler differs from torch's pickler")
     raw = (out / "convnet.pth").read_bytes()
     check(torch_zip(read_zip_records(raw)) == raw, "the zip writer differs from torch's writer")
-    return sorted(made)
+    # The safetensors files and sharded sets, with their own self-check.
+    return sorted(made) + safetensors_fixtures.make_all(out)
 
 
 def make_sample(path):

@@ -35,8 +35,10 @@ std::string human_bytes(uint128 n) {
 void print_inspect_table(const Model& c, std::FILE* out) {
   std::size_t key_width = 3;
   for (const auto& e : c.entries) key_width = std::max(key_width, std::min<std::size_t>(e.key.size(), 60));
-  fmt::print(out, "{:<{}}  {:<6}  {:<10}  {:<16}  {:>12}  {:>12}\n", "KEY", key_width, "KIND",
-             "DTYPE", "SHAPE", "BYTES", "OFFSET");
+  // A sharded set's offsets are in each tensor's own file: a last column names it.
+  const bool sources_column = c.sources.size() > 1;
+  fmt::print(out, "{:<{}}  {:<6}  {:<10}  {:<16}  {:>12}  {:>12}{}\n", "KEY", key_width, "KIND",
+             "DTYPE", "SHAPE", "BYTES", "OFFSET", sources_column ? "  SOURCE" : "");
   uint128 tensor_bytes = 0;
   std::size_t tensors = 0, values = 0, broken = 0;
   for (const auto& e : c.entries) {
@@ -57,12 +59,18 @@ void print_inspect_table(const Model& c, std::FILE* out) {
       tensor_bytes += t.nbytes();
       if (!t.contiguous()) where = "strided";
     }
-    fmt::print(out, "{:<{}}  {:<6}  {:<10}  {:<16}  {:>12}  {:>12}\n", key, key_width, "tensor",
-               info(t.dtype).name, shape_text(t.shape), t.broken.empty() ? t.nbytes() : 0, where);
+    std::string source;
+    if (sources_column && t.storage) {
+      source = "  " + escape_for_terminal(c.sources[c.storages[*t.storage].source], 200);
+    }
+    fmt::print(out, "{:<{}}  {:<6}  {:<10}  {:<16}  {:>12}  {:>12}{}\n", key, key_width, "tensor",
+               info(t.dtype).name, shape_text(t.shape), t.broken.empty() ? t.nbytes() : 0, where,
+               source);
   }
-  fmt::print(out, "{} tensors ({}), {} values, {} storages, format {}, byteorder {}{}\n",
+  fmt::print(out, "{} tensors ({}), {} values, {} storages, format {}, byteorder {}{}{}\n",
              tensors, human_bytes(tensor_bytes), values, c.storages.size(),
              format_name(c.format), c.byteorder(),
+             sources_column ? fmt::format(", {} files", c.sources.size()) : std::string(),
              broken ? fmt::format(", {} broken", broken) : std::string());
 }
 

@@ -21,6 +21,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <sys/resource.h>
 #include <unistd.h>
 #include <vector>
 
@@ -32,15 +33,17 @@ constexpr const char* usage_text = R"(usage: ckptfs [options] CHECKPOINT MOUNTPO
        ckptfs inspect CHECKPOINT [--json] [-o OPT[,OPT...]]
        ckptfs -h | --help | -V | --version
 
-Mounts a PyTorch checkpoint (.pth/.pt/.ckpt/.bin written by torch.save) read-only: every
-state_dict key becomes a directory with the tensor's raw `data`, a `meta.json` and a
-`tensor.npy`, and every read is an offset read inside the checkpoint. Its pickle is never
-executed.
+Mounts a checkpoint read-only: a PyTorch file written by torch.save or torch.jit.save
+(.pth/.pt/.ckpt/.bin), a safetensors file, or a Hugging Face sharded set (its directory or its
+*.index.json). Every key becomes a directory with the tensor's raw `data`, a `meta.json` and a
+`tensor.npy`, and every read is an offset read inside the file that holds the tensor. No pickle
+is ever executed.
 
-CHECKPOINT is a file, or a URL: http://, https:// (presigned URLs too) or s3://BUCKET/KEY
-(credentials, region and endpoint from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
-AWS_SESSION_TOKEN, AWS_REGION, AWS_ENDPOINT_URL). A remote checkpoint is read by range
-requests, only what is read, through a memory cache; it is never downloaded whole.
+CHECKPOINT is a file or a directory (see below), or a URL: http://, https:// (presigned URLs
+too) or s3://BUCKET/KEY (credentials, region and endpoint from AWS_ACCESS_KEY_ID,
+AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION, AWS_ENDPOINT_URL). A remote checkpoint
+is read by range requests, only what is read, through a memory cache; it is never downloaded
+whole.
 
 options (before or after CHECKPOINT MOUNTPOINT):
   -f                     stay in the foreground; "ckptfs: mounted ..." on stderr once ready
@@ -88,12 +91,22 @@ once the mount has failed and is gone (6). Relative paths work: both are made ab
 
 inspect CHECKPOINT [--json] [-o OPT[,OPT...]]
   lists every entry without mounting: key, kind, dtype, shape, bytes, file offset, and totals;
-  --json prints {"format", "byteorder", "entries": [...]}; -o takes the remote options above
+  --json prints {"format", "byteorder", "sources", "metadata", "entries": [...]}; -o takes the
+  remote options above
+
+CHECKPOINT, besides a torch.save file:
+  FILE.safetensors                a safetensors file (also any file with its header)
+  DIR                             model.safetensors, model.safetensors.index.json,
+                                  pytorch_model.bin or pytorch_model.bin.index.json in DIR (the
+                                  first there), else its one *.index.json or *.safetensors
+  DIR/NAME.index.json             a sharded set: each key from the shard its weight_map names
+                                  (a URL too: the shards beside it)
 
 the tree:
-  MOUNTPOINT/index.json           every entry: key, path, kind, dtype, shape, nbytes
+  MOUNTPOINT/index.json           every entry: key, path, kind, dtype, shape, nbytes; the
+                                  files read (sources) and the file's metadata
   MOUNTPOINT/<key>/data           a tensor's bytes in C order, as stored
-  MOUNTPOINT/<key>/meta.json      dtype, shape, stride, offsets, storage, sharing
+  MOUNTPOINT/<key>/meta.json      dtype, shape, stride, source file, offsets, storage, sharing
   MOUNTPOINT/<key>/tensor.npy     the same bytes behind a .npy header
   MOUNTPOINT/<key>/value.json     a non-tensor value as JSON
 
@@ -103,10 +116,10 @@ unmount with: fusermount3 -u MOUNTPOINT (or umount as root)
 exit status:
   0  success
   1  usage error (the command line, an unsupported -o option)
-  2  the checkpoint cannot be opened or read (or is not a regular file)
+  2  the checkpoint or a shard cannot be opened or read (or is not a regular file)
   3  the zip container is invalid
-  4  the pickle is invalid or the checkpoint is inconsistent
-  5  a valid file ckptfs does not serve (compressed record, TorchScript, tar format)
+  4  the pickle, safetensors header or index is invalid, or the checkpoint is inconsistent
+  5  a valid file ckptfs does not serve (compressed record, tar format, no tensors, F6 dtype)
   6  the mount failed or never came up (mountpoint, /dev/fuse, permissions, INIT refused)
   7  a server refused access (HTTP 401 or 403: credentials, S3 signature)
   8  a server could not be reached or did not answer (connection, TLS, timeout, HTTP 5xx)
@@ -262,7 +275,7 @@ int run_mount(const std::vector<std::string>& args) {
     tree_options.uid = o.uid.value_or(::getuid());
     tree_options.gid = o.gid.value_or(::getgid());
     tree_options.umask = o.umask.value_or(0222);
-    tree_options.times = opened->source(0).times();
+    tree_options.times = opened->times();
     tree_options.dtype = o.dtype;
     tree_options.shard_size = o.shard_size;
     tree.emplace(std::move(opened->model()), tree_options);
@@ -302,9 +315,20 @@ int run_mount(const std::vector<std::string>& args) {
   }
 }
 
+// A sharded set keeps two descriptors open per shard (the file and its directory): the soft
+// limit of 1024 would stop at some 500 shards, while the hard limit is there to be used.
+void raise_file_limit() {
+  struct rlimit limit {};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
+    limit.rlim_cur = limit.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &limit);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  raise_file_limit();
   std::vector<std::string> args(argv + 1, argv + argc);
   // What ps(1) shows of the command line loses a URL's credentials (kept in `args`).
   for (int i = 1; i < argc; ++i) ckptfs::mask_credentials(argv[i]);

@@ -149,22 +149,15 @@ bool any_source_changed(const Context& ctx, bool check_path) {
   return false;
 }
 
-// Whether a source the file reads from changed: its tensor's source for an entry's files (a
-// sharded model has one source per shard: an open stats one, not all; a quantized tensor's
-// parameters are in the same zip), every source for the rest (index.json, the safetensors
-// export, values).
+// Whether the source a file shows or describes changed (Tree::source_of(): a tensor entry's
+// files, its storage's source; in a sharded set only the changed shard's tensors fail), or any
+// source for the rest (index.json, the export, values).
 bool file_sources_changed(const Context& ctx, const Tree::Node& n, bool check_path) {
-  const Model& model = ctx.tree.model();
-  const bool entry_file = n.kind == Tree::Kind::data || n.kind == Tree::Kind::meta_json ||
-                          n.kind == Tree::Kind::tensor_npy || n.kind == Tree::Kind::tensor_pt;
-  if (entry_file && n.index < model.entries.size()) {
-    const Entry& e = model.entries[n.index];
-    if (e.kind == Entry::Kind::tensor && model.tensors[e.tensor].storage) {
-      const std::uint32_t source = model.storages[*model.tensors[e.tensor].storage].source;
-      if (source < ctx.sources.size()) return source_changed(ctx, source, check_path);
-    }
+  const std::uint32_t source = ctx.tree.source_of(n);
+  if (source == Tree::every_source || source >= ctx.sources.size()) {
+    return any_source_changed(ctx, check_path);
   }
-  return any_source_changed(ctx, check_path);
+  return source_changed(ctx, source, check_path);
 }
 
 // Whether any source a read took bytes from changed.

@@ -66,12 +66,40 @@ def require(*needs):
 # Every fixture scripts/make_fixtures.py writes. A missing one is a failure.
 FIXTURE_NAMES = ["convnet", "dtypes", "views", "training", "keys", "collisions", "quantized",
                  "params", "module", "bare", "sparse", "zip64", "zip64_cd", "legacy", "bigendian",
-                 "new_dtypes"]
+                 "new_dtypes", "ts_script", "ts_trace", "ts_quantized", "ts_frozen", "ts_layout2x"]
+# The TorchScript archives (torch.jit.save) among them: torch.load hands them to torch.jit.load,
+# so their oracle is ckptfs_reference.torchscript_flatten, not torch.load flattened.
+TORCHSCRIPT_FIXTURES = {"ts_script", "ts_trace", "ts_quantized", "ts_frozen", "ts_layout2x"}
 # Fixtures torch 1.13 cannot load: new dtypes and the torch >= 2.7 layout (hand-built), and a
 # zip64 central directory whose zero-length record carries only a zip64 offset (valid; miniz 2.1
 # checks the saturated 32-bit offset against the file size). bigendian.pth does load (1.13 ignores
 # the byteorder record, so the values are swapped, but keys, dtypes and layouts are right).
 NOT_TORCH_LOADABLE = {"new_dtypes", "zip64_cd"}
+
+
+# The safetensors files (<name>.safetensors) and sharded sets (<name>/, a directory) that
+# scripts/safetensors_fixtures.py writes, each with its <name>.expected.json. A missing one fails.
+SAFETENSORS_FIXTURES = ["st_dtypes", "st_mlx", "st_keys", "st_empty"]
+SHARDED_FIXTURES = ["sharded_st", "sharded_bin"]
+
+
+def model_fixture_path(name):
+    """FIXTURES/<name>.safetensors or the directory FIXTURES/<name>; fails when it is missing."""
+    path = FIXTURES / name if name in SHARDED_FIXTURES else FIXTURES / f"{name}.safetensors"
+    if not path.exists():
+        raise AssertionError(f"missing fixture {path} (run scripts/make_fixtures.py)")
+    return path
+
+
+def formats_corpus():
+    """The safetensors files and the sharded sets (directories holding an *.index.json) of
+    CORPUS/formats, sorted. Its other files (TorchScript) are not read by these tests."""
+    d = CORPUS / "formats"
+    if not d.is_dir():
+        return []
+    return sorted(p for p in d.iterdir()
+                  if (p.is_file() and p.name.endswith(".safetensors"))
+                  or (p.is_dir() and any(p.glob("*.index.json"))))
 
 
 def fixture_path(name):
@@ -96,6 +124,12 @@ def corpus_files():
         return []
     return sorted(p for p in CORPUS.iterdir() if p.is_file() and p.name != "PROVENANCE.tsv"
                   and not p.name.startswith("."))
+
+
+def torchscript_corpus_files():
+    """The TorchScript archives of CORPUS/formats/ (*.jit), sorted."""
+    formats = CORPUS / "formats"
+    return sorted(formats.glob("*.jit")) if formats.is_dir() else []
 
 
 def wait_until(predicate, timeout):

@@ -13,6 +13,7 @@ CKPTFS_CORPUS (see fixtures.py). The sanitizer build runs the same tests against
 """
 
 import errno
+import io
 import json
 import os
 import random
@@ -36,7 +37,7 @@ require("fuse", "torch")  # else the module exits 77: skipped, with the reason
 
 import make_fixtures  # noqa: E402
 from ckptfs_mounts import is_mounted  # noqa: E402
-from fixtures import CKPTFS, fixture_path  # noqa: E402
+from fixtures import CKPTFS, expected_doc, fixture_path  # noqa: E402
 from make_fixtures import PID, G, PickleAsm, R, ordered_dict  # noqa: E402
 from test_mount import MountTestCase  # noqa: E402
 
@@ -292,8 +293,9 @@ class NotACheckpointTests(HostileTestCase):
 
 class NotARegularFileTests(HostileTestCase):
     """A checkpoint path that names a FIFO (whose open would wait for a writer forever), a
-    socket, a character device, a directory, or a symlink to one of them: inspect and the mount,
-    in the foreground and as a daemon, fail at once with exit 2 and one line, never opening it."""
+    socket, a character device, a directory that holds no model, or a symlink to one of them:
+    inspect and the mount, in the foreground and as a daemon, fail at once with exit 2 and one
+    line, never opening it."""
 
     def test_not_regular_files(self):
         fifo = self.tmp / "fifo"
@@ -305,7 +307,8 @@ class NotARegularFileTests(HostileTestCase):
         cases = {"FIFO": (fifo, r"not a regular file"),
                  "socket": (self.tmp / "socket", r"not a regular file"),
                  "character device": (Path("/dev/zero"), r"not a regular file"),
-                 "directory": (self.new_dir("dir"), r"is a directory")}
+                 "directory": (self.new_dir("dir"), r"a directory without model.safetensors, "
+                                                    r".*: nothing to mount")}
         for what, (target, message) in cases.items():
             link = self.tmp / f"link-to-{target.name}"
             link.symlink_to(target)
@@ -755,5 +758,533 @@ class MultiplyingPickleTests(HostileTestCase):
                             rss_limit_mb=384 * SLOWDOWN)
 
 
+# --------------------------------------------------------------------------------------------
+# TorchScript archives that are damaged or hostile
+# --------------------------------------------------------------------------------------------
+
+def rezip(src, *, methods=None, drop=(), replace=None, append=()):
+    """The records of zip `src` written again by Python's zipfile, in order: `methods` maps a
+    record name to its compression (stored otherwise), `drop` leaves records out, `replace` maps
+    names to new payloads (bytes, or a function writing chunks to a file object, for payloads
+    too big to hold), `append` adds (name, payload) records at the end."""
+    import zipfile
+    methods, replace = methods or {}, replace or {}
+    out = io.BytesIO()
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(out, "w") as zout:
+        records = [(i.filename, None) for i in zin.infolist()] + list(append)
+        for name, payload in records:
+            if name in drop:
+                continue
+            info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+            info.compress_type = methods.get(name, zipfile.ZIP_STORED)
+            payload = replace.get(name, payload)
+            if payload is None:
+                payload = zin.read(name)
+            with zout.open(info, "w", force_zip64=True) as w:
+                payload(w) if callable(payload) else w.write(payload)
+    return out.getvalue()
+
+
+class TorchScriptTests(HostileTestCase):
+    """Damaged and hostile TorchScript archives, made from the ts_trace fixture (torch.jit.save of
+    a traced module: state_dict, constants, deflated code) or by torch here: each gives the
+    documented error, or broken tensors with their reason while the rest is served exactly."""
+
+    NAME = "ts_trace"
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.source = fixture_path(cls.NAME)
+        cls.expected = {e["key"]: e for e in expected_doc(cls.NAME)["entries"]}
+        import zipfile
+        with zipfile.ZipFile(cls.source) as z:
+            cls.names = [i.filename for i in z.infolist()]
+            cls.code = [i.filename for i in z.infolist() if "/code/" in i.filename
+                        and i.filename.endswith(".py")]
+            cls.deflated = {i.filename for i in z.infolist() if i.compress_type != 0}
+        r = subprocess.run([str(CKPTFS), "inspect", "--json", str(cls.source)],
+                           capture_output=True, check=True)
+        cls.records = {e["key"]: e["storage"]["record"] for e in json.loads(r.stdout)["entries"]}
+
+    def assert_served(self, path, broken=None):
+        """inspect exits 0 with exactly the fixture's keys; `broken` keys (key -> pattern) are
+        broken, every other tensor is served with the fixture's bytes, in the mount too."""
+        import hashlib
+        broken = broken or {}
+        r = self.inspect(path)
+        self.assertEqual(r.returncode, 0, f"{path.name}: {r.stderr.decode(errors='replace')}")
+        entries = json.loads(r.stdout)["entries"]
+        self.assertEqual([e["key"] for e in entries], list(self.expected), path.name)
+        for e in entries:
+            self.assertEqual(e.get("key_path"), self.expected[e["key"]].get("key_path"))
+            if e["key"] in broken:
+                self.assertRegex(e["broken"] or "", broken[e["key"]], e["key"])
+            else:
+                self.assertIsNone(e["broken"], e["key"])
+        mnt, proc = self.mount(path)
+        for key, want in self.expected.items():
+            if key in broken:
+                self.assertEqual(os.listdir(mnt / key), ["meta.json"], key)
+                continue
+            data = (mnt / key / "data").read_bytes()
+            self.assertEqual(hashlib.sha256(data).hexdigest(), want["sha256"], key)
+        self.unmount(mnt, proc)
+
+    def test_the_fixture_is_what_these_tests_assume(self):
+        self.assertTrue(self.code and set(self.code) <= self.deflated, "torch deflates code")
+        self.assertIn(f"{self.NAME}/constants.pkl", self.names)
+        self.assertTrue(any(k.startswith("constants.") for k in self.expected))
+
+    def test_compressed_tensor_records_are_broken(self):
+        import zipfile
+        key = next(iter(self.expected))
+        other = next(k for k in self.expected if k.startswith("constants."))
+        for target in (key, other):
+            record = self.records[target]
+            data = rezip(self.source, methods={record: zipfile.ZIP_DEFLATED})
+            path = self.write(f"ts_compressed_{target}.pth", data)
+            self.assert_served(path, {target: rf'"{record}" is compressed \(method 8\)'})
+
+    def test_code_stored_deflated_or_compressed_otherwise(self):
+        """Code as torch writes it (deflated), stored, or compressed by methods ckptfs does not
+        read (then ignored: a traced module's parameters come before `training`, where ckptfs
+        looks without the declarations)."""
+        import zipfile
+        for name, method in (("stored", zipfile.ZIP_STORED), ("deflated", zipfile.ZIP_DEFLATED),
+                             ("bzip2", zipfile.ZIP_BZIP2), ("lzma", zipfile.ZIP_LZMA)):
+            data = rezip(self.source, methods={c: method for c in self.code})
+            self.assert_served(self.write(f"ts_code_{name}.pth", data))
+
+    def test_declarations_decide_what_state_dict_is(self):
+        """ts_script's code as torch wrote it (deflated) gives state_dict() exactly; the same code
+        compressed with bzip2 is ignored, and the fallback (tensor attributes before `training`)
+        then also takes the two tensors placed there that are no parameters: a plain attribute
+        set before Module.__init__ and a TorchScript class object's tensor."""
+        import zipfile
+        source = fixture_path("ts_script")
+        expected = [e["key"] for e in expected_doc("ts_script")["entries"]]
+        with zipfile.ZipFile(source) as z:
+            code = [i.filename for i in z.infolist() if "/code/" in i.filename]
+        for name, method in (("deflated", zipfile.ZIP_DEFLATED), ("bzip2", zipfile.ZIP_BZIP2)):
+            path = self.write(f"ts_script_{name}.pth",
+                              rezip(source, methods={c: method for c in code}))
+            r = self.inspect(path)
+            self.assertEqual(r.returncode, 0, r.stderr.decode(errors="replace"))
+            keys = [e["key"] for e in json.loads(r.stdout)["entries"]]
+            if name == "deflated":
+                self.assertEqual(keys, expected)
+            else:
+                moved = {"attributes.early.early": "early.early",
+                         "attributes.holder.t": "holder.t"}
+                self.assertEqual(sorted(keys), sorted(moved.get(k, k) for k in expected))
+
+    def test_missing_records(self):
+        key = next(iter(self.expected))
+        constant = next(k for k in self.expected if k.startswith("constants."))
+        for target in (key, constant):
+            path = self.write(f"ts_missing_{target}.pth",
+                              rezip(self.source, drop={self.records[target]}))
+            self.assert_served(path, {target: r"is missing from the zip"})
+        # No code at all: the declarations are not there, the tensors are.
+        self.assert_served(self.write("ts_no_code.pth", rezip(self.source, drop=set(self.code))))
+        self.assert_refused(self.write("ts_no_data_pkl.pth",
+                                       rezip(self.source, drop={f"{self.NAME}/data.pkl"})),
+                            EXIT["checkpoint"], r"TorchScript archive without data\.pkl")
+        self.assert_refused(self.write("ts_no_constants_pkl.pth",
+                                       rezip(self.source, drop={f"{self.NAME}/constants.pkl"})),
+                            EXIT["checkpoint"], r'without its ".*/constants\.pkl" record')
+
+    def test_constants_that_are_not_a_tuple(self):
+        import pickle
+        for i, value in enumerate(({"0": 1}, [1, 2], None, 7, "a string")):
+            data = rezip(self.source,
+                         replace={f"{self.NAME}/constants.pkl": pickle.dumps(value, protocol=2)})
+            self.assert_refused(self.write(f"ts_constants_{i}.pth", data), EXIT["checkpoint"],
+                                r"constants\.pkl.* is not a tuple")
+
+    def test_compressed_pickles_are_refused(self):
+        import zipfile
+        for record in ("data.pkl", "constants.pkl"):
+            data = rezip(self.source, methods={f"{self.NAME}/{record}": zipfile.ZIP_DEFLATED})
+            self.assert_refused(self.write(f"ts_deflated_{record}.pth", data),
+                                EXIT["unsupported"], r"compressed \(method 8\)")
+
+    def test_huge_and_deep_code_is_never_run(self):
+        """Code records of 256 MiB of text before the declarations (a deflate bomb of about
+        1 MB), and code nested a million levels deep that would run a command: read within a
+        budget, matched as text only, never run; the tensors are served."""
+        import zipfile
+        marker = self.tmp / "MARKER"
+
+        def bomb(original):
+            def write(w):
+                line = b"#" * 1023 + b"\n"
+                for _ in range(256 * 1024):
+                    w.write(line)
+                w.write(original)
+            return write
+
+        import zipfile as zf_module
+        with zf_module.ZipFile(self.source) as z:
+            originals = {c: z.read(c) for c in self.code}
+        data = rezip(self.source, methods={c: zipfile.ZIP_DEFLATED for c in self.code},
+                     replace={c: bomb(originals[c]) for c in self.code})
+        self.assertLess(len(data), 8 << 20)
+        self.assert_served(self.write("ts_code_bomb.pth", data))
+        deep = ("(" * 1_000_000 + ")" * 1_000_000 + "\n").encode()
+        evil = f"import os\nos.system('touch {marker}')\n".encode()
+        for i, extra in enumerate((deep, evil, deep + evil)):
+            data = rezip(self.source, methods={c: zipfile.ZIP_DEFLATED for c in self.code},
+                         replace={c: originals[c] + extra for c in self.code})
+            self.assert_served(self.write(f"ts_code_deep{i}.pth", data))
+            data = rezip(self.source, replace={c: extra + originals[c] for c in self.code})
+            self.assert_served(self.write(f"ts_code_first{i}.pth", data))
+        self.assertFalse(marker.exists(), "a code record was run")
+
+    def test_modules_nested_deep_and_shared_wide(self):
+        """Modules nested 300,000 deep over one tensor: one key of 600 KB, in bounded time and
+        memory; a module reached along 2^20 paths: refused at the entry limit, as any DAG."""
+        import struct
+        t = PickleAsm().dump(v2("0", 4, (4,)))[2:-1]
+        module = b"c__torch__\nM\n)\x81}("
+        training = b"X\x08\x00\x00\x00training\x89"
+        n = 300_000
+        pkl = (b"\x80\x02" + (module + b"X\x01\x00\x00\x00m") * n
+               + module + b"X\x01\x00\x00\x00w" + t + training + b"ub"
+               + (training + b"ub") * n + b".")
+        code = b'class M(Module):\n  __parameters__ = ["w", ]\n  __buffers__ = []\n'
+        entries = [{"name": "d/data.pkl", "data": pkl}, {"name": "d/code/__torch__.py",
+                                                          "data": code},
+                   {"name": "d/constants.pkl", "data": b"\x80\x02)."},
+                   {"name": "d/data/0", "data": floats(4)}]
+        path = self.write("ts_deep_modules.pth", build_zip(entries))
+        r = self.inspect(path, rss_limit_mb=384 * SLOWDOWN)
+        self.assertEqual(r.returncode, 0, r.stderr.decode(errors="replace"))
+        (entry,) = json.loads(r.stdout)["entries"]
+        self.assertEqual(entry["key"], "m." * n + "w")
+        self.assertIsNone(entry.get("key_path"))
+        # {a: X, b: X} twenty levels deep, X a module: 2^20 keys from a small pickle.
+        levels = 20
+        out = bytearray(b"\x80\x02" + module + b"X\x01\x00\x00\x00w" + t + training + b"ub")
+        out += b"r" + struct.pack("<I", 1000)
+        for level in range(levels):
+            out += module + b"X\x01\x00\x00\x00aj" + struct.pack("<I", 1000 + level)
+            out += b"X\x01\x00\x00\x00bj" + struct.pack("<I", 1000 + level) + training + b"ub"
+            out += b"r" + struct.pack("<I", 1001 + level)
+        entries[0]["data"] = bytes(out + b".")
+        path = self.write("ts_wide_modules.pth", build_zip(entries))
+        self.assert_refused(path, EXIT["checkpoint"], r"more than 65536 entries",
+                            rss_limit_mb=384 * SLOWDOWN)
+
+    def test_archives_without_tensors_are_refused(self):
+        import torch
+        for i, module in enumerate((torch.nn.ReLU(), torch.nn.Dropout(0.5),
+                                    torch.nn.Sequential(torch.nn.Identity(), torch.nn.Tanh()))):
+            buf = io.BytesIO()
+            torch.jit.save(torch.jit.script(module), buf)
+            self.assert_refused(self.write(f"ts_empty{i}.pth", buf.getvalue()),
+                                EXIT["unsupported"], r"TorchScript archive without tensors")
+
+
 if __name__ == "__main__":
     unittest.main()
+
+
+# --------------------------------------------------------------------------------------------
+# safetensors files and sharded-set indexes that are hostile
+# --------------------------------------------------------------------------------------------
+
+def safetensors_bytes(header, data=b"", length=None):
+    """8 bytes of little-endian `length` (the header's own by default), the header, the data."""
+    header = header.encode() if isinstance(header, str) else header
+    return struct.pack("<Q", len(header) if length is None else length) + header + data
+
+
+def good_safetensors():
+    """{"a": F32 [2, 2], "b": U8 [4]}, as the safetensors library lays it out."""
+    header = ('{"__metadata__":{"format":"pt"},"a":{"dtype":"F32","shape":[2,2],'
+              '"data_offsets":[0,16]},"b":{"dtype":"U8","shape":[4],"data_offsets":[16,20]}}')
+    header += " " * (-len(header) % 8)
+    return safetensors_bytes(header, floats(4) + b"wxyz")
+
+
+def metadata_header(n):
+    """A header whose __metadata__ has n distinct entries ("k":"") and nothing else, the keys
+    the shortest strings of 90 printable characters: 10 million fit in 100,000,000 bytes."""
+    import numpy as np
+    alphabet = np.frombuffer(bytes(c for c in range(0x21, 0x7f) if c not in b'"\\')[:90],
+                             dtype=np.uint8)
+    parts, done, width = [b'{"__metadata__":{'], 0, 1
+    while done < n:
+        count = min(n - done, 90 ** width)
+        idx = np.arange(count, dtype=np.int64)
+        rows = np.empty((count, width + 6), dtype=np.uint8)
+        rows[:, 0] = ord('"')
+        for col in range(width):
+            rows[:, 1 + col] = alphabet[(idx // 90 ** (width - 1 - col)) % 90]
+        rows[:, width + 1:] = np.frombuffer(b'":"",', dtype=np.uint8)
+        parts.append(rows.tobytes())
+        done += count
+        width += 1
+    text = b"".join(parts)[:-1] + b"}}"
+    return text
+
+
+class HostileSafetensorsTests(HostileTestCase):
+    def st(self, name, header, data=b"", length=None):
+        return self.write(f"{name}.safetensors", safetensors_bytes(header, data, length))
+
+    def test_good_file_mounts(self):
+        path = self.write("good.safetensors", good_safetensors())
+        r = self.inspect(path)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        mnt, proc = self.mount(path)
+        self.assertEqual((mnt / "a" / "data").read_bytes(), floats(4))
+        self.assertEqual((mnt / "b" / "data").read_bytes(), b"wxyz")
+        self.unmount(mnt, proc)
+
+    def test_header_length_lies(self):
+        self.assert_refused(self.st("past_end", "{}", b"", 1000), EXIT["checkpoint"],
+                            r"header length 1000 runs past the end of the file \(10 bytes\)$")
+        self.assert_refused(self.st("over_100mb", "{}", b"", 100_000_001), EXIT["checkpoint"],
+                            r"header length 100000001 is over the limit of 100000000 bytes")
+        self.assert_refused(self.st("length_2_64", "{}", b"", (1 << 64) - 1), EXIT["checkpoint"],
+                            r"is over the limit")
+        self.assert_refused(self.write("short.safetensors", b"\x02\0\0"), EXIT["checkpoint"],
+                            r"a 3-byte file: too short for a safetensors header length")
+        # A header length that is right, but a file of 100 MB of spaces around it would be read
+        # in bounded memory: the header is streamed, never held whole.
+        header = b"{}" + b" " * 99_999_990
+        self.assert_refused(self.st("huge_padding", header, b"x"), EXIT["checkpoint"],
+                            r"the tensors' data ends at byte 100000000 of the file, but the file "
+                            r"has 100000001 bytes", rss_limit_mb=64 * SLOWDOWN)
+
+    def test_header_not_an_object(self):
+        for i, header in enumerate(["[]", "5", '"x"', "null", "", "{", "{} {}", "{}\0",
+                                    '{"__metadata__":{},}', "{'a':1}", '{"a":NaN}', '\xff']):
+            path = self.st(f"not_object{i}", header.encode("latin-1"))
+            self.assert_refused(path, EXIT["checkpoint"],
+                                r"safetensors header: (at byte \d+: the header is not a JSON "
+                                r"object|invalid JSON at byte \d+: )")
+
+    def test_duplicate_keys(self):
+        t = '"dtype":"U8","shape":[2],"data_offsets":[0,2]'
+        self.assert_refused(self.st("dup_tensor", f'{{"t":{{{t}}},"t":{{{t}}}}}', b"ab"),
+                            EXIT["checkpoint"], r'has the key "t" twice')
+        self.assert_refused(self.st("dup_field", f'{{"t":{{{t},"dtype":"U8"}}}}', b"ab"),
+                            EXIT["checkpoint"], r'has the key "dtype" twice')
+        self.assert_refused(self.st("dup_metadata",
+                                    '{"__metadata__":{"a":"1","a":"2"}}'), EXIT["checkpoint"],
+                            r'has the key "a" twice')
+
+    def test_offsets_that_lie(self):
+        def two(a, b, data):
+            return ('{"x":{"dtype":"U8","shape":[4],"data_offsets":' + a + '},'
+                    '"y":{"dtype":"U8","shape":[4],"data_offsets":' + b + '}}', data)
+        cases = {
+            "overlap": (two("[0,4]", "[2,6]", b"0123456"), r'overlap those of tensor "x"'),
+            "same": (two("[0,4]", "[0,4]", b"0123"), r"overlap"),
+            "gap": (two("[0,4]", "[5,9]", b"012345678"), r"leave bytes \[4, 5\) of the data"),
+            "out_of_order": (two("[4,8]", "[0,4]", b"01234567"), None),  # valid: data order
+            "past_end": (two("[0,4]", "[4,8]", b"0123"), r"past its end .* truncated"),
+            "trailing": (two("[0,4]", "[4,8]", b"0123456789"), r"but the file has"),
+            "reversed": (('{"x":{"dtype":"U8","shape":[0],"data_offsets":[4,0]}}', b"0123"),
+                         r"end before they begin"),
+            "huge": (('{"x":{"dtype":"U8","shape":[1],"data_offsets":'
+                      '[18446744073709551614,18446744073709551615]}}', b""), r"leave bytes"),
+        }
+        for name, ((header, data), pattern) in cases.items():
+            path = self.st(name, header, data)
+            if pattern is None:
+                r = self.inspect(path)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                self.assertEqual([e["key"] for e in json.loads(r.stdout)["entries"]], ["y", "x"])
+            else:
+                self.assert_refused(path, EXIT["checkpoint"], pattern)
+
+    def test_bad_descriptions(self):
+        cases = {
+            "unknown_dtype": ('{"dtype":"F7","shape":[4],"data_offsets":[0,4]}',
+                              r'unknown dtype "F7"'),
+            "size_mismatch": ('{"dtype":"F32","shape":[2],"data_offsets":[0,4]}',
+                              r"hold 4 bytes, but F32 \[2\] needs 8"),
+            "negative": ('{"dtype":"U8","shape":[-4],"data_offsets":[0,4]}',
+                         r'shape holds "-4", not an integer'),
+            "fraction": ('{"dtype":"U8","shape":[4],"data_offsets":[0,4.0]}',
+                         r'data_offsets holds "4.0"'),
+            "exponent": ('{"dtype":"U8","shape":[4e0],"data_offsets":[0,4]}', r'holds "4e0"'),
+            "too_big": ('{"dtype":"U8","shape":[4],"data_offsets":[0,18446744073709551620]}',
+                        r"not an integer from 0 to 2\^64 - 1"),
+            "three_offsets": ('{"dtype":"U8","shape":[4],"data_offsets":[0,4,4]}',
+                              r"more than two numbers"),
+            "no_dtype": ('{"shape":[4],"data_offsets":[0,4]}', r'tensor "t" has no dtype'),
+            "not_object": ("[1]", r"its description is not an object"),
+            "overflow": ('{"dtype":"F32","shape":[4294967296,4294967296,0],'
+                         '"data_offsets":[0,4]}', r"more elements than 64 bits count"),
+        }
+        for name, (description, pattern) in cases.items():
+            self.assert_refused(self.st(name, '{"t":' + description + '}', b"0123"),
+                                EXIT["checkpoint"], pattern)
+
+    def test_valid_but_not_servable(self):
+        cases = {
+            "f6": ('{"dtype":"F6_E2M3","shape":[4],"data_offsets":[0,3]}', b"012",
+                   r"dtype F6_E2M3 \(6-bit elements\)"),
+            "f4_odd": ('{"dtype":"F4","shape":[2,3],"data_offsets":[0,3]}', b"012",
+                       r"last dimension"),
+            "dims_65": ('{"dtype":"U8","shape":[' + ",".join(["1"] * 65) +
+                        '],"data_offsets":[0,1]}', b"0", r"more than 64 dimensions"),
+        }
+        for name, (description, data, pattern) in cases.items():
+            self.assert_refused(self.st(name, '{"t":' + description + '}', data),
+                                EXIT["unsupported"], pattern)
+
+    def test_ten_million_entry_header(self):
+        """__metadata__ with 10,000,000 entries in a 99 MB header: refused at the 65,537th, in
+        bounded time and memory."""
+        header = metadata_header(10_000_000)
+        self.assertLessEqual(len(header), 100_000_000)
+        self.assertEqual(header.count(b'":"",') + 1, 10_000_000)
+        path = self.st("ten_million", header)
+        self.assert_refused(path, EXIT["unsupported"],
+                            r"__metadata__ has more than 65536 entries or 67108864 bytes",
+                            rss_limit_mb=64 * SLOWDOWN)
+
+    def test_ten_million_dimensions(self):
+        shape = b",".join([b"1"] * 10_000_000)
+        header = b'{"t":{"dtype":"U8","shape":[' + shape + b'],"data_offsets":[0,1]}}'
+        self.assert_refused(self.st("ten_million_dims", header, b"0"), EXIT["unsupported"],
+                            r"more than 64 dimensions", rss_limit_mb=64 * SLOWDOWN)
+
+    def test_deep_nesting_in_an_ignored_member(self):
+        header = (b'{"t":{"dtype":"U8","shape":[1],"data_offsets":[0,1],"x":' +
+                  b"[" * 2_000_000 + b"]" * 2_000_000 + b"}}")
+        self.assert_refused(self.st("deep", header, b"0"), EXIT["checkpoint"],
+                            r"nested deeper than 128 levels", rss_limit_mb=64 * SLOWDOWN)
+
+    def test_invalid_utf8_names(self):
+        header = b'{"\xc0\xaf":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}'
+        self.assert_refused(self.st("utf8", header, b"0"), EXIT["checkpoint"],
+                            r"not well-formed UTF-8")
+
+    def test_truncated_at_many_points(self):
+        data = good_safetensors()
+        for cut in sorted({1, 7, 8, 9, 20, len(data) // 2, len(data) - 21, len(data) - 1}):
+            path = self.write(f"st_cut{cut}.safetensors", data[:cut])
+            self.assert_refused(path, EXIT["checkpoint"],
+                                r"too short|runs past the end|truncated")
+
+
+def index_bytes(weight_map, metadata=None):
+    return json.dumps({"metadata": metadata or {"total_size": 0},
+                       "weight_map": weight_map}).encode()
+
+
+class HostileIndexTests(HostileTestCase):
+    def set_with(self, name, weight_map, shards=None, index_name="model.safetensors.index.json"):
+        d = self.tmp / name
+        d.mkdir()
+        for shard, data in (shards or {"model-1.safetensors": good_safetensors()}).items():
+            (d / shard).write_bytes(data)
+        (d / index_name).write_bytes(index_bytes(weight_map) if isinstance(weight_map, dict)
+                                     else weight_map)
+        return d, d / index_name
+
+    def test_paths_out_of_the_directory(self):
+        for i, target in enumerate(["../../etc/passwd", "/etc/passwd", "..", "./model-1.safetensors",
+                                    "sub/../../x", ""]):
+            d, index = self.set_with(f"out{i}", {"a": "model-1.safetensors", "b": target})
+            for path in (d, index):
+                self.assert_refused(path, EXIT["checkpoint"],
+                                    r'index: at byte \d+: weight_map: key "b" names the file .*'
+                                    r"which could lead out of the index's directory")
+
+    def test_missing_shard(self):
+        d, index = self.set_with("missing", {"a": "model-1.safetensors",
+                                             "b": "model-2-of-2.safetensors"})
+        for path in (d, index):
+            self.assert_refused(path, EXIT["io"], r'shard "model-2-of-2.safetensors" \(named by the '
+                                                  r"index\): No such file or directory$")
+
+    def test_shard_is_a_directory_or_a_loop(self):
+        d, index = self.set_with("dir_shard", {"a": "model-1.safetensors", "b": "sub"})
+        (d / "sub").mkdir()
+        self.assert_refused(index, EXIT["io"], r'shard "sub" \(named by the index\): is a '
+                                               r"directory")
+        d, index = self.set_with("loop", {"a": "loop.safetensors"})
+        os.symlink("loop.safetensors", d / "loop.safetensors")
+        self.assert_refused(index, EXIT["io"], r'shard "loop.safetensors" .*: Too many levels of '
+                                               r"symbolic links")
+
+    def test_shards_that_are_not_regular_files(self):
+        """A FIFO, a socket or a device named by the index: refused at once, never opened (a
+        FIFO's open would wait for a writer); in a directory, a FIFO named model.safetensors
+        is not a model."""
+        d, index = self.set_with("fifo_shard", {"a": "model-1.safetensors", "b": "fifo"})
+        os.mkfifo(d / "fifo")
+        self.assert_refused(index, EXIT["io"], r'shard "fifo" \(named by the index\): not a '
+                                               r"regular file$")
+        _, index = self.set_with("device_shard", {"a": "model-1.safetensors", "b": "zero"})
+        os.symlink("/dev/zero", index.parent / "zero")
+        self.assert_refused(index, EXIT["io"], r'shard "zero" \(named by the index\): not a '
+                                               r"regular file$")
+        fifo_dir = self.tmp / "fifo_model"
+        fifo_dir.mkdir()
+        os.mkfifo(fifo_dir / "model.safetensors")
+        self.assert_refused(fifo_dir, EXIT["io"], r"nothing to mount")
+        with self.assertRaises(OSError) as caught:  # nothing ever opened the FIFOs
+            os.open(d / "fifo", os.O_WRONLY | os.O_NONBLOCK)
+        self.assertEqual(caught.exception.errno, errno.ENXIO)
+
+    def test_hostile_shard(self):
+        d, index = self.set_with("bad_shard", {"a": "model-1.safetensors", "b": "bad.safetensors"},
+                                 {"model-1.safetensors": good_safetensors(),
+                                  "bad.safetensors": good_safetensors()[:-3]})
+        self.assert_refused(index, EXIT["checkpoint"],
+                            r'shard "bad.safetensors" \(named by the index\): .*truncated')
+
+    def test_index_not_an_index(self):
+        cases = {"not_json": (b"{weight_map}", r"index: invalid JSON at byte 1"),
+                 "no_map": (b'{"metadata": {}}', r"index: no weight_map"),
+                 "number": (b'{"weight_map": {"a": 1}}',
+                            r'weight_map: the file of key "a" is not a string'),
+                 "dup": (b'{"weight_map": {"a": "model-1.safetensors", '
+                         b'"a": "model-1.safetensors"}}', r'has the key "a" twice'),
+                 "array": (b'{"weight_map": ["a"]}', r"weight_map is not an object")}
+        for name, (text, pattern) in cases.items():
+            _, index = self.set_with(name, text)
+            self.assert_refused(index, EXIT["checkpoint"], pattern)
+
+    def test_directories_without_one_model(self):
+        empty = self.tmp / "empty_dir"
+        empty.mkdir()
+        self.assert_refused(empty, EXIT["io"], r"nothing to mount")
+        d, _ = self.set_with("two_indexes", {"a": "model-1.safetensors"}, index_name="a.index.json")
+        (d / "b.index.json").write_bytes(index_bytes({"a": "model-1.safetensors"}))
+        self.assert_refused(d, EXIT["io"], r'2 \*.index.json files \("a.index.json", '
+                                           r'"b.index.json"\): name the one to mount')
+
+    def test_key_its_shard_lacks_is_broken(self):
+        d, index = self.set_with("lacks", {"a": "model-1.safetensors",
+                                           "ghost": "model-1.safetensors"})
+        r = self.inspect(index)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        mnt, proc = self.mount(d)
+        self.assertEqual(sorted(os.listdir(mnt)), ["a", "ghost", "index.json",
+                                                   "model.safetensors"])  # b: unlisted
+        self.assertEqual((mnt / "a" / "data").read_bytes(), floats(4))
+        self.assertEqual(os.listdir(mnt / "ghost"), ["meta.json"])
+        self.assertRegex(json.loads((mnt / "ghost" / "meta.json").read_bytes())["broken"],
+                         r'the index puts it in "model-1.safetensors", which has no tensor')
+        self.assertEqual(json.loads((mnt / "index.json").read_bytes())["total_bytes"], 16)
+        self.unmount(mnt, proc)
+
+    def test_huge_weight_map(self):
+        """A million keys naming one shard that has none of them: a million broken tensors,
+        inspected in bounded time and memory."""
+        weight_map = {f"k{i}": "model-1.safetensors" for i in range(1_000_000)}
+        _, index = self.set_with("huge_map", weight_map)
+        r = self.inspect(index, rss_limit_mb=1024 * SLOWDOWN, json_output=False)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn(b"1000000 tensors (0 bytes), 0 values", r.stdout)

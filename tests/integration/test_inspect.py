@@ -46,7 +46,7 @@ import numpy as np  # noqa: E402
 # values as JSON) is shared with scripts/make_fixtures.py and scripts/ckptfs-verify.
 import ckptfs_reference as ref  # noqa: E402
 from fixtures import (CKPTFS, CORPUS, FIXTURE_NAMES, NOT_TORCH_LOADABLE, REPO,  # noqa: E402
-                      corpus_files, expected_doc, fixture_path)
+                      corpus_files, expected_doc, fixture_path, torchscript_corpus_files)
 
 warnings.filterwarnings("ignore")
 
@@ -97,9 +97,23 @@ def torch_entries(root):
     """torch.load's result flattened by the contract's rule: a list of entry dicts, tensors
     with their layout (and "_bytes", the elements as in memory, and "_storage" for the test's
     own use)."""
-    entries = []
     flat = ref.flatten(root, with_parts=True)
-    for (key, v, _), key_path in zip(flat, ref.key_paths(flat)):
+    return entries_of(flat, ref.key_paths(flat))
+
+
+def torch_entries_of_file(path):
+    """torch_entries() of what torch reads from `path`: torch.load's result, or for a
+    TorchScript archive ckptfs_reference.torchscript_flatten (torch.jit.load's state_dict, then
+    torch's reading of constants.pkl and of data.pkl's other tensors)."""
+    if ref.torchscript_prefix(path) is not None:
+        flat = ref.torchscript_flatten(path)
+        return entries_of([e[:3] for e in flat], ref.torchscript_key_paths(flat))
+    return torch_entries(ref.torch_load(path))
+
+
+def entries_of(flat, key_paths):
+    entries = []
+    for (key, v, _), key_path in zip(flat, key_paths):
         if ref.is_torch_tensor(v):
             e = {"key": key, "kind": "tensor", "dtype": ref.dtype_name(v.dtype),
                  "shape": list(v.shape), "stride": list(v.stride()),
@@ -135,7 +149,7 @@ class CheckMixin:
 
     def assert_header(self, doc, where):
         self.assertIsInstance(doc, dict, where)
-        self.assertIn(doc.get("format"), ("zip", "legacy"), where)
+        self.assertIn(doc.get("format"), ("zip", "legacy", "torchscript"), where)
         self.assertIn(doc.get("byteorder"), ("little", "big"), where)
         self.assertIsInstance(doc.get("entries"), list, where)
         for e in doc["entries"]:
@@ -194,9 +208,11 @@ class CheckMixin:
     def assert_records(self, doc, path, where):
         """Zip storages name their record, whose size is the storage's; legacy ones have none."""
         sizes = {}
-        if doc["format"] == "zip":
+        if doc["format"] in ("zip", "torchscript"):
             with zipfile.ZipFile(path) as zf:
                 sizes = {i.filename: i.file_size for i in zf.infolist()}
+        # TorchScript: data.pkl's storages are data/<key>, constants.pkl's constants/<key>.
+        dirs = ("/data/", "/constants/") if doc["format"] == "torchscript" else ("/data/",)
         for e in doc["entries"]:
             if e["kind"] != "tensor" or not isinstance(e.get("storage"), dict):
                 continue
@@ -206,13 +222,15 @@ class CheckMixin:
                 self.assertIsNone(rec, f"{at}: legacy record")
             else:
                 self.assertIsInstance(rec, str, f"{at}: record")
-                self.assertTrue(rec.endswith("/data/" + e["storage"]["key"]), f"{at}: {rec!r}")
+                self.assertTrue(rec.endswith(tuple(d + e["storage"]["key"] for d in dirs)),
+                                f"{at}: {rec!r}")
                 self.assertIn(rec, sizes, f"{at}: no record {rec!r}")
                 self.assertEqual(sizes[rec], e["storage"]["nbytes"], f"{at}: storage.nbytes")
 
     def assert_matches_torch(self, doc, path, where, check_values=True):
-        """ckptfs agrees with torch.load: keys, kinds, tensor layouts, bytes, simple values."""
-        want = torch_entries(ref.torch_load(path))
+        """ckptfs agrees with torch.load (torch.jit.load for TorchScript): keys, kinds, tensor
+        layouts, bytes, simple values."""
+        want = torch_entries_of_file(path)
         got = doc["entries"]
         self.assert_keys(got, want, where)
         for g, w in zip(got, want):
@@ -256,7 +274,7 @@ class FixtureTests(unittest.TestCase, CheckMixin):
     def check_oracles(self, name):
         """No binary needed: torch.load flattened here agrees with expected.json."""
         want = expected_doc(name)
-        got = torch_entries(ref.torch_load(fixture_path(name)))
+        got = torch_entries_of_file(fixture_path(name))
         self.assert_keys(got, want["entries"], name)
         for g, w in zip(got, want["entries"]):
             at = f"{name}: {g['key']!r}"
@@ -369,6 +387,49 @@ for _path in corpus_files():
             lambda self, p=_path: self.check_corpus(p))
     setattr(CorpusTests, f"test_corpus_text_{_safe(_path.name)}",
             lambda self, p=_path: self.check_corpus_text(p))
+
+
+class TorchScriptCorpusTests(unittest.TestCase, CheckMixin):
+    """The real TorchScript archives of CORPUS/formats/: format torchscript; first exactly the
+    keys and order of torch.jit.load(f).state_dict(), then constants.N and attributes.*; every
+    tensor's layout and bytes as torch reads them."""
+
+    def test_present(self):
+        self.assertEqual(len(torchscript_corpus_files()), 2,
+                         f"the two silero-vad archives in {CORPUS / 'formats'}")
+
+    def check(self, path):
+        doc = inspect_json(path)
+        self.assert_header(doc, path.name)
+        self.assertEqual(doc["format"], "torchscript", path.name)
+        self.assertEqual(doc["byteorder"], "little", path.name)
+        import torch
+        state_dict = list(torch.jit.load(str(path), map_location="cpu").state_dict())
+        keys = [e["key"] for e in doc["entries"]]
+        self.assertEqual(keys[:len(state_dict)], state_dict, f"{path.name}: state_dict keys")
+        for e in doc["entries"][len(state_dict):]:
+            self.assertIn(e["key_path"][0], ({"__part__": "constants"}, {"__part__": "attributes"}),
+                          f"{path.name}: {e['key']!r} after the state_dict")
+            self.assertIsNone(e["broken"], f"{path.name}: {e['key']!r}")
+        self.assert_records(doc, path, path.name)
+        self.assert_matches_torch(doc, path, path.name)
+
+    def test_micro_quantized_weights(self):
+        """The 2021 archive's dynamically quantized layers: their qint8 weights are served
+        (under attributes.), though state_dict() lists none of them."""
+        path = next(p for p in torchscript_corpus_files() if "micro" in p.name)
+        doc = inspect_json(path)
+        packed = [e for e in doc["entries"] if e["key"].endswith("._packed_params.__state__.0")]
+        self.assertEqual(len(packed), 16)
+        for e in packed:
+            self.assertEqual(e["dtype"], "qint8", e["key"])
+            self.assertEqual(e["quantization"]["qscheme"], "per_tensor_affine", e["key"])
+        self.assertEqual(sum(e["kind"] == "tensor" for e in doc["entries"]), 88)
+
+
+for _path in torchscript_corpus_files():
+    setattr(TorchScriptCorpusTests, f"test_{_safe(_path.name)}",
+            lambda self, p=_path: self.check(p))
 
 
 # --------------------------------------------------------------------------------------------

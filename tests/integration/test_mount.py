@@ -58,7 +58,8 @@ from ckptfs_mounts import (fusermount_u, index_readable, is_mounted, mount_count
                            mount_points, unmount, wait_for_mount)
 from ckptfs_reference import ROOT_FILES, directory_name, entry_names, fnv1a64  # noqa: E402
 from fixtures import (CKPTFS, CORPUS, FIXTURE_NAMES, NOT_TORCH_LOADABLE, REPO,  # noqa: E402
-                      corpus_files, expected_doc, fixture_path, processes_with_arg, wait_until)
+                      corpus_files, expected_doc, fixture_path, processes_with_arg,
+                      torchscript_corpus_files, wait_until)
 from test_inspect import inspect_json  # noqa: E402
 
 warnings.filterwarnings("ignore")
@@ -345,6 +346,24 @@ class CorpusMountTests(MountTestCase):
                         self.assertEqual(os.stat(d / "tensor.npy").st_size % 64,
                                          g["nbytes"] % 64, f"{e['key']!r}: tensor.npy size")
                 self.unmount(mnt, proc)
+
+    def test_torchscript_corpus(self):
+        """The real TorchScript archives mount as torchscript, and scripts/ckptfs-verify finds
+        every file of the mount as torch.jit.load (and torch's reading of the records) has it."""
+        files = torchscript_corpus_files()
+        self.assertTrue(files, f"no *.jit in {CORPUS / 'formats'}")
+        for path in files:
+            with self.subTest(path.name):
+                mnt, proc = self.mount(path)
+                index = self.read_json(mnt / "index.json")
+                self.assertEqual(index["format"], "torchscript")
+                self.assertEqual(index["tensors"], len(index["entries"]))
+                self.unmount(mnt, proc)
+        r = run([sys.executable, VERIFY, *files], env=dict(os.environ, CKPTFS=str(CKPTFS)))
+        out = (r.stdout + r.stderr).decode("utf-8", "replace")
+        self.assertEqual(r.returncode, 0, f"ckptfs-verify:\n{out}")
+        for path in files:
+            self.assertRegex(out, rf"{path.name}: \d+ tensors, 0 values checked: all agree")
 
     def test_verify_corpus(self):
         """scripts/ckptfs-verify agrees on every corpus file torch 1.13 loads."""

@@ -291,6 +291,7 @@ class ManPageTests(TempDirTestCase):
 INSTALLED = {  # relative to the prefix
     "bin/ckptfs", "bin/ckptfs-verify", "libexec/ckptfs/ckptfs-verify",
     "libexec/ckptfs/ckptfs_reference.py", "libexec/ckptfs/ckptfs_mounts.py",
+    "libexec/ckptfs/ckptfs_safetensors.py",
     "share/man/man1/ckptfs.1.gz",
     "share/bash-completion/completions/ckptfs", "share/doc/ckptfs/README.md",
     "share/doc/ckptfs/copyright", "share/doc/ckptfs/examples/mnt-model.mount",
@@ -384,7 +385,7 @@ class DebianPackageTests(TempDirTestCase):
         self.assertTrue(field("Description").startswith(
             "mount a PyTorch checkpoint as a read-only filesystem\n "))
         depends = {d.split()[0]: d for d in field("Depends").split(", ")}
-        for package in ["fuse3", "libfuse3-3", "libfmt9", "libc6", "libstdc++6"]:
+        for package in ["fuse3", "libfuse3-3", "libfmt9", "libc6", "libstdc++6", "zlib1g"]:
             self.assertIn(package, depends, f"Depends: {field('Depends')}")
         self.assertRegex(depends["libfuse3-3"], r"\(>= 3\.\d+")
         self.assertIn("python3", field("Recommends").split(", "))

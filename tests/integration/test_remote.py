@@ -187,6 +187,41 @@ class HttpTests(RemoteTestCase):
                 self.assertEqual(json.loads(remote.stdout), json.loads(local.stdout))
                 self.assert_same_as_local(path, url)
 
+    def test_safetensors_and_sharded_sets_same_tree(self):
+        """A safetensors file, and a sharded set by its index's URL (its shards fetched beside
+        it, in parallel): the same inspect --json and the same tree as from the files."""
+        from fixtures import SAFETENSORS_FIXTURES, SHARDED_FIXTURES, formats_corpus
+        cases = [(FIXTURES / f"{n}.safetensors", f"fixtures/{n}.safetensors")
+                 for n in SAFETENSORS_FIXTURES]
+        for n in SHARDED_FIXTURES:
+            index = next((FIXTURES / n).glob("*.index.json"))
+            cases.append((index, f"fixtures/{n}/{index.name}"))
+        for p in formats_corpus():
+            if p.is_dir():
+                index = next(p.glob("*.index.json"))
+                cases.append((index, f"corpus/formats/{p.name}/{index.name}"))
+            else:
+                cases.append((p, f"corpus/formats/{p.name}"))
+        self.assertGreater(len(cases), len(SAFETENSORS_FIXTURES) + len(SHARDED_FIXTURES))
+        for local, rel in cases:
+            url = self.nginx.url(rel)
+            with self.subTest(rel):
+                want = self.ckptfs("inspect", "--json", local)
+                got = self.ckptfs("inspect", "--json", url)
+                self.assertEqual(got.returncode, 0, got.stderr)
+                self.assertEqual(json.loads(got.stdout), json.loads(want.stdout))
+                self.assert_same_as_local(local, url)
+        # A shard missing on the server: one line naming it, the URL's error.
+        missing = self.ckptfs("inspect", self.nginx.url("fixtures/sharded_st/nope.index.json"))
+        self.assertNotEqual(missing.returncode, 0)
+        (self.root / "gone").mkdir()
+        (self.root / "gone" / "model.safetensors.index.json").write_text(
+            json.dumps({"weight_map": {"a": "model-00001-of-00002.safetensors"}}))
+        r = self.ckptfs("inspect", self.nginx.url("gone/model.safetensors.index.json"))
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertRegex(r.stderr.decode(), r'shard "model-00001-of-00002.safetensors" \(named by '
+                                            r"the index\): ")
+
     def test_option_values(self):
         url = self.nginx.url("fixtures/convnet.pth")
         for bad in ("cache_size=1K", "cache_size=2X", "timeout=0", "timeout=abc",

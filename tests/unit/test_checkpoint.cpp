@@ -150,9 +150,11 @@ TEST_CASE("refusals say what the file is") {
     zip.add("archive/data.pkl", pkl, {.method = 8});
     CHECK(error_of(zip.build()) == ExitCode::unsupported);
   }
-  SUBCASE("TorchScript") {
+  SUBCASE("TorchScript is read as such, not as torch.save") {
+    CHECK(read(torch_zip(pkl, {{"0", floats(2)}}, "m", {{"constants.pkl", "\x80\x02)."}}))
+              .format == Format::torchscript);
     CHECK(error_of(torch_zip(pkl, {{"0", floats(2)}}, "m", {{"constants.pkl", "x"}})) ==
-          ExitCode::unsupported);
+          ExitCode::bad_checkpoint);
   }
   SUBCASE("a zip without data.pkl") {
     ZipBuilder zip;

@@ -2,7 +2,10 @@
 // Unit tests of the tree: layout, names, attributes, laziness, and reads of every kind of file,
 // the safetensors export included.
 #include "support/fake_checkpoint.hpp"
+#include "support/safetensors_builder.hpp"
 
+#include <ckptfs/format/safetensors_reader.hpp>
+#include <ckptfs/format/sharded_reader.hpp>
 #include <ckptfs/format/torch_reader.hpp>
 #include <ckptfs/format/torch_writer.hpp>
 #include <ckptfs/format/zip_reader.hpp>
@@ -427,6 +430,68 @@ TEST_CASE("derived files are made on first use, once") {
   const std::string first = m.read_all(m.path("w", "meta.json"));
   CHECK(static_cast<std::size_t>(st.st_size) == first.size());
   CHECK(m.read_all(m.path("w", "meta.json")) == first);
+}
+
+TEST_CASE("sources: meta.json and index.json name each tensor's file; nodes know theirs") {
+  std::string one = safetensors_file({{"a", "F32", {2}, floats(2)}}, {{"format", "pt"}});
+  std::string two = safetensors_file({{"b", "U8", {3}, "xyz"}});
+  MemorySource first(one, "one.safetensors"), second(two, "two.safetensors");
+  ShardIndex index;
+  index.shards = {"sub/one.safetensors", "two.safetensors"};
+  index.weight_map = {{"b", 1}, {"a", 0}, {"gone", 1}};
+  index.metadata = {{"note", "hi"}};
+  std::vector<Model> shards;
+  shards.push_back(read_safetensors(first, "sub/one.safetensors"));
+  shards.push_back(read_safetensors(second, "two.safetensors"));
+  TreeOptions options;
+  options.source_path = "/models/x";
+  Tree tree(combine_shards(index, std::move(shards)), options);
+  const ByteSource* sources[] = {&first, &second};
+  auto ino_of = [&](std::string_view dir, std::string_view file) {
+    Tree::Ino ino = tree.lookup(Tree::root_ino, dir);
+    if (!file.empty()) ino = tree.lookup(ino, file);
+    REQUIRE(ino != 0);
+    return ino;
+  };
+  auto read = [&](std::string_view dir, std::string_view file) {
+    ReadBuffer buffer;
+    tree.read(ino_of(dir, file), 0, 1 << 20, sources, buffer);
+    std::string out;
+    for (const auto& p : buffer.pieces()) {
+      out += p.memory ? std::string(p.memory, p.length)
+                      : sources[p.source]->read_string(p.source_offset, p.length);
+    }
+    return out;
+  };
+  auto index_json = nlohmann::json::parse(read("index.json", ""));
+  CHECK(index_json["format"] == "sharded");
+  CHECK(index_json["source"] == "/models/x");
+  CHECK(index_json["sources"] == nlohmann::json::array({"sub/one.safetensors", "two.safetensors"}));
+  CHECK(index_json["metadata"] == nlohmann::json::object({{"note", "hi"}}));
+  CHECK(index_json["total_bytes"] == 11);  // 8 + 3; the broken "gone" counts nothing
+  auto meta_a = nlohmann::json::parse(read("a", "meta.json"));
+  CHECK(meta_a["source"] == "sub/one.safetensors");
+  CHECK(meta_a["file_offset"] == one.size() - 8);  // in its own file
+  CHECK(nlohmann::json::parse(read("b", "meta.json"))["source"] == "two.safetensors");
+  auto meta_gone = nlohmann::json::parse(read("gone", "meta.json"));
+  CHECK(meta_gone["source"].is_null());
+  CHECK(meta_gone["broken"] == "the index puts it in \"two.safetensors\", which has no tensor of "
+                               "that name");
+  CHECK(read("b", "data") == "xyz");
+  // Opens check the source of what they open: a tensor's files, its file; the rest, every file.
+  auto source = [&](std::string_view dir, std::string_view file = {}) {
+    auto n = tree.node(ino_of(dir, file));
+    REQUIRE(n);
+    return tree.source_of(*n);
+  };
+  CHECK(source("a", "data") == 0);
+  CHECK(source("a", "meta.json") == 0);
+  CHECK(source("b", "tensor.npy") == 1);
+  CHECK(source("b") == 1);
+  CHECK(source("gone", "meta.json") == Tree::every_source);
+  CHECK(source("index.json") == Tree::every_source);
+  CHECK(source("model.safetensors") == Tree::every_source);  // the export reads every shard
+  CHECK(tree.source_of(*tree.node(Tree::root_ino)) == Tree::every_source);
 }
 
 TEST_SUITE_END();

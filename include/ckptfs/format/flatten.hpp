@@ -5,9 +5,34 @@
 #include <ckptfs/format/read_limits.hpp>
 #include <ckptfs/format/torch_interpreter.hpp>
 
+#include <string>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace ckptfs {
+
+// How a reader that knows more than the pickle's shape steers the walk (TorchScript: a module's
+// parameters, buffers and submodules are its state_dict, its other attributes are not).
+struct WalkPlan {
+  // Objects whose children are exactly these (key node, value node) pairs, in this order,
+  // instead of the parts of their state. A key node is a str (its text is the key part).
+  std::unordered_map<pickle::NodeId, std::vector<std::pair<pickle::NodeId, pickle::NodeId>>>
+      children;
+  // Nodes that stand for another node wherever they are reached (TorchScript's
+  // build_tensorlist(list) is the list). Each target is final: it is not an alias itself.
+  std::unordered_map<pickle::NodeId, pickle::NodeId> aliases;
+};
+
+struct FlattenOptions {
+  const WalkPlan* plan = nullptr;
+  // Tensors only: a child without a tensor below is left out instead of becoming a value entry,
+  // and a root without a tensor gives no entry at all.
+  bool tensors_only = false;
+  // A part ckptfs names, put before every key ("constants" -> "constants.0"; a root tensor is
+  // the key "constants" itself); every entry then has a key path starting {"__part__": it}.
+  std::string root_part;
+};
 
 // Walks the root: a dict, list, tuple, set, object (its state, items, args) or composite that
 // holds at least one tensor somewhere below is walked, each child keyed `parent + "." + child`
@@ -21,11 +46,11 @@ namespace ckptfs {
 // Keys of one dict that Python finds equal are merged as Python would (the first position, the
 // last value); keys that merely have the same text (1 and "1"; "a.b" beside "a" -> "b") all
 // stay, and their entries get Entry::key_path, as do entries with a key part that is not a str.
-// Entry::tensor indexes interpretation.tensors.
+// `options` change this as they say. Entry::tensor indexes interpretation.tensors.
 // Throws Error(bad_checkpoint) past limits.max_entries entries or when the keys and values
 // together pass limits.max_flattened_bytes (or 64 bytes per pickle object, if more): the only
-// bound on a key's length.
+// bound on a key's length. Both bounds hold per call.
 std::vector<Entry> flatten(const pickle::Graph& graph, const Interpretation& interpretation,
-                           const ReadLimits& limits);
+                           const ReadLimits& limits, const FlattenOptions& options = {});
 
 }  // namespace ckptfs

@@ -3,6 +3,8 @@
 // set), opened as the sources that hold its bytes and read into one Model by the right reader.
 #pragma once
 
+#include <ckptfs/format/safetensors_reader.hpp>
+#include <ckptfs/format/sharded_reader.hpp>
 #include <ckptfs/format/torch_reader.hpp>
 #include <ckptfs/model/model.hpp>
 #include <ckptfs/source/byte_source.hpp>
@@ -15,21 +17,26 @@
 namespace ckptfs {
 
 // Opens one location (a local path; a URL when a remote opener is given) as a source. Throws
-// Error(io) naming the problem when it cannot.
+// Error(io) naming the problem when it cannot. Called from several threads at once (the shards
+// of a sharded set are opened in parallel).
 using SourceOpener = std::function<std::unique_ptr<ByteSource>(const std::string& location)>;
 
 // Local files: FileSource.
 std::unique_ptr<ByteSource> open_local_file(const std::string& path);
 
 struct OpenOptions {
-  ReadLimits limits;
+  ReadLimits limits;              // torch.save files
+  SafetensorsLimits safetensors;  // safetensors files
+  ShardLimits sharded;            // indexes of sharded sets
   SourceOpener open = open_local_file;
 };
 
 // A model with the sources it reads from; sources()[i] holds the bytes of Storage::source i.
 class OpenedModel {
  public:
-  OpenedModel(std::vector<std::unique_ptr<ByteSource>> sources, Model model);
+  // times(): the newest of the sources' times and `other_times` (an index read to find them).
+  OpenedModel(std::vector<std::unique_ptr<ByteSource>> sources, Model model,
+              SourceTimes other_times = {});
   OpenedModel(OpenedModel&&) noexcept = default;
   OpenedModel& operator=(OpenedModel&&) noexcept = default;
 
@@ -37,16 +44,33 @@ class OpenedModel {
   Model& model() noexcept { return model_; }
   std::span<const ByteSource* const> sources() const noexcept { return raw_; }
   const ByteSource& source(std::size_t i) const { return *owned_[i]; }
+  // The newest mtime and the newest ctime of the files the model was read from: the times of
+  // the mounted tree, which change only when one of those files does.
+  const SourceTimes& times() const noexcept { return times_; }
 
  private:
   std::vector<std::unique_ptr<ByteSource>> owned_;
   std::vector<const ByteSource*> raw_;
   Model model_;
+  SourceTimes times_;
 };
 
-// Opens `location` and reads it with the reader its first bytes call for (a zip: torch.save's
-// or TorchScript's; the legacy torch stream otherwise). Throws Error with the exit code of the
-// problem, its message without the location (the caller names it).
+// Opens what `location` names and reads it with the reader it calls for:
+//   - a local directory: the first of model.safetensors, model.safetensors.index.json,
+//     pytorch_model.bin, pytorch_model.bin.index.json in it (transformers' order); else its one
+//     *.index.json; else, without any, its one *.safetensors. Several candidates and none of
+//     those names (two *.index.json, say) is an error asking to name the one to mount;
+//   - a file or URL named *.json: the index of a sharded set (read_shard_index()). Its shards
+//     (sibling_location() of the index, source/location.hpp: URLs too) are opened with
+//     options.open, each once, and read in parallel (at most 8 at a time), each as a file
+//     below; the first that fails, in the index's order, is the error, naming it;
+//   - a file named *.safetensors or whose first bytes are a safetensors header length and '{':
+//     read_safetensors();
+//   - a zip: torch.save's (TorchScript and torch.package are refused); a file starting with '{':
+//     an index; anything else: the legacy torch stream (read_torch()).
+// Model::sources are relative to the directory of what was named (for a single file, its name).
+// Throws Error with the exit code of the problem, its message without the location (the caller
+// names it); a shard's problem names the shard.
 OpenedModel open_model(const std::string& location, const OpenOptions& options = {});
 
 }  // namespace ckptfs

@@ -5,6 +5,7 @@
 
 #include <ckptfs/model/model.hpp>
 #include <ckptfs/source/byte_source.hpp>
+#include <ckptfs/base/hash.hpp>
 
 #include <atomic>
 #include <memory>
@@ -58,11 +59,6 @@ struct ZipLimits {
 class ZipArchive {
  public:
   ZipArchive(const ByteSource& source, const ZipLimits& limits = {});
-  // Not copied: the name index points into entries_ (a move keeps the entries where they are).
-  ZipArchive(const ZipArchive&) = delete;
-  ZipArchive& operator=(const ZipArchive&) = delete;
-  ZipArchive(ZipArchive&&) noexcept = default;
-  ZipArchive& operator=(ZipArchive&&) noexcept = default;
 
   const std::vector<ZipEntry>& entries() const noexcept { return entries_; }
   const ZipEntry* find(std::string_view name) const;
@@ -70,7 +66,7 @@ class ZipArchive {
 
  private:
   std::vector<ZipEntry> entries_;
-  std::unordered_map<std::string_view, std::size_t> first_by_name_;  // names in entries_
+  TextMap<std::size_t> first_by_name_;
   std::uint64_t cd_offset_ = 0;
 };
 
@@ -82,6 +78,12 @@ bool looks_like_zip(const ByteSource& source);
 // inside the file, before entry.limit). Throws Error(bad_zip) naming the problem, or what
 // ByteSource::read throws.
 std::uint64_t locate_entry(const ByteSource& source, const ZipEntry& entry);
+
+// Where `entry`'s payload is: its data_offset, or, when its local header was deferred (offset
+// 0: a payload is never at 0), located now by locate_entry().
+inline std::uint64_t payload_offset(const ByteSource& source, const ZipEntry& entry) {
+  return entry.data_offset != 0 ? entry.data_offset : locate_entry(source, entry);
+}
 
 // A StorageLocator over records of a zip whose local headers were deferred: record i's offset is
 // located on first use and remembered. Keeps a reference to `source`, which must outlive it.

@@ -30,13 +30,18 @@ inline constexpr std::size_t max_shared_with_bytes = 2048;
 
 // Writes, into an open JSON object, the fields that describe tensor entry `entry_index` after its
 // key (and key_path): dtype, stored_dtype, shape, stride, storage_offset, contiguous, nbytes,
-// file_offset, numpy, byteorder, requires_grad, quantization, storage, shared_with,
-// shared_with_count, broken. dtype, nbytes, numpy and byteorder describe the bytes served, which
-// `convert_to` may convert (see serve()); file_offset is then null, as they are no range of the
-// file.
+// source (the file holding its bytes, as Model::sources names it; null without a storage),
+// file_offset (in that file), numpy, byteorder, requires_grad, quantization, storage,
+// shared_with, shared_with_count, broken. dtype, nbytes, numpy and byteorder describe the bytes
+// served, which `convert_to` may convert (see serve()); file_offset is then null, as they are
+// no range of the file.
 void write_tensor_fields(JsonWriter& json, const Model& model, std::size_t entry_index,
                          const SharingIndex& sharing,
                          std::optional<DType> convert_to = std::nullopt);
+
+// Writes, into an open JSON object, "sources": [Model::sources...] and "metadata": {key: value}
+// (Model::metadata: safetensors' __metadata__, a sharded set's index metadata; {} when none).
+void write_sources_and_metadata(JsonWriter& json, const Model& model);
 
 // meta.json of a tensor entry: {"key", "key_path" when the entry has one, ...write_tensor_fields},
 // indented, with a final newline.
@@ -44,9 +49,9 @@ std::string tensor_meta_json(const Model& model, std::size_t entry_index,
                              const SharingIndex& sharing,
                              std::optional<DType> convert_to = std::nullopt);
 
-// `inspect --json`: {"format", "byteorder", "entries": [...]}, tensors as {"key", "key_path"?,
-// "kind": "tensor", ...write_tensor_fields}, values as {"key", "key_path"?, "kind": "value",
-// "value"}.
+// `inspect --json`: {"format", "byteorder", "sources", "metadata", "entries": [...]}, tensors as
+// {"key", "key_path"?, "kind": "tensor", ...write_tensor_fields}, values as {"key",
+// "key_path"?, "kind": "value", "value"}.
 std::string model_json(const Model& model);
 
 }  // namespace ckptfs

@@ -3,6 +3,8 @@
 // a key's name never another key's.
 #pragma once
 
+#include <ckptfs/base/hash.hpp>
+
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -35,7 +37,7 @@ class NameAllocator {
   std::string name(std::string_view key);
 
  private:
-  std::unordered_set<std::string> taken_;
+  TextSet taken_;
 };
 
 std::uint64_t fnv1a64(std::string_view bytes);

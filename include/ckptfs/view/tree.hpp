@@ -8,6 +8,7 @@
 #include <ckptfs/model/model.hpp>
 #include <ckptfs/source/byte_source.hpp>
 #include <ckptfs/view/read_buffer.hpp>
+#include <ckptfs/base/hash.hpp>
 
 #include <atomic>
 #include <cstdint>
@@ -69,6 +70,14 @@ class Tree {
 
   // What `ino` is; nullopt when there is no such node.
   std::optional<Node> node(Ino ino) const;
+
+  // source_of() of the nodes that show or describe every source.
+  static constexpr std::uint32_t every_source = 0xffffffff;
+  // The source whose bytes `node` shows or describes: a tensor entry's directory and files, its
+  // storage's source; every_source for the rest (the root and its files, values). When that
+  // source changes while mounted, opens of the node fail (in a sharded set, only the changed
+  // shard's tensors).
+  std::uint32_t source_of(const Node& node) const noexcept;
   // The child of directory `parent` named `name`, or 0.
   Ino lookup(Ino parent, std::string_view name) const;
   // The number of children of a directory, and child i's name and inode (i < count).
@@ -131,7 +140,8 @@ class Tree {
   std::vector<std::pair<std::size_t, std::string>> renamed_;
   bool keys_unique_ = true;  // no two entries have the same key text
   // The root's children by name: an open-addressing table of child index + 1 (0: empty), at
-  // most half full, hashed by name.
+  // most half full, hashed by name with KeyedHash (a hostile checkpoint's keys cannot be made to
+  // collide).
   std::vector<std::uint32_t> root_slots_;
   // Sizes of root files, known before (or without) their content: a listing of the root stats
   // them, and building index.json or the safetensors header for that would keep megabytes.

@@ -4,6 +4,7 @@
 #include <ckptfs/base/text.hpp>
 #include <ckptfs/format/flatten.hpp>
 #include <ckptfs/format/value_json.hpp>
+#include <ckptfs/base/hash.hpp>
 
 #include <fmt/format.h>
 
@@ -38,21 +39,25 @@ using Children = std::vector<Child>;
 
 class Flattener {
  public:
-  Flattener(const Graph& g, const Interpretation& in, const ReadLimits& limits)
-      : g_(g), in_(in), limits_(limits),
+  Flattener(const Graph& g, const Interpretation& in, const ReadLimits& limits,
+            const FlattenOptions& options)
+      : g_(g), in_(in), limits_(limits), plan_(options.plan),
+        tensors_only_(options.tensors_only), root_part_(options.root_part),
         allowed_bytes_(std::max<std::uint64_t>(limits.max_flattened_bytes, 64 * g.size())) {}
 
   std::vector<Entry> run() {
-    NodeId root = g_.root();
+    NodeId root = resolve(g_.root());
     if (root == no_node) return {};
     mark_nodes_holding_tensors();
     if (is_tensor(root)) {
-      emit_tensor(synthetic("tensor", root));
+      emit_tensor(synthetic(root_part_.empty() ? "tensor" : root_part_.c_str(), root));
+    } else if (tensors_only_ && !has_tensor_[root]) {
+      // nothing to list
     } else if (Kind k = g_.kind(root);
                k == Kind::dict || k == Kind::list || k == Kind::tuple || has_tensor_[root]) {
       walk(root);
     } else {
-      emit_value(synthetic("value", root));
+      emit_value(synthetic(root_part_.empty() ? "value" : root_part_.c_str(), root));
     }
     add_key_paths_of_shared_texts();
     return std::move(entries_);
@@ -60,6 +65,13 @@ class Flattener {
 
  private:
   bool is_tensor(NodeId id) const { return in_.tensor_of[id] >= 0; }
+
+  // The node that `id` stands for (itself unless the plan makes it an alias).
+  NodeId resolve(NodeId id) const {
+    if (plan_ == nullptr || id == no_node || plan_->aliases.empty()) return id;
+    auto it = plan_->aliases.find(id);
+    return it == plan_->aliases.end() ? id : it->second;
+  }
 
   static Child synthetic(const char* name, NodeId node) {
     return {Child::Part::synthetic, 0, no_node, node, 0, name};
@@ -85,14 +97,15 @@ class Flattener {
 
   void add_dict(Children* labeled, std::vector<NodeId>* plain, NodeId dict, std::uint8_t ns) {
     for (const auto& [key, value] : g_.dict_items(dict)) {
-      if (labeled) labeled->push_back(keyed(key, value, ns));
-      if (plain) plain->push_back(value);
+      if (labeled) labeled->push_back(keyed(key, resolve(value), ns));
+      if (plain) plain->push_back(resolve(value));
     }
   }
 
   void add_object_parts(const pickle::Object& obj, Children* labeled, std::vector<NodeId>* plain) {
     auto add = [&](const char* label, NodeId child) {
       if (child == no_node) return;
+      child = resolve(child);
       if (labeled) labeled->push_back(synthetic(label, child));
       if (plain) plain->push_back(child);
     };
@@ -114,12 +127,12 @@ class Flattener {
       }
     }
     for (const auto& [key, value] : obj.dict_items) {
-      if (labeled) labeled->push_back(keyed(key, value, 4));
-      if (plain) plain->push_back(value);
+      if (labeled) labeled->push_back(keyed(key, resolve(value), 4));
+      if (plain) plain->push_back(resolve(value));
     }
     for (std::size_t i = 0; i < obj.list_items.size(); ++i) {
-      if (labeled) labeled->push_back(indexed(i, obj.list_items[i]));
-      if (plain) plain->push_back(obj.list_items[i]);
+      if (labeled) labeled->push_back(indexed(i, resolve(obj.list_items[i])));
+      if (plain) plain->push_back(resolve(obj.list_items[i]));
     }
     // Construction arguments are shown only when they hold tensors; otherwise they are noise
     // (an empty tuple for every NEWOBJ).
@@ -130,13 +143,23 @@ class Flattener {
 
   // The children the walk descends into; `labeled` gets their key parts.
   void children(NodeId id, Children* labeled, std::vector<NodeId>* plain) {
+    id = resolve(id);
     if (is_tensor(id)) return;
     if (auto it = in_.composites.find(id); it != in_.composites.end()) {
       for (const auto& [name, child] : it->second) {
-        if (labeled) labeled->push_back(synthetic(name.c_str(), child));
-        if (plain) plain->push_back(child);
+        if (labeled) labeled->push_back(synthetic(name.c_str(), resolve(child)));
+        if (plain) plain->push_back(resolve(child));
       }
       return;
+    }
+    if (plan_ != nullptr) {
+      if (auto it = plan_->children.find(id); it != plan_->children.end()) {
+        for (const auto& [key, value] : it->second) {
+          if (labeled) labeled->push_back(keyed(key, resolve(value), 1));
+          if (plain) plain->push_back(resolve(value));
+        }
+        return;
+      }
     }
     switch (g_.kind(id)) {
       case Kind::dict:
@@ -148,8 +171,8 @@ class Flattener {
       case Kind::frozenset: {
         const auto& items = g_.items(id);
         for (std::size_t i = 0; i < items.size(); ++i) {
-          if (labeled) labeled->push_back(indexed(i, items[i]));
-          if (plain) plain->push_back(items[i]);
+          if (labeled) labeled->push_back(indexed(i, resolve(items[i])));
+          if (plain) plain->push_back(resolve(items[i]));
         }
         break;
       }
@@ -206,7 +229,7 @@ class Flattener {
   // 1 == "1" nor b"x" == "x"), not as their texts: keys that only look alike all stay.
   void merge_equal_keys(Children& kids) {
     if (kids.size() < 2) return;
-    std::unordered_map<std::string, std::size_t> first;
+    TextMap<std::size_t> first;
     std::vector<bool> repeated(kids.size(), false);
     bool any = false;
     for (std::size_t i = 0; i < kids.size(); ++i) {
@@ -253,6 +276,7 @@ class Flattener {
 
   void walk(NodeId root) {
     on_path_.assign(g_.size(), false);
+    path_ = root_part_;  // the root's key: its children's keys start with it
     push_frame(root);
     while (!stack_.empty()) {
       Frame& top = stack_.back();
@@ -267,7 +291,7 @@ class Flattener {
       // The key of `child`: one path buffer shared by the whole walk, so that a key costs its
       // length once however deep it is; its length is bounded by the budget of all keys.
       path_.resize(top.key_length);
-      if (stack_.size() > 1) path_ += '.';
+      if (stack_.size() > 1 || !root_part_.empty()) path_ += '.';
       path_ += label(child);
       if (path_.size() > allowed_bytes_) {
         throw Error(ExitCode::bad_checkpoint,
@@ -281,7 +305,7 @@ class Flattener {
       } else if (has_tensor_[node]) {
         // A container inside itself is walked once per path: the repeat is skipped.
         if (!on_path_[node]) push_frame(node);
-      } else {
+      } else if (!tensors_only_) {
         emit_value(child);
       }
     }
@@ -294,6 +318,12 @@ class Flattener {
   std::string key_path_json(const Child* leaf, bool& all_str) const {
     std::string out = "[";
     all_str = true;
+    if (!root_part_.empty()) {
+      all_str = false;
+      out += "{\"__part__\":";
+      append_json_string(out, root_part_);
+      out += '}';
+    }
     auto add = [&](const Child& c) {
       if (out.size() > 1) out += ',';
       if (c.part == Child::Part::key) {
@@ -309,9 +339,10 @@ class Flattener {
         out += '}';
       }
     };
-    // Each frame but the top one is below the child of the frame before it that led there.
+    // Each frame but the top one is below the child of the frame before it that led there. A
+    // root entry (no frame) has no part of its own beyond the root part.
     for (std::size_t i = 0; i + 1 < stack_.size(); ++i) add(kids_[stack_[i].next - 1]);
-    if (leaf) add(*leaf);
+    if (leaf && !(stack_.empty() && !root_part_.empty())) add(*leaf);
     out += ']';
     return out;
   }
@@ -385,7 +416,7 @@ class Flattener {
   // Entries whose text another entry has too get their key path, so that index.json says which
   // Python key each came from ("0" the int, "0" the str; "a.b" one key, "a" then "b").
   void add_key_paths_of_shared_texts() {
-    std::unordered_map<std::string_view, std::uint32_t> count;  // views into entries_' keys
+    TextViewMap<std::uint32_t> count;  // views into entries_' keys
     count.reserve(entries_.size());
     for (const Entry& e : entries_) ++count[e.key];
     for (auto& [index, path] : pending_paths_) {
@@ -413,6 +444,9 @@ class Flattener {
   const Graph& g_;
   const Interpretation& in_;
   const ReadLimits& limits_;
+  const WalkPlan* plan_;
+  const bool tensors_only_;
+  const std::string root_part_;
   const std::uint64_t allowed_bytes_;
   std::vector<bool> has_tensor_;
   std::vector<Frame> stack_;
@@ -427,8 +461,8 @@ class Flattener {
 }  // namespace
 
 std::vector<Entry> flatten(const pickle::Graph& graph, const Interpretation& interpretation,
-                           const ReadLimits& limits) {
-  return Flattener(graph, interpretation, limits).run();
+                           const ReadLimits& limits, const FlattenOptions& options) {
+  return Flattener(graph, interpretation, limits, options).run();
 }
 
 }  // namespace ckptfs

@@ -5,7 +5,11 @@
 #include <ckptfs/format/flatten.hpp>
 #include <ckptfs/format/torch_interpreter.hpp>
 #include <ckptfs/format/torch_reader.hpp>
+#include <ckptfs/format/torchscript_reader.hpp>
 #include <ckptfs/format/zip_reader.hpp>
+#include <ckptfs/base/hash.hpp>
+
+#include "torch_storages.hpp"
 
 #include <fmt/format.h>
 
@@ -16,24 +20,7 @@ namespace ckptfs {
 namespace {
 
 using pickle::Kind;
-
-// a * b, or nullopt on uint64 overflow.
-std::optional<std::uint64_t> mul(std::uint64_t a, std::uint64_t b) {
-  std::uint64_t r;
-  if (__builtin_mul_overflow(a, b, &r)) return std::nullopt;
-  return r;
-}
-std::optional<std::uint64_t> add(std::uint64_t a, std::uint64_t b) {
-  std::uint64_t r;
-  if (__builtin_add_overflow(a, b, &r)) return std::nullopt;
-  return r;
-}
-
-// Storages by key; each persistent id names one.
-struct StorageTable {
-  std::vector<Storage> storages;
-  std::unordered_map<std::string, std::size_t> by_key;
-};
+using namespace detail;
 
 // Refuses the files that are not torch.save output, saying what they are.
 void refuse_other_formats(const ByteSource& source) {
@@ -59,17 +46,6 @@ std::string pickle_error_context(const std::string& what, const Error& e) {
 
 // ---- zip ---------------------------------------------------------------------------------
 
-const ZipEntry& stored_or_refuse(const ZipEntry& entry) {
-  if (!entry.stored()) {
-    throw Error(ExitCode::unsupported,
-                fmt::format("record {} is {} (method {}): ckptfs serves records by offset and "
-                            "needs them stored, as torch.save writes them",
-                            quote(entry.name), (entry.flags & 1) ? "encrypted" : "compressed",
-                            entry.method));
-  }
-  return entry;
-}
-
 struct ZipLayout {
   std::string prefix;
   const ZipEntry* data_pkl = nullptr;
@@ -90,17 +66,25 @@ ZipLayout find_zip_layout(const ZipArchive& zip) {
     }
   }
   for (const auto& e : zip.entries()) {
-    if (e.name.ends_with("/constants.pkl") || e.name == "constants.pkl") {
-      throw Error(ExitCode::unsupported,
-                  "a TorchScript archive (torch.jit.save): it holds code, not a torch.save "
-                  "checkpoint; load it with torch.jit.load");
-    }
     if (e.name.ends_with(".data/extern_modules")) {
       throw Error(ExitCode::unsupported,
                   "a torch.package archive: it holds code, not a torch.save checkpoint");
     }
   }
   if (!layout.data_pkl) {
+    bool torchscript = false;
+    for (const auto& e : zip.entries()) {
+      if (e.name.ends_with("/model.json")) {
+        throw Error(ExitCode::unsupported,
+                    "a TorchScript archive of an older layout (model.json, no data.pkl), which "
+                    "ckptfs does not read: load it with torch.jit.load and save it again");
+      }
+      torchscript = torchscript || e.name.ends_with("/constants.pkl");
+    }
+    if (torchscript) {
+      throw Error(ExitCode::bad_checkpoint,
+                  "a TorchScript archive without data.pkl: nothing says what its records are");
+    }
     bool has_version = false;
     for (const auto& e : zip.entries()) {
       has_version = has_version || e.name.ends_with("/version");
@@ -113,58 +97,12 @@ ZipLayout find_zip_layout(const ZipArchive& zip) {
   return layout;
 }
 
-// Where a record's payload is: known, or read from its local header now (deferred headers).
-std::uint64_t payload_offset(const ByteSource& source, const ZipEntry& entry) {
-  return entry.data_offset != 0 ? entry.data_offset : locate_entry(source, entry);
-}
-
-bool read_byteorder(const ByteSource& source, const ZipArchive& zip, const std::string& prefix) {
-  const ZipEntry* e = zip.find(prefix + "/byteorder");
-  if (!e) return false;  // absent: little, as torch >= 2.2 assumes
-  stored_or_refuse(*e);
-  if (e->size > 16) throw Error(ExitCode::bad_checkpoint, "byteorder record is too long");
-  std::string text = source.read_string(payload_offset(source, *e), e->size);
-  while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
-  if (text == "little") return false;
-  if (text == "big") return true;
-  throw Error(ExitCode::bad_checkpoint,
-              fmt::format("byteorder record says {}, not little or big", quote(text)));
-}
-
-// The storages the pickle refers to. With deferred local headers, each storage's offset is its
-// record's, located by one ZipLocator on first use.
-StorageTable zip_storages(const ByteSource& source, const ZipArchive& zip,
-                          const std::string& prefix, const Interpretation& in, bool deferred) {
-  StorageTable table;
-  std::vector<ZipEntry> located_later;
-  std::vector<std::size_t> deferred_storages;
-  for (const auto& ref : in.storage_refs) {
-    if (table.by_key.contains(ref.key)) continue;
-    Storage s;
-    s.key = ref.key;
-    s.record = prefix + "/data/" + ref.key;
-    if (const ZipEntry* e = zip.find(s.record)) {
-      stored_or_refuse(*e);
-      s.nbytes = e->size;
-      s.record_crc32 = e->crc32;
-      if (deferred) {
-        s.locator_index = static_cast<std::uint32_t>(located_later.size());
-        located_later.push_back(*e);
-        deferred_storages.push_back(table.storages.size());
-      } else {
-        s.file_offset = e->data_offset;
-      }
-    } else {
-      s.broken = fmt::format("record {} is missing from the zip", quote(s.record));
-    }
-    table.by_key.emplace(s.key, table.storages.size());
-    table.storages.push_back(std::move(s));
+bool has_code_records(const ZipArchive& zip, const std::string& prefix) {
+  const std::string code = prefix + "/code/";
+  for (const auto& e : zip.entries()) {
+    if (e.name.starts_with(code)) return true;
   }
-  if (!located_later.empty()) {
-    auto locator = std::make_shared<const ZipLocator>(source, std::move(located_later));
-    for (std::size_t i : deferred_storages) table.storages[i].locator = locator;
-  }
-  return table;
+  return false;
 }
 
 // ---- legacy stream -----------------------------------------------------------------------
@@ -181,7 +119,7 @@ bool is_legacy_magic(const pickle::Graph& g) {
 StorageTable legacy_storages(const ByteSource& source, std::uint64_t offset,
                              const std::vector<std::string>& keys, const Interpretation& in) {
   // The element size of each key comes from the first persistent id that names it.
-  std::unordered_map<std::string, std::size_t> element_size;
+  TextMap<std::size_t> element_size;
   for (const auto& ref : in.storage_refs) element_size.emplace(ref.key, ref.element_size());
   StorageTable table;
   for (const auto& key : keys) {
@@ -241,124 +179,6 @@ std::vector<std::string> legacy_key_list(const pickle::Graph& g) {
 
 // ---- validation --------------------------------------------------------------------------
 
-// Binds each tensor to its storage, and marks it broken when its view does not fit.
-void bind_tensors(std::vector<Tensor>& tensors, const std::vector<StorageRef>& refs,
-                  const StorageTable& table) {
-  for (auto& t : tensors) {
-    if (!t.storage) {
-      if (t.broken.empty() && t.numel() != 0) t.broken = "no storage";
-      continue;
-    }
-    const StorageRef& ref = refs[*t.storage];
-    std::size_t index = table.by_key.at(ref.key);
-    const Storage& s = table.storages[index];
-    t.storage = index;
-    if (!t.broken.empty()) continue;
-    if (!s.broken.empty()) {
-      t.broken = s.broken;
-      continue;
-    }
-    // The pickle's element count must match the record: torch refuses a mismatch, and trusting
-    // it is how readers come to read out of bounds (CVE-2026-24747).
-    std::uint64_t base = 0;
-    std::uint64_t available = s.nbytes;
-    if (ref.view) {
-      // A legacy view: elements [offset, offset + size) of the root storage.
-      auto begin = mul(ref.view->first, ref.element_size());
-      auto length = mul(ref.view->second, ref.element_size());
-      if (!begin || !length || *begin > s.nbytes || *length > s.nbytes - *begin) {
-        t.broken = fmt::format("its storage view runs past storage {} ({} bytes)", quote(s.key),
-                               s.nbytes);
-        continue;
-      }
-      base = *begin;
-      available = *length;
-    } else {
-      auto declared = mul(ref.declared_numel, ref.element_size());
-      if (!declared || *declared != s.nbytes) {
-        t.broken = fmt::format("storage {} holds {} bytes but the pickle declares {} elements of "
-                               "{} bytes",
-                               quote(s.key), s.nbytes, ref.declared_numel, ref.element_size());
-        continue;
-      }
-    }
-    if (base % t.element_size() != 0) {
-      t.broken = "its storage view is not aligned to its element size";
-      continue;
-    }
-    t.storage_offset += static_cast<std::int64_t>(base / t.element_size());
-    std::optional<std::uint64_t> count = 1;
-    for (auto d : t.shape) count = count ? mul(*count, static_cast<std::uint64_t>(d)) : count;
-    auto bytes = count ? mul(*count, t.element_size()) : std::nullopt;
-    if (!bytes || *bytes > max_tensor_bytes) {
-      // Its data, tensor.npy and tensor.pt are files: their sizes must fit off_t.
-      t.broken = fmt::format("its {} elements of {} bytes do not fit a file (at most {} bytes)",
-                             count ? fmt::to_string(*count) : std::string("2^64 or more"),
-                             t.element_size(), max_tensor_bytes);
-      continue;
-    }
-    // Elements needed: offset + sum((size - 1) * stride) + 1, when there is any element.
-    if (*count == 0) continue;
-    std::optional<std::uint64_t> last = static_cast<std::uint64_t>(t.storage_offset);
-    for (std::size_t i = 0; i < t.shape.size() && last; ++i) {
-      auto step = mul(static_cast<std::uint64_t>(t.shape[i] - 1),
-                      static_cast<std::uint64_t>(t.stride[i]));
-      last = step ? add(*last, *step) : std::nullopt;
-    }
-    auto needed = last ? add(*last, 1) : std::nullopt;
-    auto needed_bytes = needed ? mul(*needed, t.element_size()) : std::nullopt;
-    if (!needed_bytes || *needed_bytes > available) {
-      t.broken = needed_bytes
-                     ? fmt::format("its view needs {} bytes of storage {} but it has {}",
-                                   *needed_bytes, quote(s.key), available)
-                     : std::string("its view overflows 64-bit offsets");
-    }
-  }
-}
-
-// Keeps only the tensors that entries use, in entry order, and renumbers them (the entries and
-// the quantization parameters that point at tensors; flatten makes those entries too).
-std::vector<Tensor> used_tensors(std::vector<Entry>& entries, std::vector<Tensor>& all) {
-  std::vector<std::int64_t> renumbered(all.size(), -1);
-  std::vector<Tensor> used;
-  for (auto& e : entries) {
-    if (e.kind != Entry::Kind::tensor) continue;
-    auto& slot = renumbered[e.tensor];
-    if (slot < 0) {
-      slot = static_cast<std::int64_t>(used.size());
-      used.push_back(std::move(all[e.tensor]));
-    }
-    e.tensor = static_cast<std::size_t>(slot);
-  }
-  for (Tensor& t : used) {
-    if (!t.quantization) continue;
-    for (auto* part : {&t.quantization->scales, &t.quantization->zero_points}) {
-      if (*part && renumbered[**part] >= 0) {
-        *part = static_cast<std::size_t>(renumbered[**part]);
-      } else {
-        part->reset();
-      }
-    }
-  }
-  return used;
-}
-
-// Keeps only the storages that tensors use, and renumbers them.
-std::vector<Storage> used_storages(std::vector<Tensor>& tensors, std::vector<Storage>& all) {
-  std::vector<std::int64_t> renumbered(all.size(), -1);
-  std::vector<Storage> used;
-  for (auto& t : tensors) {
-    if (!t.storage) continue;
-    auto& slot = renumbered[*t.storage];
-    if (slot < 0) {
-      slot = static_cast<std::int64_t>(used.size());
-      used.push_back(std::move(all[*t.storage]));
-    }
-    t.storage = static_cast<std::size_t>(slot);
-  }
-  return used;
-}
-
 Model finish(Format format, bool big_endian, std::string source_name, pickle::Graph& graph,
              Interpretation& in, StorageTable& table, const ReadLimits& limits) {
   bind_tensors(in.tensors, in.storage_refs, table);
@@ -375,17 +195,16 @@ Model finish(Format format, bool big_endian, std::string source_name, pickle::Gr
 Model read_zip(const ByteSource& source, std::string name, const ReadLimits& limits) {
   ZipArchive zip(source, limits.zip);
   ZipLayout layout = find_zip_layout(zip);
-  const ZipEntry& pkl = stored_or_refuse(*layout.data_pkl);
-  bool big_endian = read_byteorder(source, zip, layout.prefix);
-  pickle::ParseResult parsed;
-  try {
-    parsed = pickle::parse(source, payload_offset(source, pkl), pkl.size, limits.pickle);
-  } catch (const Error& e) {
-    throw Error(e.code(), pickle_error_context(quote(pkl.name), e));
+  // torch.load hands an archive with a constants.pkl to torch.jit.load; one with code/ records
+  // but no constants.pkl is a TorchScript archive that lost it (read_torchscript says so).
+  if (zip.find(layout.prefix + "/constants.pkl") || has_code_records(zip, layout.prefix)) {
+    return read_torchscript(source, zip, layout.prefix, std::move(name), limits);
   }
+  bool big_endian = read_byteorder(source, zip, layout.prefix);
+  pickle::ParseResult parsed = parse_record(source, *layout.data_pkl, limits.pickle);
   Interpretation in = interpret(parsed.graph, limits.max_dims);
   StorageTable table =
-      zip_storages(source, zip, layout.prefix, in, limits.zip.defer_local_headers);
+      zip_storages(source, zip, layout.prefix + "/data/", in, CompressedStorage::refuse);
   return finish(Format::zip, big_endian, std::move(name), parsed.graph, in, table, limits);
 }
 

@@ -28,6 +28,12 @@ void write_tensor_fields(JsonWriter& j, const Model& c, std::size_t entry_index,
   j.key("storage_offset").number(t.storage_offset);
   j.key("contiguous").boolean(t.broken.empty() && t.contiguous() && !converted);
   j.key("nbytes").number(served.nbytes);
+  j.key("source");
+  if (t.storage) {
+    j.string(c.sources[c.storages[*t.storage].source]);
+  } else {
+    j.null();
+  }
   j.key("file_offset");
   if (auto offset = c.file_offset(t); offset && !converted) {
     j.number(*offset);
@@ -97,6 +103,15 @@ void write_tensor_fields(JsonWriter& j, const Model& c, std::size_t entry_index,
   }
 }
 
+void write_sources_and_metadata(JsonWriter& j, const Model& c) {
+  j.key("sources").begin_array();
+  for (const std::string& source : c.sources) j.string(source);
+  j.end_array();
+  j.key("metadata").begin_object();
+  for (const auto& [key, value] : c.metadata) j.key(key).string(value);
+  j.end_object();
+}
+
 std::string tensor_meta_json(const Model& c, std::size_t entry_index,
                              const SharingIndex& sharing, std::optional<DType> convert_to) {
   std::string out;
@@ -118,6 +133,7 @@ std::string model_json(const Model& c) {
   j.begin_object();
   j.key("format").string(format_name(c.format));
   j.key("byteorder").string(c.byteorder());
+  write_sources_and_metadata(j, c);
   j.key("entries").begin_array();
   for (std::size_t i = 0; i < c.entries.size(); ++i) {
     const Entry& e = c.entries[i];

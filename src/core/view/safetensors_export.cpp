@@ -3,6 +3,7 @@
 #include <ckptfs/base/json_writer.hpp>
 #include <ckptfs/view/safetensors_export.hpp>
 #include <ckptfs/view/served.hpp>
+#include <ckptfs/base/hash.hpp>
 
 #include <fmt/format.h>
 
@@ -77,11 +78,11 @@ SafetensorsExport::SafetensorsExport(const Model& model, std::uint64_t shard_siz
                                      std::optional<DType> convert_to)
     : convert_to_(convert_to) {
   // The tensors, with keys made unique: the first of a text keeps it.
-  std::unordered_set<std::string_view> texts;
+  TextViewSet texts;
   for (const Entry& e : model.entries) {
     if (e.kind == Entry::Kind::tensor) texts.insert(e.key);
   }
-  std::unordered_set<std::string> used;
+  TextSet used;
   for (std::size_t i = 0; i < model.entries.size(); ++i) {
     const Entry& e = model.entries[i];
     if (e.kind != Entry::Kind::tensor) continue;

@@ -98,7 +98,7 @@ Tree::Tree(Model model, TreeOptions options)
   while (slots < 2 * children) slots *= 2;
   root_slots_.assign(slots, 0);
   auto insert = [&](std::size_t child) {
-    std::size_t at = std::hash<std::string_view>{}(root_child_name(child)) & (slots - 1);
+    std::size_t at = KeyedHash{}(root_child_name(child)) & (slots - 1);
     while (root_slots_[at] != 0) at = (at + 1) & (slots - 1);
     root_slots_[at] = static_cast<std::uint32_t>(child + 1);
   };
@@ -144,7 +144,7 @@ std::string_view Tree::root_child_name(std::size_t child) const {
 
 std::optional<std::size_t> Tree::find_root_child(std::string_view name) const {
   const std::size_t mask = root_slots_.size() - 1;
-  for (std::size_t at = std::hash<std::string_view>{}(name) & mask;; at = (at + 1) & mask) {
+  for (std::size_t at = KeyedHash{}(name) & mask;; at = (at + 1) & mask) {
     const std::uint32_t slot = root_slots_[at];
     if (slot == 0) return std::nullopt;
     if (root_child_name(slot - 1) == name) return slot - 1;
@@ -181,6 +181,23 @@ std::optional<Tree::Node> Tree::node(Ino ino) const {
   if (e.kind == Entry::Kind::value) return Node{Kind::value_json, entry};
   if (!model_.tensors[e.tensor].broken.empty()) return Node{Kind::meta_json, entry};
   return Node{entry_file_kinds[part - 1], entry};
+}
+
+std::uint32_t Tree::source_of(const Node& n) const noexcept {
+  switch (n.kind) {
+    case Kind::entry_dir:
+    case Kind::data:
+    case Kind::meta_json:
+    case Kind::tensor_npy:
+    case Kind::tensor_pt: {
+      const Entry& e = model_.entries[n.index];
+      if (e.kind != Entry::Kind::tensor) return every_source;
+      const Tensor& t = model_.tensors[e.tensor];
+      return t.storage ? model_.storages[*t.storage].source : every_source;
+    }
+    default:
+      return every_source;
+  }
 }
 
 Tree::Ino Tree::parent(Ino ino) const noexcept {
@@ -331,6 +348,7 @@ void Tree::write_index_json(std::string& out, Flush flush) const {
   j.key("tensors").number(std::uint64_t{tensors});
   j.key("values").number(std::uint64_t{model_.entries.size() - tensors});
   j.key("total_bytes").raw(decimal(total_bytes));
+  write_sources_and_metadata(j, model_);
   j.key("entries").begin_array();
   for (std::size_t i = 0; i < model_.entries.size(); ++i) {
     const Entry& e = model_.entries[i];

@@ -1,0 +1,276 @@
+// SPDX-License-Identifier: MIT
+// Unit tests of open_model(): what a file, a directory or an index is read as, the shards of a
+// sharded set (opened once each, in parallel, the first failure in the index's order), sources
+// relative to what was named, and the times of the tree. On real files in a temporary directory.
+#include "support/fake_checkpoint.hpp"
+#include "support/safetensors_builder.hpp"
+
+#include <ckptfs/base/error.hpp>
+#include <ckptfs/format/open_model.hpp>
+
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <sys/stat.h>
+#include <unistd.h>
+
+using namespace ckptfs;
+using namespace ckptfs::test;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A fresh directory, removed with everything in it at the end of the test.
+class TempDir {
+ public:
+  TempDir() {
+    static std::atomic<int> counter{0};
+    path_ = fs::temp_directory_path() /
+            ("ckptfs-unit-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+    fs::remove_all(path_);
+    fs::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    fs::remove_all(path_, ignored);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  std::string write(const std::string& name, const std::string& bytes) const {
+    fs::path p = path_ / name;
+    fs::create_directories(p.parent_path());
+    std::ofstream(p, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    return p.string();
+  }
+  std::string path(const std::string& name = "") const {
+    return name.empty() ? path_.string() : (path_ / name).string();
+  }
+
+ private:
+  fs::path path_;
+};
+
+std::string one_tensor(const std::string& name, const std::string& data = "abcd") {
+  return safetensors_file({{name, "U8", {data.size()}, data}});
+}
+
+// An index as transformers writes it, of {key: file}.
+std::string index_json(const std::vector<std::pair<std::string, std::string>>& map) {
+  std::string out = R"({"metadata": {"total_size": 0}, "weight_map": {)";
+  for (std::size_t i = 0; i < map.size(); ++i) {
+    out += (i ? ", \"" : "\"") + map[i].first + "\": \"" + map[i].second + "\"";
+  }
+  return out + "}}";
+}
+
+std::vector<std::string> keys(const Model& m) {
+  std::vector<std::string> out;
+  for (const auto& e : m.entries) out.push_back(e.key);
+  return out;
+}
+
+std::pair<ExitCode, std::string> refusal(const std::string& location,
+                                         const OpenOptions& options = {}) {
+  try {
+    open_model(location, options);
+  } catch (const Error& e) {
+    return {e.code(), e.what()};
+  }
+  return {ExitCode::ok, ""};
+}
+
+void set_mtime(const std::string& path, std::int64_t sec) {
+  struct timespec times[2] = {{sec, 0}, {sec, 0}};
+  REQUIRE(::utimensat(AT_FDCWD, path.c_str(), times, 0) == 0);
+}
+
+}  // namespace
+
+TEST_SUITE_BEGIN("open_model");
+
+TEST_CASE("a single file: safetensors by name or first bytes, torch otherwise") {
+  TempDir dir;
+  std::string st = dir.write("weights.safetensors", one_tensor("w"));
+  OpenedModel opened = open_model(st);
+  CHECK(opened.model().format == Format::safetensors);
+  CHECK(opened.model().sources == std::vector<std::string>{"weights.safetensors"});
+  CHECK(opened.sources().size() == 1);
+  // By its first bytes, whatever its name.
+  std::string renamed = dir.write("weights.bin", one_tensor("w"));
+  CHECK(open_model(renamed).model().format == Format::safetensors);
+  // torch.save's zip.
+  std::string pth = dir.write(
+      "model.pth", torch_zip(state_dict_pickle({{"fc.weight", "0", 4, 0, {2, 2}, {2, 1}}}),
+                             {{"0", floats(4)}}));
+  OpenedModel torch = open_model(pth);
+  CHECK(torch.model().format == Format::zip);
+  CHECK(torch.model().sources == std::vector<std::string>{"model.pth"});
+  // A bad header named .safetensors is a safetensors error, not "not a PyTorch checkpoint".
+  std::string bad = dir.write("bad.safetensors", safetensors_raw("  [", ""));
+  auto [code, message] = refusal(bad);
+  CHECK(code == ExitCode::bad_checkpoint);
+  CHECK(message.starts_with("safetensors header: "));
+}
+
+TEST_CASE("a directory: transformers' names first, else its one index or safetensors file") {
+  TempDir dir;
+  dir.write("model.safetensors.index.json", index_json({{"s", "shard.safetensors"}}));
+  dir.write("shard.safetensors", one_tensor("s"));
+  dir.write("config.json", "{}");
+  OpenedModel sharded = open_model(dir.path());
+  CHECK(sharded.model().format == Format::sharded);
+  CHECK(keys(sharded.model()) == std::vector<std::string>{"s"});
+  // model.safetensors comes before the index, as in transformers.
+  dir.write("model.safetensors", one_tensor("single"));
+  OpenedModel single = open_model(dir.path() + "/");
+  CHECK(single.model().format == Format::safetensors);
+  CHECK(single.model().sources == std::vector<std::string>{"model.safetensors"});
+
+  TempDir bin;
+  bin.write("pytorch_model.bin", torch_zip(state_dict_pickle({{"w", "0", 2, 0, {2}, {1}}}),
+                                           {{"0", floats(2)}}));
+  bin.write("adapter.safetensors", one_tensor("x"));
+  CHECK(keys(open_model(bin.path()).model()) == std::vector<std::string>{"w"});
+
+  TempDir other;  // diffusers' names: the one index there is
+  other.write("diffusion_pytorch_model.safetensors.index.json",
+              index_json({{"u", "diffusion_pytorch_model-00001-of-00001.safetensors"}}));
+  other.write("diffusion_pytorch_model-00001-of-00001.safetensors", one_tensor("u"));
+  CHECK(open_model(other.path()).model().format == Format::sharded);
+
+  TempDir lone;
+  lone.write("only.safetensors", one_tensor("o"));
+  CHECK(keys(open_model(lone.path()).model()) == std::vector<std::string>{"o"});
+
+  TempDir two;
+  two.write("a.index.json", index_json({}));
+  two.write("b.index.json", index_json({}));
+  auto [code, message] = refusal(two.path());
+  CHECK(code == ExitCode::io);
+  CHECK(message == "a directory with 2 *.index.json files (\"a.index.json\", \"b.index.json\"): "
+                   "name the one to mount");
+
+  TempDir empty;
+  CHECK(refusal(empty.path()).first == ExitCode::io);
+  CHECK(refusal(empty.path()).second.find("nothing to mount") != std::string::npos);
+}
+
+TEST_CASE("an index: its shards beside it, sources as the index names them, mixed formats") {
+  TempDir dir;
+  dir.write("sub/model-1.safetensors",
+            safetensors_file({{"b", "F32", {1}, "BBBB"}, {"a", "U8", {2}, "AA"}}));
+  dir.write("model-2.bin", torch_zip(state_dict_pickle({{"t.weight", "0", 4, 0, {2, 2}, {2, 1}},
+                                                        {"unlisted", "1", 1, 0, {1}, {1}}}),
+                                     {{"0", floats(4)}, {"1", floats(1)}}));
+  std::string index = dir.write("model.safetensors.index.json",
+                                index_json({{"a", "sub/model-1.safetensors"},
+                                            {"t.weight", "model-2.bin"},
+                                            {"b", "sub/model-1.safetensors"}}));
+  OpenedModel opened = open_model(index);
+  const Model& m = opened.model();
+  CHECK(m.format == Format::sharded);
+  CHECK(m.sources == std::vector<std::string>{"sub/model-1.safetensors", "model-2.bin"});
+  CHECK(keys(m) == std::vector<std::string>{"a", "t.weight", "b"});
+  REQUIRE(opened.sources().size() == 2);
+  CHECK(opened.sources()[1]->size() == fs::file_size(dir.path("model-2.bin")));
+  const Tensor& t = m.tensors[m.entries[1].tensor];
+  CHECK(t.broken.empty());
+  CHECK(m.storages[*t.storage].source == 1);
+  // The shard's own bytes at its own offsets.
+  auto offset = m.file_offset(t);
+  REQUIRE(offset);
+  std::string bytes(16, '\0');
+  opened.sources()[1]->read(*offset, std::as_writable_bytes(std::span(bytes)));
+  CHECK(bytes == floats(4));
+  // Named by its directory, the same model.
+  CHECK(keys(open_model(dir.path()).model()) == keys(m));
+}
+
+TEST_CASE("a missing shard, a shard outside the directory, a bad shard: one error naming it") {
+  TempDir dir;
+  dir.write("a.safetensors", one_tensor("a"));
+  std::string index = dir.write("x.index.json", index_json({{"a", "a.safetensors"},
+                                                           {"b", "model-00002-of-00002.safetensors"}}));
+  auto [code, message] = refusal(index);
+  CHECK(code == ExitCode::io);
+  CHECK(message == "shard \"model-00002-of-00002.safetensors\" (named by the index): No such file "
+                   "or directory");
+  dir.write("y.index.json", index_json({{"a", "../../etc/passwd"}}));
+  auto [code2, message2] = refusal(dir.path("y.index.json"));
+  CHECK(code2 == ExitCode::bad_checkpoint);
+  CHECK(message2.find("\"../../etc/passwd\": a path with a \".\" or \"..\" component") !=
+        std::string::npos);
+  dir.write("bad.safetensors", safetensors_raw("{}", "extra"));
+  dir.write("z.index.json", index_json({{"a", "a.safetensors"}, {"b", "bad.safetensors"}}));
+  auto [code3, message3] = refusal(dir.path("z.index.json"));
+  CHECK(code3 == ExitCode::bad_checkpoint);
+  CHECK(message3.starts_with("shard \"bad.safetensors\" (named by the index): the tensors' data"));
+  // A .json that is no index.
+  dir.write("config.json", R"({"hidden_size": 8})");
+  CHECK(refusal(dir.path("config.json")).second == "index: no weight_map: not the index of a sharded set");
+}
+
+TEST_CASE("symbolic links are followed: the Hugging Face cache is made of them") {
+  TempDir cache;
+  cache.write("blobs/0123abcd", one_tensor("w"));
+  fs::create_directories(cache.path("snapshots/rev"));
+  fs::create_symlink("../../blobs/0123abcd", cache.path("snapshots/rev/model-1.safetensors"));
+  cache.write("snapshots/rev/model.safetensors.index.json",
+              index_json({{"w", "model-1.safetensors"}}));
+  CHECK(keys(open_model(cache.path("snapshots/rev")).model()) == std::vector<std::string>{"w"});
+}
+
+TEST_CASE("a hundred shards: each opened once, in parallel; the first failure in order wins") {
+  TempDir dir;
+  std::vector<std::pair<std::string, std::string>> map;
+  for (int i = 0; i < 100; ++i) {
+    std::string shard = "model-" + std::to_string(1000 + i) + ".safetensors";
+    dir.write(shard, safetensors_file({{"k" + std::to_string(i) + ".a", "U8", {1}, "a"},
+                                       {"k" + std::to_string(i) + ".b", "U8", {1}, "b"}}));
+    map.emplace_back("k" + std::to_string(i) + ".a", shard);
+    map.emplace_back("k" + std::to_string(i) + ".b", shard);
+  }
+  std::string index = dir.write("model.safetensors.index.json", index_json(map));
+  std::atomic<int> opens{0};
+  OpenOptions options;
+  options.open = [&](const std::string& location) {
+    ++opens;
+    return open_local_file(location);
+  };
+  OpenedModel opened = open_model(index, options);
+  CHECK(opens == 101);  // the index and each shard once
+  CHECK(opened.model().entries.size() == 200);
+  CHECK(opened.model().sources.size() == 100);
+  for (std::size_t i = 0; i < 200; ++i) {
+    CHECK(opened.model().entries[i].key == map[i].first);
+    const Tensor& t = opened.model().tensors[opened.model().entries[i].tensor];
+    CHECK(opened.model().sources[opened.model().storages[*t.storage].source] == map[i].second);
+  }
+  // Break shards 10 and 60: whichever thread finds which first, shard 10 is the error.
+  dir.write("model-1060.safetensors", "garbage");
+  dir.write("model-1010.safetensors", safetensors_raw("{}", "x"));
+  for (int run = 0; run < 5; ++run) {
+    CHECK(refusal(index).second.starts_with("shard \"model-1010.safetensors\""));
+  }
+}
+
+TEST_CASE("the tree's times: the newest of the files read") {
+  TempDir dir;
+  std::string a = dir.write("a.safetensors", one_tensor("a"));
+  std::string b = dir.write("b.safetensors", one_tensor("b"));
+  std::string index = dir.write("i.index.json", index_json({{"a", "a.safetensors"},
+                                                          {"b", "b.safetensors"}}));
+  set_mtime(a, 1'000'000'000);
+  set_mtime(b, 1'500'000'000);
+  set_mtime(index, 1'200'000'000);
+  CHECK(open_model(index).times().mtime_sec == 1'500'000'000);
+  set_mtime(index, 1'700'000'000);
+  CHECK(open_model(index).times().mtime_sec == 1'700'000'000);
+  CHECK(open_model(a).times().mtime_sec == 1'000'000'000);
+}
+
+TEST_SUITE_END();
