@@ -21,6 +21,30 @@ bool parse_number(std::string_view text, T& out, int base) {
   return static_cast<unsigned long long>(out) == value;
 }
 
+// Whether an -o option is one that is accepted and ignored (fstab, mount(8) and systemd
+// options, access-time flags, "rw").
+bool is_ignored_option(std::string_view option) {
+  // mount(8), fstab and systemd options that can reach a helper (mount.fuse3 drops only a few of
+  // them), and "rw", which mount.fuse3 passes whenever fstab does not say "ro".
+  static constexpr std::string_view fstab_only[] = {
+      "rw", "defaults", "auto", "noauto", "user", "nouser", "users", "owner", "group", "nofail",
+      "_netdev", "_rnetdev"};
+  // Kernel flags libfuse 3 does not know; meaningless here, where every time is the
+  // checkpoint's mtime and nothing is written or linked.
+  static constexpr std::string_view time_flags[] = {
+      "diratime", "nodiratime", "relatime", "norelatime", "strictatime", "nostrictatime",
+      "lazytime", "nolazytime", "iversion", "noiversion", "mand", "nomand", "symfollow",
+      "nosymfollow", "silent", "loud"};
+  for (auto name : fstab_only) {
+    if (option == name) return true;
+  }
+  for (auto name : time_flags) {
+    if (option == name) return true;
+  }
+  return option.starts_with("x-") || option.starts_with("comment=") ||
+         option.starts_with("helper=") || option.starts_with("user=");
+}
+
 // One -o item; returns an error message or "".
 std::string take_option(std::string_view item, MountOptions& o) {
   if (std::string error; take_remote_option(item, o.remote, error)) return error;
@@ -170,28 +194,6 @@ bool take_remote_option(std::string_view item, RemoteOptions& remote, std::strin
     return false;
   }
   return true;
-}
-
-bool is_ignored_option(std::string_view option) {
-  // mount(8), fstab and systemd options that can reach a helper (mount.fuse3 drops only a few of
-  // them), and "rw", which mount.fuse3 passes whenever fstab does not say "ro".
-  static constexpr std::string_view fstab_only[] = {
-      "rw", "defaults", "auto", "noauto", "user", "nouser", "users", "owner", "group", "nofail",
-      "_netdev", "_rnetdev"};
-  // Kernel flags libfuse 3 does not know; meaningless here, where every time is the
-  // checkpoint's mtime and nothing is written or linked.
-  static constexpr std::string_view time_flags[] = {
-      "diratime", "nodiratime", "relatime", "norelatime", "strictatime", "nostrictatime",
-      "lazytime", "nolazytime", "iversion", "noiversion", "mand", "nomand", "symfollow",
-      "nosymfollow", "silent", "loud"};
-  for (auto name : fstab_only) {
-    if (option == name) return true;
-  }
-  for (auto name : time_flags) {
-    if (option == name) return true;
-  }
-  return option.starts_with("x-") || option.starts_with("comment=") ||
-         option.starts_with("helper=") || option.starts_with("user=");
 }
 
 bool is_passed_option(std::string_view option) {

@@ -48,7 +48,7 @@ struct MountOptions {
 //     max_read=N (which ckptfs must also tell libfuse's INIT, or libfuse refuses it),
 //     dtype=float16|bfloat16|float32, shard_size=SIZE (see parse_size());
 //   - passed to libfuse and the kernel, each known to work (is_passed_option());
-//   - ignored (is_ignored_option()): "ro" is implied and "rw" (which mount.fuse3 passes when
+//   - ignored: "ro" is implied and "rw" (which mount.fuse3 passes when
 //     fstab says nothing) means nothing, the mount being read-only either way; so do the options
 //     that only mean something to mount(8), fstab or systemd, and the access-time flags libfuse
 //     does not know;
@@ -64,10 +64,6 @@ ParseResult parse_mount_options(const std::vector<std::string>& args);
 // and returns true, or sets `error` for a bad value. SIZE is bytes, or a number with K, M, G or
 // T (powers of 1024; KiB, MiB... too). Returns false for any other item.
 bool take_remote_option(std::string_view item, RemoteOptions& remote, std::string& error);
-
-// Whether an -o option is one that parse_mount_options() accepts and ignores (fstab, mount(8) and
-// systemd options, access-time flags, "rw").
-bool is_ignored_option(std::string_view option);
 
 // Whether an -o option is one that parse_mount_options() passes on to libfuse and the kernel:
 // allow_other, allow_root, auto_unmount, default_permissions, fsname=NAME, subtype=NAME, and the

@@ -10,6 +10,7 @@
 #include <ckptfs/format/torch_writer.hpp>
 #include <ckptfs/format/zip_reader.hpp>
 #include <ckptfs/view/convert.hpp>
+#include <ckptfs/view/names.hpp>
 #include <ckptfs/view/npy.hpp>
 #include <ckptfs/view/tree.hpp>
 
@@ -321,6 +322,105 @@ TEST_CASE("tensor.pt: the writer's archive, data spliced or gathered, CRCs made 
     CHECK(file.read_string(record->data_offset, record->size) == m.read_all(m.path(key, "data")));
   }
   CHECK(m.path("bad", "tensor.pt") == 0);  // broken: no tensor to hold
+}
+
+TEST_CASE("root files: sizes counted before their content is made, equal to it") {
+  // A tree stats index.json and model.safetensors before anything is read (a listing of the
+  // root), another reads them first: the sizes are the contents'.
+  auto check = [](const std::string& file, TreeOptions options) {
+    Mounted counted(file, options);
+    Mounted built(file, options);
+    for (const char* name : {"index.json", "model.safetensors"}) {
+      CAPTURE(name);
+      struct stat st {};
+      REQUIRE(counted.tree.stat(counted.path(name), st));
+      const std::string content = built.read_all(built.path(name), 0, 64 << 20);
+      CHECK(static_cast<std::size_t>(st.st_size) == content.size());
+      CHECK(counted.read_all(counted.path(name), 0, 64 << 20) == content);
+      REQUIRE(counted.tree.stat(counted.path(name), st));
+      CHECK(static_cast<std::size_t>(st.st_size) == content.size());
+    }
+  };
+  SUBCASE("views, an escaped name, a broken tensor") { check(checkpoint_with_views(), {}); }
+  SUBCASE("served converted") { check(checkpoint_with_views(), {.dtype = DType::float16}); }
+  SUBCASE("two tensors with the same key text: the int 0 and the str \"0\"") {
+    PickleBuilder p;
+    p.proto(2).empty_dict().mark();
+    p.binint1(0).tensor_v2("FloatStorage", "0", "cpu", 4, 0, {4}, {1});
+    p.binunicode("0").tensor_v2("FloatStorage", "0", "cpu", 4, 0, {2}, {1});
+    p.binunicode("0%#2").tensor_v2("FloatStorage", "0", "cpu", 4, 2, {2}, {1});
+    p.setitems().stop();
+    check(torch_zip(p.bytes(), {{"0", floats(4)}}), {});
+  }
+  SUBCASE("3000 entries: index.json and the header written in many pieces") {
+    PickleBuilder p;
+    p.proto(2).empty_dict().mark();
+    for (int i = 0; i < 3000; ++i) {
+      p.binunicode(i % 7 == 0 ? "layer/" + std::to_string(i) : "layer." + std::to_string(i));
+      p.tensor_v2("FloatStorage", "0", "cpu", 64, i % 60, {2, 2}, {2, 1});
+    }
+    p.setitems().stop();
+    check(torch_zip(p.bytes(), {{"0", floats(64)}}), {});
+  }
+}
+
+TEST_CASE("root names: the entries' keys where the rule keeps them, found by lookup") {
+  PickleBuilder p;
+  p.proto(2).empty_dict().mark();
+  for (int i = 0; i < 500; ++i) {
+    p.binunicode(i % 3 == 0 ? "w/" + std::to_string(i) : "w." + std::to_string(i));
+    p.tensor_v2("FloatStorage", "0", "cpu", 4, 0, {4}, {1});
+  }
+  p.setitems().stop();
+  Mounted m(torch_zip(p.bytes(), {{"0", floats(4)}}));
+  REQUIRE(m.tree.child_count(Tree::root_ino) == 502);
+  for (int i = 0; i < 500; ++i) {
+    const std::string name = (i % 3 == 0 ? "w%2F" : "w.") + std::to_string(i);
+    CAPTURE(name);
+    CHECK(m.tree.entry_name(static_cast<std::size_t>(i)) == name);
+    CHECK(m.tree.child(Tree::root_ino, 2 + static_cast<std::size_t>(i)).first == name);
+    CHECK(m.tree.lookup(Tree::root_ino, name) == m.tree.child(Tree::root_ino, 2 + i).second);
+  }
+  CHECK(m.tree.lookup(Tree::root_ino, "w/0") == 0);  // the key, not its name
+  CHECK(m.tree.lookup(Tree::root_ino, "w.500") == 0);
+  CHECK(m.tree.lookup(Tree::root_ino, "") == 0);
+  CHECK(m.tree.lookup(Tree::root_ino, "index.json") != 0);
+}
+
+TEST_CASE("entry names are NameAllocator's, collisions and cut names included") {
+  // Keys with the same text (the int 1 and the str "1"; a nested key and a dotted one, long
+  // enough to be cut), escaped ones, reserved ones.
+  const std::string long_key(300, 'k');
+  auto tensor = [](PickleBuilder& p) {
+    p.tensor_v2("FloatStorage", "0", "cpu", 4, 0, {4}, {1});
+  };
+  PickleBuilder p;
+  p.proto(2).empty_dict().mark();
+  p.binunicode("a"), tensor(p);
+  p.binint1(1), tensor(p);
+  p.binunicode("1"), tensor(p);
+  p.binunicode("1%#2"), tensor(p);
+  p.binunicode("a/b"), tensor(p);
+  p.binunicode("a%2Fb"), tensor(p);
+  p.binunicode(""), tensor(p);
+  p.binunicode("."), tensor(p);
+  p.binunicode("index.json"), tensor(p);
+  p.binunicode(long_key).empty_dict().binunicode("x"), tensor(p), p.setitem();
+  p.binunicode(long_key + ".x"), tensor(p);
+  p.binunicode("b\n"), tensor(p);
+  p.setitems().stop();
+  Mounted m(torch_zip(p.bytes(), {{"0", floats(4)}}));
+  REQUIRE(m.tree.model().entries.size() == 12);
+  NameAllocator names;
+  for (std::size_t i = 0; i < m.tree.model().entries.size(); ++i) {
+    const std::string& key = m.tree.model().entries[i].key;
+    CAPTURE(key);
+    const std::string want = names.name(key);
+    CHECK(m.tree.entry_name(i) == want);
+    CHECK(m.tree.lookup(Tree::root_ino, want) == m.tree.child(Tree::root_ino, 2 + i).second);
+  }
+  CHECK(m.tree.entry_name(2) == "1%#2");
+  CHECK(m.tree.entry_name(10).ends_with("%#2"));
 }
 
 TEST_CASE("derived files are made on first use, once") {

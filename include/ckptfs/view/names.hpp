@@ -3,6 +3,8 @@
 // a key's name never another key's.
 #pragma once
 
+#include <ckptfs/base/hash.hpp>
+
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -19,6 +21,13 @@ namespace ckptfs {
 // Escaping never makes "%~" nor "%#": those names are never another key's.
 std::string directory_name(std::string_view key);
 
+// Whether directory_name(key) is `key` itself, without making it (most keys).
+bool is_own_name(std::string_view key) noexcept;
+
+// The name of the n-th key (n >= 2) whose directory_name() an earlier key has: that name, then
+// "%#n", cut as directory_name() cuts when it would pass 255 bytes.
+std::string suffixed_name(std::string_view key, std::uint64_t n);
+
 // Names for the keys of a mount, in order: each key gets directory_name(); a key whose name an
 // earlier key has (two keys with the same text: the int 0 and the str "0") gets "%#2", "%#3"...
 // after it, the smallest number not taken, cut as directory_name() cuts when it would pass 255
@@ -28,7 +37,7 @@ class NameAllocator {
   std::string name(std::string_view key);
 
  private:
-  std::unordered_set<std::string> taken_;
+  TextSet taken_;
 };
 
 std::uint64_t fnv1a64(std::string_view bytes);

@@ -46,6 +46,13 @@ class SafetensorsExport {
   SafetensorsExport(const Model& model, std::uint64_t shard_size,
                     std::optional<DType> convert_to = std::nullopt);
 
+  // The size of the one-file export (shard_size 0) of `model`, without laying it out: one pass
+  // that keeps nothing but a few bytes of JSON at a time (unless two tensors share a key).
+  // `keys_unique`: the caller knows that no two entries share a key (the check is skipped).
+  static std::uint64_t single_file_size(const Model& model,
+                                        std::optional<DType> convert_to = std::nullopt,
+                                        bool keys_unique = false);
+
   const std::vector<File>& files() const noexcept { return files_; }
   const std::vector<Tensor>& tensors() const noexcept { return tensors_; }
   // model.safetensors.index.json of a sharded export ({"metadata": {"total_size"}, "weight_map"});

@@ -8,6 +8,7 @@
 #include <ckptfs/model/model.hpp>
 #include <ckptfs/source/byte_source.hpp>
 #include <ckptfs/view/read_buffer.hpp>
+#include <ckptfs/base/hash.hpp>
 
 #include <atomic>
 #include <cstdint>
@@ -16,7 +17,6 @@
 #include <string>
 #include <string_view>
 #include <sys/stat.h>
-#include <unordered_map>
 #include <vector>
 
 namespace ckptfs {
@@ -95,8 +95,9 @@ class Tree {
   void read(Ino ino, std::uint64_t offset, std::size_t length, Sources sources,
             ReadBuffer& out) const;
 
-  // The name of entry i in the root (its directory).
-  const std::string& entry_name(std::size_t entry) const { return entry_names_[entry]; }
+  // The name of entry i in the root (its directory): its key, unless the naming rule
+  // (names.hpp) changes it.
+  std::string_view entry_name(std::size_t entry) const;
   std::size_t node_count_hint() const noexcept;  // for statfs: roughly how many nodes there are
 
  private:
@@ -115,18 +116,37 @@ class Tree {
                        Sources sources, ReadBuffer& out) const;
   const Tensor& tensor_of_storage(std::size_t entry, std::size_t storage) const;
   const std::string& index_json() const;
+  template <typename Flush>
+  void write_index_json(std::string& out, Flush flush) const;
+  std::uint64_t index_json_size() const;
+  std::uint64_t safetensors_file_size(std::size_t file) const;
   const SafetensorsExport& safetensors() const;
   const SharingIndex& sharing() const;
   std::size_t files_of_entry(std::size_t entry) const;
   Ino entry_ino(std::size_t entry) const noexcept { return first_entry_ino_ + entry * stride; }
   static constexpr Ino stride = 5;  // an entry's directory, then up to four files
 
+  std::optional<std::size_t> find_root_child(std::string_view name) const;
+  std::string_view root_child_name(std::size_t child) const;
+
+  static constexpr std::uint64_t unknown_size = ~std::uint64_t{0};
+
   Model model_;
   TreeOptions options_;
   std::vector<RootFile> root_files_;
   Ino first_entry_ino_ = 0;
-  std::vector<std::string> entry_names_;
-  std::unordered_map<std::string_view, std::size_t> root_lookup_;  // name -> root child index
+  // The names that are not their entry's key, by entry (the naming rule changes few): a mount
+  // keeps no second copy of its keys.
+  std::vector<std::pair<std::size_t, std::string>> renamed_;
+  bool keys_unique_ = true;  // no two entries have the same key text
+  // The root's children by name: an open-addressing table of child index + 1 (0: empty), at
+  // most half full, hashed by name with KeyedHash (a hostile checkpoint's keys cannot be made to
+  // collide).
+  std::vector<std::uint32_t> root_slots_;
+  // Sizes of root files, known before (or without) their content: a listing of the root stats
+  // them, and building index.json or the safetensors header for that would keep megabytes.
+  mutable std::atomic<std::uint64_t> index_json_size_{unknown_size};
+  mutable std::atomic<std::uint64_t> safetensors_size_{unknown_size};
   // Made once, on first use (see entry_files(), index_json(), safetensors()).
   mutable std::unique_ptr<std::atomic<const EntryFiles*>[]> entry_files_;
   // Files in each entry's directory, 0 until first known (whether tensor.pt can be made).

@@ -81,14 +81,23 @@ std::string directory_name(std::string_view key) {
   return e.name.size() <= max_name ? std::move(e.name) : cut(e, key);
 }
 
-std::string NameAllocator::name(std::string_view key) {
+bool is_own_name(std::string_view key) noexcept {
+  return !key.empty() && key.size() <= max_name && !reserved(key) &&
+         key.find_first_of(std::string_view("%/\0", 3)) == std::string_view::npos;
+}
+
+std::string suffixed_name(std::string_view key, std::uint64_t n) {
   Escaped e = escape(key);
-  std::string plain = e.name.size() <= max_name ? e.name : cut(e, key);
+  std::string suffix = fmt::format("%#{}", n);
+  if (e.name.size() + suffix.size() <= max_name) return e.name + suffix;
+  return cut(e, key) + suffix;
+}
+
+std::string NameAllocator::name(std::string_view key) {
+  std::string plain = directory_name(key);
   if (taken_.insert(plain).second) return plain;
   for (std::uint64_t n = 2;; ++n) {
-    std::string suffix = fmt::format("%#{}", n);
-    std::string candidate = plain.size() + suffix.size() <= max_name ? plain + suffix
-                                                                      : cut(e, key) + suffix;
+    std::string candidate = suffixed_name(key, n);
     if (taken_.insert(candidate).second) return candidate;
   }
 }

@@ -94,15 +94,32 @@ Tree::Tree(Model model, TreeOptions options)
   }
   first_entry_ino_ = root_ino + 1 + root_files_.size();
   const std::size_t entries = model_.entries.size();
-  entry_names_.reserve(entries);
-  NameAllocator names;
-  for (const Entry& e : model_.entries) entry_names_.push_back(names.name(e.key));
-  root_lookup_.reserve(root_files_.size() + entries);
-  for (std::size_t i = 0; i < root_files_.size(); ++i) root_lookup_.emplace(root_files_[i].name, i);
+  // Names as NameAllocator gives them, with the root's lookup table as the set of names taken:
+  // no second copy of the keys. Root files' names are no key's (the naming rule reserves them).
+  const std::size_t children = root_files_.size() + entries;
+  std::size_t slots = 16;
+  while (slots < 2 * children) slots *= 2;
+  root_slots_.assign(slots, 0);
+  auto insert = [&](std::size_t child) {
+    std::size_t at = KeyedHash{}(root_child_name(child)) & (slots - 1);
+    while (root_slots_[at] != 0) at = (at + 1) & (slots - 1);
+    root_slots_[at] = static_cast<std::uint32_t>(child + 1);
+  };
+  for (std::size_t f = 0; f < root_files_.size(); ++f) insert(f);
   for (std::size_t i = 0; i < entries; ++i) {
-    // Entry names never equal a root file's (the naming rule reserves them).
-    root_lookup_.emplace(entry_names_[i], root_files_.size() + i);
+    const std::string& key = model_.entries[i].key;
+    std::string name = is_own_name(key) ? std::string() : directory_name(key);
+    if (find_root_child(name.empty() ? std::string_view(key) : name)) {
+      keys_unique_ = false;  // an earlier key has this name: the same text
+      for (std::uint64_t n = 2;; ++n) {
+        name = suffixed_name(key, n);
+        if (!find_root_child(name)) break;
+      }
+    }
+    if (!name.empty()) renamed_.emplace_back(i, std::move(name));
+    insert(root_files_.size() + i);
   }
+  renamed_.shrink_to_fit();
   entry_files_ = std::make_unique<std::atomic<const EntryFiles*>[]>(entries);
   file_counts_ = std::make_unique<std::atomic<std::uint8_t>[]>(entries);
 }
@@ -112,6 +129,29 @@ Tree::~Tree() {
   delete index_json_.load();
   delete safetensors_.load();
   delete sharing_.load();
+}
+
+std::string_view Tree::entry_name(std::size_t entry) const {
+  if (!renamed_.empty()) {
+    auto it = std::lower_bound(renamed_.begin(), renamed_.end(), entry,
+                               [](const auto& r, std::size_t e) { return r.first < e; });
+    if (it != renamed_.end() && it->first == entry) return it->second;
+  }
+  return model_.entries[entry].key;
+}
+
+std::string_view Tree::root_child_name(std::size_t child) const {
+  if (child < root_files_.size()) return root_files_[child].name;
+  return entry_name(child - root_files_.size());
+}
+
+std::optional<std::size_t> Tree::find_root_child(std::string_view name) const {
+  const std::size_t mask = root_slots_.size() - 1;
+  for (std::size_t at = KeyedHash{}(name) & mask;; at = (at + 1) & mask) {
+    const std::uint32_t slot = root_slots_[at];
+    if (slot == 0) return std::nullopt;
+    if (root_child_name(slot - 1) == name) return slot - 1;
+  }
 }
 
 std::size_t Tree::files_of_entry(std::size_t entry) const {
@@ -181,7 +221,7 @@ std::pair<std::string_view, Tree::Ino> Tree::child(Ino dir, std::size_t i) const
   if (dir == root_ino) {
     if (i < root_files_.size()) return {root_files_[i].name, root_ino + 1 + i};
     const std::size_t entry = i - root_files_.size();
-    return {entry_names_[entry], entry_ino(entry)};
+    return {entry_name(entry), entry_ino(entry)};
   }
   auto n = node(dir);
   const Entry& e = model_.entries[n->index];
@@ -198,9 +238,8 @@ std::pair<std::string_view, Tree::Ino> Tree::child(Ino dir, std::size_t i) const
 
 Tree::Ino Tree::lookup(Ino parent, std::string_view name) const {
   if (parent == root_ino) {
-    auto it = root_lookup_.find(name);
-    if (it == root_lookup_.end()) return 0;
-    return child(root_ino, it->second).second;
+    const auto found = find_root_child(name);
+    return found ? child(root_ino, *found).second : 0;
   }
   auto n = node(parent);
   if (!n || n->kind != Kind::entry_dir) return 0;
@@ -242,11 +281,11 @@ std::uint64_t Tree::size(const Node& n) const {
     case Kind::entry_dir:
       return 0;
     case Kind::index_json:
-      return index_json().size();
+      return index_json_size();
     case Kind::safetensors_index:
       return safetensors().index_json().size();
     case Kind::safetensors_file:
-      return safetensors().files()[n.index].size;
+      return safetensors_file_size(n.index);
     case Kind::data:
       return serve(model_, model_.tensors[model_.entries[n.index].tensor], options_.dtype).nbytes;
     case Kind::meta_json:
@@ -292,53 +331,92 @@ std::size_t Tree::node_count_hint() const noexcept {
   return 1 + root_files_.size() + model_.entries.size() * stride;
 }
 
+// index.json, written into `out`; `flush` is called whenever `out` holds more than a few KiB
+// and once at the end, and may empty it (to count the bytes without keeping them).
+template <typename Flush>
+void Tree::write_index_json(std::string& out, Flush flush) const {
+  constexpr std::size_t flush_at = 16 * 1024;
+  std::size_t tensors = 0;
+  uint128 total_bytes = 0;
+  for (const Entry& e : model_.entries) {
+    if (e.kind != Entry::Kind::tensor) continue;
+    ++tensors;
+    total_bytes += serve(model_, model_.tensors[e.tensor], options_.dtype).nbytes;
+  }
+  JsonWriter j(out);  // only ever appends to `out`: flushing it between values is safe
+  j.begin_object();
+  j.key("source").string(options_.source_path);
+  j.key("format").string(format_name(model_.format));
+  j.key("byteorder").string(model_.byteorder());
+  j.key("tensors").number(std::uint64_t{tensors});
+  j.key("values").number(std::uint64_t{model_.entries.size() - tensors});
+  j.key("total_bytes").raw(decimal(total_bytes));
+  write_sources_and_metadata(j, model_);
+  j.key("entries").begin_array();
+  for (std::size_t i = 0; i < model_.entries.size(); ++i) {
+    const Entry& e = model_.entries[i];
+    j.begin_object();
+    j.key("key").string(e.key);
+    if (!e.key_path.empty()) j.key("key_path").raw(e.key_path);
+    j.key("path").string(entry_name(i));
+    if (e.kind == Entry::Kind::value) {
+      j.key("kind").string("value").key("dtype").null().key("shape").null().key("nbytes").null();
+    } else {
+      const Tensor& t = model_.tensors[e.tensor];
+      const ServedTensor served = serve(model_, t, options_.dtype);
+      j.key("kind").string("tensor");
+      j.key("dtype").string(info(served.dtype).name);
+      j.key("shape").numbers(t.shape);
+      j.key("nbytes");
+      if (t.broken.empty()) {
+        j.number(served.nbytes);
+      } else {
+        j.null();
+      }
+    }
+    j.end_object();
+    if (out.size() > flush_at) flush();
+  }
+  j.end_array().end_object();
+  out += '\n';
+  flush();
+}
+
 const std::string& Tree::index_json() const {
   return once(index_json_, [&] {
-    std::size_t tensors = 0;
-    uint128 total_bytes = 0;
-    for (const Entry& e : model_.entries) {
-      if (e.kind != Entry::Kind::tensor) continue;
-      ++tensors;
-      total_bytes += serve(model_, model_.tensors[e.tensor], options_.dtype).nbytes;
-    }
     std::string out;
-    JsonWriter j(out);
-    j.begin_object();
-    j.key("source").string(options_.source_path);
-    j.key("format").string(format_name(model_.format));
-    j.key("byteorder").string(model_.byteorder());
-    j.key("tensors").number(std::uint64_t{tensors});
-    j.key("values").number(std::uint64_t{model_.entries.size() - tensors});
-    j.key("total_bytes").raw(decimal(total_bytes));
-    write_sources_and_metadata(j, model_);
-    j.key("entries").begin_array();
-    for (std::size_t i = 0; i < model_.entries.size(); ++i) {
-      const Entry& e = model_.entries[i];
-      j.begin_object();
-      j.key("key").string(e.key);
-      if (!e.key_path.empty()) j.key("key_path").raw(e.key_path);
-      j.key("path").string(entry_names_[i]);
-      if (e.kind == Entry::Kind::value) {
-        j.key("kind").string("value").key("dtype").null().key("shape").null().key("nbytes").null();
-      } else {
-        const Tensor& t = model_.tensors[e.tensor];
-        const ServedTensor served = serve(model_, t, options_.dtype);
-        j.key("kind").string("tensor");
-        j.key("dtype").string(info(served.dtype).name);
-        j.key("shape").numbers(t.shape);
-        j.key("nbytes");
-        if (t.broken.empty()) {
-          j.number(served.nbytes);
-        } else {
-          j.null();
-        }
-      }
-      j.end_object();
-    }
-    j.end_array().end_object();
-    out += '\n';
+    write_index_json(out, [] {});
     return out;
   });
+}
+
+std::uint64_t Tree::index_json_size() const {
+  if (const std::string* made = index_json_.load(std::memory_order_acquire)) return made->size();
+  std::uint64_t size = index_json_size_.load(std::memory_order_relaxed);
+  if (size == unknown_size) {
+    // Counted without being kept: a listing of the root needs the size, not the bytes.
+    std::string chunk;
+    size = 0;
+    write_index_json(chunk, [&] {
+      size += chunk.size();
+      chunk.clear();
+    });
+    index_json_size_.store(size, std::memory_order_relaxed);
+  }
+  return size;
+}
+
+std::uint64_t Tree::safetensors_file_size(std::size_t file) const {
+  if (options_.shard_size != 0) return safetensors().files()[file].size;  // laid out at mount
+  if (const auto* made = safetensors_.load(std::memory_order_acquire)) {
+    return made->files()[file].size;
+  }
+  std::uint64_t size = safetensors_size_.load(std::memory_order_relaxed);
+  if (size == unknown_size) {
+    size = SafetensorsExport::single_file_size(model_, options_.dtype, keys_unique_);
+    safetensors_size_.store(size, std::memory_order_relaxed);
+  }
+  return size;
 }
 
 // The tensor whose bytes are storage `storage` of an entry's tensor.pt: 0 the tensor itself,
