@@ -66,6 +66,10 @@ options (before or after CHECKPOINT MOUNTPOINT):
        shard_size=SIZE     the root holds the sharded set save_pretrained would write
                            (model-0000N-of-0000M.safetensors, model.safetensors.index.json)
                            instead of model.safetensors; SIZE like 5GB, 500MB, 2GiB
+       layout=rfc          the root holds the transformers RFC's split layout instead:
+                           index.json, map.pt (torch.save of the keys, in order) and one
+                           <key>.pt per entry that torch.load reads alone (layout=split: the
+                           default, below)
        fsname=NAME         the source shown in /proc/mounts (default: the checkpoint's path)
        subtype=NAME        the type shown, fuse.NAME (default: fuse.ckptfs)
      remote checkpoints (URLs):
@@ -102,13 +106,19 @@ CHECKPOINT, besides a torch.save file:
   DIR/NAME.index.json             a sharded set: each key from the shard its weight_map names
                                   (a URL too: the shards beside it)
 
-the tree:
+the tree (layout=split):
   MOUNTPOINT/index.json           every entry: key, path, kind, dtype, shape, nbytes; the
                                   files read (sources) and the file's metadata
+  MOUNTPOINT/model.safetensors    every tensor as one safetensors file (see shard_size=)
   MOUNTPOINT/<key>/data           a tensor's bytes in C order, as stored
   MOUNTPOINT/<key>/meta.json      dtype, shape, stride, source file, offsets, storage, sharing
   MOUNTPOINT/<key>/tensor.npy     the same bytes behind a .npy header
+  MOUNTPOINT/<key>/tensor.pt      the tensor alone, as torch.save writes it (torch.load reads it)
   MOUNTPOINT/<key>/value.json     a non-tensor value as JSON
+the tree (layout=rfc):
+  MOUNTPOINT/index.json           as above; an entry's path is its file, or null without one
+  MOUNTPOINT/map.pt               torch.save of the list of keys that have a file, in order
+  MOUNTPOINT/<key>.pt             a tensor (its tensor.pt), or a value JSON describes whole
 
 mount from fstab or mount(8): mount -t fuse.ckptfs CHECKPOINT MOUNTPOINT -o ro,allow_other
 unmount with: fusermount3 -u MOUNTPOINT (or umount as root)
@@ -278,6 +288,7 @@ int run_mount(const std::vector<std::string>& args) {
     tree_options.times = opened->times();
     tree_options.dtype = o.dtype;
     tree_options.shard_size = o.shard_size;
+    tree_options.layout = o.layout;
     tree.emplace(std::move(opened->model()), tree_options);
   } catch (const ckptfs::Error& e) {
     return fail(e.code(), fmt::format("{}: {}", shown, e.what()));

@@ -93,6 +93,14 @@ std::string take_option(std::string_view item, MountOptions& o) {
     auto size = parse_size(*z);
     if (!size) return fmt::format("invalid shard_size '{}' (bytes, or 5GB, 500MB, 2GiB...)", *z);
     o.shard_size = *size;
+  } else if (auto l = value_of("layout")) {
+    if (*l == "split") {
+      o.layout = Layout::split;
+    } else if (*l == "rfc") {
+      o.layout = Layout::rfc;
+    } else {
+      return fmt::format("invalid layout '{}' (split or rfc)", *l);
+    }
   } else if (item == "ro" || item.empty() || is_ignored_option(item)) {
     // always read-only; fstab-only options mean nothing here
   } else if (is_passed_option(item)) {
@@ -255,6 +263,10 @@ ParseResult parse_mount_options(const std::vector<std::string>& args) {
     if (r.error.empty()) r.error = std::move(error);
   }
   if (!r.error.empty() || o.help || o.version) return r;
+  if (o.layout == Layout::rfc && o.shard_size != 0) {
+    r.error = "shard_size names the safetensors files of layout=split; layout=rfc has none";
+    return r;
+  }
   if (positional.size() != 2) {
     r.error = positional.size() < 2 ? "needs a CHECKPOINT and a MOUNTPOINT"
                                     : "too many arguments: needs a CHECKPOINT and a MOUNTPOINT";

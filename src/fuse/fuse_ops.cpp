@@ -386,9 +386,7 @@ void list_directory(Reply& reply, const Tree& tree, fuse_ino_t ino, size_t size,
       name = i == 0 ? "." : "..";
       child = i == 0 ? ino : tree.parent(ino);
     } else {
-      auto [child_name, child_ino] = tree.child(ino, static_cast<std::size_t>(i - 2));
-      name.assign(child_name);
-      child = child_ino;
+      child = tree.child(ino, static_cast<std::size_t>(i - 2), name);
     }
     std::size_t need;
     const auto next = static_cast<off_t>(i + 1);

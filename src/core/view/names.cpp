@@ -9,8 +9,7 @@
 namespace ckptfs {
 namespace {
 
-constexpr std::size_t max_name = 255;
-constexpr std::size_t kept_when_cut = 200;
+constexpr std::size_t kept_when_cut = 200;  // the cut form: 200 + "%~" + 16 = 218 bytes
 
 // "model-00001-of-00004.safetensors": the files of a sharded safetensors view.
 bool is_shard_name(std::string_view name) {
@@ -76,28 +75,28 @@ std::uint64_t fnv1a64(std::string_view bytes) {
   return h;
 }
 
-std::string directory_name(std::string_view key) {
+std::string directory_name(std::string_view key, std::size_t max_bytes) {
   Escaped e = escape(key);
-  return e.name.size() <= max_name ? std::move(e.name) : cut(e, key);
+  return e.name.size() <= max_bytes ? std::move(e.name) : cut(e, key);
 }
 
-bool is_own_name(std::string_view key) noexcept {
-  return !key.empty() && key.size() <= max_name && !reserved(key) &&
+bool is_own_name(std::string_view key, std::size_t max_bytes) noexcept {
+  return !key.empty() && key.size() <= max_bytes && !reserved(key) &&
          key.find_first_of(std::string_view("%/\0", 3)) == std::string_view::npos;
 }
 
-std::string suffixed_name(std::string_view key, std::uint64_t n) {
+std::string suffixed_name(std::string_view key, std::uint64_t n, std::size_t max_bytes) {
   Escaped e = escape(key);
   std::string suffix = fmt::format("%#{}", n);
-  if (e.name.size() + suffix.size() <= max_name) return e.name + suffix;
+  if (e.name.size() + suffix.size() <= max_bytes) return e.name + suffix;
   return cut(e, key) + suffix;
 }
 
 std::string NameAllocator::name(std::string_view key) {
-  std::string plain = directory_name(key);
+  std::string plain = directory_name(key, max_bytes_);
   if (taken_.insert(plain).second) return plain;
   for (std::uint64_t n = 2;; ++n) {
-    std::string candidate = suffixed_name(key, n);
+    std::string candidate = suffixed_name(key, n, max_bytes_);
     if (taken_.insert(candidate).second) return candidate;
   }
 }

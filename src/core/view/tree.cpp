@@ -5,6 +5,7 @@
 #include <ckptfs/base/error.hpp>
 #include <ckptfs/base/numbers.hpp>
 #include <ckptfs/base/json_writer.hpp>
+#include <ckptfs/format/plain_value.hpp>
 #include <ckptfs/format/torch_writer.hpp>
 #include <ckptfs/view/describe.hpp>
 #include <ckptfs/view/names.hpp>
@@ -22,8 +23,10 @@ namespace ckptfs {
 // A tensor entry's derived files. meta.json, made on its first use (its offsets may mean reading
 // a remote record's local header); the .npy header; tensor.pt: its archive, the archive's
 // segments and local headers, and its storages' CRCs and central directory, made once each on
-// first need (a CRC may mean reading the whole tensor once).
+// first need (a CRC may mean reading the whole tensor once). A value entry's, in the RFC
+// layout: its <name>.pt, whole.
 struct Tree::EntryFiles {
+  std::string value_file;
   mutable std::atomic<const std::string*> meta_json{nullptr};
   std::string npy_header;
   std::optional<TorchArchive> archive;
@@ -74,12 +77,40 @@ std::optional<TorchArchive> torch_file_of(const Model& model, const Tensor& tens
   }
 }
 
+// The file torch.save(value) writes for the value a value entry's JSON describes whole; nullopt
+// for a value it only describes, or one a pickle cannot hold.
+std::optional<std::string> value_file_of(const std::string& value_json) {
+  auto value = plain_value(value_json);
+  if (!value) return std::nullopt;
+  try {
+    return value_file(*value).bytes();
+  } catch (const Error&) {
+    return std::nullopt;  // a str that is not UTF-8, a container too deep to write
+  }
+}
+
 }  // namespace
+
+bool Tree::has_rfc_file(std::size_t entry) const {
+  const Entry& e = model_.entries[entry];
+  try {
+    pickle::Writer keys;
+    keys.string(e.key);  // map.pt holds the key as a str
+  } catch (const Error&) {
+    return false;
+  }
+  if (e.kind == Entry::Kind::value) return value_file_of(e.value_json).has_value();
+  const Tensor& t = model_.tensors[e.tensor];
+  return t.broken.empty() && torch_file_of(model_, t, serve(model_, t, options_.dtype));
+}
 
 Tree::Tree(Model model, TreeOptions options)
     : model_(std::move(model)), options_(std::move(options)) {
+  const bool rfc = options_.layout == Layout::rfc;
   root_files_.push_back({"index.json", Kind::index_json, 0});
-  if (options_.shard_size == 0) {
+  if (rfc) {
+    root_files_.push_back({"map.pt", Kind::keys_pt, 0});
+  } else if (options_.shard_size == 0) {
     root_files_.push_back({"model.safetensors", Kind::safetensors_file, 0});
   } else {
     // The shards' names say how many there are: the export is laid out now. A model that fits
@@ -94,9 +125,24 @@ Tree::Tree(Model model, TreeOptions options)
   }
   first_entry_ino_ = root_ino + 1 + root_files_.size();
   const std::size_t entries = model_.entries.size();
+  if (rfc) {
+    // Which entries have a file decides the listing and map.pt; their content is made on use.
+    has_file_.resize(entries);
+    for (std::size_t i = 0; i < entries; ++i) {
+      if (has_rfc_file(i)) {
+        has_file_[i] = true;
+        root_entries_.push_back(static_cast<std::uint32_t>(i));
+      }
+    }
+    root_entries_.shrink_to_fit();
+  }
   // Names as NameAllocator gives them, with the root's lookup table as the set of names taken:
   // no second copy of the keys. Root files' names are no key's (the naming rule reserves them).
-  const std::size_t children = root_files_.size() + entries;
+  // In the RFC layout the table holds every entry's name without ".pt" (entries without a file
+  // take theirs too, so that names do not depend on which can be loaded) and the root's two
+  // files are found apart.
+  const std::size_t max_bytes = rfc ? rfc_name_bytes : max_name_bytes;
+  const std::size_t children = (rfc ? 0 : root_files_.size()) + entries;
   std::size_t slots = 16;
   while (slots < 2 * children) slots *= 2;
   root_slots_.assign(slots, 0);
@@ -105,14 +151,16 @@ Tree::Tree(Model model, TreeOptions options)
     while (root_slots_[at] != 0) at = (at + 1) & (slots - 1);
     root_slots_[at] = static_cast<std::uint32_t>(child + 1);
   };
-  for (std::size_t f = 0; f < root_files_.size(); ++f) insert(f);
+  if (!rfc) {
+    for (std::size_t f = 0; f < root_files_.size(); ++f) insert(f);
+  }
   for (std::size_t i = 0; i < entries; ++i) {
     const std::string& key = model_.entries[i].key;
-    std::string name = is_own_name(key) ? std::string() : directory_name(key);
+    std::string name = is_own_name(key, max_bytes) ? std::string() : directory_name(key, max_bytes);
     if (find_root_child(name.empty() ? std::string_view(key) : name)) {
       keys_unique_ = false;  // an earlier key has this name: the same text
       for (std::uint64_t n = 2;; ++n) {
-        name = suffixed_name(key, n);
+        name = suffixed_name(key, n, max_bytes);
         if (!find_root_child(name)) break;
       }
     }
@@ -127,6 +175,7 @@ Tree::Tree(Model model, TreeOptions options)
 Tree::~Tree() {
   for (std::size_t i = 0; i < model_.entries.size(); ++i) delete entry_files_[i].load();
   delete index_json_.load();
+  delete keys_file_.load();
   delete safetensors_.load();
   delete sharing_.load();
 }
@@ -138,6 +187,10 @@ std::string_view Tree::entry_name(std::size_t entry) const {
     if (it != renamed_.end() && it->first == entry) return it->second;
   }
   return model_.entries[entry].key;
+}
+
+std::size_t Tree::root_entry(std::size_t child) const {
+  return options_.layout == Layout::rfc ? root_entries_[child] : child;
 }
 
 std::string_view Tree::root_child_name(std::size_t child) const {
@@ -178,6 +231,12 @@ std::optional<Tree::Node> Tree::node(Ino ino) const {
   const std::uint64_t entry = (ino - first_entry_ino_) / stride;
   const std::uint64_t part = (ino - first_entry_ino_) % stride;
   if (entry >= model_.entries.size()) return std::nullopt;
+  if (options_.layout == Layout::rfc) {
+    // An entry's place holds its <name>.pt, when it has one.
+    if (part != 0 || !has_file_[entry]) return std::nullopt;
+    const bool value = model_.entries[entry].kind == Entry::Kind::value;
+    return Node{value ? Kind::value_pt : Kind::tensor_pt, entry};
+  }
   if (part == 0) return Node{Kind::entry_dir, entry};
   if (part > files_of_entry(entry)) return std::nullopt;
   const Entry& e = model_.entries[entry];
@@ -212,20 +271,27 @@ Tree::Ino Tree::parent(Ino ino) const noexcept {
 std::size_t Tree::child_count(Ino dir) const {
   auto n = node(dir);
   if (!n) return 0;
-  if (n->kind == Kind::root) return root_files_.size() + model_.entries.size();
+  if (n->kind == Kind::root) {
+    const bool rfc = options_.layout == Layout::rfc;
+    return root_files_.size() + (rfc ? root_entries_.size() : model_.entries.size());
+  }
   if (n->kind == Kind::entry_dir) return files_of_entry(n->index);
   return 0;
 }
 
-std::pair<std::string_view, Tree::Ino> Tree::child(Ino dir, std::size_t i) const {
+Tree::Ino Tree::child(Ino dir, std::size_t i, std::string& name) const {
   if (dir == root_ino) {
-    if (i < root_files_.size()) return {root_files_[i].name, root_ino + 1 + i};
-    const std::size_t entry = i - root_files_.size();
-    return {entry_name(entry), entry_ino(entry)};
+    if (i < root_files_.size()) {
+      name = root_files_[i].name;
+      return root_ino + 1 + i;
+    }
+    const std::size_t entry = root_entry(i - root_files_.size());
+    name = entry_name(entry);
+    if (options_.layout == Layout::rfc) name += ".pt";
+    return entry_ino(entry);
   }
   auto n = node(dir);
   const Entry& e = model_.entries[n->index];
-  std::string_view name;
   if (e.kind == Entry::Kind::value) {
     name = "value.json";
   } else if (!model_.tensors[e.tensor].broken.empty()) {
@@ -233,19 +299,34 @@ std::pair<std::string_view, Tree::Ino> Tree::child(Ino dir, std::size_t i) const
   } else {
     name = entry_file_names[i];
   }
-  return {name, dir + 1 + i};
+  return dir + 1 + i;
 }
 
 Tree::Ino Tree::lookup(Ino parent, std::string_view name) const {
+  if (parent == root_ino && options_.layout == Layout::rfc) {
+    for (std::size_t f = 0; f < root_files_.size(); ++f) {
+      if (name == root_files_[f].name) return root_ino + 1 + f;
+    }
+    constexpr std::string_view suffix = ".pt";
+    if (!name.ends_with(suffix)) return 0;
+    const auto found = find_root_child(name.substr(0, name.size() - suffix.size()));
+    if (!found) return 0;
+    const std::size_t entry = *found - root_files_.size();
+    return has_file_[entry] ? entry_ino(entry) : 0;
+  }
   if (parent == root_ino) {
     const auto found = find_root_child(name);
-    return found ? child(root_ino, *found).second : 0;
+    if (!found) return 0;
+    return *found < root_files_.size() ? root_ino + 1 + *found
+                                       : entry_ino(*found - root_files_.size());
   }
   auto n = node(parent);
   if (!n || n->kind != Kind::entry_dir) return 0;
+  const Entry& e = model_.entries[n->index];
+  if (e.kind == Entry::Kind::value) return name == "value.json" ? parent + 1 : 0;
+  if (!model_.tensors[e.tensor].broken.empty()) return name == "meta.json" ? parent + 1 : 0;
   for (std::size_t i = 0, count = files_of_entry(n->index); i < count; ++i) {
-    auto [child_name, ino] = child(parent, i);
-    if (child_name == name) return ino;
+    if (name == entry_file_names[i]) return parent + 1 + i;
   }
   return 0;
 }
@@ -259,7 +340,12 @@ const Tree::EntryFiles& Tree::entry_files(std::size_t entry) const {
   return once(entry_files_[entry], [&] {
     auto made = std::make_unique<EntryFiles>();
     EntryFiles& f = *made;
-    const Tensor& t = model_.tensors[model_.entries[entry].tensor];
+    const Entry& e = model_.entries[entry];
+    if (e.kind == Entry::Kind::value) {
+      f.value_file = value_file_of(e.value_json).value_or(std::string());
+      return made;
+    }
+    const Tensor& t = model_.tensors[e.tensor];
     if (t.broken.empty()) {
       const ServedTensor served = serve(model_, t, options_.dtype);
       f.npy_header = npy_header(numpy_descr(served.dtype, served.big_endian), t.shape);
@@ -297,6 +383,10 @@ std::uint64_t Tree::size(const Node& n) const {
       return entry_files(n.index).archive->plan().size();
     case Kind::value_json:
       return model_.entries[n.index].value_json.size() + 1;
+    case Kind::keys_pt:
+      return keys_file().size();
+    case Kind::value_pt:
+      return entry_files(n.index).value_file.size();
   }
   return 0;
 }
@@ -313,7 +403,8 @@ bool Tree::stat(Ino ino, struct stat& st) const {
   if (directory) {
     st.st_mode = S_IFDIR | (0555 & ~options_.umask);
     // "." and the parent's link, plus each subdirectory's "..".
-    st.st_nlink = ino == root_ino ? 2 + model_.entries.size() : 2;
+    const bool subdirectories = ino == root_ino && options_.layout == Layout::split;
+    st.st_nlink = subdirectories ? 2 + model_.entries.size() : 2;
   } else {
     st.st_mode = S_IFREG | (0444 & ~options_.umask);
     st.st_nlink = 1;
@@ -358,7 +449,14 @@ void Tree::write_index_json(std::string& out, Flush flush) const {
     j.begin_object();
     j.key("key").string(e.key);
     if (!e.key_path.empty()) j.key("key_path").raw(e.key_path);
-    j.key("path").string(entry_name(i));
+    j.key("path");
+    if (options_.layout == Layout::split) {
+      j.string(entry_name(i));
+    } else if (has_file_[i]) {
+      j.string(std::string(entry_name(i)) + ".pt");
+    } else {
+      j.null();  // the RFC layout: no file torch can load alone
+    }
     if (e.kind == Entry::Kind::value) {
       j.key("kind").string("value").key("dtype").null().key("shape").null().key("nbytes").null();
     } else {
@@ -380,6 +478,15 @@ void Tree::write_index_json(std::string& out, Flush flush) const {
   j.end_array().end_object();
   out += '\n';
   flush();
+}
+
+const std::string& Tree::keys_file() const {
+  return once(keys_file_, [&] {
+    std::vector<std::string> keys;
+    keys.reserve(root_entries_.size());
+    for (const std::uint32_t entry : root_entries_) keys.push_back(model_.entries[entry].key);
+    return ckptfs::keys_file(keys, {.prefix = "map"}).bytes();
+  });
 }
 
 const std::string& Tree::index_json() const {
@@ -556,6 +663,10 @@ void Tree::read(Ino ino, std::uint64_t offset, std::size_t length, Sources sourc
       return literal(meta_json(n->index));
     case Kind::tensor_pt:
       return read_torch_file(n->index, offset, length, sources, out);
+    case Kind::keys_pt:
+      return literal(keys_file());
+    case Kind::value_pt:
+      return literal(entry_files(n->index).value_file);
     case Kind::value_json: {
       const std::string& json = model_.entries[n->index].value_json;
       // The JSON, then a newline.
