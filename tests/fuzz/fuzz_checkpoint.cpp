@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // Fuzz target: the whole checkpoint model over arbitrary bytes, as `ckptfs inspect` and a mount
-// see it: read_torch, inspect's JSON and table, the Tree, then reads of every file of the tree
-// through Tree::read (strided tensors gathered). Beyond "no crash", it checks that the bytes
+// see it: read_torch, inspect's JSON and table, the Tree (split and RFC layouts), then reads of
+// every file of the tree through Tree::read (strided tensors gathered). Beyond "no crash", it checks that the bytes
 // served are right: every read returns exactly the bytes asked for (clipped to the file), every
 // range handed to the kernel lies inside the checkpoint, and a tensor's data file equals the
 // elements computed one by one from its shape, stride, offset and storage.
@@ -91,41 +91,10 @@ void check_tensor_file(const Model& c, const Tensor& t, const std::string& bytes
   }
 }
 
-}  // namespace
-
-extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  MemorySource source(std::string(reinterpret_cast<const char*>(data), size));
-  const ReadLimits limits = fuzz_limits();
-  Model checkpoint;
-  try {
-    checkpoint = read_torch(source, "fuzz.pth", limits);
-  } catch (const Error& e) {
-    FUZZ_CHECK(e.code() == ExitCode::bad_zip || e.code() == ExitCode::bad_checkpoint ||
-               e.code() == ExitCode::unsupported);
-    FUZZ_CHECK(std::string_view(e.what()).find('\n') == std::string_view::npos);
-    return 0;
-  }
-  for (const Tensor& t : checkpoint.tensors) {
-    if (!t.broken.empty()) continue;
-    FUZZ_CHECK(t.storage && *t.storage < checkpoint.storages.size());
-    FUZZ_CHECK(t.shape.size() == t.stride.size());
-    const Storage& s = checkpoint.storages[*t.storage];
-    FUZZ_CHECK(s.broken.empty() || t.numel() == 0);
-    FUZZ_CHECK(source.contains(s.file_offset, s.nbytes));
-    if (auto offset = checkpoint.file_offset(t)) {
-      FUZZ_CHECK(source.contains(*offset, t.nbytes()));
-    }
-  }
-  (void)model_json(checkpoint);
-  if (std::FILE* devnull = std::fopen("/dev/null", "w")) {
-    cli::print_inspect_table(checkpoint, devnull);
-    cli::print_inspect_json(checkpoint, devnull);
-    std::fclose(devnull);
-  }
-
-  Tree tree(std::move(checkpoint), TreeOptions{.source_path = "fuzz.pth"});
+// Walks every node of `tree` from its root: names, lookups, stat, the first and last bytes of
+// every file; a tensor's data and tensor.npy compared with the element-by-element reference.
+void walk(const Tree& tree, const MemorySource& source) {
   const Model& copy = tree.model();
-  // Every node, found by walking the tree from its root.
   std::vector<Tree::Ino> dirs{Tree::root_ino};
   while (!dirs.empty()) {
     const Tree::Ino dir = dirs.back();
@@ -164,5 +133,44 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       check_tensor_file(copy, t, last, data_offset, tail_at, source);
     }
   }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  MemorySource source(std::string(reinterpret_cast<const char*>(data), size));
+  const ReadLimits limits = fuzz_limits();
+  Model checkpoint;
+  try {
+    checkpoint = read_torch(source, "fuzz.pth", limits);
+  } catch (const Error& e) {
+    FUZZ_CHECK(e.code() == ExitCode::bad_zip || e.code() == ExitCode::bad_checkpoint ||
+               e.code() == ExitCode::unsupported);
+    FUZZ_CHECK(std::string_view(e.what()).find('\n') == std::string_view::npos);
+    return 0;
+  }
+  for (const Tensor& t : checkpoint.tensors) {
+    if (!t.broken.empty()) continue;
+    FUZZ_CHECK(t.storage && *t.storage < checkpoint.storages.size());
+    FUZZ_CHECK(t.shape.size() == t.stride.size());
+    const Storage& s = checkpoint.storages[*t.storage];
+    FUZZ_CHECK(s.broken.empty() || t.numel() == 0);
+    FUZZ_CHECK(source.contains(s.file_offset, s.nbytes));
+    if (auto offset = checkpoint.file_offset(t)) {
+      FUZZ_CHECK(source.contains(*offset, t.nbytes()));
+    }
+  }
+  (void)model_json(checkpoint);
+  if (std::FILE* devnull = std::fopen("/dev/null", "w")) {
+    cli::print_inspect_table(checkpoint, devnull);
+    cli::print_inspect_json(checkpoint, devnull);
+    std::fclose(devnull);
+  }
+
+  // The split layout, then the RFC layout's flat files (each <name>.pt a whole torch file).
+  Model rfc_model = checkpoint;
+  walk(Tree(std::move(checkpoint), TreeOptions{.source_path = "fuzz.pth"}), source);
+  walk(Tree(std::move(rfc_model), TreeOptions{.source_path = "fuzz.pth", .layout = Layout::rfc}),
+       source);
   return 0;
 }

@@ -374,6 +374,17 @@ TensorFileSpec tensor_file_spec(const Model& model, const Tensor& tensor) {
       throw Error(ExitCode::unsupported,
                   "per-channel scales or zero points are not one per channel");
     }
+    // Their bytes go into the file beside the tensor's: a file is only as whole as they are.
+    for (const Tensor* part : {&scales, &zero_points}) {
+      if (!part->broken.empty()) {
+        throw Error(ExitCode::bad_checkpoint,
+                    fmt::format("its per-channel {} are broken: {}",
+                                part == &scales ? "scales" : "zero points", part->broken));
+      }
+      if (part->quantization) {
+        throw Error(ExitCode::unsupported, "per-channel scales or zero points that are quantized");
+      }
+    }
     out.scales_dtype = scales.dtype;
     out.zero_points_dtype = zero_points.dtype;
   } else {
