@@ -19,7 +19,8 @@ integration tests (tests/integration/) share:
                 archive's entries (state_dict, constants.N, attributes.*) computed with torch
     values      simple_json, NOT_JSON, value_entry, has_opaque, json_equal: which values JSON
                 can hold, a value's entry, and how ckptfs's JSON compares with them
-    names       directory_name, entry_names, fnv1a64, ROOT_FILES: the names of keys in the mount
+    names       directory_name, entry_names, rfc_file_names, fnv1a64, ROOT_FILES: the names of
+                keys in the mount
 
 (Mounts, /proc/self/mountinfo and unmounting are ckptfs_mounts.py's, beside this file.)
 
@@ -732,22 +733,29 @@ def directory_name(key):
     return name.decode("utf-8", "surrogateescape")
 
 
-def entry_names(keys):
+def entry_names(keys, max_bytes=255):
     """The names of the keys of a mount, in order: directory_name(), and for a name an earlier
-    key already has, '%#2', '%#3'... (the smallest number free), cut when it passes 255 bytes."""
+    key already has, '%#2', '%#3'... (the smallest number free), cut when it passes `max_bytes`
+    (255; 252 in the RFC layout, whose files add ".pt": see rfc_file_names())."""
     taken, out = set(), []
     for key in keys:
         raw = key.encode("utf-8", "surrogatepass")
         name, cut = _escaped(raw)
-        plain = name if len(name) <= 255 else _cut(name, cut, raw)
+        plain = name if len(name) <= max_bytes else _cut(name, cut, raw)
         n, candidate = 1, plain
         while candidate in taken:
             n += 1
             suffix = f"%#{n}".encode()
-            candidate = (plain + suffix if len(plain) + len(suffix) <= 255
+            candidate = (plain + suffix if len(plain) + len(suffix) <= max_bytes
                          else _cut(name, cut, raw) + suffix)
         taken.add(candidate)
         out.append(candidate.decode("utf-8", "surrogateescape"))
     return out
+
+
+def rfc_file_names(keys):
+    """The file names of keys in the RFC layout (-o layout=rfc), in order: the naming rule of
+    entry_names() within 252 bytes, then ".pt"."""
+    return [name + ".pt" for name in entry_names(keys, 252)]
 
 

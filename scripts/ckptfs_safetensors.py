@@ -5,7 +5,8 @@ scripts/make_fixtures.py and ckptfs-verify share, beside ckptfs_reference.py.
 
     DTYPES              the format's dtypes: torch's name and bits per element
     read_safetensors    a file's __metadata__ and tensors (in data order), checked as the format
-                        says: header length, JSON, dtypes, sizes, one run of data to the end
+                        says: header length, JSON, dtypes, sizes, one run of data to the end;
+                        strict=True: also as a writer must (padding, no lone surrogates)
     write_safetensors   a file as the safetensors library writes one, or as other writers do
                         (unpadded, header in another order than the data, "__metadata__": null)
     torch_view          a tensor as torch (and ckptfs) holds it: dtype, shape, strides, nbytes
@@ -77,9 +78,49 @@ class Tensor:
             return f.read(self.nbytes)
 
 
-def read_safetensors(path):
+def _no_constant(name):
+    raise FormatError(f"{name} is not JSON")
+
+
+def _check_strict_header(text):
+    """What a writer must do and readers may forgive: the header is one JSON object from its
+    first byte, then only spaces up to a length that is a multiple of 8; every string in it is
+    Unicode the safetensors library (serde_json) takes (no lone surrogate escape)."""
+    if len(text) % 8:
+        raise FormatError(f"header length {len(text)} is not a multiple of 8")
+    if text[:1] != b"{":
+        raise FormatError("the header does not start with '{'")
+    decoded = text.decode("utf-8")
+    try:
+        _, end = json.JSONDecoder(object_pairs_hook=_unique_pairs,
+                                  parse_constant=_no_constant).raw_decode(decoded)
+    except json.JSONDecodeError as e:
+        raise FormatError(f"the header is not JSON: {e}") from None
+    if decoded[end:].strip(" ") != "":
+        raise FormatError(f"{decoded[end:]!r} after the header's JSON (only spaces may pad it)")
+
+    def check_strings(x):
+        if isinstance(x, str):
+            try:
+                x.encode("utf-8")
+            except UnicodeEncodeError:
+                raise FormatError(f"{x!r}: a lone surrogate escape") from None
+        elif isinstance(x, dict):
+            for k, v in x.items():
+                check_strings(k)
+                check_strings(v)
+        elif isinstance(x, list):
+            for v in x:
+                check_strings(v)
+
+    check_strings(json.loads(decoded, object_pairs_hook=_unique_pairs))
+
+
+def read_safetensors(path, strict=False):
     """(metadata dict, [Tensor] in data order: by offsets, ties in header order). Raises
-    FormatError for what the format forbids."""
+    FormatError for what the format forbids. `strict`: also what a writer must do that readers
+    forgive (MLX writes unpadded headers): the rules of _check_strict_header(), and a
+    "__metadata__" that is an object when present (not null)."""
     size = os.path.getsize(path)
     with open(path, "rb") as f:
         head = f.read(8)
@@ -89,9 +130,13 @@ def read_safetensors(path):
         if n > MAX_HEADER or 8 + n > size:
             raise FormatError(f"header length {n}")
         text = f.read(n)
+    if strict:
+        _check_strict_header(text)
     header = json.loads(text.decode("utf-8"), object_pairs_hook=_unique_pairs)
     if not isinstance(header, dict):
         raise FormatError("the header is not an object")
+    if strict and "__metadata__" in header and not isinstance(header["__metadata__"], dict):
+        raise FormatError("__metadata__ is not an object")
     metadata = header.pop("__metadata__", None)
     if metadata is None:
         metadata = {}

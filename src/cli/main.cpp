@@ -18,9 +18,10 @@
 #include <fmt/format.h>
 
 #include <climits>
-#include <malloc.h>
 #include <cstdlib>
+#include <malloc.h>
 #include <memory>
+#include <optional>
 #include <string>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -67,6 +68,10 @@ options (before or after CHECKPOINT MOUNTPOINT):
        shard_size=SIZE     the root holds the sharded set save_pretrained would write
                            (model-0000N-of-0000M.safetensors, model.safetensors.index.json)
                            instead of model.safetensors; SIZE like 5GB, 500MB, 2GiB
+       layout=rfc          the root holds the transformers RFC's split layout instead:
+                           index.json, map.pt (torch.save of the keys, in order) and one
+                           <key>.pt per entry that torch.load reads alone (layout=split: the
+                           default, below)
        fsname=NAME         the source shown in /proc/mounts (default: the checkpoint's path)
        subtype=NAME        the type shown, fuse.NAME (default: fuse.ckptfs)
      remote checkpoints (URLs):
@@ -103,13 +108,19 @@ CHECKPOINT, besides a torch.save file:
   DIR/NAME.index.json             a sharded set: each key from the shard its weight_map names
                                   (a URL too: the shards beside it)
 
-the tree:
+the tree (layout=split):
   MOUNTPOINT/index.json           every entry: key, path, kind, dtype, shape, nbytes; the
                                   files read (sources) and the file's metadata
+  MOUNTPOINT/model.safetensors    every tensor as one safetensors file (see shard_size=)
   MOUNTPOINT/<key>/data           a tensor's bytes in C order, as stored
   MOUNTPOINT/<key>/meta.json      dtype, shape, stride, source file, offsets, storage, sharing
   MOUNTPOINT/<key>/tensor.npy     the same bytes behind a .npy header
+  MOUNTPOINT/<key>/tensor.pt      the tensor alone, as torch.save writes it (torch.load reads it)
   MOUNTPOINT/<key>/value.json     a non-tensor value as JSON
+the tree (layout=rfc):
+  MOUNTPOINT/index.json           as above; an entry's path is its file, or null without one
+  MOUNTPOINT/map.pt               torch.save of the list of keys that have a file, in order
+  MOUNTPOINT/<key>.pt             a tensor (its tensor.pt), or a value JSON describes whole
 
 mount from fstab or mount(8): mount -t fuse.ckptfs CHECKPOINT MOUNTPOINT -o ro,allow_other
 unmount with: fusermount3 -u MOUNTPOINT (or umount as root)
@@ -221,7 +232,11 @@ int run_mount(const std::vector<std::string>& args) {
   auto parsed = ckptfs::cli::parse_mount_options(args);
   const auto& o = parsed.options;
   if (!parsed.error.empty()) {
-    if (o.notify_fd) (void)notifier.open(*o.notify_fd);
+    try {
+      if (o.notify_fd) notifier.open(*o.notify_fd);
+    } catch (const ckptfs::Error&) {
+      // the usage error below is the one to report
+    }
     return usage_error(parsed.error);
   }
   if (o.help) {
@@ -232,8 +247,10 @@ int run_mount(const std::vector<std::string>& args) {
     fmt::print("ckptfs {}\n", CKPTFS_VERSION);
     return 0;
   }
-  if (o.notify_fd && !notifier.open(*o.notify_fd)) {
-    return usage_error(fmt::format("notify_fd={}: not an open file descriptor", *o.notify_fd));
+  try {
+    if (o.notify_fd) notifier.open(*o.notify_fd);
+  } catch (const ckptfs::Error& e) {
+    return usage_error(e.what());
   }
   // A URL is shown (messages, /proc/mounts, index.json) without its credentials.
   const std::string shown = ckptfs::display_location(o.checkpoint);
@@ -241,45 +258,56 @@ int run_mount(const std::vector<std::string>& args) {
   std::string absolute = ckptfs::is_url(o.checkpoint) ? shown
                          : ::realpath(o.checkpoint.c_str(), resolved) ? resolved
                                                                        : o.checkpoint;
+  // Everything is parsed and validated before the mount: a bad checkpoint never mounts.
+  std::unique_ptr<ckptfs::RemoteContext> remote;
+  std::optional<ckptfs::OpenedModel> opened;
+  std::optional<ckptfs::Tree> tree;
   try {
-    auto remote = ckptfs::cli::remote_for(o.checkpoint, o.remote);
-    // Everything is parsed and validated before the mount: a bad checkpoint never mounts.
-    ckptfs::OpenedModel opened =
-        ckptfs::open_model(o.checkpoint, ckptfs::cli::open_options(remote.get()));
+    remote = ckptfs::cli::remote_for(o.checkpoint, o.remote);
+    opened.emplace(ckptfs::open_model(o.checkpoint, ckptfs::cli::open_options(remote.get())));
     ckptfs::TreeOptions tree_options;
     tree_options.source_path = absolute;
     tree_options.uid = o.uid.value_or(::getuid());
     tree_options.gid = o.gid.value_or(::getgid());
     tree_options.umask = o.umask.value_or(0222);
-    tree_options.times = opened.times();
+    tree_options.times = opened->times();
     tree_options.dtype = o.dtype;
     tree_options.shard_size = o.shard_size;
-    ckptfs::Tree tree(std::move(opened.model()), tree_options);
-    // Parsing peaked at many times what the model keeps (the pickle graph, flattening): give
-    // the freed heap back, so that a mounted daemon holds its model, not its parse.
-    ::malloc_trim(0);
-    ckptfs::fuse::MountRequest request;
-    request.mountpoint = o.mountpoint;
-    request.foreground = o.foreground;
-    request.debug = o.debug;
-    request.fuse_options = o.fuse_options;
-    // A remote checkpoint's reads are copies out of the block cache, not splices: more of them
-    // in flight (a larger kernel readahead) keep the serving threads busy. Measured on a 1.5 GiB
-    // file over loopback HTTP: 0.45 GiB/s at 512 KiB, 0.85 at 2 MiB, 0.73 at 8 MiB.
-    request.read_ahead_kb = remote && !o.read_ahead_kb_given ? remote_read_ahead_kb : o.read_ahead_kb;
-    request.max_read = o.max_read;
-    request.busy_poll = std::chrono::microseconds(o.busy_poll_us);
-    request.fsname = escaped_fsname(absolute);
-    request.notifier = &notifier;
-    request.ready_line = ready_line(tree.model(), shown, o.mountpoint);
-    // The remote threads stop before the mount may fork into a daemon, and start again in
-    // whichever process reads next.
-    if (remote) remote->quiesce();
-    return ckptfs::fuse::mount_and_serve(tree, opened.sources(), request);
+    tree_options.layout = o.layout;
+    tree.emplace(std::move(opened->model()), tree_options);
   } catch (const ckptfs::Error& e) {
     return fail(e.code(), fmt::format("{}: {}", shown, e.what()));
   } catch (const std::bad_alloc&) {
     return fail(ExitCode::bad_checkpoint, fmt::format("{}: out of memory", shown));
+  }
+  // Parsing peaked at many times what the model keeps (the pickle graph, flattening): give the
+  // freed heap back, so that a mounted daemon holds its model, not its parse.
+  ::malloc_trim(0);
+  ckptfs::fuse::MountRequest request;
+  request.mountpoint = o.mountpoint;
+  request.foreground = o.foreground;
+  request.debug = o.debug;
+  request.fuse_options = o.fuse_options;
+  // A remote checkpoint's reads are copies out of the block cache, not splices: more of them in
+  // flight (a larger kernel readahead) keep the serving threads busy. Measured on a 1.5 GiB file
+  // over loopback HTTP: 0.45 GiB/s at 512 KiB, 0.85 at 2 MiB, 0.73 at 8 MiB.
+  request.read_ahead_kb =
+      remote && !o.read_ahead_kb_given ? remote_read_ahead_kb : o.read_ahead_kb;
+  request.max_read = o.max_read;
+  request.busy_poll = std::chrono::microseconds(o.busy_poll_us);
+  request.fsname = escaped_fsname(absolute);
+  request.notifier = &notifier;
+  request.ready_line = ready_line(tree->model(), shown, o.mountpoint);
+  try {
+    // The remote threads stop before the mount may fork into a daemon, and start again in
+    // whichever process reads next.
+    if (remote) remote->quiesce();
+    ckptfs::fuse::mount_and_serve(*tree, opened->sources(), request);
+    return 0;
+  } catch (const ckptfs::Error& e) {
+    return fail(e.code(), fmt::format("{}: {}", o.mountpoint, e.what()));
+  } catch (const std::bad_alloc&) {
+    return fail(ExitCode::mount_failed, fmt::format("{}: out of memory", o.mountpoint));
   }
 }
 

@@ -21,6 +21,30 @@ bool parse_number(std::string_view text, T& out, int base) {
   return static_cast<unsigned long long>(out) == value;
 }
 
+// Whether an -o option is one that is accepted and ignored (fstab, mount(8) and systemd
+// options, access-time flags, "rw").
+bool is_ignored_option(std::string_view option) {
+  // mount(8), fstab and systemd options that can reach a helper (mount.fuse3 drops only a few of
+  // them), and "rw", which mount.fuse3 passes whenever fstab does not say "ro".
+  static constexpr std::string_view fstab_only[] = {
+      "rw", "defaults", "auto", "noauto", "user", "nouser", "users", "owner", "group", "nofail",
+      "_netdev", "_rnetdev"};
+  // Kernel flags libfuse 3 does not know; meaningless here, where every time is the
+  // checkpoint's mtime and nothing is written or linked.
+  static constexpr std::string_view time_flags[] = {
+      "diratime", "nodiratime", "relatime", "norelatime", "strictatime", "nostrictatime",
+      "lazytime", "nolazytime", "iversion", "noiversion", "mand", "nomand", "symfollow",
+      "nosymfollow", "silent", "loud"};
+  for (auto name : fstab_only) {
+    if (option == name) return true;
+  }
+  for (auto name : time_flags) {
+    if (option == name) return true;
+  }
+  return option.starts_with("x-") || option.starts_with("comment=") ||
+         option.starts_with("helper=") || option.starts_with("user=");
+}
+
 // One -o item; returns an error message or "".
 std::string take_option(std::string_view item, MountOptions& o) {
   if (std::string error; take_remote_option(item, o.remote, error)) return error;
@@ -69,6 +93,14 @@ std::string take_option(std::string_view item, MountOptions& o) {
     auto size = parse_size(*z);
     if (!size) return fmt::format("invalid shard_size '{}' (bytes, or 5GB, 500MB, 2GiB...)", *z);
     o.shard_size = *size;
+  } else if (auto l = value_of("layout")) {
+    if (*l == "split") {
+      o.layout = Layout::split;
+    } else if (*l == "rfc") {
+      o.layout = Layout::rfc;
+    } else {
+      return fmt::format("invalid layout '{}' (split or rfc)", *l);
+    }
   } else if (item == "ro" || item.empty() || is_ignored_option(item)) {
     // always read-only; fstab-only options mean nothing here
   } else if (is_passed_option(item)) {
@@ -172,28 +204,6 @@ bool take_remote_option(std::string_view item, RemoteOptions& remote, std::strin
   return true;
 }
 
-bool is_ignored_option(std::string_view option) {
-  // mount(8), fstab and systemd options that can reach a helper (mount.fuse3 drops only a few of
-  // them), and "rw", which mount.fuse3 passes whenever fstab does not say "ro".
-  static constexpr std::string_view fstab_only[] = {
-      "rw", "defaults", "auto", "noauto", "user", "nouser", "users", "owner", "group", "nofail",
-      "_netdev", "_rnetdev"};
-  // Kernel flags libfuse 3 does not know; meaningless here, where every time is the
-  // checkpoint's mtime and nothing is written or linked.
-  static constexpr std::string_view time_flags[] = {
-      "diratime", "nodiratime", "relatime", "norelatime", "strictatime", "nostrictatime",
-      "lazytime", "nolazytime", "iversion", "noiversion", "mand", "nomand", "symfollow",
-      "nosymfollow", "silent", "loud"};
-  for (auto name : fstab_only) {
-    if (option == name) return true;
-  }
-  for (auto name : time_flags) {
-    if (option == name) return true;
-  }
-  return option.starts_with("x-") || option.starts_with("comment=") ||
-         option.starts_with("helper=") || option.starts_with("user=");
-}
-
 bool is_passed_option(std::string_view option) {
   // Each tested on a real mount (tests/integration/test_lifecycle.py, MountOptionTests). libfuse
   // 3.14 knows a few more, refused here: blkdev and blksize= (fuseblk only), the SELinux
@@ -253,6 +263,10 @@ ParseResult parse_mount_options(const std::vector<std::string>& args) {
     if (r.error.empty()) r.error = std::move(error);
   }
   if (!r.error.empty() || o.help || o.version) return r;
+  if (o.layout == Layout::rfc && o.shard_size != 0) {
+    r.error = "shard_size names the safetensors files of layout=split; layout=rfc has none";
+    return r;
+  }
   if (positional.size() != 2) {
     r.error = positional.size() < 2 ? "needs a CHECKPOINT and a MOUNTPOINT"
                                     : "too many arguments: needs a CHECKPOINT and a MOUNTPOINT";

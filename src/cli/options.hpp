@@ -4,6 +4,7 @@
 
 #include <ckptfs/model/dtype.hpp>
 #include <ckptfs/source/remote.hpp>
+#include <ckptfs/view/tree.hpp>
 
 #include <cstdint>
 #include <optional>
@@ -37,6 +38,7 @@ struct MountOptions {
   unsigned max_read = 0;                  // -o max_read=N: the largest READ (0: the kernel's)
   std::optional<DType> dtype;             // -o dtype=NAME: floating tensors served converted
   std::uint64_t shard_size = 0;           // -o shard_size=SIZE: a sharded safetensors export
+  Layout layout = Layout::split;          // -o layout=split|rfc: what the root holds
   std::vector<std::string> fuse_options;  // the accepted libfuse and kernel options (below)
   RemoteOptions remote;  // insecure, cacert=, cache_size=, cache_dir=, cache_dir_size=, timeout=
 };
@@ -46,9 +48,10 @@ struct MountOptions {
 // `ckptfs SOURCE MOUNTPOINT -o OPTIONS`). -o takes comma-separated options ("-o a,b" or "-oa,b"):
 //   - ckptfs's own: uid=N, gid=N, umask=OCTAL, notify_fd=N, read_ahead_kb=N, busy_poll_us=N,
 //     max_read=N (which ckptfs must also tell libfuse's INIT, or libfuse refuses it),
-//     dtype=float16|bfloat16|float32, shard_size=SIZE (see parse_size());
+//     dtype=float16|bfloat16|float32, shard_size=SIZE (see parse_size()), layout=split|rfc
+//     (shard_size with layout=rfc is a usage error: that layout has no safetensors files);
 //   - passed to libfuse and the kernel, each known to work (is_passed_option());
-//   - ignored (is_ignored_option()): "ro" is implied and "rw" (which mount.fuse3 passes when
+//   - ignored: "ro" is implied and "rw" (which mount.fuse3 passes when
 //     fstab says nothing) means nothing, the mount being read-only either way; so do the options
 //     that only mean something to mount(8), fstab or systemd, and the access-time flags libfuse
 //     does not know;
@@ -64,10 +67,6 @@ ParseResult parse_mount_options(const std::vector<std::string>& args);
 // and returns true, or sets `error` for a bad value. SIZE is bytes, or a number with K, M, G or
 // T (powers of 1024; KiB, MiB... too). Returns false for any other item.
 bool take_remote_option(std::string_view item, RemoteOptions& remote, std::string& error);
-
-// Whether an -o option is one that parse_mount_options() accepts and ignores (fstab, mount(8) and
-// systemd options, access-time flags, "rw").
-bool is_ignored_option(std::string_view option);
 
 // Whether an -o option is one that parse_mount_options() passes on to libfuse and the kernel:
 // allow_other, allow_root, auto_unmount, default_permissions, fsname=NAME, subtype=NAME, and the

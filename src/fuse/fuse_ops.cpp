@@ -1,20 +1,24 @@
 // SPDX-License-Identifier: MIT
-// FUSE low-level callbacks: each replies exactly once, never throws, and reads answer with
-// fd buffers so tensor bytes go from the checkpoint to the kernel without being staged here.
-#include "fuse_ops.hpp"
+// The FUSE low-level callbacks over an immutable Tree, and make_session(). Every callback runs in
+// one guard that replies exactly once and logs why it failed; reads answer with the source's
+// bytes spliced, never staged here.
+#include "libfuse.hpp"
+#include "log.hpp"
+#include "read_reply.hpp"
+#include "session.hpp"
+#include "source_pages.hpp"
 
-#include "serve_loop.hpp"
+#include <ckptfs/base/error.hpp>
+#include <ckptfs/source/byte_source.hpp>
+
+#include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
-#include <cstdio>
-#include <cstring>
 #include <fcntl.h>
 #include <new>
-#include <optional>
-#include <sys/ioctl.h>
 #include <sys/statvfs.h>
-#include <unistd.h>
 
 namespace ckptfs::fuse {
 namespace {
@@ -22,101 +26,138 @@ namespace {
 // The tree never changes while mounted, so the kernel may cache names and attributes forever.
 constexpr double forever = 365.0 * 24 * 3600;
 
-const Context& context(fuse_req_t req) {
-  return *static_cast<const Context*>(fuse_req_userdata(req));
-}
-
-// The entry of `ino`; its size may need derived content built first (a meta.json), which can
-// only fail for lack of memory (std::bad_alloc).
-fuse_entry_param entry_of(const Tree& tree, Tree::Ino ino) {
-  fuse_entry_param e{};
-  e.ino = ino;
-  e.generation = 1;
-  e.attr_timeout = forever;
-  e.entry_timeout = forever;
-  tree.stat(ino, e.attr);
-  return e;
-}
-
-void op_init(void* userdata, fuse_conn_info* conn) {
-  auto& ctx = *static_cast<Context*>(userdata);
-  conn->max_read = ctx.max_read;  // must equal the mount option, or libfuse refuses INIT
-  // Readahead as large as the kernel allows, and many requests in flight.
-  conn->max_readahead = conn->max_readahead ? conn->max_readahead : 1u << 20;
-  conn->max_background = 64;
-  conn->congestion_threshold = 48;
-  // Splice tensor bytes from the checkpoint through a pipe into the reply: measured 2x the first
-  // read throughput of libfuse's copying fallback here (1.1-2.2 vs 0.3-1.0 GB/s, 1.6 GB file).
-  if (conn->capable & FUSE_CAP_SPLICE_WRITE) conn->want |= FUSE_CAP_SPLICE_WRITE;
-  if (conn->capable & FUSE_CAP_SPLICE_MOVE) conn->want |= FUSE_CAP_SPLICE_MOVE;
-  if (conn->capable & FUSE_CAP_READDIRPLUS) conn->want |= FUSE_CAP_READDIRPLUS;
-  conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO;  // always plus: names come with attributes
-  ctx.init_called.store(true);
-}
-
-void op_lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
-  const Tree& tree = *context(req).tree;
-  fuse_entry_param e{};
-  try {
-    Tree::Ino ino = tree.lookup(parent, name);
-    if (ino == 0) {
-      // A negative entry with a timeout: the kernel remembers that the name does not exist.
-      e.entry_timeout = forever;
-    } else {
-      e = entry_of(tree, ino);
-    }
-  } catch (const std::bad_alloc&) {
-    fuse_reply_err(req, ENOMEM);
-    return;
-  } catch (...) {
-    // Building a file's attributes may read a source (a remote record's local header).
-    fuse_reply_err(req, EIO);
-    return;
+// A set of inode numbers that each thread may add to; add() says whether it was the first.
+class InodeSet {
+ public:
+  explicit InodeSet(std::size_t inodes) : words_(inodes / 64 + 1) {}
+  bool add(std::uint64_t ino) noexcept {
+    if (ino / 64 >= words_.size()) return false;
+    std::uint64_t bit = std::uint64_t{1} << (ino % 64);
+    return (words_[ino / 64].fetch_or(bit, std::memory_order_relaxed) & bit) == 0;
   }
-  fuse_reply_entry(req, &e);
-}
 
-void op_forget(fuse_req_t req, fuse_ino_t, uint64_t) { fuse_reply_none(req); }
+ private:
+  std::vector<std::atomic<std::uint64_t>> words_;
+};
 
-void op_forget_multi(fuse_req_t req, size_t, fuse_forget_data*) { fuse_reply_none(req); }
+}  // namespace
 
-void op_getattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
-  struct stat st {};
-  try {
-    if (!context(req).tree->stat(ino, st)) {
-      fuse_reply_err(req, ENOENT);
-      return;
-    }
-  } catch (const std::bad_alloc&) {
-    fuse_reply_err(req, ENOMEM);
-    return;
-  } catch (...) {
-    fuse_reply_err(req, EIO);
-    return;
+// What every callback needs: the session's userdata.
+struct Session::State {
+  State(const Tree& t, Sources s, const SessionOptions& o)
+      : tree(t),
+        sources(s),
+        max_read(o.max_read),
+        max_stores(std::max(1u, o.threads) - 1),
+        may_wait(o.may_wait),
+        prefilled(t.node_count_hint() + 1),
+        changed(std::make_unique<std::atomic<bool>[]>(s.size())),
+        pages(s) {}
+  const Tree& tree;
+  Sources sources;
+  fuse_session* session = nullptr;  // for stores into the page cache
+  const unsigned max_read;
+  const unsigned max_stores;  // stores into the page cache at once (see SessionOptions::threads)
+  void (*const may_wait)();
+  std::atomic<unsigned> stores{0};
+  InodeSet prefilled;  // files whose first bytes were stored at their first open
+  // Per source: set once it is found replaced, truncated or rewritten (see source_changed()):
+  // from then on every open and read of a file over it fails with EIO.
+  std::unique_ptr<std::atomic<bool>[]> changed;
+  SourcePages pages;
+  std::atomic<bool> init_called{false};
+
+  void wait_ahead() const {
+    if (may_wait != nullptr) may_wait();
   }
-  fuse_reply_attr(req, &st, forever);
-}
+};
 
-// The tree describes the checkpoint as it was at mount. Once the file is replaced (renamed over,
+namespace {
+
+using Context = Session::State;
+
+Context& context(fuse_req_t req) { return *static_cast<Context*>(fuse_req_userdata(req)); }
+
+// The one reply a request gets: every fuse_reply_* goes through it, and a second is never sent.
+class Reply {
+ public:
+  explicit Reply(fuse_req_t req) noexcept : req_(req) {}
+  fuse_req_t request() const noexcept { return req_; }
+  bool sent() const noexcept { return sent_; }
+
+  void error(int error) noexcept {
+    if (claim()) (void)fuse_reply_err(req_, error);
+  }
+  void none() noexcept {
+    if (claim()) fuse_reply_none(req_);
+  }
+  void entry(const fuse_entry_param& e) noexcept {
+    if (claim()) (void)fuse_reply_entry(req_, &e);
+  }
+  void attr(const struct stat& st) noexcept {
+    if (claim()) (void)fuse_reply_attr(req_, &st, forever);
+  }
+  void open(const fuse_file_info& fi) noexcept {
+    if (claim()) (void)fuse_reply_open(req_, &fi);
+  }
+  void buffer(const char* bytes, std::size_t size) noexcept {
+    if (claim()) (void)fuse_reply_buf(req_, bytes, size);
+  }
+  void statfs(const struct statvfs& st) noexcept {
+    if (claim()) (void)fuse_reply_statfs(req_, &st);
+  }
+  // libfuse's result: 0 once the kernel has the bytes.
+  int data(fuse_bufvec* bytes) noexcept {
+    if (!claim()) return -EALREADY;
+    return fuse_reply_data(req_, bytes, FUSE_BUF_SPLICE_MOVE);
+  }
+
+ private:
+  bool claim() noexcept {
+    if (sent_) return false;
+    sent_ = true;
+    return true;
+  }
+  fuse_req_t req_;
+  bool sent_ = false;
+};
+
+// The tree describes the sources as they were at mount. Once a source is replaced (renamed over,
 // deleted), truncated or rewritten, its bytes may no longer be the ones the tree points to, so
-// every open and read fails with EIO from then on: never a short or wrong reply. In a sharded
-// set each shard is a source of its own: the files of its tensors fail, the others' are served
-// (index.json, which describes them all, fails with any). Checked at each
-// open (the descriptor and the path: device, inode, size, mtime, ctime) and at each read (the
-// descriptor). Not caught: a change within one tick of the file system's timestamps that keeps
-// the size, and one made while a read is in flight. Pages the kernel cached before (keep_cache)
-// may still be served: they hold the old checkpoint's bytes, which were right.
+// every open and read of a file over it fails with EIO from then on: never a short or wrong
+// reply. Checked at each open (the descriptor and the path: device, inode, size, mtime, ctime)
+// and at each read (the descriptor). Not caught: a change within one tick of the file system's
+// timestamps that keeps the size, and one made while a read is in flight. Pages the kernel
+// cached before (keep_cache) may still be served: they hold the old bytes, which were right.
 bool source_changed(const Context& ctx, std::uint32_t source, bool check_path) {
   std::atomic<bool>& changed = ctx.changed[source];
   if (changed.load(std::memory_order_relaxed)) return true;
   if (ctx.sources[source]->unchanged(check_path)) return false;
   if (!changed.exchange(true)) {
-    std::fprintf(stderr,
-                 "ckptfs: %s changed while mounted (replaced, truncated or rewritten): opens and "
-                 "reads fail with EIO from now on; unmount and mount it again\n",
-                 ctx.sources[source]->name().c_str());
+    log::warning(fmt::format("{} changed while mounted (replaced, truncated or rewritten): opens "
+                             "and reads of its files fail with EIO from now on; unmount and "
+                             "mount it again",
+                             quote(ctx.sources[source]->name())));
   }
   return true;
+}
+
+bool any_source_changed(const Context& ctx, bool check_path) {
+  for (std::uint32_t i = 0; i < ctx.sources.size(); ++i) {
+    if (source_changed(ctx, i, check_path)) return true;
+  }
+  return false;
+}
+
+// Whether the source a file shows or describes changed (Tree::source_of(): a tensor entry's
+// files, its storage's source; in a sharded set only the changed shard's tensors fail), or any
+// source for the rest (index.json, the export, values).
+bool file_sources_changed(const Context& ctx, const Tree::Node& n, bool check_path) {
+  const std::uint32_t source = ctx.tree.source_of(n);
+  if (source == Tree::every_source || source >= ctx.sources.size()) {
+    return any_source_changed(ctx, check_path);
+  }
+  return source_changed(ctx, source, check_path);
 }
 
 // Whether any source a read took bytes from changed.
@@ -127,360 +168,279 @@ bool pieces_changed(const Context& ctx, const std::vector<ReadPiece>& pieces) {
   return false;
 }
 
-bool any_source_changed(const Context& ctx, bool check_path) {
-  for (std::uint32_t i = 0; i < ctx.sources.size(); ++i) {
-    if (source_changed(ctx, i, check_path)) return true;
-  }
-  return false;
-}
-
-// Past this many pieces a read is copied rather than spliced: one splice per piece would cost
-// more than copying a few small ones (model.safetensors over many small tensors).
-constexpr std::size_t max_spliced_pieces = 16;
-
-// Reads every source range of `pieces` into `buffer` and points the piece at its bytes there.
-// Throws Error(io) when a source ends early.
-void copy_source_pieces(std::vector<ReadPiece>& pieces, Sources sources,
-                        std::vector<char>& buffer) {
-  std::size_t total = 0;
-  for (const ReadPiece& p : pieces) total += p.memory ? 0 : p.length;
-  buffer.resize(total);
-  std::size_t at = 0;
-  for (ReadPiece& p : pieces) {
-    if (p.memory) continue;
-    sources[p.source]->read(p.source_offset,
-                            std::as_writable_bytes(std::span(buffer.data() + at, p.length)));
-    p.memory = buffer.data() + at;
-    at += p.length;
+// any_source_changed() for a failure being handled: never throws (a failure to tell says no).
+bool changed_quietly(const Context& ctx) noexcept {
+  try {
+    return any_source_changed(ctx, false);
+  } catch (...) {
+    return false;
   }
 }
 
-// The bufvec of `pieces`, in this thread's storage: memory pieces as they are, source ranges as
-// `pipe`, where they were spliced in order.
-fuse_bufvec* make_bufvec(const std::vector<ReadPiece>& pieces, int pipe) {
-  thread_local std::vector<fuse_buf> storage;  // fuse_bufvec's header, then its bufs
-  constexpr std::size_t header = (sizeof(fuse_bufvec) + sizeof(fuse_buf) - 1) / sizeof(fuse_buf);
-  storage.resize(header + pieces.size());
-  fuse_bufvec* vec = new (storage.data()) fuse_bufvec{};
-  vec->count = pieces.size();
-  for (std::size_t i = 0; i < pieces.size(); ++i) {
-    fuse_buf& b = vec->buf[i];
-    b = fuse_buf{};
-    b.size = pieces[i].length;
-    if (pieces[i].memory) {
-      b.mem = const_cast<char*>(pieces[i].memory);
-    } else {
-      // Already in the pipe, in order; libfuse reads or splices it on.
-      b.flags = static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_RETRY);
-      b.fd = pipe;
+// Logs why a request failed, as one line naming the operation and the inode.
+void log_failure(const char* op, fuse_ino_t ino, std::string_view what) noexcept {
+  try {
+    log::error(fmt::format("{} of inode {} failed: {}", op, ino, what));
+  } catch (...) {
+  }
+}
+
+// Runs `body`, which replies through the Reply it is given. Whatever it throws is logged and
+// answered (ENOMEM for memory, EIO for the rest: a source that cannot be read, a bug), and a body
+// that returns without replying is answered EIO: every request gets exactly one reply. A failure
+// after a source changed is that change's, which source_changed() logged once: it is not logged
+// again for every read.
+template <typename Body>
+void guarded(fuse_req_t req, const char* op, fuse_ino_t ino, Body&& body) noexcept {
+  Reply reply(req);
+  try {
+    body(reply);
+    if (!reply.sent()) {
+      log_failure(op, ino, "no reply");
+      reply.error(EIO);
     }
+    return;
+  } catch (const std::bad_alloc&) {
+    log_failure(op, ino, "out of memory");
+    reply.error(ENOMEM);
+    return;
+  } catch (const std::exception& e) {
+    if (!changed_quietly(context(req))) log_failure(op, ino, e.what());
+  } catch (...) {
+    log_failure(op, ino, "unknown exception");
   }
-  return vec;
+  reply.error(EIO);
 }
+
+fuse_entry_param entry_of(const Tree& tree, Tree::Ino ino) {
+  fuse_entry_param e{};
+  e.ino = ino;
+  e.generation = 1;
+  e.attr_timeout = forever;
+  e.entry_timeout = forever;
+  tree.stat(ino, e.attr);
+  return e;
+}
+
+bool is_directory(const Tree::Node& n) {
+  return n.kind == Tree::Kind::root || n.kind == Tree::Kind::entry_dir;
+}
+
+void op_init(void* userdata, fuse_conn_info* conn) {
+  auto& ctx = *static_cast<Context*>(userdata);
+  conn->max_read = ctx.max_read;  // must equal the mount option, or libfuse refuses INIT
+  // Readahead as large as the kernel allows, and many requests in flight.
+  conn->max_readahead = conn->max_readahead ? conn->max_readahead : 1u << 20;
+  conn->max_background = 64;
+  conn->congestion_threshold = 48;
+  // Splice tensor bytes from the checkpoint through a pipe into the reply (docs/PERFORMANCE.md).
+  if (conn->capable & FUSE_CAP_SPLICE_WRITE) conn->want |= FUSE_CAP_SPLICE_WRITE;
+  if (conn->capable & FUSE_CAP_SPLICE_MOVE) conn->want |= FUSE_CAP_SPLICE_MOVE;
+  // READDIRPLUS, adaptively (the kernel's default): a listing's first batch comes with
+  // attributes, the next ones too once the lister looks them up. A plain listing then costs no
+  // inode per entry: the kernel spent 27 ms creating 10,000 of them for one os.listdir().
+  if (conn->capable & FUSE_CAP_READDIRPLUS) conn->want |= FUSE_CAP_READDIRPLUS;
+  if (conn->capable & FUSE_CAP_READDIRPLUS_AUTO) conn->want |= FUSE_CAP_READDIRPLUS_AUTO;
+  ctx.init_called.store(true);
+}
+
+void op_lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  guarded(req, "lookup", parent, [&](Reply& reply) {
+    const Tree& tree = context(req).tree;
+    const Tree::Ino ino = tree.lookup(parent, name);
+    if (ino != 0) return reply.entry(entry_of(tree, ino));
+    // A negative entry with a timeout: the kernel remembers that the name does not exist.
+    fuse_entry_param e{};
+    e.entry_timeout = forever;
+    reply.entry(e);
+  });
+}
+
+void op_forget(fuse_req_t req, fuse_ino_t, uint64_t) { fuse_reply_none(req); }
+
+void op_forget_multi(fuse_req_t req, size_t, fuse_forget_data*) { fuse_reply_none(req); }
+
+void op_getattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
+  guarded(req, "getattr", ino, [&](Reply& reply) {
+    struct stat st {};
+    if (!context(req).tree.stat(ino, st)) return reply.error(ENOENT);
+    reply.attr(st);
+  });
+}
+
+// Each serving thread's reply, reused read after read.
+thread_local ReadReply thread_reply;
 
 // The bytes a file's first open stores in the kernel's page cache: reading them then needs no
 // READ round trip. Small files (a tensor.npy of a few elements, meta.json) fit whole; for large
 // ones it is the first pages, which every reader reads first (a .npy header, a file's type).
 constexpr std::size_t prefill_bytes = 64 * 1024;
 
-// Called before the open is answered, so the caller's first read finds the bytes. Best effort:
-// any failure leaves the bytes to READ, which checks everything again.
-void prefill_page_cache(const Context& ctx, fuse_ino_t ino, std::uint64_t size) {
+// Called before the open is answered, so that the caller's first read finds the bytes. Best
+// effort: when anything fails, the bytes are left to READ, which checks everything again and
+// reports what fails.
+void prefill_page_cache(Context& ctx, fuse_ino_t ino, std::uint64_t size) {
   if (ctx.session == nullptr || size == 0) return;
   struct StoreSlot {
-    const Context& ctx;
+    Context& ctx;
     bool taken = ctx.stores.fetch_add(1) < ctx.max_stores;
     ~StoreSlot() { ctx.stores.fetch_sub(1); }
   } slot{ctx};
   if (!slot.taken || !ctx.prefilled.add(ino)) return;
-  thread_local ReadBuffer read;
-  thread_local std::vector<ReadPiece> pieces;
-  thread_local std::vector<char> copied;
-  std::size_t length = size < prefill_bytes ? static_cast<std::size_t>(size) : prefill_bytes;
+  ReadReply& reply = thread_reply;
+  struct End {
+    ReadReply& reply;
+    ~End() { reply.end(); }
+  } end{reply};
+  const std::size_t length = static_cast<std::size_t>(std::min<std::uint64_t>(size, prefill_bytes));
   try {
-    may_wait();  // the checkpoint's pages may come from a disk; the store waits for page locks
-    read.clear();
-    ctx.tree->read(ino, 0, length, ctx.sources, read);
-    pieces = read.pieces();
-    copy_source_pieces(pieces, ctx.sources, copied);
-    if (pieces_changed(ctx, pieces)) return;
-  } catch (...) {
-    return;
+    ctx.wait_ahead();  // the sources' pages may come from a disk; the store waits for page locks
+    ctx.tree.read(ino, 0, length, ctx.sources, reply.begin());
+    if (reply.stage(ctx.sources, ReadReply::Transfer::copy) != ReadReply::Staged::ok) return;
+    if (pieces_changed(ctx, reply.pieces())) return;
+  } catch (const std::exception&) {
+    return;  // READ reads the bytes again, and logs the failure if it fails too
   }
-  (void)fuse_lowlevel_notify_store(ctx.session, ino, 0, make_bufvec(pieces, -1),
-                                   fuse_buf_copy_flags{});
+  fuse_bufvec* bytes = reply.bufvec();
+  if (bytes != nullptr &&
+      fuse_lowlevel_notify_store(ctx.session, ino, 0, bytes, fuse_buf_copy_flags{}) == 0) {
+    for (const SourceRange& range : reply.source_ranges()) {
+      ctx.pages.cached_by_mount(range, SourcePages::Drop::later);
+    }
+  }
 }
 
 void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
-  const Tree& tree = *context(req).tree;
-  std::optional<Tree::Node> n;
-  try {
-    n = tree.node(ino);
-  } catch (...) {
-    fuse_reply_err(req, EIO);
-    return;
-  }
-  if (!n) {
-    fuse_reply_err(req, ENOENT);
-  } else if (n->kind == Tree::Kind::root || n->kind == Tree::Kind::entry_dir) {
-    fuse_reply_err(req, EISDIR);
-  } else if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
-    fuse_reply_err(req, EROFS);
-  } else if (const std::uint32_t source = tree.source_of(*n);
-             source == Tree::every_source ? any_source_changed(context(req), true)
-                                          : source_changed(context(req), source, true)) {
-    // Only the files of a changed source fail: in a sharded set, the other shards' tensors
-    // are still served.
-    fuse_reply_err(req, EIO);
-  } else {
-    std::uint64_t size = 0;
-    try {
-      size = tree.size(*n);
-    } catch (const std::bad_alloc&) {
-      fuse_reply_err(req, ENOMEM);
-      return;
-    } catch (...) {
-      fuse_reply_err(req, EIO);
-      return;
-    }
-    prefill_page_cache(context(req), ino, size);
-    fi->keep_cache = 1;  // the checkpoint is immutable: cached pages stay valid across opens
+  guarded(req, "open", ino, [&](Reply& reply) {
+    Context& ctx = context(req);
+    const auto n = ctx.tree.node(ino);
+    if (!n) return reply.error(ENOENT);
+    if (is_directory(*n)) return reply.error(EISDIR);
+    if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) return reply.error(EROFS);
+    if (file_sources_changed(ctx, *n, true)) return reply.error(EIO);
+    prefill_page_cache(ctx, ino, ctx.tree.size(*n));
+    fi->keep_cache = 1;  // the sources are immutable: cached pages stay valid across opens
     fi->noflush = 1;
-    fuse_reply_open(req, fi);
-  }
+    reply.open(*fi);
+  });
 }
 
-// The pipe each serving thread splices checkpoint bytes into before replying. libfuse, given the
-// checkpoint's fd, would splice it itself but send a short reply when the file ends early (it was
-// truncated): the kernel would take that for the end of the file. Splicing here first counts
-// every byte, and libfuse then moves the pipe's pages on to /dev/fuse, still without a copy.
-class ThreadPipe {
- public:
-  ThreadPipe() = default;
-  ThreadPipe(const ThreadPipe&) = delete;
-  ThreadPipe& operator=(const ThreadPipe&) = delete;
-  ~ThreadPipe() { close(); }
-
-  // The pipe, created on first use with room for the largest read; false when no pipe can be
-  // made (the read is then copied).
-  bool open() {
-    if (fds_[0] >= 0) return true;
-    if (::pipe2(fds_, O_CLOEXEC | O_NONBLOCK) != 0) {
-      fds_[0] = fds_[1] = -1;
-      return false;
-    }
-    // The kernel's largest read (1 MiB) plus its partial first and last pages, or as much as
-    // this user may have; a piece that does not fit is copied instead.
-    if (::fcntl(fds_[0], F_SETPIPE_SZ, (1 << 20) + 2 * 4096) < 0) {
-      ::fcntl(fds_[0], F_SETPIPE_SZ, 1 << 20);
-    }
-    return true;
-  }
-  int read_end() const noexcept { return fds_[0]; }
-  int write_end() const noexcept { return fds_[1]; }
-  // Whether bytes were left in the pipe (a reply that failed half way); it is then replaced.
-  void discard_leftovers() {
-    int left = 0;
-    if (fds_[0] >= 0 && (::ioctl(fds_[0], FIONREAD, &left) != 0 || left != 0)) close();
-  }
-  void close() {
-    for (int& fd : fds_) {
-      if (fd >= 0) ::close(fd);
-      fd = -1;
-    }
-  }
-
- private:
-  int fds_[2] = {-1, -1};
-};
-
-enum class Moved { all, short_file, cannot };
-
-// Splices [offset, offset + length) of the checkpoint into the pipe: all of it, or short_file
-// when the file ends first (it shrank), or cannot (the pipe is full, splice is not supported)
-// and the read is to be copied instead.
-Moved splice_range(int fd, std::uint64_t offset, std::size_t length, int pipe) {
-  auto at = static_cast<loff_t>(offset);
-  while (length > 0) {
-    ssize_t n = ::splice(fd, &at, pipe, nullptr, length, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
-    if (n > 0) {
-      length -= static_cast<std::size_t>(n);
-    } else if (n == 0) {
-      return Moved::short_file;  // end of file before the range ends: the file shrank
-    } else if (errno != EINTR) {
-      return Moved::cannot;
-    }
-  }
-  return Moved::all;
-}
-
-void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info*) {
-  const Context& ctx = context(req);
-  // Reused by each serving thread: no allocation per read once warm.
-  thread_local ReadBuffer read;
-  thread_local std::vector<ReadPiece> pieces;
-  thread_local std::vector<char> copied;
-  thread_local ThreadPipe pipe;
-  bool spliced = false;
-  try {
-    read.clear();
-    ctx.tree->read(ino, static_cast<std::uint64_t>(off), size, ctx.sources, read);
-    pieces = read.pieces();
-    if (pieces_changed(ctx, pieces)) {
-      fuse_reply_err(req, EIO);
-      return;
-    }
-    // Source ranges go into the pipe, whole, or are copied when the pipe has no room.
-    bool copy = pieces.size() > max_spliced_pieces;
-    if (std::ranges::any_of(pieces, [](const ReadPiece& p) { return p.memory == nullptr; })) {
-      may_wait();  // the checkpoint's pages may have to come from a disk
-    }
-    for (const ReadPiece& p : pieces) {
-      if (p.memory || copy) continue;
-      const int fd = ctx.sources[p.source]->fd();
-      if (fd < 0 || !pipe.open()) {
-        pipe.close();  // what was spliced before is read again by the copy
-        copy = true;
-        break;
-      }
-      Moved moved = splice_range(fd, p.source_offset, p.length, pipe.write_end());
-      if (moved == Moved::short_file) {
-        pipe.close();
-        fuse_reply_err(req, EIO);
-        return;
-      }
-      if (moved == Moved::cannot) {
-        pipe.close();
-        copy = true;
-      }
-      spliced = !copy;
-    }
-    if (copy) {
-      copy_source_pieces(pieces, ctx.sources, copied);
-      spliced = false;
+void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
+  guarded(req, "read", ino, [&](Reply& reply) {
+    Context& ctx = context(req);
+    ReadReply& read = thread_reply;
+    struct End {
+      ReadReply& read;
+      ~End() { read.end(); }
+    } end{read};
+    ReadBuffer& buffer = read.begin();
+    ctx.tree.read(ino, static_cast<std::uint64_t>(off), size, ctx.sources, buffer);
+    if (std::ranges::any_of(buffer.pieces(), [](const ReadPiece& p) { return !p.memory; })) {
+      ctx.wait_ahead();  // the sources' pages may have to come from a disk
     }
     // The bytes read must be the sources': their size, times and inode are unchanged.
-    if (pieces_changed(ctx, pieces)) {
-      if (spliced) pipe.close();
-      fuse_reply_err(req, EIO);
-      return;
+    if (read.stage(ctx.sources, ReadReply::Transfer::splice) != ReadReply::Staged::ok ||
+        pieces_changed(ctx, read.pieces())) {
+      (void)any_source_changed(ctx, false);  // logs the change, once
+      return reply.error(EIO);
     }
-  } catch (const std::bad_alloc&) {
-    pipe.close();
-    fuse_reply_err(req, ENOMEM);
-    return;
-  } catch (...) {
-    pipe.close();
-    fuse_reply_err(req, EIO);
-    return;
-  }
-  if (pieces.empty()) {
-    fuse_reply_buf(req, nullptr, 0);
-    return;
-  }
-  fuse_reply_data(req, make_bufvec(pieces, pipe.read_end()), FUSE_BUF_SPLICE_MOVE);
-  if (spliced) pipe.discard_leftovers();
+    fuse_bufvec* bytes = read.bufvec();
+    if (bytes == nullptr) return reply.buffer(nullptr, 0);
+    // Once the kernel has the bytes, the mount's page cache holds them (unless the reader asked
+    // for O_DIRECT): the sources' pages of them are no longer needed.
+    if (reply.data(bytes) == 0 && (fi->flags & O_DIRECT) == 0) {
+      for (const SourceRange& range : read.source_ranges()) ctx.pages.cached_by_mount(range);
+    }
+  });
 }
 
 void op_opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
-  std::optional<Tree::Node> n;
-  try {
-    n = context(req).tree->node(ino);
-  } catch (...) {
-    fuse_reply_err(req, EIO);
-    return;
-  }
-  if (!n) {
-    fuse_reply_err(req, ENOENT);
-  } else if (n->kind != Tree::Kind::root && n->kind != Tree::Kind::entry_dir) {
-    fuse_reply_err(req, ENOTDIR);
-  } else {
+  guarded(req, "opendir", ino, [&](Reply& reply) {
+    const auto n = context(req).tree.node(ino);
+    if (!n) return reply.error(ENOENT);
+    if (!is_directory(*n)) return reply.error(ENOTDIR);
     fi->cache_readdir = 1;
     fi->keep_cache = 1;
-    fuse_reply_open(req, fi);
-  }
+    reply.open(*fi);
+  });
 }
 
 // Entry i of a directory listing: ".", "..", then the children.
-void list_directory(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool plus) {
-  const Tree& tree = *context(req).tree;
-  std::optional<Tree::Node> dir;
-  try {
-    dir = tree.node(ino);
-  } catch (...) {
-    fuse_reply_err(req, EIO);
-    return;
-  }
-  if (!dir || (dir->kind != Tree::Kind::root && dir->kind != Tree::Kind::entry_dir)) {
-    fuse_reply_err(req, ENOTDIR);
-    return;
-  }
-  thread_local std::vector<char> buffer;
+void list_directory(Reply& reply, const Tree& tree, fuse_ino_t ino, size_t size, off_t off,
+                    bool plus) {
+  const auto dir = tree.node(ino);
+  if (!dir || !is_directory(*dir)) return reply.error(ENOTDIR);
+  // Not zero-filled: only what the entries fill is touched (and sent).
+  thread_local std::unique_ptr<char[]> buffer;
+  thread_local std::size_t capacity = 0;
   thread_local std::string name;  // NUL-terminated for libfuse
-  std::size_t used = 0;
-  try {
-    buffer.resize(size);
-    const std::uint64_t total = 2 + static_cast<std::uint64_t>(tree.child_count(ino));
-    for (auto i = static_cast<std::uint64_t>(off < 0 ? 0 : off); i < total; ++i) {
-      Tree::Ino child;
-      if (i < 2) {
-        name = i == 0 ? "." : "..";
-        child = i == 0 ? ino : tree.parent(ino);
-      } else {
-        auto [child_name, child_ino] = tree.child(ino, static_cast<std::size_t>(i - 2));
-        name.assign(child_name);
-        child = child_ino;
-      }
-      std::size_t need;
-      auto next = static_cast<off_t>(i + 1);
-      if (plus) {
-        fuse_entry_param e = entry_of(tree, child);
-        if (i < 2) e.ino = 0;  // no lookup (and no lookup count) for . and ..
-        need = fuse_add_direntry_plus(req, buffer.data() + used, size - used, name.c_str(), &e,
-                                      next);
-      } else {
-        struct stat st {};
-        st.st_ino = child;
-        st.st_mode = child == Tree::root_ino || tree.child_count(child) ? S_IFDIR : S_IFREG;
-        need = fuse_add_direntry(req, buffer.data() + used, size - used, name.c_str(), &st, next);
-      }
-      if (need > size - used) break;
-      used += need;
-    }
-  } catch (const std::bad_alloc&) {
-    fuse_reply_err(req, ENOMEM);
-    return;
-  } catch (...) {
-    fuse_reply_err(req, EIO);
-    return;
+  if (capacity < size) {
+    buffer.reset(new char[size]);
+    capacity = size;
   }
-  fuse_reply_buf(req, buffer.data(), used);
+  std::size_t used = 0;
+  const std::uint64_t total = 2 + static_cast<std::uint64_t>(tree.child_count(ino));
+  for (auto i = static_cast<std::uint64_t>(off < 0 ? 0 : off); i < total; ++i) {
+    Tree::Ino child;
+    if (i < 2) {
+      name = i == 0 ? "." : "..";
+      child = i == 0 ? ino : tree.parent(ino);
+    } else {
+      child = tree.child(ino, static_cast<std::size_t>(i - 2), name);
+    }
+    std::size_t need;
+    const auto next = static_cast<off_t>(i + 1);
+    if (plus) {
+      fuse_entry_param e = entry_of(tree, child);
+      if (i < 2) e.ino = 0;  // no lookup (and no lookup count) for . and ..
+      need = fuse_add_direntry_plus(reply.request(), buffer.get() + used, size - used,
+                                    name.c_str(), &e, next);
+    } else {
+      // The type alone: a child's own files (an entry's tensor.pt plan) are not made for it.
+      const auto node = tree.node(child);
+      struct stat st {};
+      st.st_ino = child;
+      st.st_mode = node && is_directory(*node) ? S_IFDIR : S_IFREG;
+      need = fuse_add_direntry(reply.request(), buffer.get() + used, size - used, name.c_str(),
+                               &st, next);
+    }
+    if (need > size - used) break;
+    used += need;
+  }
+  reply.buffer(buffer.get(), used);
 }
 
 void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info*) {
-  list_directory(req, ino, size, off, false);
+  guarded(req, "readdir", ino, [&](Reply& reply) {
+    list_directory(reply, context(req).tree, ino, size, off, false);
+  });
 }
 
 void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info*) {
-  list_directory(req, ino, size, off, true);
+  guarded(req, "readdirplus", ino, [&](Reply& reply) {
+    list_directory(reply, context(req).tree, ino, size, off, true);
+  });
 }
 
 void op_release(fuse_req_t req, fuse_ino_t, fuse_file_info*) { fuse_reply_err(req, 0); }
 
-void op_statfs(fuse_req_t req, fuse_ino_t) {
-  const Tree& tree = *context(req).tree;
-  struct statvfs st {};
-  st.f_bsize = 4096;
-  st.f_frsize = 4096;
-  std::uint64_t bytes = 0;
-  for (const ByteSource* source : context(req).sources) bytes += source->size();
-  st.f_blocks = (bytes + 4095) / 4096;
-  st.f_files = tree.node_count_hint();
-  st.f_namemax = 255;
-  st.f_flag = ST_RDONLY;
-  fuse_reply_statfs(req, &st);
+void op_statfs(fuse_req_t req, fuse_ino_t ino) {
+  guarded(req, "statfs", ino, [&](Reply& reply) {
+    const Context& ctx = context(req);
+    struct statvfs st {};
+    st.f_bsize = 4096;
+    st.f_frsize = 4096;
+    std::uint64_t bytes = 0;
+    for (const ByteSource* source : ctx.sources) bytes += source->size();
+    st.f_blocks = (bytes + 4095) / 4096;
+    st.f_files = ctx.tree.node_count_hint();
+    st.f_namemax = 255;
+    st.f_flag = ST_RDONLY;
+    reply.statfs(st);
+  });
 }
 
+// Everything else (all writes) is left to the read-only mount and the kernel.
 fuse_lowlevel_ops make_operations() {
   fuse_lowlevel_ops ops{};
   ops.init = op_init;
@@ -501,9 +461,29 @@ fuse_lowlevel_ops make_operations() {
 
 }  // namespace
 
-const fuse_lowlevel_ops& operations() {
-  static const fuse_lowlevel_ops ops = make_operations();
-  return ops;
+Session::Session(std::unique_ptr<State> state, fuse_session* session) noexcept
+    : state_(std::move(state)), session_(session) {}
+
+Session::~Session() { fuse_session_destroy(session_); }
+
+bool Session::init_answered() const noexcept { return state_->init_called.load(); }
+
+std::unique_ptr<Session> make_session(const Tree& tree, Sources sources,
+                                      const SessionOptions& options) {
+  static const fuse_lowlevel_ops operations = make_operations();
+  auto state = std::make_unique<Session::State>(tree, sources, options);
+  std::vector<std::string> strings{"ckptfs"};
+  strings.insert(strings.end(), options.args.begin(), options.args.end());
+  std::vector<char*> argv;
+  for (std::string& s : strings) argv.push_back(s.data());
+  fuse_args args = FUSE_ARGS_INIT(static_cast<int>(argv.size()), argv.data());
+  fuse_session* se = fuse_session_new(&args, &operations, sizeof operations, state.get());
+  fuse_opt_free_args(&args);
+  if (se == nullptr) {
+    throw Error(ExitCode::mount_failed, log::libfuse_failure("cannot create the FUSE session"));
+  }
+  state->session = se;
+  return std::make_unique<Session>(std::move(state), se);
 }
 
 }  // namespace ckptfs::fuse

@@ -3,9 +3,11 @@
 // INIT is answered, unmount.
 #include "mount.hpp"
 
-#include "fuse_ops.hpp"
+#include "libfuse.hpp"
+#include "log.hpp"
 #include "readahead.hpp"
 #include "serve_loop.hpp"
+#include "session.hpp"
 
 #include <ckptfs/base/error.hpp>
 
@@ -18,6 +20,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
+#include <malloc.h>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -32,49 +35,7 @@
 namespace ckptfs::fuse {
 namespace {
 
-// libfuse reports mount failures through its log; keep the last message so that the failure is
-// reported as our one line, not as libfuse's several. Some messages come in several calls
-// ("unknown option(s): `-o " then "relatime'\n"): parts are joined up to the newline. The
-// serving threads log too (with -d): the mutex keeps their parts apart.
-std::mutex fuse_log_mutex;
-std::string last_fuse_message;
-std::string partial_fuse_message;
-bool pass_fuse_messages = false;
-
-void capture_fuse_log(enum fuse_log_level level, const char* fmt, va_list ap) {
-  char buffer[1024];
-  std::vsnprintf(buffer, sizeof buffer, fmt, ap);
-  std::lock_guard lock(fuse_log_mutex);
-  partial_fuse_message += buffer;
-  if (partial_fuse_message.empty() || partial_fuse_message.back() != '\n') return;
-  std::string message = std::move(partial_fuse_message);
-  partial_fuse_message.clear();
-  while (!message.empty() && (message.back() == '\n' || message.back() == ' ')) message.pop_back();
-  if (message.starts_with("fuse: ")) message = message.substr(6);
-  if (pass_fuse_messages || level <= FUSE_LOG_CRIT) {
-    std::fprintf(stderr, "ckptfs: %s\n", message.c_str());
-  }
-  if (level <= FUSE_LOG_ERR) last_fuse_message = message;
-}
-
-// Forgets what libfuse logged so far: what it logs from then on explains a later failure.
-void clear_fuse_failure() {
-  std::lock_guard lock(fuse_log_mutex);
-  last_fuse_message.clear();
-  partial_fuse_message.clear();
-}
-
-std::string fuse_failure(const char* fallback) {
-  std::lock_guard lock(fuse_log_mutex);
-  if (!last_fuse_message.empty()) return last_fuse_message;
-  if (!partial_fuse_message.empty()) return partial_fuse_message;
-  return fallback;
-}
-
-int fail(const std::string& mountpoint, const std::string& what) {
-  fmt::print(stderr, "ckptfs: {}: {}\n", mountpoint, what);
-  return static_cast<int>(ExitCode::mount_failed);
-}
+Error mount_error(const std::string& what) { return Error(ExitCode::mount_failed, what); }
 
 // "/dev/fd/N": mount.fuse3 -o drop_privileges opened /dev/fuse and mounted it itself; libfuse
 // then serves descriptor N.
@@ -103,16 +64,26 @@ void notify_systemd(std::string_view state) {
   ::close(fd);
 }
 
-// A mountpoint must be an existing directory that is not already a mount point (mounting twice
-// on one directory is nearly always a mistake: the first mount would be hidden).
-std::string check_mountpoint(const std::string& path) {
+// What is mounted: an absolute path (the daemon changes directory to "/", and libfuse unmounts
+// the path it mounted: a relative one then names nothing, and a dead mount stayed), resolved
+// before the mount exists (afterwards, resolving would ask the mount). It must be an existing
+// directory that is not already a mount point (mounting twice on one directory is nearly always
+// a mistake: the first mount would be hidden). Or /dev/fd/N (is_fuse_fd_path()), as it is.
+std::string resolve_mountpoint(const std::string& path) {
+  if (is_fuse_fd_path(path)) return path;  // checked by libfuse: an open /dev/fuse descriptor
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return std::strerror(errno);
-  if (!S_ISDIR(st.st_mode)) return "not a directory";
+  if (::stat(path.c_str(), &st) != 0) throw mount_error(std::strerror(errno));
+  if (!S_ISDIR(st.st_mode)) throw mount_error("not a directory");
   struct stat parent {};
-  if (::stat((path + "/..").c_str(), &parent) != 0) return std::strerror(errno);
-  if (parent.st_dev != st.st_dev || parent.st_ino == st.st_ino) return "already a mount point";
-  return {};
+  if (::stat((path + "/..").c_str(), &parent) != 0) throw mount_error(std::strerror(errno));
+  if (parent.st_dev != st.st_dev || parent.st_ino == st.st_ino) {
+    throw mount_error("already a mount point");
+  }
+  char* resolved = ::realpath(path.c_str(), nullptr);
+  if (resolved == nullptr) throw mount_error(std::strerror(errno));
+  std::string absolute = resolved;
+  std::free(resolved);
+  return absolute;
 }
 
 unsigned usable_cpus() {
@@ -121,10 +92,40 @@ unsigned usable_cpus() {
   return static_cast<unsigned>(CPU_COUNT(&set));
 }
 
-struct SessionDeleter {
-  void operator()(fuse_session* se) const { fuse_session_destroy(se); }
+// libfuse's handlers of SIGHUP, SIGINT and SIGTERM (they end the session), for as long as this
+// lives.
+class SignalHandlers {
+ public:
+  explicit SignalHandlers(fuse_session* se) : se_(se) {
+    if (fuse_set_signal_handlers(se) != 0) throw mount_error("cannot install signal handlers");
+  }
+  ~SignalHandlers() { fuse_remove_signal_handlers(se_); }
+  SignalHandlers(const SignalHandlers&) = delete;
+  SignalHandlers& operator=(const SignalHandlers&) = delete;
+
+ private:
+  fuse_session* se_;
 };
-using Session = std::unique_ptr<fuse_session, SessionDeleter>;
+
+// The session mounted on `mountpoint` until unmount() or the end of its scope.
+class MountedSession {
+ public:
+  MountedSession(fuse_session* se, const std::string& mountpoint) : se_(se) {
+    if (fuse_session_mount(se, mountpoint.c_str()) != 0) {
+      throw mount_error(log::libfuse_failure("mount failed"));
+    }
+  }
+  ~MountedSession() { unmount(); }
+  MountedSession(const MountedSession&) = delete;
+  MountedSession& operator=(const MountedSession&) = delete;
+  void unmount() noexcept {
+    if (se_ != nullptr) fuse_session_unmount(se_);
+    se_ = nullptr;
+  }
+
+ private:
+  fuse_session* se_;
+};
 
 // How a daemon's serving child tells its waiting parent how the start went, through a pipe: one
 // byte, 'R' once the mount is ready, or 'F' followed by the error message; then end-of-file.
@@ -178,10 +179,11 @@ std::string describe_wait_status(int status) {
 // passed on to the child, which then stops and reports. A child that died before reporting may
 // have left a dead mount: it is unmounted here.
 int wait_for_daemon(int report_fd, pid_t child, fuse_session* se, const MountRequest& request) {
+  // This process reports for its child, in the caller's own words (main: "ckptfs: MOUNTPOINT:").
   auto failed = [&](const std::string& what) {
-    const int code = fail(request.mountpoint, what);
+    fmt::print(stderr, "ckptfs: {}: {}\n", request.mountpoint, what);
     if (request.notifier != nullptr) request.notifier->send(false);  // after the error line
-    return code;
+    return static_cast<int>(ExitCode::mount_failed);
   };
   std::string report;
   bool passed_on = false;
@@ -214,23 +216,22 @@ int wait_for_daemon(int report_fd, pid_t child, fuse_session* se, const MountReq
 
 // Why a mount never became ready, once serving has ended: serving failed, libfuse refused the
 // kernel's INIT (it logs why), or a signal stopped ckptfs first.
-std::string not_ready_reason(int serve_status) {
-  if (serve_status < 0) {
-    return fmt::format("reading /dev/fuse: {}", std::strerror(-serve_status));
-  }
-  std::string logged = fuse_failure("");
+std::string not_ready_reason(const std::string& serve_failure) {
+  if (!serve_failure.empty()) return serve_failure;
+  std::string logged = log::libfuse_failure("");
   if (!logged.empty()) return "the kernel's INIT request was refused: " + logged;
   return "stopped before the mount was ready";
 }
 
 }  // namespace
 
-bool ReadinessNotifier::open(int fd) {
+void ReadinessNotifier::open(int fd) {
   int flags = ::fcntl(fd, F_GETFD);
-  if (fd < 0 || flags == -1) return false;
+  if (fd < 0 || flags == -1) {
+    throw Error(ExitCode::usage, fmt::format("notify_fd={}: not an open file descriptor", fd));
+  }
   if (fd > 2) ::fcntl(fd, F_SETFD, flags | FD_CLOEXEC);  // not for fusermount3 or the shell
   fd_ = fd;
-  return true;
 }
 
 void ReadinessNotifier::forget() {
@@ -254,52 +255,28 @@ void ReadinessNotifier::send(bool ready) {
   fd_ = -1;
 }
 
-int mount_and_serve(const Tree& tree, Sources sources, const MountRequest& request) {
-  // What is mounted is an absolute path: the daemon changes directory to "/", and libfuse
-  // unmounts the path it mounted (a relative one then names nothing, and a dead mount stayed).
-  // The mount itself is resolved before it exists: afterwards, resolving would ask the mount.
-  std::string mountpoint = request.mountpoint;
-  if (is_fuse_fd_path(request.mountpoint)) {
-    // Checked by libfuse: it must be an open /dev/fuse descriptor.
-  } else if (auto problem = check_mountpoint(request.mountpoint); !problem.empty()) {
-    return fail(request.mountpoint, problem);
-  } else if (char* resolved = ::realpath(request.mountpoint.c_str(), nullptr)) {
-    mountpoint = resolved;
-    std::free(resolved);
-  } else {
-    return fail(request.mountpoint, std::strerror(errno));
-  }
-  pass_fuse_messages = request.debug;
-  fuse_set_log_func(capture_fuse_log);
+void mount_and_serve(const Tree& tree, Sources sources, const MountRequest& request) {
+  const std::string mountpoint = resolve_mountpoint(request.mountpoint);
+  log::capture_libfuse(request.debug);
 
-  std::vector<std::string> argv_strings{"ckptfs"};
-  if (request.debug) argv_strings.push_back("-d");
-  std::string options = "ro,default_permissions,subtype=ckptfs,fsname=" + request.fsname;
-  if (request.max_read != 0) options += fmt::format(",max_read={}", request.max_read);
-  for (const auto& o : request.fuse_options) options += "," + o;
-  argv_strings.push_back("-o");
-  argv_strings.push_back(options);
-  std::vector<char*> argv;
-  for (auto& s : argv_strings) argv.push_back(s.data());
-  fuse_args args = FUSE_ARGS_INIT(static_cast<int>(argv.size()), argv.data());
-
-  Context context{&tree, sources};
-  context.max_read = request.max_read;
-  const fuse_lowlevel_ops& ops = operations();
-  Session session(fuse_session_new(&args, &ops, sizeof ops, &context));
-  fuse_opt_free_args(&args);
-  if (!session) {
-    return fail(request.mountpoint, fuse_failure("cannot create the FUSE session"));
-  }
-  context.session = session.get();
-  if (fuse_set_signal_handlers(session.get()) != 0) {
-    return fail(request.mountpoint, "cannot install signal handlers");
-  }
-  if (fuse_session_mount(session.get(), mountpoint.c_str()) != 0) {
-    fuse_remove_signal_handlers(session.get());
-    return fail(request.mountpoint, fuse_failure("mount failed"));
-  }
-  clear_fuse_failure();  // from here, what libfuse logs at error level explains a failed INIT
+  SessionOptions options;
+  if (request.debug) options.args.push_back("-d");
+  std::string fuse_options = "ro,default_permissions,subtype=ckptfs,fsname=" + request.fsname;
+  if (request.max_read != 0) fuse_options += fmt::format(",max_read={}", request.max_read);
+  for (const auto& o : request.fuse_options) fuse_options += "," + o;
+  options.args.push_back("-o");
+  options.args.push_back(fuse_options);
+  options.max_read = request.max_read;
+  ServeOptions serving;
+  serving.threads = std::max(4u, 2 * std::thread::hardware_concurrency());
+  options.threads = serving.threads;
+  options.may_wait = may_wait;
+  std::unique_ptr<Session> session = make_session(tree, sources, options);
+  fuse_session* se = session->get();
+  SignalHandlers handlers(se);
+  MountedSession mounted(se, mountpoint);
+  // From here, what libfuse logs at error level explains a failed INIT.
+  log::forget_libfuse_failure();
 
   // The mount exists, but it is not ready until the kernel's INIT is answered (requests wait in
   // the kernel until then). Without -f, a daemon child serves; this process waits for its report.
@@ -307,10 +284,7 @@ int mount_and_serve(const Tree& tree, Sources sources, const MountRequest& reque
   if (!request.foreground) {
     int pipe_fds[2];
     if (::pipe2(pipe_fds, O_CLOEXEC) != 0) {
-      fuse_session_unmount(session.get());
-      fuse_remove_signal_handlers(session.get());
-      return fail(request.mountpoint, fmt::format("cannot start the daemon: {}",
-                                                  std::strerror(errno)));
+      throw mount_error(fmt::format("cannot start the daemon: {}", std::strerror(errno)));
     }
     std::fflush(nullptr);  // nothing buffered is written twice
     const pid_t child = ::fork();
@@ -318,14 +292,11 @@ int mount_and_serve(const Tree& tree, Sources sources, const MountRequest& reque
       const int error = errno;
       ::close(pipe_fds[0]);
       ::close(pipe_fds[1]);
-      fuse_session_unmount(session.get());
-      fuse_remove_signal_handlers(session.get());
-      return fail(request.mountpoint,
-                  fmt::format("cannot start the daemon: {}", std::strerror(error)));
+      throw mount_error(fmt::format("cannot start the daemon: {}", std::strerror(error)));
     }
     if (child > 0) {
       ::close(pipe_fds[1]);
-      const int code = wait_for_daemon(pipe_fds[0], child, session.get(), request);
+      const int code = wait_for_daemon(pipe_fds[0], child, se, request);
       // The parent ends here, as fuse_daemonize()'s does, without unwinding: the session is the
       // child's (it serves it, or failed and unmounted it), and libfuse frees a session's
       // mountpoint only when it unmounts. Everything it had to say is said.
@@ -339,9 +310,6 @@ int mount_and_serve(const Tree& tree, Sources sources, const MountRequest& reque
     (void)::chdir("/");    // keep no directory busy
   }
 
-  ServeOptions serving;
-  serving.threads = std::max(4u, 2 * std::thread::hardware_concurrency());
-  context.max_stores = serving.threads - 1;
   // Polling for the next request only pays when another CPU is free to run the caller.
   if (usable_cpus() > 1) serving.busy_poll = request.busy_poll;
   bool ready = false;  // written by the serving thread that answered INIT, read after serve()
@@ -349,23 +317,23 @@ int mount_and_serve(const Tree& tree, Sources sources, const MountRequest& reque
     // libfuse exits the session when it refuses INIT after calling init, and answers an INIT it
     // refuses before (an unsupported protocol version) without calling it; a dead mount is not
     // served either way.
-    if (!context.init_called.load() || fuse_session_exited(session.get()) != 0) {
-      fuse_session_exit(session.get());
+    if (!session->init_answered() || fuse_session_exited(se) != 0) {
+      fuse_session_exit(se);
       return;
     }
     ready = true;
     // Before readiness is reported: the kernel set the readahead from INIT's answer, over
     // whatever was set before, and a reader that starts at once gets the raised one.
     if (request.read_ahead_kb != 0 && !is_fuse_fd_path(mountpoint)) {
-      std::optional<std::string> device = mount_device(mountpoint);
-      std::string problem = device ? set_read_ahead(*device, request.read_ahead_kb)
-                                   : "not found in /proc/self/mountinfo";
-      if (request.debug && !problem.empty()) {
-        fmt::print(stderr, "ckptfs: read_ahead_kb not set: {}\n", problem);
+      try {
+        set_read_ahead(mount_device(mountpoint), request.read_ahead_kb);
+      } catch (const Error& e) {
+        if (request.debug) log::warning(fmt::format("read_ahead_kb not set: {}", e.what()));
       }
     }
     if (report) {
       detach_stdio();
+      log::use_syslog();
       report->ready();
       return;
     }
@@ -374,24 +342,31 @@ int mount_and_serve(const Tree& tree, Sources sources, const MountRequest& reque
     std::fflush(stderr);
     notify_systemd("READY=1\nSTATUS=" + request.ready_line);
   };
-  int status = serve(session.get(), serving);
-  fuse_session_unmount(session.get());
-  fuse_remove_signal_handlers(session.get());
+  // The serving threads allocate little once warm (each reuses its buffers): they share the main
+  // heap instead of each taking a malloc arena of its own, whose first pages they would touch.
+  (void)::mallopt(M_ARENA_MAX, 1);
+  std::string serve_failure;
+  try {
+    serve(se, serving);
+  } catch (const Error& e) {
+    serve_failure = e.what();
+  }
+  log::flush();
+  mounted.unmount();  // before the parent (or the caller) is told
   if (!ready) {
-    // Unmounted above, before the parent (or the caller) is told.
-    std::string why = not_ready_reason(status);
+    const std::string why = not_ready_reason(serve_failure);
     if (report) {
+      // The parent prints the error line; this process has nothing more to say.
       report->failed(why);
-      return static_cast<int>(ExitCode::mount_failed);
+      std::fflush(nullptr);
+      ::_exit(static_cast<int>(ExitCode::mount_failed));
     }
-    return fail(request.mountpoint, why);
+    throw mount_error(why);
   }
-  if (status < 0) {
-    fmt::print(stderr, "ckptfs: {}: reading /dev/fuse: {}\n", request.mountpoint,
-               std::strerror(-status));
-    return static_cast<int>(ExitCode::mount_failed);
+  if (!serve_failure.empty()) {
+    if (report) log::error(fmt::format("{}: {}", quote(request.mountpoint), serve_failure));
+    throw mount_error(serve_failure);
   }
-  return 0;
 }
 
 }  // namespace ckptfs::fuse

@@ -2,7 +2,7 @@
 // Mounting: the session's life from the parsed checkpoint to the unmount.
 #pragma once
 
-#include <ckptfs/source/byte_source.hpp>
+#include <ckptfs/view/read_buffer.hpp>
 #include <ckptfs/view/tree.hpp>
 
 #include <chrono>
@@ -19,8 +19,8 @@ namespace ckptfs::fuse {
 class ReadinessNotifier {
  public:
   ReadinessNotifier() = default;
-  // Takes `fd` (marked close-on-exec); returns false when it is not an open descriptor.
-  bool open(int fd);
+  // Takes `fd` (marked close-on-exec). Throws Error(usage) when it is not an open descriptor.
+  void open(int fd);
   // Writes the line once; later calls do nothing. A reader that went away is not an error.
   void send(bool ready);
   // Closes the descriptor without writing: for a process that leaves the report to another (a
@@ -50,18 +50,21 @@ struct MountRequest {
 };
 
 // Mounts `tree` on request.mountpoint and serves it until unmounted or signalled (SIGTERM, SIGINT,
-// SIGHUP unmount cleanly).
+// SIGHUP unmount cleanly); returns then.
 //
 // The mount is ready once the kernel's INIT request is answered (libfuse refuses some, and such
 // a mount is dead: every access fails). Only then: request.notifier is told; in the foreground,
 // request.ready_line is printed on stderr and READY=1 sent to systemd when $NOTIFY_SOCKET is set
-// (a Type=notify service). Without `foreground`, a daemon child serves and the calling process
-// waits for its report, then ends with _exit() (as fuse_daemonize()'s parent does): status 0
-// once the child is ready, or ExitCode::mount_failed after the child's error line (or one saying
-// that it died), once the mount is gone; request.notifier is told before.
+// (a Type=notify service). While it serves, failures are logged (log.hpp): on stderr in the
+// foreground, to syslog in a daemon.
 //
-// Returns the process exit code (in the daemon child, or with `foreground`); on every failure
-// prints one line "ckptfs: MOUNTPOINT: what" and leaves nothing mounted.
-int mount_and_serve(const Tree& tree, Sources sources, const MountRequest& request);
+// Throws Error(mount_failed) saying what failed, having left nothing mounted: the caller prints
+// "ckptfs: MOUNTPOINT: what". Without `foreground`, a daemon child serves, and the calling process
+// never returns: it waits for the child's report, tells request.notifier, and ends with _exit()
+// (as fuse_daemonize()'s parent does): status 0 once the child is ready, or
+// ExitCode::mount_failed after the child's error line (or one saying that it died), once the
+// mount is gone. A child that fails before it is ready tells its parent and ends with _exit()
+// too; once ready, it returns or throws as above.
+void mount_and_serve(const Tree& tree, Sources sources, const MountRequest& request);
 
 }  // namespace ckptfs::fuse

@@ -1,5 +1,8 @@
 // SPDX-License-Identifier: MIT
+// The mount's device from mountinfo, and its readahead through sysfs.
 #include "readahead.hpp"
+
+#include <ckptfs/base/error.hpp>
 
 #include <cerrno>
 #include <cstring>
@@ -28,9 +31,9 @@ std::string unescape_mountinfo(const std::string& field) {
 
 }  // namespace
 
-std::optional<std::string> mount_device(const std::string& canonical_mountpoint) {
+std::string mount_device(const std::string& canonical_mountpoint) {
   std::ifstream mountinfo("/proc/self/mountinfo");
-  std::optional<std::string> found;
+  std::string found;
   std::string line;
   while (std::getline(mountinfo, line)) {
     // "ID PARENT MAJOR:MINOR ROOT MOUNTPOINT OPTIONS [TAGS...] - FSTYPE SOURCE SUPEROPTIONS"
@@ -44,16 +47,16 @@ std::optional<std::string> mount_device(const std::string& canonical_mountpoint)
     std::string fstype;
     if (fields >> fstype && fstype.starts_with("fuse")) found = device;
   }
+  if (found.empty()) throw Error(ExitCode::mount_failed, "not found in /proc/self/mountinfo");
   return found;
 }
 
-std::string set_read_ahead(const std::string& device, unsigned kib) {
+void set_read_ahead(const std::string& device, unsigned kib) {
   std::string path = "/sys/class/bdi/" + device + "/read_ahead_kb";
   std::ofstream out(path);
   if (out) out << kib << '\n';
   if (out) out.flush();
-  if (!out) return path + ": " + std::strerror(errno);
-  return {};
+  if (!out) throw Error(ExitCode::mount_failed, path + ": " + std::strerror(errno));
 }
 
 }  // namespace ckptfs::fuse

@@ -3,18 +3,18 @@
 // file system answers in INIT; only root can raise it, through the mount's sysfs entry.
 #pragma once
 
-#include <optional>
 #include <string>
 
 namespace ckptfs::fuse {
 
 // The device ("major:minor") of the mount whose mount point is `canonical_mountpoint` (an
 // absolute path without symlinks, resolved before mounting: resolving it afterwards would ask
-// the mount itself), read from /proc/self/mountinfo. The newest such mount wins.
-std::optional<std::string> mount_device(const std::string& canonical_mountpoint);
+// the mount itself), read from /proc/self/mountinfo. The newest such mount wins. Throws
+// Error(mount_failed) when there is none.
+std::string mount_device(const std::string& canonical_mountpoint);
 
-// Writes `kib` to /sys/class/bdi/DEVICE/read_ahead_kb. Returns "" or why it could not
-// (typically: not root). Readers opened from then on read ahead `kib` KiB.
-std::string set_read_ahead(const std::string& device, unsigned kib);
+// Writes `kib` to /sys/class/bdi/DEVICE/read_ahead_kb: readers opened from then on read ahead
+// `kib` KiB. Throws Error(mount_failed) saying why it could not (typically: not root).
+void set_read_ahead(const std::string& device, unsigned kib);
 
 }  // namespace ckptfs::fuse

@@ -5,20 +5,27 @@
 // Why not libfuse's fuse_session_loop_mt(): its threads sleep in read() between requests, and
 // every request then starts by waking one. On a VM whose idle vCPUs halt (this project's test
 // machine), waking a thread on another vCPU costs tens of microseconds, more than the rest of a
-// round trip: an IOCTL round trip took 21 us with libfuse's loop and 12 us with a thread polling
-// for it. So after answering a request, one thread (never two) keeps polling for the next for a
-// short while. The other threads sleep in one shared epoll set, which wakes one of them per
-// request; while a thread polls or answers, /dev/fuse is out of that set so that the request it
-// is about to take does not wake a sleeper for nothing (a wake-up that cost the caller as much as
-// the round trip saved). It goes back in when requests pile up, when a handler may wait (may_wait:
-// a disk read, a store into the page cache), and when the poller gives up. The poller yields the
-// CPU at each turn, so it only uses time no other thread wants.
+// round trip (docs/PERFORMANCE.md). So after answering a request, one thread (never two) keeps
+// polling for the next for a short while. The other threads sleep in one shared epoll set, which
+// wakes one of them per request; while a thread polls or answers, /dev/fuse is out of that set
+// so that the request it is about to take does not wake a sleeper for nothing (a wake-up that
+// costs the caller as much as the round trip saves). It goes back in when requests pile up, when
+// a handler may wait (may_wait: a disk read, a store into the page cache), and when the poller
+// gives up. The poller yields the CPU at each turn, so it only uses time no other thread wants.
 #include "serve_loop.hpp"
+
+#include "libfuse.hpp"
+#include "log.hpp"
+
+#include <ckptfs/base/error.hpp>
+
+#include <fmt/format.h>
 
 #include <atomic>
 #include <cerrno>
 #include <csignal>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <fcntl.h>
 #include <poll.h>
@@ -80,7 +87,7 @@ bool stopping(Shared& s) {
 
 // Whether a request on /dev/fuse wakes a sleeping thread: /dev/fuse is taken out of the epoll set
 // and put back. (EPOLL_CTL_MOD with no events does not do it: the kernel adds EPOLLERR|EPOLLHUP,
-// and /dev/fuse's wake-ups carry no event mask, so they still wake the sleepers; measured.)
+// and /dev/fuse's wake-ups carry no event mask, so they still wake the sleepers.)
 // Called by the poller only. Returns whether the state is now `on`.
 bool wake_sleepers(Shared& s, bool on) {
   if (s.sleepers_woken.load(std::memory_order_relaxed) == on) return true;
@@ -130,7 +137,7 @@ void run_worker(Shared& s) {
         // thread keeps polling until it is back in (epoll_ctl failed only for lack of memory).
         if (Clock::now() < deadline || !wake_sleepers(s, true)) {
           // Polling must not take a CPU from a runnable thread (the readers, when they are as
-          // many as the CPUs): measured 24k -> 65k random 4 KiB reads a second, 2 readers.
+          // many as the CPUs; docs/PERFORMANCE.md).
           ::sched_yield();
           continue;
         }
@@ -162,8 +169,9 @@ void run_worker(Shared& s) {
     if (s.options->after_init && !s.init_done.exchange(true)) {
       try {
         s.options->after_init();
-      } catch (...) {
+      } catch (const std::exception& e) {
         // whatever it did not do (report readiness, tune the readahead) stays undone
+        log::error(fmt::format("after the kernel's INIT: {}", e.what()));
       }
     }
     if (!poller && busy_poll.count() > 0 && !s.polling.load(std::memory_order_relaxed) &&
@@ -182,19 +190,24 @@ void run_worker(Shared& s) {
 
 }  // namespace
 
-void may_wait() {
+void may_wait() noexcept {
   if (this_threads_loop != nullptr && this_thread_polls) {
     (void)wake_sleepers(*this_threads_loop, true);
   }
 }
 
-int serve(fuse_session* session, const ServeOptions& options) {
+void serve(fuse_session* session, const ServeOptions& options) {
+  auto failed = [](const char* what, int error) {
+    return Error(ExitCode::mount_failed, fmt::format("{}: {}", what, std::strerror(error)));
+  };
   int fd = fuse_session_fd(session);
   int flags = ::fcntl(fd, F_GETFL);
-  if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0) return -errno;
+  if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0) {
+    throw failed("making /dev/fuse non-blocking", errno);
+  }
   Descriptor epoll(::epoll_create1(EPOLL_CLOEXEC));
   Descriptor stop_fd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-  if (epoll.get() < 0 || stop_fd.get() < 0) return -errno;
+  if (epoll.get() < 0 || stop_fd.get() < 0) throw failed("setting up the serving threads", errno);
   epoll_event request{};
   request.events = EPOLLIN | EPOLLET;  // one wake-up per new request, not one per sleeper
   request.data.fd = fd;
@@ -203,7 +216,7 @@ int serve(fuse_session* session, const ServeOptions& options) {
   stop.data.fd = stop_fd.get();
   if (::epoll_ctl(epoll.get(), EPOLL_CTL_ADD, fd, &request) != 0 ||
       ::epoll_ctl(epoll.get(), EPOLL_CTL_ADD, stop_fd.get(), &stop) != 0) {
-    return -errno;
+    throw failed("setting up the serving threads", errno);
   }
   Shared shared(session, &options, epoll.get(), stop_fd.get());
   // The signals libfuse handles (fuse_set_signal_handlers) are blocked in every serving thread
@@ -222,13 +235,16 @@ int serve(fuse_session* session, const ServeOptions& options) {
     for (unsigned i = 1; i < options.threads; ++i) {
       threads.emplace_back(run_worker, std::ref(shared));
     }
-  } catch (const std::exception&) {
-    // fewer threads serve too
+  } catch (const std::exception& e) {
+    log::warning(fmt::format("serving with {} threads instead of {}: {}", threads.size() + 1,
+                             options.threads, e.what()));  // fewer threads serve too
   }
   run_worker(shared);  // this thread serves as well
   for (std::thread& t : threads) t.join();
   pthread_sigmask(SIG_SETMASK, &previous, nullptr);
-  return shared.status.load();
+  if (const int status = shared.status.load(); status < 0) {
+    throw failed("reading /dev/fuse", -status);
+  }
 }
 
 }  // namespace ckptfs::fuse

@@ -3,10 +3,10 @@
 // multithreaded loop, so that one of them can busy-poll for the next request.
 #pragma once
 
-#include "fuse_ops.hpp"
-
 #include <chrono>
 #include <functional>
+
+struct fuse_session;  // libfuse's (libfuse.hpp)
 
 namespace ckptfs::fuse {
 
@@ -22,14 +22,16 @@ struct ServeOptions {
   std::function<void()> after_init;
 };
 
-// Called by a request handler before something that may wait: a read from the checkpoint (its
+// To be called by a request handler before something that may wait: a read from a source (its
 // pages may have to come from a disk), a store into the kernel's page cache (it waits for reads
 // in flight on the same pages). Requests that come meanwhile then wake a sleeping thread instead
-// of waiting for this one. Does nothing outside serve()'s threads.
-void may_wait();
+// of waiting for this one. Does nothing outside serve()'s threads. (The session's
+// SessionOptions::may_wait hook.)
+void may_wait() noexcept;
 
 // Serves `session` until it is unmounted or fuse_session_exit() is called (libfuse's signal
-// handlers do). Returns 0, or -errno when reading /dev/fuse failed.
-int serve(fuse_session* session, const ServeOptions& options);
+// handlers do). Throws Error(mount_failed) when /dev/fuse cannot be read or set up; an exception
+// of after_init is logged, and serving goes on.
+void serve(fuse_session* session, const ServeOptions& options);
 
 }  // namespace ckptfs::fuse

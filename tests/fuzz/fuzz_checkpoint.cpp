@@ -130,8 +130,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   while (!dirs.empty()) {
     const Tree::Ino dir = dirs.back();
     dirs.pop_back();
+    std::string name;
     for (std::size_t i = 0; i < tree.child_count(dir); ++i) {
-      const auto [name, ino] = tree.child(dir, i);
+      const Tree::Ino ino = tree.child(dir, i, name);
       FUZZ_CHECK(tree.lookup(dir, name) == ino);
       FUZZ_CHECK(tree.parent(ino) == dir);
       FUZZ_CHECK(!name.empty() && name.size() <= 255 && name.find('/') == std::string::npos);

@@ -14,9 +14,11 @@ Run by ctest as `/usr/bin/python3 -m unittest -v test_faults` (see fixtures.py).
 """
 
 import errno
+import json
 import mmap
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -30,7 +32,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1] / "scripts"))
 sys.path.insert(0, str(HERE))
 
-from fixtures import require  # noqa: E402
+from fixtures import CKPTFS, require  # noqa: E402
 
 require("fuse", "torch")  # else the module exits 77: skipped, with the reason
 
@@ -64,6 +66,56 @@ def make_checkpoint(path, seed=1):
     torch.save(obj, path)
     return {k: v.contiguous().numpy().tobytes() for k, v in obj.items()
             if isinstance(v, torch.Tensor)}
+
+
+READ_FAULT_LIBRARY = Path(os.environ.get(
+    "CKPTFS_READ_FAULT_LIBRARY", CKPTFS.parent / "tests" / "libckptfs_read_fault.so")).absolute()
+
+
+# Run as root in a private mount namespace (unshare --mount): a private /dev with its own
+# /dev/log socket, so that a daemon's syslog lines can be read without touching the machine's.
+# Mounts CHECKPOINT on MNT with a daemon (its environment given as JSON: the read fault is
+# preloaded into ckptfs alone), reads `big` while its reads fail, unmounts, and prints the syslog
+# datagrams received as a JSON list.
+SYSLOG_SCENARIO = r"""
+import json, os, socket, stat, subprocess, sys, time
+ckptfs, checkpoint, mnt, flag, offset, env = sys.argv[1:7]
+subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=755", "ckptfs-test-dev", "/dev"], check=True)
+for name, major, minor in (("null", 1, 3), ("zero", 1, 5), ("urandom", 1, 9), ("fuse", 10, 229)):
+    os.mknod(f"/dev/{name}", stat.S_IFCHR | 0o666, os.makedev(major, minor))
+log = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+log.bind("/dev/log")
+r = subprocess.run([ckptfs, checkpoint, mnt], capture_output=True, text=True, timeout=60,
+                   env=json.loads(env))
+if r.returncode != 0:
+    sys.exit(f"ckptfs exited {r.returncode}: {r.stderr}")
+try:
+    fd = os.open(f"{mnt}/big/data", os.O_RDONLY)
+    open(flag, "w").close()
+    try:
+        for i in range(20):
+            try:
+                os.pread(fd, 4096, int(offset) + i * 262144)
+                sys.exit(f"read {i} did not fail")
+            except OSError:
+                pass
+    finally:
+        os.unlink(flag)
+        os.close(fd)
+finally:
+    # Unmounted, the daemon ends; lazily when a plain unmount fails, so that nothing stays
+    # behind in this namespace.
+    if subprocess.run(["umount", mnt]).returncode != 0:
+        subprocess.run(["umount", "-l", mnt])
+lines = []
+log.settimeout(2.0)
+try:
+    while True:
+        lines.append(log.recv(65536).decode(errors="replace"))
+except socket.timeout:
+    pass
+print(json.dumps(lines))
+"""
 
 
 def drop_cache(fd):
@@ -404,3 +456,61 @@ class UnmountTests(FaultTestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class ServeErrorTests(FaultTestCase):
+    """A source that cannot be read (tests/support/read_fault.cpp makes its reads fail while a
+    flag file exists): every read fails with EIO, and the daemon says why on stderr, at most 10
+    lines a minute however many reads fail, the rest counted."""
+
+    def fault_env(self, flag):
+        if not READ_FAULT_LIBRARY.is_file():
+            self.fail(f"missing {READ_FAULT_LIBRARY} (set CKPTFS_READ_FAULT_LIBRARY)")
+        asan = os.environ.get("ASAN_OPTIONS", "")
+        return {**os.environ, "LD_PRELOAD": str(READ_FAULT_LIBRARY),
+                "CKPTFS_READ_FAULT_FLAG": str(flag),
+                "ASAN_OPTIONS": f"{asan}:verify_asan_link_order=0".lstrip(":")}
+
+    def test_failed_reads_are_logged_and_limited(self):
+        flag = self.tmp / "fail-reads"
+        mnt, proc = self.mount(self.checkpoint, env=self.fault_env(flag))
+        want = self.expected["big"]
+        fd = self.open_fd(self.data(mnt, "big"))
+        flag.touch()
+        failures = 40
+        for i in range(failures):
+            # Past the first 64 KiB, which the open stored in the page cache.
+            self.assert_eio(lambda: os.pread(fd, 4096, (i + 1) * 256 * 1024), f"read {i}")
+        flag.unlink()
+        # Not a changed checkpoint: once it can be read again, reads work.
+        self.assertEqual(os.pread(fd, 4096, 0), want[:4096])
+        self.unmount(mnt, proc)
+        log = self.output(proc)
+        lines = re.findall(r"^ckptfs: read of inode \d+ failed: read failed: Input/output error$",
+                           log, re.M)
+        self.assertEqual(len(lines), 10, log)
+        held = re.search(r"^ckptfs: (\d+) more lines were held back \(at most 10 a minute\)$",
+                         log, re.M)
+        self.assertIsNotNone(held, log)
+        self.assertGreaterEqual(int(held.group(1)), failures - 10, log)
+        self.assertNotIn("changed while mounted", log)
+
+    def test_daemon_logs_to_syslog(self):
+        """Once daemonized (stderr is /dev/null), the same lines go to syslog, limited the same
+        way. Run in a private mount namespace whose /dev/log is the test's own socket."""
+        if os.geteuid() != 0 or not shutil.which("unshare"):
+            self.skipTest("needs root and unshare(1) for a private /dev/log")
+        flag = self.tmp / "fail-reads"
+        r = subprocess.run(["unshare", "--mount", "--propagation", "private", sys.executable,
+                            "-c", SYSLOG_SCENARIO, str(CKPTFS), str(self.checkpoint),
+                            str(self.new_dir()), str(flag), str(1 << 20),
+                            json.dumps(self.fault_env(flag))],
+                           capture_output=True, text=True, timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        messages = json.loads(r.stdout)
+        failed = [m for m in messages
+                  if re.search(r"ckptfs\[\d+\]: read of inode \d+ failed: read failed: "
+                               r"Input/output error$", m)]
+        self.assertEqual(len(failed), 10, messages)
+        self.assertTrue(any(re.search(r"ckptfs\[\d+\]: \d+ more lines were held back", m)
+                            for m in messages), messages)

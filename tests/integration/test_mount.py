@@ -138,14 +138,14 @@ class MountTestCase(unittest.TestCase):
     def new_dir(self, name="mnt"):
         return Path(tempfile.mkdtemp(prefix=name + "-", dir=self.tmp))
 
-    def start(self, checkpoint, *options, mnt=None):
+    def start(self, checkpoint, *options, mnt=None, env=None):
         """`ckptfs -f [options] CHECKPOINT MNT` in the background, without waiting."""
         mnt = mnt or self.new_dir()
         log = open(self.tmp / f"ckptfs-{mnt.name}.log", "w+b")
         self.addCleanup(log.close)
         proc = subprocess.Popen([str(CKPTFS), "-f", *options, str(checkpoint), str(mnt)],
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                start_new_session=True)
+                                start_new_session=True, env=env)
         self.addCleanup(self._stop, proc, mnt)
         proc.log = log
         return mnt, proc
@@ -174,9 +174,9 @@ class MountTestCase(unittest.TestCase):
         proc.log.seek(0)
         return proc.log.read().decode("utf-8", "replace")
 
-    def mount(self, checkpoint, *options, mnt=None):
+    def mount(self, checkpoint, *options, mnt=None, env=None):
         """Mounts in the foreground mode and waits until index.json is readable."""
-        mnt, proc = self.start(checkpoint, *options, mnt=mnt)
+        mnt, proc = self.start(checkpoint, *options, mnt=mnt, env=env)
         why = wait_for_mount(mnt, proc, MOUNT_TIMEOUT, index_readable)
         if why == "timed out":
             self.fail(f"{checkpoint}: index.json not readable {MOUNT_TIMEOUT:g} s after "

@@ -824,7 +824,7 @@ class CompletionTests(TempDirTestCase):
             self.skipTest("bash is missing")
         self.dir = self.new_dir("files")
         for name in ["a.pth", "b.PT", "c.ckpt", "d.bin", "e.tar", "notes.txt", "model.safetensors",
-                     "my model.pth", "models/x.pth", "models/y.txt"]:
+                     "model.safetensors.index.json", "config.json", "my model.pth", "models/x.pth", "models/y.txt"]:
             (self.dir / name).parent.mkdir(exist_ok=True)
             (self.dir / name).write_bytes(b"")
         (self.dir / "mnt").mkdir()
@@ -847,11 +847,13 @@ class CompletionTests(TempDirTestCase):
         self.assertEqual(self.complete("ckptfs inspect a.pth -"), ["--json"])
 
     def test_checkpoint_then_mountpoint(self):
-        checkpoints = ["a.pth", "b.PT", "c.ckpt", "d.bin", "e.tar", "mnt", "models", "my model.pth"]
+        checkpoints = ["a.pth", "b.PT", "c.ckpt", "d.bin", "e.tar", "mnt", "model.safetensors",
+                       "model.safetensors.index.json", "models", "my model.pth"]
         self.assertEqual(self.complete("ckptfs "), sorted(checkpoints + ["inspect"]))
         self.assertEqual(self.complete("ckptfs -f -o uid=5 "), sorted(checkpoints + ["inspect"]))
         self.assertEqual(self.complete("ckptfs --notify-fd 3 m"),
-                         ["mnt", "models", "my model.pth"])
+                         ["mnt", "model.safetensors", "model.safetensors.index.json", "models",
+                          "my model.pth"])
         self.assertEqual(self.complete("ckptfs models/"), ["models/x.pth"])
         self.assertEqual(self.complete("ckptfs inspect "), sorted(checkpoints))
         self.assertEqual(self.complete("ckptfs a.pth "), ["mnt", "models"])
@@ -862,7 +864,7 @@ class CompletionTests(TempDirTestCase):
     def test_mount_options(self):
         names = sorted(["uid=", "gid=", "umask=", "allow_other", "allow_root", "auto_unmount",
                         "notify_fd=", "read_ahead_kb=", "busy_poll_us=", "max_read=", "fsname=",
-                        "subtype=", "dtype=", "shard_size=", "ro", "timeout=", "cache_size=",
+                        "subtype=", "dtype=", "shard_size=", "layout=", "ro", "timeout=", "cache_size=",
                         "cache_dir=", "cache_dir_size=", "cacert=", "insecure"])
         self.assertEqual(self.complete("ckptfs -o "), names)
         self.assertEqual(self.complete("ckptfs a.pth mnt -o "), names)

@@ -42,6 +42,7 @@
 
 namespace {
 
+using ckptfs::pickle::DictEntry;
 using ckptfs::pickle::Value;
 
 std::string unhex(const std::string& hex) {
@@ -101,7 +102,7 @@ Value to_value(const nlohmann::json& j) {
     const std::string tag = j.begin().key();
     const nlohmann::json& body = j.begin().value();
     auto pairs = [&] {
-      std::vector<std::pair<Value, Value>> entries;
+      std::vector<DictEntry> entries;
       for (const auto& kv : body) entries.emplace_back(to_value(kv.at(0)), to_value(kv.at(1)));
       return entries;
     };
@@ -119,7 +120,7 @@ Value to_value(const nlohmann::json& j) {
     if (tag == "dict") return Value::dict(pairs());
     if (tag == "ordered_dict") return Value::ordered_dict(pairs());
   }
-  std::vector<std::pair<Value, Value>> entries;
+  std::vector<DictEntry> entries;
   for (const auto& [key, item] : j.items()) entries.emplace_back(Value::str(key), to_value(item));
   return Value::dict(std::move(entries));
 }

@@ -3,6 +3,7 @@
 // keys and limits, the same in memory and streamed a byte at a time, deep and huge inputs.
 #include <ckptfs/base/error.hpp>
 #include <ckptfs/base/json_reader.hpp>
+#include <ckptfs/base/text.hpp>
 
 #include <doctest/doctest.h>
 
@@ -228,6 +229,35 @@ TEST_CASE("strings: escapes decoded, UTF-8 checked, control characters refused")
     CAPTURE(bad);
     CHECK(error(bad).find("not well-formed UTF-8") != std::string::npos);
   }
+}
+
+TEST_CASE("surrogate_escapes: ckptfs's own escapes of bytes that are not UTF-8 read back") {
+  JsonLimits limits;
+  limits.surrogate_escapes = true;
+  // Every byte 0x80-0xff as base/text.hpp writes it reads back as that byte.
+  std::string bytes, json = "[";
+  for (int b = 0x80; b <= 0xff; ++b) bytes += static_cast<char>(b);
+  append_json_string(json, bytes);
+  json += "]";
+  {
+    JsonReader reader(json, limits);
+    reader.next();
+    REQUIRE(reader.next() == Token::string);
+    CHECK(reader.string() == bytes);
+  }
+  CHECK(trace(R"(["a\udcffb", {"\udc80": 1}])", limits) == "[ s:a\xff" "b { k:\x80 n:1 } ]");
+  // Pairs still pair; what surrogateescape never makes is still refused.
+  CHECK(trace(R"(["\ud83d\ude00"])", limits) == "[ s:\xf0\x9f\x98\x80 ]");
+  CHECK(error(R"(["\udc7f"])", limits) == "invalid JSON at byte 2: a lone low surrogate escape");
+  CHECK(error(R"(["\ude00"])", limits) == "invalid JSON at byte 2: a lone low surrogate escape");
+  CHECK(error(R"(["\ud83d"])", limits) ==
+        "invalid JSON at byte 2: a high surrogate escape not followed by a low one");
+  // Off (the default), the format's rule.
+  CHECK(error(R"(["\udcff"])") == "invalid JSON at byte 2: a lone low surrogate escape");
+  // The byte counts toward the string limit.
+  limits.max_string_bytes = 2;
+  CHECK(error(R"(["\udcff\udcff\udcff"])", limits) ==
+        "invalid JSON at byte 1: a string longer than 2 bytes");
 }
 
 TEST_CASE("strings longer than the limit are refused, not cut") {

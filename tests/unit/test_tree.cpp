@@ -10,6 +10,7 @@
 #include <ckptfs/format/torch_writer.hpp>
 #include <ckptfs/format/zip_reader.hpp>
 #include <ckptfs/view/convert.hpp>
+#include <ckptfs/base/names.hpp>
 #include <ckptfs/view/npy.hpp>
 #include <ckptfs/view/tree.hpp>
 
@@ -22,6 +23,13 @@ using namespace ckptfs;
 using namespace ckptfs::test;
 
 namespace {
+
+// Child i of `dir`: its name and inode.
+std::pair<std::string, Tree::Ino> child_of(const Tree& tree, Tree::Ino dir, std::size_t i) {
+  std::string name;
+  const Tree::Ino ino = tree.child(dir, i, name);
+  return {name, ino};
+}
 
 TreeOptions with_times(TreeOptions options) {
   options.times.mtime_sec = 1234;
@@ -54,7 +62,7 @@ struct Mounted {
   }
   std::vector<std::string> list(Tree::Ino dir) {
     std::vector<std::string> names;
-    for (std::size_t i = 0; i < tree.child_count(dir); ++i) names.emplace_back(tree.child(dir, i).first);
+    for (std::size_t i = 0; i < tree.child_count(dir); ++i) names.emplace_back(child_of(tree, dir, i).first);
     return names;
   }
 };
@@ -93,11 +101,11 @@ TEST_CASE("the tree: index.json, model.safetensors, a directory per entry, files
   CHECK(m.path("nope") == 0);
   CHECK(m.tree.lookup(m.path("w", "data"), "x") == 0);  // not a directory
   for (std::size_t i = 0; i < m.tree.child_count(Tree::root_ino); ++i) {
-    auto [name, ino] = m.tree.child(Tree::root_ino, i);
+    auto [name, ino] = child_of(m.tree, Tree::root_ino, i);
     CHECK(m.tree.lookup(Tree::root_ino, name) == ino);
     CHECK(m.tree.parent(ino) == Tree::root_ino);
     for (std::size_t j = 0; j < m.tree.child_count(ino); ++j) {
-      auto [file, file_ino] = m.tree.child(ino, j);
+      auto [file, file_ino] = child_of(m.tree, ino, j);
       CHECK(m.tree.lookup(ino, file) == file_ino);
       CHECK(m.tree.parent(file_ino) == ino);
     }
@@ -321,6 +329,170 @@ TEST_CASE("tensor.pt: the writer's archive, data spliced or gathered, CRCs made 
     CHECK(file.read_string(record->data_offset, record->size) == m.read_all(m.path(key, "data")));
   }
   CHECK(m.path("bad", "tensor.pt") == 0);  // broken: no tensor to hold
+}
+
+TEST_CASE("root files: sizes counted before their content is made, equal to it") {
+  // A tree stats index.json and model.safetensors before anything is read (a listing of the
+  // root), another reads them first: the sizes are the contents'.
+  auto check = [](const std::string& file, TreeOptions options) {
+    Mounted counted(file, options);
+    Mounted built(file, options);
+    for (const char* name : {"index.json", "model.safetensors"}) {
+      CAPTURE(name);
+      struct stat st {};
+      REQUIRE(counted.tree.stat(counted.path(name), st));
+      const std::string content = built.read_all(built.path(name), 0, 64 << 20);
+      CHECK(static_cast<std::size_t>(st.st_size) == content.size());
+      CHECK(counted.read_all(counted.path(name), 0, 64 << 20) == content);
+      REQUIRE(counted.tree.stat(counted.path(name), st));
+      CHECK(static_cast<std::size_t>(st.st_size) == content.size());
+    }
+  };
+  SUBCASE("views, an escaped name, a broken tensor") { check(checkpoint_with_views(), {}); }
+  SUBCASE("served converted") { check(checkpoint_with_views(), {.dtype = DType::float16}); }
+  SUBCASE("two tensors with the same key text: the int 0 and the str \"0\"") {
+    PickleBuilder p;
+    p.proto(2).empty_dict().mark();
+    p.binint1(0).tensor_v2("FloatStorage", "0", "cpu", 4, 0, {4}, {1});
+    p.binunicode("0").tensor_v2("FloatStorage", "0", "cpu", 4, 0, {2}, {1});
+    p.binunicode("0%#2").tensor_v2("FloatStorage", "0", "cpu", 4, 2, {2}, {1});
+    p.setitems().stop();
+    check(torch_zip(p.bytes(), {{"0", floats(4)}}), {});
+  }
+  SUBCASE("3000 entries: index.json and the header written in many pieces") {
+    PickleBuilder p;
+    p.proto(2).empty_dict().mark();
+    for (int i = 0; i < 3000; ++i) {
+      p.binunicode(i % 7 == 0 ? "layer/" + std::to_string(i) : "layer." + std::to_string(i));
+      p.tensor_v2("FloatStorage", "0", "cpu", 64, i % 60, {2, 2}, {2, 1});
+    }
+    p.setitems().stop();
+    check(torch_zip(p.bytes(), {{"0", floats(64)}}), {});
+  }
+}
+
+TEST_CASE("root names: the entries' keys where the rule keeps them, found by lookup") {
+  PickleBuilder p;
+  p.proto(2).empty_dict().mark();
+  for (int i = 0; i < 500; ++i) {
+    p.binunicode(i % 3 == 0 ? "w/" + std::to_string(i) : "w." + std::to_string(i));
+    p.tensor_v2("FloatStorage", "0", "cpu", 4, 0, {4}, {1});
+  }
+  p.setitems().stop();
+  Mounted m(torch_zip(p.bytes(), {{"0", floats(4)}}));
+  REQUIRE(m.tree.child_count(Tree::root_ino) == 502);
+  for (int i = 0; i < 500; ++i) {
+    const std::string name = (i % 3 == 0 ? "w%2F" : "w.") + std::to_string(i);
+    CAPTURE(name);
+    CHECK(m.tree.entry_name(static_cast<std::size_t>(i)) == name);
+    CHECK(child_of(m.tree, Tree::root_ino, 2 + static_cast<std::size_t>(i)).first == name);
+    CHECK(m.tree.lookup(Tree::root_ino, name) == child_of(m.tree, Tree::root_ino, 2 + static_cast<std::size_t>(i)).second);
+  }
+  CHECK(m.tree.lookup(Tree::root_ino, "w/0") == 0);  // the key, not its name
+  CHECK(m.tree.lookup(Tree::root_ino, "w.500") == 0);
+  CHECK(m.tree.lookup(Tree::root_ino, "") == 0);
+  CHECK(m.tree.lookup(Tree::root_ino, "index.json") != 0);
+}
+
+TEST_CASE("entry names are NameAllocator's, collisions and cut names included") {
+  // Keys with the same text (the int 1 and the str "1"; a nested key and a dotted one, long
+  // enough to be cut), escaped ones, reserved ones.
+  const std::string long_key(300, 'k');
+  auto tensor = [](PickleBuilder& p) {
+    p.tensor_v2("FloatStorage", "0", "cpu", 4, 0, {4}, {1});
+  };
+  PickleBuilder p;
+  p.proto(2).empty_dict().mark();
+  p.binunicode("a"), tensor(p);
+  p.binint1(1), tensor(p);
+  p.binunicode("1"), tensor(p);
+  p.binunicode("1%#2"), tensor(p);
+  p.binunicode("a/b"), tensor(p);
+  p.binunicode("a%2Fb"), tensor(p);
+  p.binunicode(""), tensor(p);
+  p.binunicode("."), tensor(p);
+  p.binunicode("index.json"), tensor(p);
+  p.binunicode(long_key).empty_dict().binunicode("x"), tensor(p), p.setitem();
+  p.binunicode(long_key + ".x"), tensor(p);
+  p.binunicode("b\n"), tensor(p);
+  p.setitems().stop();
+  Mounted m(torch_zip(p.bytes(), {{"0", floats(4)}}));
+  REQUIRE(m.tree.model().entries.size() == 12);
+  NameAllocator names;
+  for (std::size_t i = 0; i < m.tree.model().entries.size(); ++i) {
+    const std::string& key = m.tree.model().entries[i].key;
+    CAPTURE(key);
+    const std::string want = names.name(key);
+    CHECK(m.tree.entry_name(i) == want);
+    CHECK(m.tree.lookup(Tree::root_ino, want) == child_of(m.tree, Tree::root_ino, 2 + static_cast<std::size_t>(i)).second);
+  }
+  CHECK(m.tree.entry_name(2) == "1%#2");
+  CHECK(m.tree.entry_name(10).ends_with("%#2"));
+}
+
+TEST_CASE("layout=rfc: index.json, map.pt, a <name>.pt per entry torch can load alone") {
+  const std::string long_key(260, 'k');
+  auto tensor = [](PickleBuilder& p, std::int64_t offset = 0) {
+    p.tensor_v2("FloatStorage", "0", "cpu", 4, offset, {2}, {1});
+  };
+  PickleBuilder p;
+  p.proto(2).empty_dict().mark();
+  p.binunicode("w"), tensor(p);
+  p.binunicode("map"), tensor(p);             // the rule's reserved name: %map.pt
+  p.binunicode("map.pt"), tensor(p);          // not reserved: map.pt.pt
+  p.binunicode("bad"), tensor(p, 10);         // past its storage: broken, no file
+  p.binunicode("epoch"), p.binint1(7);        // a value JSON holds whole
+  p.binunicode(long_key), tensor(p);          // 260 bytes: cut within 252
+  p.binunicode("opaque").global("argparse", "Namespace").empty_tuple().reduce();  // described only
+  p.binunicode(std::string(252, 'x')), tensor(p);  // 252 bytes: its own name
+  p.setitems().stop();
+  Mounted m(torch_zip(p.bytes(), {{"0", floats(4)}}), {.layout = Layout::rfc});
+  REQUIRE(m.tree.model().entries.size() == 8);
+  const std::string cut = directory_name(long_key, rfc_name_bytes) + ".pt";
+  CHECK(cut.size() <= 255);
+  CHECK(cut.find("%~") != std::string::npos);
+  CHECK(m.list(Tree::root_ino) ==
+        std::vector<std::string>{"index.json", "map.pt", "w.pt", "%map.pt", "map.pt.pt", "epoch.pt",
+                                 cut, std::string(252, 'x') + ".pt"});
+  for (std::size_t i = 0; i < m.tree.child_count(Tree::root_ino); ++i) {
+    auto [name, ino] = child_of(m.tree, Tree::root_ino, i);
+    CAPTURE(name);
+    CHECK(m.tree.lookup(Tree::root_ino, name) == ino);
+    CHECK(m.tree.parent(ino) == Tree::root_ino);
+    CHECK(m.tree.child_count(ino) == 0);
+    struct stat st {};
+    REQUIRE(m.tree.stat(ino, st));
+    CHECK(st.st_mode == (S_IFREG | 0444));
+    CHECK(static_cast<std::size_t>(st.st_size) == m.read_all(ino).size());
+  }
+  // Names without ".pt", entries without a file, and the split layout's names are not there.
+  for (const char* absent : {"w", "bad.pt", "opaque.pt", "model.safetensors", "w.pt/data", "map"}) {
+    CAPTURE(absent);
+    CHECK(m.tree.lookup(Tree::root_ino, absent) == 0);
+  }
+  struct stat st {};
+  REQUIRE(m.tree.stat(Tree::root_ino, st));
+  CHECK(st.st_nlink == 2);  // no subdirectories
+
+  // A tensor's file is its tensor.pt (the same archive); a value's is torch.save of the value;
+  // map.pt holds the keys with a file, in order.
+  const Tree::Ino w = m.tree.lookup(Tree::root_ino, "w.pt");
+  CHECK(m.tree.node(w)->kind == Tree::Kind::tensor_pt);
+  const Tensor& t = m.tree.model().tensors[m.tree.model().entries[0].tensor];
+  CHECK(m.read_all(w) == expected_torch_file(m.tree.model(), t, floats_at({0, 1}), t.dtype));
+  const Tree::Ino epoch = m.tree.lookup(Tree::root_ino, "epoch.pt");
+  CHECK(m.tree.node(epoch)->kind == Tree::Kind::value_pt);
+  CHECK(m.read_all(epoch) == value_file(pickle::Value::integer(7)).bytes());
+  const std::vector<std::string> keys{"w", "map", "map.pt", "epoch", long_key,
+                                      std::string(252, 'x')};
+  CHECK(m.read_all(m.tree.lookup(Tree::root_ino, "map.pt")) ==
+        keys_file(keys, {.prefix = "map"}).bytes());
+
+  auto index = nlohmann::json::parse(m.read_all(m.tree.lookup(Tree::root_ino, "index.json")));
+  std::vector<nlohmann::json> paths;
+  for (const auto& e : index["entries"]) paths.push_back(e["path"]);
+  CHECK(paths == std::vector<nlohmann::json>{"w.pt", "%map.pt", "map.pt.pt", nullptr, "epoch.pt",
+                                             cut, nullptr, std::string(252, 'x') + ".pt"});
 }
 
 TEST_CASE("derived files are made on first use, once") {

@@ -25,6 +25,11 @@ struct JsonLimits {
   std::size_t max_string_bytes = 64u << 20;
   // One number as written ("-12.5e3" is 7); RFC 8259 sets no limit, sane writers stay far below.
   std::size_t max_number_chars = 256;
+  // Read a lone escape \udc80-\udcff as the single byte 0x80-0xff, as Python's surrogateescape
+  // does: how ckptfs's own JSON (base/text.hpp) writes bytes that are not UTF-8, so that its
+  // meta.json and value.json read back to the very bytes. Strings may then hold bytes that are
+  // not UTF-8. Off, such an escape is an error, as the format says.
+  bool surrogate_escapes = false;
 };
 
 // A pull reader of one JSON text (RFC 8259), strict in every way that matters for untrusted

@@ -1,13 +1,15 @@
 // SPDX-License-Identifier: MIT
-// Flattened keys as names in the mount: one path component each, at most 255 bytes, unique, and
-// a key's name never another key's.
+// Flattened keys as names in the mount: one path component each, at most 255 bytes (252 before
+// the RFC layout's ".pt"), unique, a key's name never another key's; and the way back, key_of_name().
 #pragma once
 
+#include <ckptfs/base/hash.hpp>
+
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
-#include <unordered_set>
 
 namespace ckptfs {
 
@@ -15,28 +17,43 @@ namespace ckptfs {
 // with '%' written "%25", '/' "%2F" and NUL "%00". A name the mount's root uses itself gets a
 // '%' in front: "", ".", "..", "index.json", "map" (map.pt), "model.safetensors",
 // "model.safetensors.index.json" and "model-<digits>-of-<digits>.safetensors". A name longer
-// than 255 bytes keeps its first 200 bytes (cut at a character boundary, never inside an
+// than `max_bytes` keeps its first 200 bytes (cut at a character boundary, never inside an
 // escape), then "%~" and the 16 lower-case hex digits of the FNV-1a 64-bit hash of the whole key.
-// Escaping never makes "%~" nor "%#": those names are never another key's.
-std::string directory_name(std::string_view key);
+// Escaping never makes "%~" nor "%#": those names are never another key's. `max_bytes` is 255,
+// NAME_MAX; 252 in the RFC layout, whose files add ".pt" (rfc_name_bytes).
+inline constexpr std::size_t max_name_bytes = 255;
+inline constexpr std::size_t rfc_name_bytes = max_name_bytes - 3;
+std::string directory_name(std::string_view key, std::size_t max_bytes = max_name_bytes);
+
+// Whether directory_name(key, max_bytes) is `key` itself, without making it (most keys).
+bool is_own_name(std::string_view key, std::size_t max_bytes = max_name_bytes) noexcept;
+
+// The name of the n-th key (n >= 2) whose directory_name() an earlier key has: that name, then
+// "%#n", cut as directory_name() cuts when it would pass `max_bytes`.
+std::string suffixed_name(std::string_view key, std::uint64_t n,
+                          std::size_t max_bytes = max_name_bytes);
 
 // The key whose directory_name() is `name`, for a name the rule gives a key as it is: never one
 // cut ("%~" and a hash) or suffixed ("%#2"), which do not say their key. nullopt for those and
-// for any name the rule never makes ("a%zz").
+// for any name the rule never makes ("a%zz"), including one longer than `max_bytes` (the rule
+// would have cut it). An RFC directory's "<name>.pt" files give their <name> with rfc_name_bytes.
 //   "decoder.weight" -> "decoder.weight", "a%2Fb" -> "a/b", "%index.json" -> "index.json",
 //   "%" -> "" (the empty key)
-std::optional<std::string> key_of_name(std::string_view name);
+std::optional<std::string> key_of_name(std::string_view name,
+                                       std::size_t max_bytes = max_name_bytes);
 
 // Names for the keys of a mount, in order: each key gets directory_name(); a key whose name an
 // earlier key has (two keys with the same text: the int 0 and the str "0") gets "%#2", "%#3"...
-// after it, the smallest number not taken, cut as directory_name() cuts when it would pass 255
-// bytes. Only keys that really collide get a suffix, and a suffixed name is no key's own name.
+// after it, the smallest number not taken, cut as directory_name() cuts when it would pass
+// max_bytes. Only keys that really collide get a suffix, and a suffixed name is no key's own name.
 class NameAllocator {
  public:
+  explicit NameAllocator(std::size_t max_bytes = max_name_bytes) : max_bytes_(max_bytes) {}
   std::string name(std::string_view key);
 
  private:
-  std::unordered_set<std::string> taken_;
+  std::size_t max_bytes_;
+  TextSet taken_;
 };
 
 std::uint64_t fnv1a64(std::string_view bytes);

@@ -2,7 +2,7 @@
 // Flattening: the checkpoint's object tree as a list of dotted keys, each a tensor or a value.
 #pragma once
 
-#include <ckptfs/format/torch_reader.hpp>
+#include <ckptfs/format/read_limits.hpp>
 #include <ckptfs/format/torch_interpreter.hpp>
 
 #include <string>

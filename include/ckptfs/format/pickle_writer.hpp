@@ -20,6 +20,8 @@
 // 1.13): a caller targeting 1.13 keeps floats and bytes out.
 #pragma once
 
+#include <ckptfs/base/hash.hpp>
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -127,7 +129,7 @@ class Writer {
 
   std::string out_;
   MemoSlot next_slot_ = 0;
-  std::unordered_map<std::string, MemoSlot> globals_;  // "module\nname" -> slot
+  TextMap<MemoSlot> globals_;                          // "module\nname" -> slot
   MemoSlot latin1_ = no_slot;                          // the 'latin1' of bytes(), shared as CPython's
 };
 
@@ -137,6 +139,8 @@ class Writer {
 // past 64 bits, dicts with keys that are not strings, OrderedDicts).
 //
 //   Value::dict({{Value::str("epoch"), Value::integer(7)}, {Value::str("lr"), Value::real(0.1)}})
+struct DictEntry;
+
 struct Value {
   enum class Kind : std::uint8_t {
     none,
@@ -157,9 +161,9 @@ struct Value {
   double real_value = 0;    // real
   std::string text;         // big_integer, string, bytes
   std::vector<Value> items;                       // list, tuple
-  std::vector<std::pair<Value, Value>> entries;   // dict, ordered_dict
+  std::vector<DictEntry> entries;                 // dict, ordered_dict
 
-  static Value none_value() { return {}; }
+  static Value none_value();
   static Value boolean(bool b);
   static Value integer(std::int64_t n);
   static Value big_integer(std::string twos_complement_le);
@@ -168,9 +172,18 @@ struct Value {
   static Value bytes_value(std::string data);
   static Value list(std::vector<Value> items);
   static Value tuple(std::vector<Value> items);
-  static Value dict(std::vector<std::pair<Value, Value>> entries);
-  static Value ordered_dict(std::vector<std::pair<Value, Value>> entries);
+  static Value dict(std::vector<DictEntry> entries);
+  static Value ordered_dict(std::vector<DictEntry> entries);
 };
+
+// A key and its value. Not a std::pair, and nothing in Value's body that destroys a Value: clang
+// with libstdc++ 12 instantiates those while Value is still incomplete, and fails.
+struct DictEntry {
+  Value first;   // the key
+  Value second;  // the value
+};
+
+inline Value Value::none_value() { return {}; }
 
 // Containers nested deeper than this are refused (Error(bad_checkpoint)): writing recurses.
 inline constexpr std::size_t max_value_depth_written = 1000;

@@ -3,33 +3,13 @@
 // into a Model, without reading any tensor data.
 #pragma once
 
-#include <ckptfs/format/pickle_machine.hpp>
-#include <ckptfs/format/zip_reader.hpp>
+#include <ckptfs/format/read_limits.hpp>
 #include <ckptfs/model/model.hpp>
 #include <ckptfs/source/byte_source.hpp>
 
-#include <cstdint>
+#include <string>
 
 namespace ckptfs {
-
-struct ReadLimits {
-  pickle::Limits pickle;
-  ZipLimits zip;  // defer_local_headers for remote sources: see Storage::locator
-  std::uint64_t max_entries = 4'000'000;  // flattened entries (a DAG can multiply them)
-  // Entries may outnumber the pickle's nodes only up to this: more means that objects shared
-  // along many paths multiply them (a DAG of dicts: 2^n entries from n small dicts).
-  std::uint64_t min_entries_per_graph = 65'536;
-  // All keys and value.json texts together, or 64 bytes per pickle object when that is more: a
-  // shared value reached along many paths would otherwise be copied into every entry. It bounds
-  // a single key too: there is no other limit on a key's length.
-  std::uint64_t max_flattened_bytes = 64ull << 20;
-  std::size_t max_value_json = 1 << 20;   // a longer value.json is cut (valid JSON says so)
-  std::size_t max_dims = 64;              // torch's own limit on tensor dimensions
-  // Not a limit: the root is one entry whatever it is, as in the RFC layout's <name>.pt files
-  // (torch.save of one key's tensor or value): a root without a tensor is the value entry
-  // "value" even when it is a dict, list or tuple, which are otherwise walked (flatten.hpp).
-  bool root_is_one_entry = false;
-};
 
 // Reads and validates a torch.save checkpoint; every storage is in source 0, named
 // `source_name`. A zip with a constants.pkl (or code/ records) is a TorchScript archive, which

@@ -5,6 +5,7 @@
 
 #include <ckptfs/format/zip_reader.hpp>
 #include <ckptfs/source/byte_source.hpp>
+#include <ckptfs/base/hash.hpp>
 
 #include <cstdint>
 #include <string>
@@ -57,7 +58,7 @@ std::string code_record_of(std::string_view qualified_name);
 // deflate, its deflate stream is corrupt before the declaration, the declaration lies beyond
 // limits.max_code_bytes of code read, or its lines do not have that form.
 // Throws only what reading the source throws (Error(io)).
-std::unordered_map<std::string, ClassDeclaration> read_class_declarations(
+TextMap<ClassDeclaration> read_class_declarations(
     const ByteSource& source, const ZipArchive& zip, std::string_view prefix,
     const std::vector<std::string>& classes, const CodeLimits& limits = {});
 

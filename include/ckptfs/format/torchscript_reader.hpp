@@ -3,7 +3,7 @@
 // constants and the rest of its tensors, without running or trusting any of its code.
 #pragma once
 
-#include <ckptfs/format/torch_reader.hpp>
+#include <ckptfs/format/read_limits.hpp>
 #include <ckptfs/format/torchscript_code.hpp>
 #include <ckptfs/format/zip_reader.hpp>
 #include <ckptfs/model/model.hpp>

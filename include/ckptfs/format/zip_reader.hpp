@@ -5,6 +5,7 @@
 
 #include <ckptfs/model/model.hpp>
 #include <ckptfs/source/byte_source.hpp>
+#include <ckptfs/base/hash.hpp>
 
 #include <atomic>
 #include <memory>
@@ -65,7 +66,7 @@ class ZipArchive {
 
  private:
   std::vector<ZipEntry> entries_;
-  std::unordered_map<std::string, std::size_t> first_by_name_;
+  TextMap<std::size_t> first_by_name_;
   std::uint64_t cd_offset_ = 0;
 };
 

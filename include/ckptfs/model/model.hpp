@@ -4,6 +4,7 @@
 // (keyed tensors and values), with every offset validated. It knows no file format and no FUSE.
 #pragma once
 
+#include <ckptfs/base/boxed_optional.hpp>
 #include <ckptfs/model/dtype.hpp>
 
 #include <cstdint>
@@ -82,7 +83,7 @@ struct Tensor {
   std::int64_t storage_offset = 0;    // in elements, as stored
   bool requires_grad = false;
   std::optional<std::size_t> storage;  // index into Model::storages; none for meta tensors
-  std::optional<Quantization> quantization;
+  BoxedOptional<Quantization> quantization;  // few tensors have one: boxed (8 bytes, not 96)
   std::string broken;                  // why the bytes cannot be served; empty when fine
 
   std::uint64_t numel() const noexcept;   // valid when !broken (checked for overflow)

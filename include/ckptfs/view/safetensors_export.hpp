@@ -30,22 +30,33 @@ class SafetensorsExport {
   };
 
   // Lays out the export of `model`. Tensors are the servable entries whose dtype safetensors
-  // has, in entry order (tied tensors each with their own bytes: the format forbids overlaps);
-  // a tensor whose bytes would make its file larger than a file can be is left out. Keys are the
-  // entries' keys; a text several entries share is kept by the first, the next get "%#2"...
-  // (the smallest number that is no other key). __metadata__ holds the model's own metadata
-  // (a safetensors source's) and {"format": "pt"} unless it says otherwise. shard_size 0: one
-  // file, model.safetensors; else files of at most shard_size bytes of tensors, split as
-  // transformers' save_pretrained splits (in order, a file closed when the next tensor would
-  // pass shard_size; a larger tensor alone in its file), and model.safetensors.index.json.
-  // `convert_to`: tensors are served converted, as serve() says.
+  // has (F4 for torch's float4_e2m1fn_x2, its last dimension doubled), in entry order, their
+  // bytes little-endian whatever the checkpoint's (tied tensors each with their own bytes: the
+  // format forbids overlaps); a tensor whose bytes would make its file larger than a file can
+  // be is left out. Keys are the entries' keys, each byte that is not UTF-8 written U+FFFD (the
+  // safetensors library refuses JSON's lone surrogates); a text several entries share is kept by
+  // the first, the next get "%#2"... (the smallest number that is no other key), and so does a
+  // tensor named "__metadata__", which is the format's own. __metadata__ holds the model's own
+  // metadata (a safetensors source's) and {"format": "pt"} unless it says otherwise.
+  // shard_size 0: one file, model.safetensors; else files of at most shard_size bytes of
+  // tensors, split as transformers' save_pretrained splits (in order, a file closed when the
+  // next tensor would pass shard_size; a larger tensor alone in its file), and
+  // model.safetensors.index.json; a split into one file is model.safetensors without an index,
+  // as save_pretrained writes it. `convert_to`: tensors are served converted, as serve() says.
   SafetensorsExport(const Model& model, std::uint64_t shard_size,
                     std::optional<DType> convert_to = std::nullopt);
+
+  // The size of the one-file export (shard_size 0) of `model`, without laying it out: one pass
+  // that keeps nothing but a few bytes of JSON at a time (unless two tensors share a key).
+  // `keys_unique`: the caller knows that no two entries share a key (the check is skipped).
+  static std::uint64_t single_file_size(const Model& model,
+                                        std::optional<DType> convert_to = std::nullopt,
+                                        bool keys_unique = false);
 
   const std::vector<File>& files() const noexcept { return files_; }
   const std::vector<Tensor>& tensors() const noexcept { return tensors_; }
   // model.safetensors.index.json of a sharded export ({"metadata": {"total_size"}, "weight_map"});
-  // empty for one file.
+  // empty for one file (shard_size 0, or a model that fits one shard).
   const std::string& index_json() const noexcept { return index_json_; }
 
   // Appends the pieces of [offset, offset + length) of file `file` (clipped to its size).

@@ -19,6 +19,8 @@ struct ServedTensor {
     range,    // one range of its storage: bytes [begin, begin + nbytes)
     gather,   // a strided view, gathered in C order on read
     convert,  // converted from `stored` on read, from one range of its storage or gathered
+    swap,     // big-endian elements served little-endian: read as stored (one range or
+              // gathered), each element's bytes reversed (a complex number's two halves each)
   };
   Way way = Way::none;
   DType dtype = DType::float32;   // of the bytes served
@@ -30,12 +32,23 @@ struct ServedTensor {
   std::uint64_t begin = 0;       // ...and where the tensor's bytes start in it
 };
 
+// The byte order a tensor's bytes must be served in: the checkpoint's (data, tensor.npy and
+// tensor.pt say which), or little-endian whatever the checkpoint's (safetensors has no other).
+enum class ByteOrder : std::uint8_t { as_stored, little };
+
 // How `tensor` is served: as stored, or converted to `convert_to` when it is a floating-point
 // tensor that convert() handles (a float16/bfloat16/float32/float64 tensor; not integers, bool,
 // complex, float8 or quantized ones) and its converted bytes fit a file. An identity conversion
-// of little-endian bytes is no conversion. Way::none with nbytes 0 for a broken tensor.
+// of little-endian bytes is no conversion. ByteOrder::little: a big-endian tensor that is not
+// converted is swapped (Way::swap; one-byte elements need nothing). Way::none with nbytes 0 for
+// a broken tensor.
 ServedTensor serve(const Model& model, const Tensor& tensor,
-                   std::optional<DType> convert_to = std::nullopt);
+                   std::optional<DType> convert_to = std::nullopt,
+                   ByteOrder order = ByteOrder::as_stored);
+
+// The bytes that reverse together when an element of `dtype` changes byte order: its size, or
+// half of it for a complex number (its real and imaginary parts).
+std::size_t swap_unit(DType dtype) noexcept;
 
 // Appends to `out` the pieces of bytes [offset, offset + length) of the served tensor (the caller
 // keeps the range inside nbytes): a source range, or staged gathered bytes. Throws Error(io)

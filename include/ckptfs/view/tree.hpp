@@ -8,6 +8,7 @@
 #include <ckptfs/model/model.hpp>
 #include <ckptfs/source/byte_source.hpp>
 #include <ckptfs/view/read_buffer.hpp>
+#include <ckptfs/base/hash.hpp>
 
 #include <atomic>
 #include <cstdint>
@@ -16,13 +17,23 @@
 #include <string>
 #include <string_view>
 #include <sys/stat.h>
-#include <unordered_map>
 #include <vector>
 
 namespace ckptfs {
 
 class SafetensorsExport;
 class SharingIndex;
+
+// What the root holds.
+enum class Layout : std::uint8_t {
+  // index.json, model.safetensors (or its shards), and a directory per entry: data, meta.json,
+  // tensor.npy, tensor.pt (a tensor), or value.json (a value).
+  split,
+  // The transformers RFC's layout (transformers#13548): index.json, map.pt (the keys, in
+  // order) and one <name>.pt per entry that torch can load alone: a tensor's tensor.pt, or a
+  // value JSON describes whole (plain_value()).
+  rfc,
+};
 
 struct TreeOptions {
   std::string source_path = {};  // shown in index.json as "source"
@@ -35,6 +46,7 @@ struct TreeOptions {
   std::uint64_t shard_size = 0;
   // Serve every floating-point tensor converted to this dtype (see serve()); none: as stored.
   std::optional<DType> dtype = std::nullopt;
+  Layout layout = Layout::split;
 };
 
 class Tree {
@@ -54,6 +66,9 @@ class Tree {
     tensor_npy,          // a .npy header, then the bytes
     tensor_pt,           // a torch zip that torch.load reads as the tensor alone
     value_json,          // a value that is not a tensor
+    // The RFC layout's: map.pt at the root, and a value's <name>.pt (a tensor's is tensor_pt).
+    keys_pt,
+    value_pt,
   };
 
   struct Node {
@@ -80,9 +95,10 @@ class Tree {
   std::uint32_t source_of(const Node& node) const noexcept;
   // The child of directory `parent` named `name`, or 0.
   Ino lookup(Ino parent, std::string_view name) const;
-  // The number of children of a directory, and child i's name and inode (i < count).
+  // The number of children of a directory, and child i's inode (i < count), its name written
+  // into `name`.
   std::size_t child_count(Ino dir) const;
-  std::pair<std::string_view, Ino> child(Ino dir, std::size_t i) const;
+  Ino child(Ino dir, std::size_t i, std::string& name) const;
   Ino parent(Ino ino) const noexcept;
 
   // Fills st for `ino`; false when there is no such node. May build the file's derived content
@@ -95,8 +111,14 @@ class Tree {
   void read(Ino ino, std::uint64_t offset, std::size_t length, Sources sources,
             ReadBuffer& out) const;
 
-  // The name of entry i in the root (its directory).
-  const std::string& entry_name(std::size_t entry) const { return entry_names_[entry]; }
+  // The name of entry i in the root (its directory; in the RFC layout, its file without ".pt"):
+  // its key, unless the naming rule (names.hpp) changes it.
+  std::string_view entry_name(std::size_t entry) const;
+  // Whether entry i is in the root: always in the split layout; in the RFC layout, when it has
+  // a file.
+  bool entry_in_root(std::size_t entry) const noexcept {
+    return options_.layout == Layout::split || has_file_[entry];
+  }
   std::size_t node_count_hint() const noexcept;  // for statfs: roughly how many nodes there are
 
  private:
@@ -115,23 +137,50 @@ class Tree {
                        Sources sources, ReadBuffer& out) const;
   const Tensor& tensor_of_storage(std::size_t entry, std::size_t storage) const;
   const std::string& index_json() const;
+  const std::string& keys_file() const;  // map.pt
+  template <typename Flush>
+  void write_index_json(std::string& out, Flush flush) const;
+  std::uint64_t index_json_size() const;
+  std::uint64_t safetensors_file_size(std::size_t file) const;
   const SafetensorsExport& safetensors() const;
   const SharingIndex& sharing() const;
   std::size_t files_of_entry(std::size_t entry) const;
   Ino entry_ino(std::size_t entry) const noexcept { return first_entry_ino_ + entry * stride; }
   static constexpr Ino stride = 5;  // an entry's directory, then up to four files
 
+  std::optional<std::size_t> find_root_child(std::string_view name) const;
+  std::string_view root_child_name(std::size_t child) const;
+  std::size_t root_entry(std::size_t child) const;  // the entry of a root child past the files
+  bool has_rfc_file(std::size_t entry) const;
+
+  static constexpr std::uint64_t unknown_size = ~std::uint64_t{0};
+
   Model model_;
   TreeOptions options_;
   std::vector<RootFile> root_files_;
   Ino first_entry_ino_ = 0;
-  std::vector<std::string> entry_names_;
-  std::unordered_map<std::string_view, std::size_t> root_lookup_;  // name -> root child index
+  // The names that are not their entry's key, by entry (the naming rule changes few): a mount
+  // keeps no second copy of its keys.
+  std::vector<std::pair<std::size_t, std::string>> renamed_;
+  bool keys_unique_ = true;  // no two entries have the same key text
+  // The RFC layout: which entries have a file, and those entries in order (the root's children
+  // after its files). Empty in the split layout, where every entry is a child.
+  std::vector<bool> has_file_;
+  std::vector<std::uint32_t> root_entries_;
+  // The root's children by name: an open-addressing table of child index + 1 (0: empty), at
+  // most half full, hashed by name with KeyedHash (a hostile checkpoint's keys cannot be made to
+  // collide).
+  std::vector<std::uint32_t> root_slots_;
+  // Sizes of root files, known before (or without) their content: a listing of the root stats
+  // them, and building index.json or the safetensors header for that would keep megabytes.
+  mutable std::atomic<std::uint64_t> index_json_size_{unknown_size};
+  mutable std::atomic<std::uint64_t> safetensors_size_{unknown_size};
   // Made once, on first use (see entry_files(), index_json(), safetensors()).
   mutable std::unique_ptr<std::atomic<const EntryFiles*>[]> entry_files_;
   // Files in each entry's directory, 0 until first known (whether tensor.pt can be made).
   mutable std::unique_ptr<std::atomic<std::uint8_t>[]> file_counts_;
   mutable std::atomic<const std::string*> index_json_{nullptr};
+  mutable std::atomic<const std::string*> keys_file_{nullptr};
   mutable std::atomic<const SafetensorsExport*> safetensors_{nullptr};
   mutable std::atomic<const SharingIndex*> sharing_{nullptr};
 };

@@ -224,20 +224,24 @@ void JsonReader::read_string() {
       } else {
         if (!available(6)) syntax_error("the text ends inside a \\u escape");
         std::uint32_t cp = read_hex4();
-        if (cp >= 0xdc00 && cp <= 0xdfff) syntax_error("a lone low surrogate escape");
-        if (cp >= 0xd800 && cp <= 0xdbff) {
-          // A high surrogate: the low one must follow as an escape.
-          if (!available(12) || data_[pos_ + 6] != '\\' || data_[pos_ + 7] != 'u') {
-            syntax_error("a high surrogate escape not followed by a low one");
+        if (cp >= 0xdc80 && cp <= 0xdcff && limits_.surrogate_escapes) {
+          string_ += static_cast<char>(cp - 0xdc00);  // a byte that is not UTF-8
+        } else {
+          if (cp >= 0xdc00 && cp <= 0xdfff) syntax_error("a lone low surrogate escape");
+          if (cp >= 0xd800 && cp <= 0xdbff) {
+            // A high surrogate: the low one must follow as an escape.
+            if (!available(12) || data_[pos_ + 6] != '\\' || data_[pos_ + 7] != 'u') {
+              syntax_error("a high surrogate escape not followed by a low one");
+            }
+            pos_ += 6;
+            std::uint32_t low = read_hex4();
+            if (low < 0xdc00 || low > 0xdfff) {
+              syntax_error("a high surrogate escape not followed by a low one");
+            }
+            cp = 0x10000 + ((cp - 0xd800) << 10) + (low - 0xdc00);
           }
-          pos_ += 6;
-          std::uint32_t low = read_hex4();
-          if (low < 0xdc00 || low > 0xdfff) {
-            syntax_error("a high surrogate escape not followed by a low one");
-          }
-          cp = 0x10000 + ((cp - 0xd800) << 10) + (low - 0xdc00);
+          append_utf8(string_, cp);
         }
-        append_utf8(string_, cp);
         pos_ += 6;
       }
     }

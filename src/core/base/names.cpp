@@ -9,8 +9,7 @@
 namespace ckptfs {
 namespace {
 
-constexpr std::size_t max_name = 255;
-constexpr std::size_t kept_when_cut = 200;
+constexpr std::size_t kept_when_cut = 200;  // the cut form: 200 + "%~" + 16 = 218 bytes
 
 // "model-00001-of-00004.safetensors": the files of a sharded safetensors view.
 bool is_shard_name(std::string_view name) {
@@ -76,12 +75,24 @@ std::uint64_t fnv1a64(std::string_view bytes) {
   return h;
 }
 
-std::string directory_name(std::string_view key) {
+std::string directory_name(std::string_view key, std::size_t max_bytes) {
   Escaped e = escape(key);
-  return e.name.size() <= max_name ? std::move(e.name) : cut(e, key);
+  return e.name.size() <= max_bytes ? std::move(e.name) : cut(e, key);
 }
 
-std::optional<std::string> key_of_name(std::string_view name) {
+bool is_own_name(std::string_view key, std::size_t max_bytes) noexcept {
+  return !key.empty() && key.size() <= max_bytes && !reserved(key) &&
+         key.find_first_of(std::string_view("%/\0", 3)) == std::string_view::npos;
+}
+
+std::string suffixed_name(std::string_view key, std::uint64_t n, std::size_t max_bytes) {
+  Escaped e = escape(key);
+  std::string suffix = fmt::format("%#{}", n);
+  if (e.name.size() + suffix.size() <= max_bytes) return e.name + suffix;
+  return cut(e, key) + suffix;
+}
+
+std::optional<std::string> key_of_name(std::string_view name, std::size_t max_bytes) {
   if (name.find("%~") != std::string_view::npos || name.find("%#") != std::string_view::npos) {
     return std::nullopt;
   }
@@ -104,18 +115,15 @@ std::optional<std::string> key_of_name(std::string_view name) {
   }
   // Only a name the rule itself gives that key (a '%' in front of a name that is not reserved,
   // or a reserved name without it, is none).
-  if (directory_name(key) != name) return std::nullopt;
+  if (directory_name(key, max_bytes) != name) return std::nullopt;
   return key;
 }
 
 std::string NameAllocator::name(std::string_view key) {
-  Escaped e = escape(key);
-  std::string plain = e.name.size() <= max_name ? e.name : cut(e, key);
+  std::string plain = directory_name(key, max_bytes_);
   if (taken_.insert(plain).second) return plain;
   for (std::uint64_t n = 2;; ++n) {
-    std::string suffix = fmt::format("%#{}", n);
-    std::string candidate = plain.size() + suffix.size() <= max_name ? plain + suffix
-                                                                      : cut(e, key) + suffix;
+    std::string candidate = suffixed_name(key, n, max_bytes_);
     if (taken_.insert(candidate).second) return candidate;
   }
 }

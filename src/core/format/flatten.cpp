@@ -4,6 +4,7 @@
 #include <ckptfs/base/text.hpp>
 #include <ckptfs/format/flatten.hpp>
 #include <ckptfs/format/value_json.hpp>
+#include <ckptfs/base/hash.hpp>
 
 #include <fmt/format.h>
 
@@ -230,7 +231,7 @@ class Flattener {
   // 1 == "1" nor b"x" == "x"), not as their texts: keys that only look alike all stay.
   void merge_equal_keys(Children& kids) {
     if (kids.size() < 2) return;
-    std::unordered_map<std::string, std::size_t> first;
+    TextMap<std::size_t> first;
     std::vector<bool> repeated(kids.size(), false);
     bool any = false;
     for (std::size_t i = 0; i < kids.size(); ++i) {
@@ -417,7 +418,7 @@ class Flattener {
   // Entries whose text another entry has too get their key path, so that index.json says which
   // Python key each came from ("0" the int, "0" the str; "a.b" one key, "a" then "b").
   void add_key_paths_of_shared_texts() {
-    std::unordered_map<std::string_view, std::uint32_t> count;  // views into entries_' keys
+    TextViewMap<std::uint32_t> count;  // views into entries_' keys
     count.reserve(entries_.size());
     for (const Entry& e : entries_) ++count[e.key];
     for (auto& [index, path] : pending_paths_) {

@@ -263,13 +263,13 @@ Value Value::tuple(std::vector<Value> items) {
   v.items = std::move(items);
   return v;
 }
-Value Value::dict(std::vector<std::pair<Value, Value>> entries) {
+Value Value::dict(std::vector<DictEntry> entries) {
   Value v;
   v.kind = Kind::dict;
   v.entries = std::move(entries);
   return v;
 }
-Value Value::ordered_dict(std::vector<std::pair<Value, Value>> entries) {
+Value Value::ordered_dict(std::vector<DictEntry> entries) {
   Value v;
   v.kind = Kind::ordered_dict;
   v.entries = std::move(entries);

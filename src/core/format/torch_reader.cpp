@@ -7,6 +7,7 @@
 #include <ckptfs/format/torch_reader.hpp>
 #include <ckptfs/format/torchscript_reader.hpp>
 #include <ckptfs/format/zip_reader.hpp>
+#include <ckptfs/base/hash.hpp>
 
 #include "torch_storages.hpp"
 
@@ -118,7 +119,7 @@ bool is_legacy_magic(const pickle::Graph& g) {
 StorageTable legacy_storages(const ByteSource& source, std::uint64_t offset,
                              const std::vector<std::string>& keys, const Interpretation& in) {
   // The element size of each key comes from the first persistent id that names it.
-  std::unordered_map<std::string, std::size_t> element_size;
+  TextMap<std::size_t> element_size;
   for (const auto& ref : in.storage_refs) element_size.emplace(ref.key, ref.element_size());
   StorageTable table;
   for (const auto& key : keys) {

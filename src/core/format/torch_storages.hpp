@@ -9,6 +9,7 @@
 #include <ckptfs/format/zip_reader.hpp>
 #include <ckptfs/model/model.hpp>
 #include <ckptfs/source/byte_source.hpp>
+#include <ckptfs/base/hash.hpp>
 
 #include <cstdint>
 #include <optional>
@@ -33,7 +34,7 @@ inline std::optional<std::uint64_t> add(std::uint64_t a, std::uint64_t b) {
 // Storages by key; each persistent id names one.
 struct StorageTable {
   std::vector<Storage> storages;
-  std::unordered_map<std::string, std::size_t> by_key;
+  TextMap<std::size_t> by_key;
 };
 
 // `entry`, or Error(unsupported) naming it when it is compressed or encrypted: ckptfs reads

@@ -2,6 +2,7 @@
 // read_class_declarations(): the first lines of TorchScript classes, matched as text in code
 // records that are read by offset or inflated on the way, within a budget of bytes.
 #include <ckptfs/format/torchscript_code.hpp>
+#include <ckptfs/base/hash.hpp>
 
 #include <zlib.h>
 
@@ -94,7 +95,7 @@ std::optional<std::vector<std::string>> parse_name_list(std::string_view text) {
 // Matches the lines of one code record against the classes wanted from it (simple names).
 class Scanner {
  public:
-  Scanner(const std::unordered_set<std::string>& wanted, std::size_t max_line)
+  Scanner(const TextSet& wanted, std::size_t max_line)
       : wanted_(wanted), max_line_(max_line) {}
 
   // Takes the next bytes of the record; false once every wanted class is settled.
@@ -127,7 +128,7 @@ class Scanner {
     }
   }
 
-  std::unordered_map<std::string, ClassDeclaration> take() { return std::move(found_); }
+  TextMap<ClassDeclaration> take() { return std::move(found_); }
 
  private:
   void end_line() {
@@ -200,12 +201,12 @@ class Scanner {
     (is_parameters ? parameters_seen_ : buffers_seen_) = true;
   }
 
-  const std::unordered_set<std::string>& wanted_;
+  const TextSet& wanted_;
   const std::size_t max_line_;
   std::string partial_;
   bool overlong_ = false;
-  std::unordered_set<std::string> seen_;
-  std::unordered_map<std::string, ClassDeclaration> found_;
+  TextSet seen_;
+  TextMap<ClassDeclaration> found_;
   ClassDeclaration* current_ = nullptr;  // the class whose header is being read
   std::string current_name_;
   bool parameters_seen_ = false;
@@ -287,12 +288,12 @@ std::string code_record_of(std::string_view qualified_name) {
   return record + ".py";
 }
 
-std::unordered_map<std::string, ClassDeclaration> read_class_declarations(
+TextMap<ClassDeclaration> read_class_declarations(
     const ByteSource& source, const ZipArchive& zip, std::string_view prefix,
     const std::vector<std::string>& classes, const CodeLimits& limits) {
   struct Wanted {
     std::string qualifier;                 // "__torch__.a.b"
-    std::unordered_set<std::string> names;  // "C"
+    TextSet names;  // "C"
   };
   // By record; std::map: records are read in a fixed order, so that the budget runs out at the
   // same place every time.
@@ -305,7 +306,7 @@ std::unordered_map<std::string, ClassDeclaration> read_class_declarations(
     w.qualifier = name.substr(0, dot);
     w.names.insert(name.substr(dot + 1));
   }
-  std::unordered_map<std::string, ClassDeclaration> out;
+  TextMap<ClassDeclaration> out;
   std::uint64_t budget = limits.max_code_bytes;
   for (const auto& [record, w] : wanted) {
     const ZipEntry* entry = zip.find(record);

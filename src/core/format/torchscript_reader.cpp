@@ -5,6 +5,7 @@
 #include <ckptfs/format/flatten.hpp>
 #include <ckptfs/format/torch_interpreter.hpp>
 #include <ckptfs/format/torchscript_reader.hpp>
+#include <ckptfs/base/hash.hpp>
 
 #include "torch_storages.hpp"
 
@@ -39,7 +40,7 @@ NodeId dict_state(const Graph& g, NodeId id) {
 // not one: an argument always exists before the call that takes it, so one pass in creation
 // order resolves chains of them.
 std::unordered_map<NodeId, NodeId> typed_container_aliases(const Graph& g) {
-  static const std::unordered_set<std::string_view> transparent = {
+  static const TextViewSet transparent = {
       "build_intlist", "build_tensorlist", "build_doublelist", "build_boollist",
       "restore_type_tag"};
   std::unordered_map<NodeId, NodeId> aliases;
@@ -70,7 +71,7 @@ struct TorchClasses {
 TorchClasses torch_classes(const Graph& g) {
   TorchClasses out;
   std::unordered_map<NodeId, std::int64_t> of_global;  // GLOBAL node -> index, -1: not one
-  std::unordered_map<std::string, std::uint32_t> index;
+  TextMap<std::uint32_t> index;
   for (NodeId id = 0; id < g.size(); ++id) {
     if (g.kind(id) != Kind::object) continue;
     NodeId callable = g.object(id).callable;
@@ -93,8 +94,8 @@ TorchClasses torch_classes(const Graph& g) {
 // attributes are parameters and buffers.
 struct DeclaredClass {
   bool module = false;
-  std::unordered_set<std::string_view> parameters;  // views into the declaration
-  std::unordered_set<std::string_view> buffers;
+  TextViewSet parameters;  // views into the declaration
+  TextViewSet buffers;
 };
 
 struct Walks {
@@ -108,7 +109,7 @@ struct Walks {
 class ModuleWalker {
  public:
   ModuleWalker(const Graph& g, const Interpretation& in, const TorchClasses& classes,
-               const std::unordered_map<std::string, ClassDeclaration>& declarations)
+               const TextMap<ClassDeclaration>& declarations)
       : g_(g), in_(in), classes_(classes) {
     declared_.resize(classes.names.size());
     for (std::size_t i = 0; i < classes.names.size(); ++i) {
@@ -186,7 +187,7 @@ class ModuleWalker {
       std::size_t position;
     };
     std::vector<Attribute> attributes;
-    std::unordered_map<std::string_view, std::size_t> seen;
+    TextViewMap<std::size_t> seen;
     const auto& items = g_.dict_items(state);
     for (std::size_t i = 0; i < items.size(); ++i) {
       auto [key, value] = items[i];

@@ -361,7 +361,7 @@ ZipArchive::ZipArchive(const ByteSource& source, const ZipLimits& limits) {
 }
 
 const ZipEntry* ZipArchive::find(std::string_view name) const {
-  auto it = first_by_name_.find(std::string(name));
+  auto it = first_by_name_.find(name);
   return it == first_by_name_.end() ? nullptr : &entries_[it->second];
 }
 

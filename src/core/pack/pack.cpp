@@ -9,15 +9,14 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cstring>
 #include <stdexcept>
 
 namespace ckptfs {
 namespace {
 
-// Staged (gathered, converted) bytes are made this much at a time: the bound on memory.
+// A tensor that is not one range of a source (gathered, converted, swapped) is staged this much
+// at a time: the bound on memory.
 constexpr std::size_t chunk_bytes = 1 << 20;
-static_assert(chunk_bytes <= OutputFile::buffer_bytes);
 
 // The model with only the selected entries, under their output keys: what SafetensorsExport
 // lays out (its tensors and storages unchanged: entries index them).
@@ -37,21 +36,6 @@ Model selected_model(const Model& model, const Selection& selection) {
   return sub;
 }
 
-// The bytes that reverse together when an element changes byte order: the element, or for a
-// complex number each of its two halves.
-std::size_t swap_unit(DType dtype) {
-  const std::size_t size = info(dtype).element_size;
-  const bool complex = dtype == DType::complex32 || dtype == DType::complex64 ||
-                       dtype == DType::complex128;
-  return complex ? size / 2 : size;
-}
-
-void byteswap(char* bytes, std::size_t length, std::size_t unit) {
-  for (std::size_t at = 0; at + unit <= length; at += unit) {
-    std::reverse(bytes + at, bytes + at + unit);
-  }
-}
-
 void write_safetensors(const Model& sub, Sources sources, std::optional<DType> convert_to,
                        OutputFile& out) {
   const SafetensorsExport layout(sub, 0, convert_to);
@@ -65,40 +49,26 @@ void write_safetensors(const Model& sub, Sources sources, std::optional<DType> c
   ReadBuffer buffer;
   for (const SafetensorsExport::Tensor& st : layout.tensors()) {
     const Tensor& t = sub.tensors[sub.entries[st.entry].tensor];
-    const ServedTensor served = serve(sub, t, convert_to);
-    // safetensors is little-endian: a big-endian checkpoint's elements are swapped on the way.
-    const std::size_t unit = served.big_endian ? swap_unit(served.dtype) : 1;
-    if (served.way == ServedTensor::Way::range && unit == 1) {
+    // safetensors is little-endian: a big-endian checkpoint's elements are swapped on the way
+    // (Way::swap), a chunk at a time as every other way that is not one range.
+    const ServedTensor served = serve(sub, t, convert_to, ByteOrder::little);
+    if (served.way == ServedTensor::Way::range) {
       // One range of a source: copied in the kernel, in one call for the whole tensor.
       const Storage& s = sub.storages[served.storage];
       out.copy(*sources[s.source], data_offset(s) + served.begin, served.nbytes);
       continue;
     }
-    const std::span<char> staging = out.buffer().first(chunk_bytes);
     for (std::uint64_t at = 0; at < served.nbytes; at += chunk_bytes) {
       const auto n =
           static_cast<std::size_t>(std::min<std::uint64_t>(chunk_bytes, served.nbytes - at));
       buffer.clear();
       read_served(sub, t, served, at, n, sources, buffer);
-      std::size_t filled = 0;
       for (const ReadPiece& piece : buffer.pieces()) {
-        if (unit == 1 && !piece.memory) {
-          out.copy(*sources[piece.source], piece.source_offset, piece.length);
-        } else if (unit == 1) {
+        if (piece.memory) {
           out.write({piece.memory, piece.length});
-        } else if (piece.memory) {
-          std::memcpy(staging.data() + filled, piece.memory, piece.length);
-          filled += piece.length;
         } else {
-          sources[piece.source]->read(
-              piece.source_offset, std::as_writable_bytes(staging.subspan(filled, piece.length)));
-          filled += piece.length;
+          out.copy(*sources[piece.source], piece.source_offset, piece.length);
         }
-      }
-      if (unit != 1) {
-        // Chunks are whole elements: chunk_bytes is a multiple of every element size.
-        byteswap(staging.data(), filled, unit);
-        out.write({staging.data(), filled});
       }
     }
   }

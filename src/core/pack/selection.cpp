@@ -2,14 +2,16 @@
 // select_entries(): patterns, the entries each format can hold, parts that go inside their
 // tensor, and unique keys.
 #include <ckptfs/base/error.hpp>
+#include <ckptfs/base/hash.hpp>
 #include <ckptfs/base/text.hpp>
-#include <ckptfs/format/value_pickle.hpp>
+#include <ckptfs/base/json_reader.hpp>
+#include <ckptfs/format/plain_value.hpp>
+#include <ckptfs/format/value_json.hpp>
 #include <ckptfs/pack/selection.hpp>
 #include <ckptfs/view/served.hpp>
 
 #include <fmt/format.h>
 
-#include <unordered_set>
 
 namespace ckptfs {
 namespace {
@@ -52,6 +54,38 @@ std::string quantized_problem(const Model& model, const Tensor& t) {
   return {};
 }
 
+// Why plain_value() found no value in `value_json`: the first of value_json()'s forms for what
+// it only describes, read token by token (no recursion), or what else is wrong with the text.
+std::string why_not_plain(std::string_view value_json) {
+  using Token = JsonReader::Token;
+  JsonLimits limits;
+  limits.max_depth = max_value_depth + 1;
+  limits.surrogate_escapes = true;
+  try {
+    JsonReader json(value_json, limits);
+    bool object_opened = false;
+    for (Token t = json.next(); t != Token::end; t = json.next()) {
+      if (t == Token::key && object_opened) {
+        const std::string_view key = json.string();
+        if (key == "__class__") {
+          if (json.next() == Token::string) {
+            return fmt::format("an instance of {}, which ckptfs never builds", json.string());
+          }
+          return "an object ckptfs never builds (a call or an instance)";
+        }
+        if (key == "__global__") return "a reference to a class or function";
+        if (key == "__persistent_id__") return "a reference to a storage outside a tensor";
+        if (key == "__truncated__") return "a value cut at ckptfs's limits";
+        if (key == "__recursion__") return "a value that contains itself";
+      }
+      object_opened = t == Token::begin_object;
+    }
+  } catch (const Error& e) {
+    return fmt::format("its JSON is invalid ({})", e.what());
+  }
+  return "a form value_json() does not write";
+}
+
 }  // namespace
 
 std::optional<PackFormat> pack_format_of(std::string_view path) {
@@ -76,7 +110,7 @@ Selection select_entries(const Model& model, std::span<const KeyGlob> globs, Pac
     }
   }
   // Per-channel quantized tensors written: their scales' and zero points' entries go inside.
-  std::unordered_set<std::string> inside;
+  TextSet inside;
   if (format == PackFormat::torch) {
     for (std::size_t i = 0; i < model.entries.size(); ++i) {
       const Entry& e = model.entries[i];
@@ -99,10 +133,9 @@ Selection select_entries(const Model& model, std::span<const KeyGlob> globs, Pac
         out.left_out.push_back({i, "a value: safetensors holds tensors only"});
         continue;
       }
-      std::string why;
-      auto plain = plain_value(e.value_json, why);
+      auto plain = plain_value(e.value_json);
       if (!plain) {
-        out.left_out.push_back({i, "not a plain value: " + why});
+        out.left_out.push_back({i, "not a plain value: " + why_not_plain(e.value_json)});
         continue;
       }
       value = std::move(*plain);
@@ -139,9 +172,9 @@ Selection select_entries(const Model& model, std::span<const KeyGlob> globs, Pac
 
   // Unique keys: the first of a text keeps it; later ones get the smallest "%#N" that is no
   // entry's own key.
-  std::unordered_set<std::string_view> own;
+  TextViewSet own;
   for (const std::size_t i : out.entries) own.insert(model.entries[i].key);
-  std::unordered_set<std::string> used;
+  TextSet used;
   out.keys.reserve(out.entries.size());
   for (const std::size_t i : out.entries) {
     const std::string& text = model.entries[i].key;

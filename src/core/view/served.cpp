@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 namespace ckptfs {
 namespace {
@@ -96,7 +97,8 @@ void gather_tensor(const Model& c, const Tensor& t, std::uint64_t offset, Source
   std::memcpy(out.data(), elements.data() + (offset - first * es), length);
 }
 
-ServedTensor serve(const Model& model, const Tensor& tensor, std::optional<DType> convert_to) {
+ServedTensor serve(const Model& model, const Tensor& tensor, std::optional<DType> convert_to,
+                   ByteOrder order) {
   ServedTensor s;
   s.dtype = s.stored = tensor.dtype;
   s.big_endian = big_endian(model, tensor);
@@ -117,8 +119,20 @@ ServedTensor serve(const Model& model, const Tensor& tensor, std::optional<DType
     if (s.nbytes != 0) s.way = ServedTensor::Way::convert;
     return s;
   }
-  if (s.nbytes != 0) s.way = begin ? ServedTensor::Way::range : ServedTensor::Way::gather;
+  if (s.nbytes == 0) return s;
+  s.way = begin ? ServedTensor::Way::range : ServedTensor::Way::gather;
+  if (order == ByteOrder::little && s.big_endian && swap_unit(tensor.dtype) > 1) {
+    s.way = ServedTensor::Way::swap;
+    s.big_endian = false;
+  }
   return s;
+}
+
+std::size_t swap_unit(DType dtype) noexcept {
+  const std::size_t size = info(dtype).element_size;
+  const bool complex =
+      dtype == DType::complex32 || dtype == DType::complex64 || dtype == DType::complex128;
+  return complex ? size / 2 : size;
 }
 
 void read_served(const Model& model, const Tensor& tensor, const ServedTensor& served,
@@ -134,6 +148,28 @@ void read_served(const Model& model, const Tensor& tensor, const ServedTensor& s
     case ServedTensor::Way::gather: {
       const std::uint32_t source = model.storages[*tensor.storage].source;
       gather_tensor(model, tensor, offset, sources, out.add_staged(length, source));
+      return;
+    }
+    case ServedTensor::Way::swap: {
+      // The whole elements the range touches, read as stored, reversed, then cut.
+      const std::size_t unit = swap_unit(served.stored);
+      const std::uint64_t first = offset / unit * unit;
+      const std::uint64_t last = (offset + length + unit - 1) / unit * unit;
+      thread_local std::vector<char> stored;
+      stored.resize(static_cast<std::size_t>(last - first));
+      if (served.contiguous) {
+        const Storage& storage = model.storages[served.storage];
+        sources[storage.source]->read(data_offset(storage) + served.begin + first,
+                                      std::as_writable_bytes(std::span(stored)));
+      } else {
+        gather_tensor(model, tensor, first, sources, stored);
+      }
+      for (std::size_t i = 0; i < stored.size(); i += unit) {
+        std::reverse(stored.begin() + static_cast<std::ptrdiff_t>(i),
+                     stored.begin() + static_cast<std::ptrdiff_t>(i + unit));
+      }
+      const std::uint32_t source = model.storages[*tensor.storage].source;
+      std::memcpy(out.add_staged(length, source).data(), stored.data() + (offset - first), length);
       return;
     }
     case ServedTensor::Way::convert: {

@@ -5,9 +5,10 @@
 #include <ckptfs/base/error.hpp>
 #include <ckptfs/base/numbers.hpp>
 #include <ckptfs/base/json_writer.hpp>
+#include <ckptfs/format/plain_value.hpp>
 #include <ckptfs/format/torch_writer.hpp>
 #include <ckptfs/view/describe.hpp>
-#include <ckptfs/view/names.hpp>
+#include <ckptfs/base/names.hpp>
 #include <ckptfs/view/npy.hpp>
 #include <ckptfs/view/safetensors_export.hpp>
 #include <ckptfs/view/served.hpp>
@@ -22,8 +23,10 @@ namespace ckptfs {
 // A tensor entry's derived files. meta.json, made on its first use (its offsets may mean reading
 // a remote record's local header); the .npy header; tensor.pt: its archive, the archive's
 // segments and local headers, and its storages' CRCs and central directory, made once each on
-// first need (a CRC may mean reading the whole tensor once).
+// first need (a CRC may mean reading the whole tensor once). A value entry's, in the RFC
+// layout: its <name>.pt, whole.
 struct Tree::EntryFiles {
+  std::string value_file;
   mutable std::atomic<const std::string*> meta_json{nullptr};
   std::string npy_header;
   std::optional<TorchArchive> archive;
@@ -74,32 +77,97 @@ std::optional<TorchArchive> torch_file_of(const Model& model, const Tensor& tens
   }
 }
 
+// The file torch.save(value) writes for the value a value entry's JSON describes whole; nullopt
+// for a value it only describes, or one a pickle cannot hold.
+std::optional<std::string> value_file_of(const std::string& value_json) {
+  auto value = plain_value(value_json);
+  if (!value) return std::nullopt;
+  try {
+    return value_file(*value).bytes();
+  } catch (const Error&) {
+    return std::nullopt;  // a str that is not UTF-8, a container too deep to write
+  }
+}
+
 }  // namespace
+
+bool Tree::has_rfc_file(std::size_t entry) const {
+  const Entry& e = model_.entries[entry];
+  try {
+    pickle::Writer keys;
+    keys.string(e.key);  // map.pt holds the key as a str
+  } catch (const Error&) {
+    return false;
+  }
+  if (e.kind == Entry::Kind::value) return value_file_of(e.value_json).has_value();
+  const Tensor& t = model_.tensors[e.tensor];
+  return t.broken.empty() && torch_file_of(model_, t, serve(model_, t, options_.dtype));
+}
 
 Tree::Tree(Model model, TreeOptions options)
     : model_(std::move(model)), options_(std::move(options)) {
+  const bool rfc = options_.layout == Layout::rfc;
   root_files_.push_back({"index.json", Kind::index_json, 0});
-  if (options_.shard_size == 0) {
+  if (rfc) {
+    root_files_.push_back({"map.pt", Kind::keys_pt, 0});
+  } else if (options_.shard_size == 0) {
     root_files_.push_back({"model.safetensors", Kind::safetensors_file, 0});
   } else {
-    // The shards' names say how many there are: the export is laid out now.
-    root_files_.push_back({"model.safetensors.index.json", Kind::safetensors_index, 0});
-    const auto& files = safetensors().files();
-    for (std::size_t i = 0; i < files.size(); ++i) {
-      root_files_.push_back({files[i].name, Kind::safetensors_file, i});
+    // The shards' names say how many there are: the export is laid out now. A model that fits
+    // one shard is one model.safetensors, without an index.
+    const SafetensorsExport& files = safetensors();
+    if (!files.index_json().empty()) {
+      root_files_.push_back({"model.safetensors.index.json", Kind::safetensors_index, 0});
+    }
+    for (std::size_t i = 0; i < files.files().size(); ++i) {
+      root_files_.push_back({files.files()[i].name, Kind::safetensors_file, i});
     }
   }
   first_entry_ino_ = root_ino + 1 + root_files_.size();
   const std::size_t entries = model_.entries.size();
-  entry_names_.reserve(entries);
-  NameAllocator names;
-  for (const Entry& e : model_.entries) entry_names_.push_back(names.name(e.key));
-  root_lookup_.reserve(root_files_.size() + entries);
-  for (std::size_t i = 0; i < root_files_.size(); ++i) root_lookup_.emplace(root_files_[i].name, i);
-  for (std::size_t i = 0; i < entries; ++i) {
-    // Entry names never equal a root file's (the naming rule reserves them).
-    root_lookup_.emplace(entry_names_[i], root_files_.size() + i);
+  if (rfc) {
+    // Which entries have a file decides the listing and map.pt; their content is made on use.
+    has_file_.resize(entries);
+    for (std::size_t i = 0; i < entries; ++i) {
+      if (has_rfc_file(i)) {
+        has_file_[i] = true;
+        root_entries_.push_back(static_cast<std::uint32_t>(i));
+      }
+    }
+    root_entries_.shrink_to_fit();
   }
+  // Names as NameAllocator gives them, with the root's lookup table as the set of names taken:
+  // no second copy of the keys. Root files' names are no key's (the naming rule reserves them).
+  // In the RFC layout the table holds every entry's name without ".pt" (entries without a file
+  // take theirs too, so that names do not depend on which can be loaded) and the root's two
+  // files are found apart.
+  const std::size_t max_bytes = rfc ? rfc_name_bytes : max_name_bytes;
+  const std::size_t children = (rfc ? 0 : root_files_.size()) + entries;
+  std::size_t slots = 16;
+  while (slots < 2 * children) slots *= 2;
+  root_slots_.assign(slots, 0);
+  auto insert = [&](std::size_t child) {
+    std::size_t at = KeyedHash{}(root_child_name(child)) & (slots - 1);
+    while (root_slots_[at] != 0) at = (at + 1) & (slots - 1);
+    root_slots_[at] = static_cast<std::uint32_t>(child + 1);
+  };
+  if (!rfc) {
+    for (std::size_t f = 0; f < root_files_.size(); ++f) insert(f);
+  }
+  for (std::size_t i = 0; i < entries; ++i) {
+    const std::string& key = model_.entries[i].key;
+    std::string name = is_own_name(key, max_bytes) ? std::string() : directory_name(key, max_bytes);
+    if (find_root_child(name.empty() ? std::string_view(key) : name)) {
+      keys_unique_ = false;  // an earlier key has this name: the same text
+      for (std::uint64_t n = 2;; ++n) {
+        name = suffixed_name(key, n, max_bytes);
+        if (!find_root_child(name)) break;
+      }
+    }
+    if (!name.empty()) renamed_.emplace_back(i, std::move(name));
+    insert(root_files_.size() + i);
+  }
+  renamed_.shrink_to_fit();
   entry_files_ = std::make_unique<std::atomic<const EntryFiles*>[]>(entries);
   file_counts_ = std::make_unique<std::atomic<std::uint8_t>[]>(entries);
 }
@@ -107,8 +175,36 @@ Tree::Tree(Model model, TreeOptions options)
 Tree::~Tree() {
   for (std::size_t i = 0; i < model_.entries.size(); ++i) delete entry_files_[i].load();
   delete index_json_.load();
+  delete keys_file_.load();
   delete safetensors_.load();
   delete sharing_.load();
+}
+
+std::string_view Tree::entry_name(std::size_t entry) const {
+  if (!renamed_.empty()) {
+    auto it = std::lower_bound(renamed_.begin(), renamed_.end(), entry,
+                               [](const auto& r, std::size_t e) { return r.first < e; });
+    if (it != renamed_.end() && it->first == entry) return it->second;
+  }
+  return model_.entries[entry].key;
+}
+
+std::size_t Tree::root_entry(std::size_t child) const {
+  return options_.layout == Layout::rfc ? root_entries_[child] : child;
+}
+
+std::string_view Tree::root_child_name(std::size_t child) const {
+  if (child < root_files_.size()) return root_files_[child].name;
+  return entry_name(child - root_files_.size());
+}
+
+std::optional<std::size_t> Tree::find_root_child(std::string_view name) const {
+  const std::size_t mask = root_slots_.size() - 1;
+  for (std::size_t at = KeyedHash{}(name) & mask;; at = (at + 1) & mask) {
+    const std::uint32_t slot = root_slots_[at];
+    if (slot == 0) return std::nullopt;
+    if (root_child_name(slot - 1) == name) return slot - 1;
+  }
 }
 
 std::size_t Tree::files_of_entry(std::size_t entry) const {
@@ -135,6 +231,12 @@ std::optional<Tree::Node> Tree::node(Ino ino) const {
   const std::uint64_t entry = (ino - first_entry_ino_) / stride;
   const std::uint64_t part = (ino - first_entry_ino_) % stride;
   if (entry >= model_.entries.size()) return std::nullopt;
+  if (options_.layout == Layout::rfc) {
+    // An entry's place holds its <name>.pt, when it has one.
+    if (part != 0 || !has_file_[entry]) return std::nullopt;
+    const bool value = model_.entries[entry].kind == Entry::Kind::value;
+    return Node{value ? Kind::value_pt : Kind::tensor_pt, entry};
+  }
   if (part == 0) return Node{Kind::entry_dir, entry};
   if (part > files_of_entry(entry)) return std::nullopt;
   const Entry& e = model_.entries[entry];
@@ -169,20 +271,27 @@ Tree::Ino Tree::parent(Ino ino) const noexcept {
 std::size_t Tree::child_count(Ino dir) const {
   auto n = node(dir);
   if (!n) return 0;
-  if (n->kind == Kind::root) return root_files_.size() + model_.entries.size();
+  if (n->kind == Kind::root) {
+    const bool rfc = options_.layout == Layout::rfc;
+    return root_files_.size() + (rfc ? root_entries_.size() : model_.entries.size());
+  }
   if (n->kind == Kind::entry_dir) return files_of_entry(n->index);
   return 0;
 }
 
-std::pair<std::string_view, Tree::Ino> Tree::child(Ino dir, std::size_t i) const {
+Tree::Ino Tree::child(Ino dir, std::size_t i, std::string& name) const {
   if (dir == root_ino) {
-    if (i < root_files_.size()) return {root_files_[i].name, root_ino + 1 + i};
-    const std::size_t entry = i - root_files_.size();
-    return {entry_names_[entry], entry_ino(entry)};
+    if (i < root_files_.size()) {
+      name = root_files_[i].name;
+      return root_ino + 1 + i;
+    }
+    const std::size_t entry = root_entry(i - root_files_.size());
+    name = entry_name(entry);
+    if (options_.layout == Layout::rfc) name += ".pt";
+    return entry_ino(entry);
   }
   auto n = node(dir);
   const Entry& e = model_.entries[n->index];
-  std::string_view name;
   if (e.kind == Entry::Kind::value) {
     name = "value.json";
   } else if (!model_.tensors[e.tensor].broken.empty()) {
@@ -190,20 +299,34 @@ std::pair<std::string_view, Tree::Ino> Tree::child(Ino dir, std::size_t i) const
   } else {
     name = entry_file_names[i];
   }
-  return {name, dir + 1 + i};
+  return dir + 1 + i;
 }
 
 Tree::Ino Tree::lookup(Ino parent, std::string_view name) const {
+  if (parent == root_ino && options_.layout == Layout::rfc) {
+    for (std::size_t f = 0; f < root_files_.size(); ++f) {
+      if (name == root_files_[f].name) return root_ino + 1 + f;
+    }
+    constexpr std::string_view suffix = ".pt";
+    if (!name.ends_with(suffix)) return 0;
+    const auto found = find_root_child(name.substr(0, name.size() - suffix.size()));
+    if (!found) return 0;
+    const std::size_t entry = *found - root_files_.size();
+    return has_file_[entry] ? entry_ino(entry) : 0;
+  }
   if (parent == root_ino) {
-    auto it = root_lookup_.find(name);
-    if (it == root_lookup_.end()) return 0;
-    return child(root_ino, it->second).second;
+    const auto found = find_root_child(name);
+    if (!found) return 0;
+    return *found < root_files_.size() ? root_ino + 1 + *found
+                                       : entry_ino(*found - root_files_.size());
   }
   auto n = node(parent);
   if (!n || n->kind != Kind::entry_dir) return 0;
+  const Entry& e = model_.entries[n->index];
+  if (e.kind == Entry::Kind::value) return name == "value.json" ? parent + 1 : 0;
+  if (!model_.tensors[e.tensor].broken.empty()) return name == "meta.json" ? parent + 1 : 0;
   for (std::size_t i = 0, count = files_of_entry(n->index); i < count; ++i) {
-    auto [child_name, ino] = child(parent, i);
-    if (child_name == name) return ino;
+    if (name == entry_file_names[i]) return parent + 1 + i;
   }
   return 0;
 }
@@ -217,7 +340,12 @@ const Tree::EntryFiles& Tree::entry_files(std::size_t entry) const {
   return once(entry_files_[entry], [&] {
     auto made = std::make_unique<EntryFiles>();
     EntryFiles& f = *made;
-    const Tensor& t = model_.tensors[model_.entries[entry].tensor];
+    const Entry& e = model_.entries[entry];
+    if (e.kind == Entry::Kind::value) {
+      f.value_file = value_file_of(e.value_json).value_or(std::string());
+      return made;
+    }
+    const Tensor& t = model_.tensors[e.tensor];
     if (t.broken.empty()) {
       const ServedTensor served = serve(model_, t, options_.dtype);
       f.npy_header = npy_header(numpy_descr(served.dtype, served.big_endian), t.shape);
@@ -239,11 +367,11 @@ std::uint64_t Tree::size(const Node& n) const {
     case Kind::entry_dir:
       return 0;
     case Kind::index_json:
-      return index_json().size();
+      return index_json_size();
     case Kind::safetensors_index:
       return safetensors().index_json().size();
     case Kind::safetensors_file:
-      return safetensors().files()[n.index].size;
+      return safetensors_file_size(n.index);
     case Kind::data:
       return serve(model_, model_.tensors[model_.entries[n.index].tensor], options_.dtype).nbytes;
     case Kind::meta_json:
@@ -255,6 +383,10 @@ std::uint64_t Tree::size(const Node& n) const {
       return entry_files(n.index).archive->plan().size();
     case Kind::value_json:
       return model_.entries[n.index].value_json.size() + 1;
+    case Kind::keys_pt:
+      return keys_file().size();
+    case Kind::value_pt:
+      return entry_files(n.index).value_file.size();
   }
   return 0;
 }
@@ -271,7 +403,8 @@ bool Tree::stat(Ino ino, struct stat& st) const {
   if (directory) {
     st.st_mode = S_IFDIR | (0555 & ~options_.umask);
     // "." and the parent's link, plus each subdirectory's "..".
-    st.st_nlink = ino == root_ino ? 2 + model_.entries.size() : 2;
+    const bool subdirectories = ino == root_ino && options_.layout == Layout::split;
+    st.st_nlink = subdirectories ? 2 + model_.entries.size() : 2;
   } else {
     st.st_mode = S_IFREG | (0444 & ~options_.umask);
     st.st_nlink = 1;
@@ -289,53 +422,108 @@ std::size_t Tree::node_count_hint() const noexcept {
   return 1 + root_files_.size() + model_.entries.size() * stride;
 }
 
+// index.json, written into `out`; `flush` is called whenever `out` holds more than a few KiB
+// and once at the end, and may empty it (to count the bytes without keeping them).
+template <typename Flush>
+void Tree::write_index_json(std::string& out, Flush flush) const {
+  constexpr std::size_t flush_at = 16 * 1024;
+  std::size_t tensors = 0;
+  uint128 total_bytes = 0;
+  for (const Entry& e : model_.entries) {
+    if (e.kind != Entry::Kind::tensor) continue;
+    ++tensors;
+    total_bytes += serve(model_, model_.tensors[e.tensor], options_.dtype).nbytes;
+  }
+  JsonWriter j(out);  // only ever appends to `out`: flushing it between values is safe
+  j.begin_object();
+  j.key("source").string(options_.source_path);
+  j.key("format").string(format_name(model_.format));
+  j.key("byteorder").string(model_.byteorder());
+  j.key("tensors").number(std::uint64_t{tensors});
+  j.key("values").number(std::uint64_t{model_.entries.size() - tensors});
+  j.key("total_bytes").raw(decimal(total_bytes));
+  write_sources_and_metadata(j, model_);
+  j.key("entries").begin_array();
+  for (std::size_t i = 0; i < model_.entries.size(); ++i) {
+    const Entry& e = model_.entries[i];
+    j.begin_object();
+    j.key("key").string(e.key);
+    if (!e.key_path.empty()) j.key("key_path").raw(e.key_path);
+    j.key("path");
+    if (options_.layout == Layout::split) {
+      j.string(entry_name(i));
+    } else if (has_file_[i]) {
+      j.string(std::string(entry_name(i)) + ".pt");
+    } else {
+      j.null();  // the RFC layout: no file torch can load alone
+    }
+    if (e.kind == Entry::Kind::value) {
+      j.key("kind").string("value").key("dtype").null().key("shape").null().key("nbytes").null();
+    } else {
+      const Tensor& t = model_.tensors[e.tensor];
+      const ServedTensor served = serve(model_, t, options_.dtype);
+      j.key("kind").string("tensor");
+      j.key("dtype").string(info(served.dtype).name);
+      j.key("shape").numbers(t.shape);
+      j.key("nbytes");
+      if (t.broken.empty()) {
+        j.number(served.nbytes);
+      } else {
+        j.null();
+      }
+    }
+    j.end_object();
+    if (out.size() > flush_at) flush();
+  }
+  j.end_array().end_object();
+  out += '\n';
+  flush();
+}
+
+const std::string& Tree::keys_file() const {
+  return once(keys_file_, [&] {
+    std::vector<std::string> keys;
+    keys.reserve(root_entries_.size());
+    for (const std::uint32_t entry : root_entries_) keys.push_back(model_.entries[entry].key);
+    return ckptfs::keys_file(keys, {.prefix = "map"}).bytes();
+  });
+}
+
 const std::string& Tree::index_json() const {
   return once(index_json_, [&] {
-    std::size_t tensors = 0;
-    uint128 total_bytes = 0;
-    for (const Entry& e : model_.entries) {
-      if (e.kind != Entry::Kind::tensor) continue;
-      ++tensors;
-      total_bytes += serve(model_, model_.tensors[e.tensor], options_.dtype).nbytes;
-    }
     std::string out;
-    JsonWriter j(out);
-    j.begin_object();
-    j.key("source").string(options_.source_path);
-    j.key("format").string(format_name(model_.format));
-    j.key("byteorder").string(model_.byteorder());
-    j.key("tensors").number(std::uint64_t{tensors});
-    j.key("values").number(std::uint64_t{model_.entries.size() - tensors});
-    j.key("total_bytes").raw(decimal(total_bytes));
-    write_sources_and_metadata(j, model_);
-    j.key("entries").begin_array();
-    for (std::size_t i = 0; i < model_.entries.size(); ++i) {
-      const Entry& e = model_.entries[i];
-      j.begin_object();
-      j.key("key").string(e.key);
-      if (!e.key_path.empty()) j.key("key_path").raw(e.key_path);
-      j.key("path").string(entry_names_[i]);
-      if (e.kind == Entry::Kind::value) {
-        j.key("kind").string("value").key("dtype").null().key("shape").null().key("nbytes").null();
-      } else {
-        const Tensor& t = model_.tensors[e.tensor];
-        const ServedTensor served = serve(model_, t, options_.dtype);
-        j.key("kind").string("tensor");
-        j.key("dtype").string(info(served.dtype).name);
-        j.key("shape").numbers(t.shape);
-        j.key("nbytes");
-        if (t.broken.empty()) {
-          j.number(served.nbytes);
-        } else {
-          j.null();
-        }
-      }
-      j.end_object();
-    }
-    j.end_array().end_object();
-    out += '\n';
+    write_index_json(out, [] {});
     return out;
   });
+}
+
+std::uint64_t Tree::index_json_size() const {
+  if (const std::string* made = index_json_.load(std::memory_order_acquire)) return made->size();
+  std::uint64_t size = index_json_size_.load(std::memory_order_relaxed);
+  if (size == unknown_size) {
+    // Counted without being kept: a listing of the root needs the size, not the bytes.
+    std::string chunk;
+    size = 0;
+    write_index_json(chunk, [&] {
+      size += chunk.size();
+      chunk.clear();
+    });
+    index_json_size_.store(size, std::memory_order_relaxed);
+  }
+  return size;
+}
+
+std::uint64_t Tree::safetensors_file_size(std::size_t file) const {
+  if (options_.shard_size != 0) return safetensors().files()[file].size;  // laid out at mount
+  if (const auto* made = safetensors_.load(std::memory_order_acquire)) {
+    return made->files()[file].size;
+  }
+  std::uint64_t size = safetensors_size_.load(std::memory_order_relaxed);
+  if (size == unknown_size) {
+    size = SafetensorsExport::single_file_size(model_, options_.dtype, keys_unique_);
+    safetensors_size_.store(size, std::memory_order_relaxed);
+  }
+  return size;
 }
 
 // The tensor whose bytes are storage `storage` of an entry's tensor.pt: 0 the tensor itself,
@@ -475,6 +663,10 @@ void Tree::read(Ino ino, std::uint64_t offset, std::size_t length, Sources sourc
       return literal(meta_json(n->index));
     case Kind::tensor_pt:
       return read_torch_file(n->index, offset, length, sources, out);
+    case Kind::keys_pt:
+      return literal(keys_file());
+    case Kind::value_pt:
+      return literal(entry_files(n->index).value_file);
     case Kind::value_json: {
       const std::string& json = model_.entries[n->index].value_json;
       // The JSON, then a newline.

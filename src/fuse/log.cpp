@@ -1,0 +1,143 @@
+// SPDX-License-Identifier: MIT
+// The mount's log: stderr or syslog, at most lines_per_minute lines a minute, and libfuse's
+// messages captured.
+#include "log.hpp"
+
+#include "libfuse.hpp"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdarg>
+#include <cstdio>
+#include <mutex>
+#include <syslog.h>
+#include <unistd.h>
+
+namespace ckptfs::fuse::log {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Everything below is guarded by `mutex`.
+std::mutex mutex;
+bool to_syslog = false;
+Clock::time_point window_start{};  // the minute the last lines that got through belong to
+unsigned lines_in_window = 0;
+unsigned long long held_back = 0;  // lines not logged since the last one that was
+
+// libfuse's messages: the last error, and a message being assembled from several calls
+// ("unknown option(s): `-o " then "relatime'\n"; the serving threads log too, with -d).
+bool pass_all_libfuse = false;
+std::string last_libfuse_error;
+std::string partial_libfuse_message;
+
+void write_line(Level level, std::string_view message) {
+  if (to_syslog) {
+    ::syslog(level == Level::error ? LOG_ERR : LOG_WARNING, "%.*s",
+             static_cast<int>(message.size()), message.data());
+    return;
+  }
+  std::string text = fmt::format("ckptfs: {}\n", message);
+  std::size_t done = 0;  // one write(2) per line: lines of several threads never interleave
+  while (done < text.size()) {
+    ssize_t n = ::write(STDERR_FILENO, text.data() + done, text.size() - done);
+    if (n <= 0) return;
+    done += static_cast<std::size_t>(n);
+  }
+}
+
+void report_held_back() {
+  if (held_back == 0) return;
+  write_line(Level::warning,
+             fmt::format("{} more line{} held back (at most {} a minute)", held_back,
+                         held_back == 1 ? " was" : "s were", lines_per_minute));
+  held_back = 0;
+}
+
+void libfuse_handler(enum fuse_log_level level, const char* format, va_list ap) {
+  char buffer[1024];
+  std::vsnprintf(buffer, sizeof buffer, format, ap);
+  try {
+    std::string message;
+    bool critical = level <= FUSE_LOG_CRIT;
+    {
+      std::lock_guard lock(mutex);
+      partial_libfuse_message += buffer;
+      if (partial_libfuse_message.empty() || partial_libfuse_message.back() != '\n') return;
+      message = std::move(partial_libfuse_message);
+      partial_libfuse_message.clear();
+      while (!message.empty() && (message.back() == '\n' || message.back() == ' ')) {
+        message.pop_back();
+      }
+      if (message.starts_with("fuse: ")) message.erase(0, 6);
+      if (level <= FUSE_LOG_ERR) last_libfuse_error = message;
+      if (pass_all_libfuse) {  // -d: libfuse's debug output, every request, never held back
+        write_line(Level::warning, message);
+        return;
+      }
+    }
+    if (critical) line(Level::error, message);
+  } catch (...) {
+    // a message that cannot be kept is lost; libfuse goes on
+  }
+}
+
+}  // namespace
+
+void use_syslog() noexcept {
+  std::lock_guard lock(mutex);
+  ::openlog("ckptfs", LOG_PID | LOG_NDELAY, LOG_DAEMON);
+  to_syslog = true;
+}
+
+void line(Level level, std::string_view message) noexcept {
+  try {
+    std::lock_guard lock(mutex);
+    const auto now = Clock::now();
+    if (now - window_start >= std::chrono::minutes(1)) {
+      report_held_back();
+      window_start = now;
+      lines_in_window = 0;
+    }
+    if (lines_in_window >= lines_per_minute) {
+      ++held_back;
+      return;
+    }
+    ++lines_in_window;
+    write_line(level, message);
+  } catch (...) {
+    // the line is lost, not the request that logs it
+  }
+}
+
+void flush() noexcept {
+  try {
+    std::lock_guard lock(mutex);
+    report_held_back();
+  } catch (...) {
+  }
+}
+
+void capture_libfuse(bool pass_all) noexcept {
+  {
+    std::lock_guard lock(mutex);
+    pass_all_libfuse = pass_all;
+  }
+  fuse_set_log_func(libfuse_handler);
+}
+
+void forget_libfuse_failure() noexcept {
+  std::lock_guard lock(mutex);
+  last_libfuse_error.clear();
+  partial_libfuse_message.clear();
+}
+
+std::string libfuse_failure(std::string_view fallback) {
+  std::lock_guard lock(mutex);
+  if (!last_libfuse_error.empty()) return last_libfuse_error;
+  if (!partial_libfuse_message.empty()) return partial_libfuse_message;
+  return std::string(fallback);
+}
+
+}  // namespace ckptfs::fuse::log

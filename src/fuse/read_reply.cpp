@@ -1,0 +1,169 @@
+// SPDX-License-Identifier: MIT
+// ReadReply: source ranges spliced into a pipe and counted, or copied; the bufvec of a reply.
+#include "read_reply.hpp"
+
+#include "libfuse.hpp"
+
+#include <ckptfs/source/byte_source.hpp>
+
+#include <algorithm>
+#include <cerrno>
+#include <fcntl.h>
+#include <new>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+namespace ckptfs::fuse {
+namespace {
+
+// Past this many pieces a read is copied rather than spliced: one splice per piece would cost
+// more than copying a few small ones (model.safetensors over many small tensors).
+constexpr std::size_t max_spliced_pieces = 16;
+
+enum class Moved { all, source_ended, cannot };
+
+// Splices [offset, offset + length) of `fd` into the pipe: all of it, or source_ended when the
+// file ends first (it shrank), or cannot (the pipe is full, splice is not supported).
+Moved splice_range(int fd, std::uint64_t offset, std::uint64_t length, int pipe) {
+  auto at = static_cast<loff_t>(offset);
+  while (length > 0) {
+    ssize_t n = ::splice(fd, &at, pipe, nullptr, static_cast<std::size_t>(length),
+                         SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+    if (n > 0) {
+      length -= static_cast<std::uint64_t>(n);
+    } else if (n == 0) {
+      return Moved::source_ended;
+    } else if (errno != EINTR) {
+      return Moved::cannot;
+    }
+  }
+  return Moved::all;
+}
+
+}  // namespace
+
+// The pipe source bytes are spliced into before the reply. libfuse, given the source's fd, would
+// splice it itself but send a short reply when the file ends early (it was truncated), which the
+// kernel takes for the end of the file; splicing here first counts every byte, and libfuse then
+// moves the pipe's pages on to /dev/fuse, still without a copy.
+class ReadReply::Pipe {
+ public:
+  Pipe() = default;
+  Pipe(const Pipe&) = delete;
+  Pipe& operator=(const Pipe&) = delete;
+  ~Pipe() { close(); }
+
+  // Created on first use with room for the largest read; false when no pipe can be made.
+  bool open() noexcept {
+    if (fds_[0] >= 0) return true;
+    if (::pipe2(fds_, O_CLOEXEC | O_NONBLOCK) != 0) {
+      fds_[0] = fds_[1] = -1;
+      return false;
+    }
+    // The kernel's largest read (1 MiB) plus its partial first and last pages, or as much as
+    // this user may have; a piece that does not fit is copied instead.
+    if (::fcntl(fds_[0], F_SETPIPE_SZ, (1 << 20) + 2 * 4096) < 0) {
+      (void)::fcntl(fds_[0], F_SETPIPE_SZ, 1 << 20);
+    }
+    return true;
+  }
+  int read_end() const noexcept { return fds_[0]; }
+  int write_end() const noexcept { return fds_[1]; }
+  // Bytes left in the pipe (a reply that failed half way): it is replaced.
+  void discard_leftovers() noexcept {
+    int left = 0;
+    if (fds_[0] >= 0 && (::ioctl(fds_[0], FIONREAD, &left) != 0 || left != 0)) close();
+  }
+  void close() noexcept {
+    for (int& fd : fds_) {
+      if (fd >= 0) ::close(fd);
+      fd = -1;
+    }
+  }
+
+ private:
+  int fds_[2] = {-1, -1};
+};
+
+ReadReply::ReadReply() : pipe_(std::make_unique<Pipe>()) {}
+ReadReply::~ReadReply() = default;
+
+ReadBuffer& ReadReply::begin() {
+  buffer_.clear();
+  pieces_.clear();
+  ranges_.clear();
+  spliced_ = false;
+  return buffer_;
+}
+
+void ReadReply::copy_source_pieces(Sources sources) {
+  std::size_t total = 0;
+  for (const ReadPiece& p : pieces_) total += p.memory ? 0 : p.length;
+  copied_.resize(total);
+  std::size_t at = 0;
+  for (ReadPiece& p : pieces_) {
+    if (p.memory) continue;
+    sources[p.source]->read(p.source_offset,
+                            std::as_writable_bytes(std::span(copied_.data() + at, p.length)));
+    p.memory = copied_.data() + at;
+    at += p.length;
+  }
+}
+
+ReadReply::Staged ReadReply::stage(Sources sources, Transfer transfer) {
+  pieces_ = buffer_.pieces();
+  for (const ReadPiece& p : pieces_) {
+    if (p.memory == nullptr) ranges_.push_back({p.source, p.source_offset, p.length});
+  }
+  bool copy = transfer == Transfer::copy || pieces_.size() > max_spliced_pieces;
+  for (const ReadPiece& p : pieces_) {
+    if (p.memory || copy) continue;
+    const int fd = sources[p.source]->fd();
+    if (fd < 0 || !pipe_->open()) {
+      copy = true;
+      break;
+    }
+    const Moved moved = splice_range(fd, p.source_offset, p.length, pipe_->write_end());
+    if (moved == Moved::source_ended) {
+      pipe_->close();
+      return Staged::source_ended;
+    }
+    if (moved == Moved::cannot) copy = true;
+  }
+  if (copy) {
+    pipe_->close();  // what was spliced is read again by the copy
+    copy_source_pieces(sources);
+  } else {
+    spliced_ = !ranges_.empty();
+  }
+  return Staged::ok;
+}
+
+fuse_bufvec* ReadReply::bufvec() {
+  if (pieces_.empty()) return nullptr;
+  // A fuse_bufvec holds one fuse_buf; the others follow it in the same storage.
+  const std::size_t bytes = sizeof(fuse_bufvec) + (pieces_.size() - 1) * sizeof(fuse_buf);
+  bufvec_storage_.resize((bytes + sizeof(std::max_align_t) - 1) / sizeof(std::max_align_t));
+  auto* vec = new (bufvec_storage_.data()) fuse_bufvec{};
+  vec->count = pieces_.size();
+  for (std::size_t i = 0; i < pieces_.size(); ++i) {
+    fuse_buf& b = vec->buf[i];
+    b = fuse_buf{};
+    b.size = pieces_[i].length;
+    if (pieces_[i].memory) {
+      b.mem = const_cast<char*>(pieces_[i].memory);
+    } else {
+      // Already in the pipe, in order: libfuse reads or splices it on.
+      b.flags = static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_RETRY);
+      b.fd = pipe_->read_end();
+    }
+  }
+  return vec;
+}
+
+void ReadReply::end() noexcept {
+  if (spliced_) pipe_->discard_leftovers();
+  spliced_ = false;
+}
+
+}  // namespace ckptfs::fuse
