@@ -187,6 +187,26 @@ TEST_CASE("selection: patterns, what each format leaves out, broken tensors, uni
   REQUIRE(odd.left_out.size() == 1);
   CHECK(odd.left_out[0].why ==
         "not a plain value: an instance of argparse.Namespace, which ckptfs never builds");
+  // Each of value_json()'s forms for what it only describes says what it is, wherever it is.
+  for (const auto& [json, why] : std::vector<std::pair<std::string, std::string>>{
+           {R"([1,{"__global__":"os.system"}])", "a reference to a class or function"},
+           {R"({"a":{"__truncated__":true,"bytes_limit":1048576}})",
+            "a value cut at ckptfs's limits"},
+           {R"({"s":[{"__persistent_id__":["storage"]}]})",
+            "a reference to a storage outside a tensor"},
+           {R"({"a":{"__recursion__":true}})", "a value that contains itself"},
+           {R"({"__class__":{"__global__":"f"}})",
+            "an object ckptfs never builds (a call or an instance)"},
+           {"[1,", "its JSON is invalid (invalid JSON at byte 3: "}}) {
+    CAPTURE(json);
+    f.model.entries[2].value_json = json;
+    Selection s = select_entries(f.model, none, PackFormat::torch, std::nullopt);
+    REQUIRE(s.left_out.size() == 1);
+    CHECK(s.left_out[0].why.starts_with("not a plain value: " + why));
+  }
+  f.model.entries[2].value_json = R"({"a":1,"__class__":2})";  // a key like any other
+  CHECK(select_entries(f.model, none, PackFormat::torch, std::nullopt).left_out.empty());
+  f.model.entries[2].value_json = R"({"__class__":"argparse.Namespace"})";
 
   f.model.tensors[1].broken = "its record is missing";
   std::tie(code, message) = refusal([&] {

@@ -98,7 +98,8 @@ TEST_CASE("plain_value: what JSON flattens comes back as value_json() shows it")
 TEST_CASE("plain_value: what value_json() only describes, and text that is not its JSON") {
   for (const char* described :
        {R"({"__class__": "argparse.Namespace", "kwargs": {}})", R"([{"__global__": "torch.float32"}])",
-        R"({"a": [{"__recursion__": true}]})", R"({"__truncated__": true, "bytes_limit": 5})",
+        R"({"a": [{"__recursion__": true}]})",
+        R"([{"__persistent_id__": ["storage", {"__global__": "torch.FloatStorage"}, "0", "cpu", 4]}])", R"({"__truncated__": true, "bytes_limit": 5})",
         R"({"__float__": "nan", "b": 1})", R"({"__float__": "0.5"})", R"({"__bytes__": "abc"})",
         R"({"__bytes__": "ZZ"})", R"({"__float__": 1})", "", "[1,", "nan", "[1] 2",
         R"({"a": 1, "a": 2})"}) {

@@ -132,8 +132,8 @@ std::optional<pickle::Value> plain_value(std::string_view value_json) {
             auto scalar = marked_scalar(json, key);
             if (!scalar) return std::nullopt;
             complete(std::move(*scalar));
-          } else if (key == "__class__" || key == "__global__" || key == "__recursion__" ||
-                     key == "__truncated__") {
+          } else if (key == "__class__" || key == "__global__" || key == "__persistent_id__" ||
+                     key == "__recursion__" || key == "__truncated__") {
             return std::nullopt;  // described, not written whole
           } else {
             open.push_back({Value::dict({}), key});
