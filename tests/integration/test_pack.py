@@ -478,11 +478,11 @@ class RfcDirectories(PackTestCase):
 
     def write_rfc(self, directory, items):
         """torch.save(list_of_keys, "map.pt"), then each key's object to "<name>.pt", <name>
-        the key's name by the mount's naming rule."""
+        the key's name by the mount's naming rule within 252 bytes (-o layout=rfc's)."""
         keys = [k for k, _ in items]
         torch.save(keys, directory / "map.pt")
-        for name, (_, obj) in zip(ref.entry_names(keys), items):
-            torch.save(obj, directory / f"{name}.pt")
+        for name, (_, obj) in zip(ref.rfc_file_names(keys), items):
+            torch.save(obj, directory / name)
 
     def test_fixtures_through_rfc_directories(self):
         for name in ["convnet", "views", "dtypes", "keys", "collisions", "training", "quantized",
@@ -523,8 +523,12 @@ class RfcDirectories(PackTestCase):
         d = self.new_dir("rfc-names")
         t = torch.arange(6, dtype=torch.int16).reshape(2, 3)
         items = [("a/b", t), ("map", t.t()), ("index.json", torch.ones(2)),
-                 ("x" * 300, torch.zeros(1)), ("lr", 0.5), ("%", torch.tensor(True))]
+                 ("x" * 300, torch.zeros(1)), ("lr", 0.5), ("%", torch.tensor(True)),
+                 # 253 bytes: a directory's name as it is, but cut before ".pt" (NAME_MAX)
+                 ("y" * 253, torch.ones(3)), ("z" * 252, torch.ones(1))]
         self.write_rfc(d, items)
+        self.assertIn("z" * 252 + ".pt", os.listdir(d))
+        self.assertTrue(any(n.startswith("y" * 200 + "%~") for n in os.listdir(d)))
         out = self.tmp / "names.pth"
         self.pack(d, out)
         packed = torch.load(out)
@@ -533,6 +537,8 @@ class RfcDirectories(PackTestCase):
         self.assertEqual(packed["map"].stride(), (1, 3))
         self.assertEqual(packed["lr"], 0.5)
         self.assertEqual(packed["x" * 300].shape, (1,))
+        self.assertTrue(torch.equal(packed["y" * 253], torch.ones(3)))
+        self.assertTrue(torch.equal(packed["z" * 252], torch.ones(1)))
 
     def test_a_key_file_missing(self):
         d = self.new_dir("rfc-missing")

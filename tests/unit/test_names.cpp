@@ -118,6 +118,12 @@ TEST_CASE("key_of_name reverses the rule for names that say their key") {
   CHECK_FALSE(key_of_name("%weight"));     // a '%' in front of a name that is not reserved
   CHECK_FALSE(key_of_name("index.json"));  // reserved: the rule writes it "%index.json"
   CHECK_FALSE(key_of_name("a%2f"));        // escapes are upper-case
+  // Within the RFC layout's 252 bytes: a 253-byte name is a directory's, never a <name>.pt's.
+  const std::string long_key(253, 'y');
+  CHECK(key_of_name(long_key) == long_key);
+  CHECK_FALSE(key_of_name(long_key, ckptfs::rfc_name_bytes));
+  CHECK(key_of_name(std::string(252, 'y'), ckptfs::rfc_name_bytes) == std::string(252, 'y'));
+  CHECK(directory_name(long_key, ckptfs::rfc_name_bytes).find("%~") == 200);
 }
 
 TEST_SUITE_END();

@@ -107,7 +107,7 @@ DirectoryModel read_rfc_directory(const std::string& directory, const ReadLimits
 
   ReadLimits one_entry = limits;
   one_entry.root_is_one_entry = true;
-  NameAllocator names;
+  NameAllocator names(rfc_name_bytes);  // <name> and ".pt" within NAME_MAX, as the mount names it
   m.entries.reserve(keys.size());
   for (std::string& key : keys) {
     const std::string file = names.name(key) + ".pt";
