@@ -535,5 +535,119 @@ class CliTests(unittest.TestCase):
         self.assert_rejected(self.write("legacy-garbage.pth", magic + b"\xff" * 64), {2, 3, 4, 5})
 
 
+# --------------------------------------------------------------------------------------------
+# Split and RFC directories (what `ckptfs pack` also reads)
+# --------------------------------------------------------------------------------------------
+
+class DirectoryTests(unittest.TestCase, CheckMixin):
+    """`ckptfs inspect DIR` of a split directory (key directories with meta.json and data, or
+    value.json, as a mount shows them) and of an RFC directory (map.pt and <name>.pt files
+    written by torch.save), both made here from the training fixture: the same keys, dtypes,
+    shapes and values as inspect of the fixture itself, each tensor's bytes in its own file."""
+
+    def setUp(self):
+        tmp = tempfile.TemporaryDirectory(prefix="ckptfs-inspect-dirs-")
+        self.addCleanup(tmp.cleanup)
+        self.tmp = Path(tmp.name)
+        self.src = fixture_path("training")
+        self.doc = inspect_json(self.src)
+        self.flat = ref.flatten(ref.torch_load(self.src))
+        self.assertEqual([k for k, _ in self.flat], [e["key"] for e in self.doc["entries"]])
+
+    def split_dir(self):
+        d = self.tmp / "split"
+        d.mkdir()
+        keys = [k for k, _ in self.flat]
+        for name, (key, obj), e in zip(ref.entry_names(keys), self.flat, self.doc["entries"]):
+            (d / name).mkdir()
+            if e["kind"] == "value":
+                (d / name / "value.json").write_text(json.dumps(e["value"]))
+                continue
+            data = ref.tensor_bytes(obj)
+            (d / name / "data").write_bytes(data)
+            (d / name / "meta.json").write_text(json.dumps(
+                {"key": key, "dtype": e["dtype"], "shape": e["shape"], "nbytes": len(data),
+                 "requires_grad": e["requires_grad"]}))
+        return d
+
+    def inspect_dir(self, d):
+        r = run_ckptfs("inspect", "--json", d)
+        self.assertEqual(r.returncode, 0, r.stderr.decode(errors="replace"))
+        return json.loads(r.stdout)
+
+    def assert_same_entries(self, doc, want, where):
+        self.assertEqual([e["key"] for e in doc["entries"]], [e["key"] for e in want], where)
+        for got, e in zip(doc["entries"], want):
+            with self.subTest(where=where, key=e["key"]):
+                self.assertEqual(got["kind"], e["kind"])
+                if e["kind"] == "value":
+                    self.assertTrue(ref.json_equal(got["value"], e["value"]))
+                    continue
+                for field in ("dtype", "shape", "nbytes", "requires_grad"):
+                    self.assertEqual(got[field], e[field], field)
+                self.assertTrue(got["contiguous"])
+
+    def test_split_directory(self):
+        d = self.split_dir()
+        doc = self.inspect_dir(d)
+        self.assertEqual(doc["format"], "split")
+        # Without index.json, the entries come sorted by key.
+        want = sorted(self.doc["entries"], key=lambda e: e["key"].encode())
+        self.assert_same_entries(doc, want, "split")
+        flat = dict(self.flat)
+        for e in doc["entries"]:
+            if e["kind"] == "tensor":
+                self.assertEqual(e["source"], f"{e['key']}/data")
+                self.assertEqual(e["file_offset"], 0)
+                data = (d / e["source"]).read_bytes()
+                self.assertEqual(data, ref.tensor_bytes(flat[e["key"]]), e["key"])
+        r = run_ckptfs("inspect", d)
+        self.assertEqual(r.returncode, 0, r.stderr.decode(errors="replace"))
+        lines = self.assert_text_lines(r.stdout, len(want), "split")
+        for e, line in zip(want, lines):
+            self.assertEqual(line.split()[0], e["key"])
+        self.assertIn(", format split,", r.stdout.decode().splitlines()[-1])
+
+    def test_rfc_directory(self):
+        d = self.tmp / "rfc"
+        d.mkdir()
+        items = [(k, v) for (k, v), e in zip(self.flat, self.doc["entries"])
+                 if e["kind"] == "tensor" or ref.simple_json(v) is not ref.NOT_JSON]
+        import torch
+        torch.save([k for k, _ in items], d / "map.pt")
+        for name, (_, v) in zip(ref.rfc_file_names([k for k, _ in items]), items):
+            torch.save(v, d / name)
+        doc = self.inspect_dir(d)
+        self.assertEqual(doc["format"], "rfc")
+        keys = {k for k, _ in items}
+        self.assert_same_entries(doc, [e for e in self.doc["entries"] if e["key"] in keys], "rfc")
+        r = run_ckptfs("inspect", d)
+        self.assertEqual(r.returncode, 0, r.stderr.decode(errors="replace"))
+        lines = self.assert_text_lines(r.stdout, len(items), "rfc")
+        self.assertEqual([ln.split()[0] for ln in lines], [k for k, _ in items])
+        self.assertIn(", format rfc,", r.stdout.decode().splitlines()[-1])
+
+    def test_hostile_directories_one_line(self):
+        d = self.split_dir()
+        key = next(e["key"] for e in self.doc["entries"] if e["kind"] == "tensor")
+        meta = json.loads((d / key / "meta.json").read_text())
+        (d / key / "meta.json").write_text(json.dumps({**meta, "nbytes": meta["nbytes"] + 4}))
+        for args in (["inspect", d], ["inspect", "--json", d]):
+            r = run_ckptfs(*args)
+            err = r.stderr.decode(errors="replace")
+            self.assertEqual(r.returncode, 4, err)
+            self.assertEqual(len(err.splitlines()), 1, err)
+            self.assertRegex(err, rf'^ckptfs: {re.escape(str(d))}: "{re.escape(key)}/meta.json": '
+                                  r"nbytes \d+, but a \w+ tensor of shape .* holds \d+\n$")
+            self.assertEqual(r.stdout, b"")
+        (d / key / "meta.json").write_text(json.dumps(meta))
+        (d / key / "data").unlink()
+        (d / key / "data").symlink_to("/etc/passwd")
+        r = run_ckptfs("inspect", d)
+        self.assertEqual(r.returncode, 4, r.stderr)
+        self.assertIn(b"leads out of the directory", r.stderr)
+        self.assertNotIn(b"root:", r.stdout + r.stderr)
+
+
 if __name__ == "__main__":
     unittest.main()
