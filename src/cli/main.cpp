@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
-// The ckptfs command line: mount (the default), `inspect`, --help and --version. Every failure
-// is one line on stderr and a documented exit code.
+// The ckptfs command line: mount (the default), `inspect`, `pack`, --help and --version. Every
+// failure is one line on stderr and a documented exit code.
 #include "../fuse/mount.hpp"
 #include "inspect.hpp"
 #include "options.hpp"
@@ -33,6 +33,7 @@ using ckptfs::ExitCode;
 
 constexpr const char* usage_text = R"(usage: ckptfs [options] CHECKPOINT MOUNTPOINT
        ckptfs inspect CHECKPOINT [--json] [-o OPT[,OPT...]]
+       ckptfs pack SRC OUT [--keys GLOB]... [--dtype NAME] [--force] [-o OPT[,OPT...]]
        ckptfs -h | --help | -V | --version
 
 Mounts a checkpoint read-only: a PyTorch file written by torch.save or torch.jit.save
@@ -98,7 +99,15 @@ once the mount has failed and is gone (6). Relative paths work: both are made ab
 inspect CHECKPOINT [--json] [-o OPT[,OPT...]]
   lists every entry without mounting: key, kind, dtype, shape, bytes, file offset, and totals;
   --json prints {"format", "byteorder", "sources", "metadata", "entries": [...]}; -o takes the
-  remote options above
+  remote options above; CHECKPOINT may also be a split or an RFC directory (see pack)
+
+pack SRC OUT [--keys GLOB]... [--dtype NAME] [--force] [-o OPT[,OPT...]]
+  writes SRC back as one file OUT, streaming in bounded memory: torch's zip format for
+  OUT.pth, .pt or .bin, safetensors for OUT.safetensors; SRC is a CHECKPOINT, a split
+  directory (key directories copied out of a mount: meta.json and data, or value.json) or an
+  RFC directory (map.pt and <name>.pt files); --keys packs the keys GLOB matches (repeatable),
+  --dtype float16|bfloat16|float32 converts floating-point tensors, --force replaces OUT; OUT
+  gets its name only once complete (details: ckptfs pack --help)
 
 CHECKPOINT, besides a torch.save file:
   FILE.safetensors                a safetensors file (also any file with its header)
@@ -127,10 +136,12 @@ unmount with: fusermount3 -u MOUNTPOINT (or umount as root)
 
 exit status:
   0  success
-  1  usage error (the command line, an unsupported -o option)
-  2  the checkpoint or a shard cannot be opened or read (or is not a regular file)
+  1  usage error (the command line, an unsupported -o option; pack: OUT exists)
+  2  the checkpoint or a shard cannot be opened or read (or is not a regular file); pack:
+     a file of SRC is missing, or OUT cannot be written
   3  the zip container is invalid
   4  the pickle, safetensors header or index is invalid, or the checkpoint is inconsistent
+     (pack: a meta.json that disagrees with its data, a link leading out of SRC)
   5  a valid file ckptfs does not serve (compressed record, tar format, no tensors, F6 dtype)
   6  the mount failed or never came up (mountpoint, /dev/fuse, permissions, INIT refused)
   7  a server refused access (HTTP 401 or 403: credentials, S3 signature)

@@ -179,6 +179,8 @@ def help_options(help_):
                 names.add(re.match(r"[a-z_]+=?", part).group(0))
     inspect = re.search(r"^inspect CHECKPOINT (.*)$", help_, re.M)
     options.update(re.findall(r"--?[a-z][\w-]*", inspect.group(1)))
+    pack = re.search(r"^pack SRC OUT (.*)$", help_, re.M)
+    options.update(re.findall(r"--?[a-z][\w-]*", pack.group(1)))
     return options, names
 
 
@@ -248,7 +250,8 @@ class ManPageTests(TempDirTestCase):
         help_opts, help_names = help_options(self.help)
         man_opts, man_names = options_of_tags(man_tags(self.sections["OPTIONS"]))
         self.assertGreaterEqual(help_opts, {"-f", "-d", "--debug", "-o", "--notify-fd", "-h",
-                                            "--help", "-V", "--version", "--json"})
+                                            "--help", "-V", "--version", "--json", "--keys",
+                                            "--dtype", "--force"})
         self.assertGreaterEqual(help_names, {"uid=", "gid=", "umask=", "allow_other",
                                              "notify_fd="})
         self.assertEqual(man_opts, help_opts, "options: man page vs --help")
@@ -845,12 +848,21 @@ class CompletionTests(TempDirTestCase):
                                  "--version"]))
         self.assertEqual(self.complete("ckptfs --v"), ["--version"])
         self.assertEqual(self.complete("ckptfs inspect a.pth -"), ["--json"])
+        self.assertEqual(self.complete("ckptfs pack a.pth out.pth -"),
+                         sorted(["--keys", "--dtype", "--force", "-o", "-h", "--help"]))
+        self.assertEqual(self.complete("ckptfs pack a.pth --f"), ["--force"])
+        self.assertEqual(self.complete("ckptfs pack a.pth out.pth --dtype "),
+                         ["bfloat16", "float16", "float32"])
+        self.assertEqual(self.complete("ckptfs pack a.pth out.pth --dtype b"), ["bfloat16"])
+        self.assertEqual(self.complete("ckptfs pack a.pth --keys "), [])
 
     def test_checkpoint_then_mountpoint(self):
         checkpoints = ["a.pth", "b.PT", "c.ckpt", "d.bin", "e.tar", "mnt", "model.safetensors",
                        "model.safetensors.index.json", "models", "my model.pth"]
-        self.assertEqual(self.complete("ckptfs "), sorted(checkpoints + ["inspect"]))
-        self.assertEqual(self.complete("ckptfs -f -o uid=5 "), sorted(checkpoints + ["inspect"]))
+        self.assertEqual(self.complete("ckptfs "), sorted(checkpoints + ["inspect", "pack"]))
+        self.assertEqual(self.complete("ckptfs -f -o uid=5 "),
+                         sorted(checkpoints + ["inspect", "pack"]))
+        self.assertEqual(self.complete("ckptfs p"), ["pack"])
         self.assertEqual(self.complete("ckptfs --notify-fd 3 m"),
                          ["mnt", "model.safetensors", "model.safetensors.index.json", "models",
                           "my model.pth"])
@@ -860,6 +872,17 @@ class CompletionTests(TempDirTestCase):
         self.assertEqual(self.complete("ckptfs -f a.pth mo"), ["models"])
         self.assertEqual(self.complete("ckptfs a.pth mnt "), [])
         self.assertEqual(self.complete("ckptfs inspect a.pth "), [])
+        # pack SRC OUT: SRC as a checkpoint, OUT a directory or a file of a format pack writes.
+        self.assertEqual(self.complete("ckptfs pack "), sorted(checkpoints))
+        self.assertEqual(self.complete("ckptfs pack --keys 'enc*' m"),
+                         ["mnt", "model.safetensors", "model.safetensors.index.json", "models",
+                          "my model.pth"])
+        self.assertEqual(self.complete("ckptfs pack a.pth "),
+                         ["a.pth", "b.PT", "d.bin", "mnt", "model.safetensors", "models",
+                          "my model.pth"])
+        self.assertEqual(self.complete("ckptfs pack --dtype float16 a.pth mo"),
+                         ["model.safetensors", "models"])
+        self.assertEqual(self.complete("ckptfs pack a.pth out.pth "), [])
 
     def test_mount_options(self):
         names = sorted(["uid=", "gid=", "umask=", "allow_other", "allow_root", "auto_unmount",
@@ -873,6 +896,13 @@ class CompletionTests(TempDirTestCase):
         self.assertEqual(self.complete("ckptfs -o uid=5,al"), ["5,allow_other", "5,allow_root"])
         self.assertEqual(self.complete("ckptfs -oal"), ["-oallow_other", "-oallow_root"])
         self.assertEqual(self.complete("ckptfs -o uid="), [])
+        remote = sorted(["timeout=", "cache_size=", "cache_dir=", "cache_dir_size=", "cacert=",
+                         "insecure"])
+        self.assertEqual(self.complete("ckptfs inspect -o "), remote)
+        self.assertEqual(self.complete("ckptfs pack a.pth out.pth -o "), remote)
+        self.assertEqual(self.complete("ckptfs pack -o cache_size=1G,c"),
+                         sorted(["1G,cache_dir=", "1G,cache_dir_size=", "1G,cache_size=",
+                                 "1G,cacert="]))
         self.assertEqual(self.complete("ckptfs --notify-fd "), [])
 
 
