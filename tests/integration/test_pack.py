@@ -177,6 +177,18 @@ def to_json(v):
     raise AssertionError(f"pack wrote a {type(v).__name__}, which is no plain value")
 
 
+def weights_only_loads(path):
+    """Whether torch.load(path, weights_only=True) reads it (False: the weights-only unpickler
+    refused something; any other failure is raised)."""
+    try:
+        torch.load(path, map_location="cpu", weights_only=True)
+        return True
+    except Exception as e:  # noqa: BLE001: torch raises UnpicklingError or RuntimeError
+        if "Weights only load failed" not in str(e):
+            raise
+        return False
+
+
 def record_names(path):
     with zipfile.ZipFile(path) as z:
         return [i.filename for i in z.infolist()]
@@ -247,6 +259,12 @@ class PackTestCase(unittest.TestCase):
             return doc, None
         packed = torch.load(out, map_location="cpu")
         self.assertIsInstance(packed, collections.OrderedDict)
+        # torch's weights-only loader reads OUT exactly when it reads torch.save's own file of
+        # the same state_dict (torch 1.13's refuses floats and quantized tensors in both).
+        resaved = out.with_name(out.stem + "-resaved.pth")
+        torch.save(packed, resaved)
+        self.assertEqual(weights_only_loads(out), weights_only_loads(resaved))
+        resaved.unlink()
         self.assertEqual(list(packed.keys()), [k for _, k in plan])
         storages = {}  # source storage -> packed storage, and back: the same partition
         for index, key in plan:
@@ -388,6 +406,17 @@ class FixtureRoundTrips(PackTestCase):
 
                 self.check_safetensors_pack(src, self.new_dir(name) / f"{name}.safetensors",
                                             check=check)
+
+    def test_weights_only_loads_what_it_can(self):
+        for name in ("convnet", "views", "dtypes", "keys", "bigendian", "legacy"):
+            with self.subTest(name):
+                out = self.new_dir(name) / f"{name}.pth"
+                self.pack(fixture_path(name), out)
+                self.assertTrue(weights_only_loads(out))
+                flat = dict(ref.flatten(ref.torch_load(fixture_path(name))))
+                for k, v in torch.load(out, weights_only=True).items():
+                    if isinstance(v, torch.Tensor):
+                        self.assertEqual(ref.tensor_bytes(v), ref.tensor_bytes(flat[k]), k)
 
     def test_subset_with_keys(self):
         src = fixture_path("training")
