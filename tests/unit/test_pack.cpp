@@ -188,7 +188,7 @@ TEST_CASE("selection: patterns, what each format leaves out, broken tensors, uni
   CHECK(odd.left_out[0].why ==
         "not a plain value: an instance of argparse.Namespace, which ckptfs never builds");
   // Each of value_json()'s forms for what it only describes says what it is, wherever it is.
-  for (const auto& [json, why] : std::vector<std::pair<std::string, std::string>>{
+  for (const auto& form : std::vector<std::pair<std::string, std::string>>{
            {R"([1,{"__global__":"os.system"}])", "a reference to a class or function"},
            {R"({"a":{"__truncated__":true,"bytes_limit":1048576}})",
             "a value cut at ckptfs's limits"},
@@ -198,11 +198,13 @@ TEST_CASE("selection: patterns, what each format leaves out, broken tensors, uni
            {R"({"__class__":{"__global__":"f"}})",
             "an object ckptfs never builds (a call or an instance)"},
            {"[1,", "its JSON is invalid (invalid JSON at byte 3: "}}) {
+    // Not a structured binding: clang 14 cannot capture one in CAPTURE's lambda.
+    const std::string& json = form.first;
     CAPTURE(json);
     f.model.entries[2].value_json = json;
     Selection s = select_entries(f.model, none, PackFormat::torch, std::nullopt);
     REQUIRE(s.left_out.size() == 1);
-    CHECK(s.left_out[0].why.starts_with("not a plain value: " + why));
+    CHECK(s.left_out[0].why.starts_with("not a plain value: " + form.second));
   }
   f.model.entries[2].value_json = R"({"a":1,"__class__":2})";  // a key like any other
   CHECK(select_entries(f.model, none, PackFormat::torch, std::nullopt).left_out.empty());
