@@ -111,7 +111,8 @@ int bench(std::size_t mib) {
       {DType::float64, DType::float16},  {DType::float16, DType::bfloat16},
       {DType::bfloat16, DType::float16}, {DType::float32, DType::float32},
   };
-  for (const auto& [from, to] : pairs) {
+  for (const auto& pair : pairs) {
+    const DType from = pair.first, to = pair.second;  // not bindings: lambdas capture them
     const std::size_t in_size = info(from).element_size;
     const std::size_t count = source_bytes / in_size;
     // Finite values in [-8, 8), as model weights are (random bits would be mostly NaN and inf

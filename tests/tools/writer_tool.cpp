@@ -103,7 +103,7 @@ Value to_value(const nlohmann::json& j) {
     const nlohmann::json& body = j.begin().value();
     auto pairs = [&] {
       std::vector<DictEntry> entries;
-      for (const auto& kv : body) entries.emplace_back(to_value(kv.at(0)), to_value(kv.at(1)));
+      for (const auto& kv : body) entries.push_back(DictEntry{to_value(kv.at(0)), to_value(kv.at(1))});
       return entries;
     };
     if (tag == "tuple") {
@@ -121,7 +121,7 @@ Value to_value(const nlohmann::json& j) {
     if (tag == "ordered_dict") return Value::ordered_dict(pairs());
   }
   std::vector<DictEntry> entries;
-  for (const auto& [key, item] : j.items()) entries.emplace_back(Value::str(key), to_value(item));
+  for (const auto& [key, item] : j.items()) entries.push_back(DictEntry{Value::str(key), to_value(item)});
   return Value::dict(std::move(entries));
 }
 

@@ -38,8 +38,9 @@ std::string with_header(const std::string& json, std::size_t data_bytes = 0) {
 }
 
 bool refused_with(const std::string& bytes, ExitCode code, const std::string& part) {
-  auto [c, message] = refusal(bytes);
-  CAPTURE(message);
+  const auto refused = refusal(bytes);
+  const auto& [c, message] = refused;
+  CAPTURE(refused.second);
   return c == code && message.find(part) != std::string::npos;
 }
 

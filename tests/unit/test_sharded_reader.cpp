@@ -84,8 +84,9 @@ TEST_CASE("file names that could leave the index's directory are refused") {
 
 TEST_CASE("an index that is not one: each refused in one line") {
   auto refused = [](const std::string& json, ExitCode code, const std::string& part) {
-    auto [c, message] = index_refusal(json);
-    CAPTURE(message);
+    const auto result = index_refusal(json);
+    const auto& [c, message] = result;
+    CAPTURE(result.second);
     return c == code && message.find(part) != std::string::npos;
   };
   CHECK(refused("[]", ExitCode::bad_checkpoint, "the index is not a JSON object"));

@@ -455,8 +455,9 @@ TEST_CASE("layout=rfc: index.json, map.pt, a <name>.pt per entry torch can load 
         std::vector<std::string>{"index.json", "map.pt", "w.pt", "%map.pt", "map.pt.pt", "epoch.pt",
                                  cut, std::string(252, 'x') + ".pt"});
   for (std::size_t i = 0; i < m.tree.child_count(Tree::root_ino); ++i) {
-    auto [name, ino] = child_of(m.tree, Tree::root_ino, i);
-    CAPTURE(name);
+    const auto child = child_of(m.tree, Tree::root_ino, i);
+    const auto& [name, ino] = child;
+    CAPTURE(child.first);
     CHECK(m.tree.lookup(Tree::root_ino, name) == ino);
     CHECK(m.tree.parent(ino) == Tree::root_ino);
     CHECK(m.tree.child_count(ino) == 0);
