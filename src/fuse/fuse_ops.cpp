@@ -475,6 +475,7 @@ std::unique_ptr<Session> make_session(const Tree& tree, Sources sources,
   std::vector<std::string> strings{"ckptfs"};
   strings.insert(strings.end(), options.args.begin(), options.args.end());
   std::vector<char*> argv;
+  argv.reserve(strings.size());
   for (std::string& s : strings) argv.push_back(s.data());
   fuse_args args = FUSE_ARGS_INIT(static_cast<int>(argv.size()), argv.data());
   fuse_session* se = fuse_session_new(&args, &operations, sizeof operations, state.get());

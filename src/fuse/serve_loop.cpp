@@ -124,6 +124,10 @@ thread_local bool this_thread_polls = false;
 
 void run_worker(Shared& s) {
   this_threads_loop = &s;
+  // s lives on serve()'s stack: this thread (serve's own too) must not keep it past the loop.
+  struct Forget {
+    ~Forget() { this_threads_loop = nullptr; }
+  } forget;
   const auto busy_poll = s.options->busy_poll;
   fuse_buf buf{};        // libfuse allocates its memory on the first receive
   bool poller = false;   // this thread holds s.polling

@@ -166,8 +166,8 @@ struct TorchRecord {
 class TorchArchive {
  public:
   // Throws Error(unsupported) for a bad prefix or alignment.
-  TorchArchive(std::string data_pkl, std::vector<StorageRecord> storages,
-               TorchArchiveOptions options = {});
+  TorchArchive(const std::string& data_pkl, std::vector<StorageRecord> storages,
+               const TorchArchiveOptions& options = {});
 
   const std::vector<TorchRecord>& records() const noexcept { return records_; }
   const TorchRecord& record(std::size_t i) const { return records_.at(i); }
@@ -227,12 +227,12 @@ TensorFileSpec tensor_file_spec(const Model& model, const Tensor& tensor);
 // above for which torch). Storage ids: 0 is the tensor's bytes in C order (numel × element
 // size), 1 and 2 the per-channel scales and zero points (shape[axis] elements each).
 // options.big_endian tells the byte order of those bytes. Throws what TorchPickler throws.
-TorchArchive tensor_file(const TensorFileSpec& spec, TorchArchiveOptions options = {});
+TorchArchive tensor_file(const TensorFileSpec& spec, const TorchArchiveOptions& options = {});
 
 // torch.save(list_of_keys): map.pt of the RFC layout.
-TorchArchive keys_file(std::span<const std::string> keys, TorchArchiveOptions options = {});
+TorchArchive keys_file(std::span<const std::string> keys, const TorchArchiveOptions& options = {});
 
 // torch.save(value) for a plain value: <key>.pt of the RFC layout.
-TorchArchive value_file(const pickle::Value& value, TorchArchiveOptions options = {});
+TorchArchive value_file(const pickle::Value& value, const TorchArchiveOptions& options = {});
 
 }  // namespace ckptfs

@@ -248,7 +248,7 @@ class Flattener {
     if (!any) return;
     Children kept;
     for (std::size_t i = 0; i < kids.size(); ++i) {
-      if (!repeated[i]) kept.push_back(std::move(kids[i]));
+      if (!repeated[i]) kept.push_back(kids[i]);
     }
     kids = std::move(kept);
   }

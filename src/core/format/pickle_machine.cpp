@@ -40,7 +40,7 @@ namespace {
   X(READONLY_BUFFER, 0x98)
 
 enum Opcode : std::uint8_t {
-#define CKPTFS_OPCODE_ENUM(name, code) name = code,
+#define CKPTFS_OPCODE_ENUM(name, code) name = code,  // NOLINT(bugprone-macro-parentheses): a name
   CKPTFS_PICKLE_OPCODES(CKPTFS_OPCODE_ENUM)
 #undef CKPTFS_OPCODE_ENUM
 };

@@ -275,8 +275,8 @@ std::vector<ZipRecordSpec> zip_specs(const std::vector<TorchRecord>& records) {
 
 }  // namespace
 
-TorchArchive::TorchArchive(std::string data_pkl, std::vector<StorageRecord> storages,
-                           TorchArchiveOptions options)
+TorchArchive::TorchArchive(const std::string& data_pkl, std::vector<StorageRecord> storages,
+                           const TorchArchiveOptions& options)
     : storages_(std::move(storages)),
       records_(make_records(data_pkl, storages_, options)),
       plan_(zip_specs(records_), ZipPlanOptions{options.alignment}) {
@@ -384,7 +384,7 @@ TensorFileSpec tensor_file_spec(const Model& model, const Tensor& tensor) {
   return spec;
 }
 
-TorchArchive tensor_file(const TensorFileSpec& spec, TorchArchiveOptions options) {
+TorchArchive tensor_file(const TensorFileSpec& spec, const TorchArchiveOptions& options) {
   std::uint64_t count = 1;
   for (const std::int64_t size : spec.shape) {
     if (size < 0) throw Error(ExitCode::bad_checkpoint, fmt::format("negative size {}", size));
@@ -416,19 +416,19 @@ TorchArchive tensor_file(const TensorFileSpec& spec, TorchArchiveOptions options
     torch.quantized_tensor(data, args);
   }
   std::vector<StorageRecord> storages = torch.storages();
-  return TorchArchive(std::move(w).finish(), std::move(storages), std::move(options));
+  return TorchArchive(std::move(w).finish(), std::move(storages), options);
 }
 
-TorchArchive keys_file(std::span<const std::string> keys, TorchArchiveOptions options) {
+TorchArchive keys_file(std::span<const std::string> keys, const TorchArchiveOptions& options) {
   pickle::Writer w;
   w.list(keys.size(), [&](std::size_t i) { w.string(keys[i]); });
-  return TorchArchive(std::move(w).finish(), {}, std::move(options));
+  return TorchArchive(std::move(w).finish(), {}, options);
 }
 
-TorchArchive value_file(const pickle::Value& value, TorchArchiveOptions options) {
+TorchArchive value_file(const pickle::Value& value, const TorchArchiveOptions& options) {
   pickle::Writer w;
   write_value(w, value);
-  return TorchArchive(std::move(w).finish(), {}, std::move(options));
+  return TorchArchive(std::move(w).finish(), {}, options);
 }
 
 }  // namespace ckptfs

@@ -324,7 +324,7 @@ void append_repr(std::string& out, std::string_view text, bool bytes) {
       out += "\\n";
     } else if (c == '\r') {
       out += "\\r";
-    } else if (c < 0x20 || c == 0x7f || (bytes && c >= 0x80)) {
+    } else if (c < 0x20 || c == 0x7f || (bytes && c >= 0x80)) {  // NOLINT(bugprone-branch-clone)
       fmt::format_to(std::back_inserter(out), "\\x{:02x}", static_cast<unsigned>(c));
     } else if (c < 0x7f || printable(c)) {
       out.append(text.substr(i, len));

@@ -108,7 +108,7 @@ void OutputFile::copy(const ByteSource& source, std::uint64_t offset, std::uint6
   const int in = source.fd();
   // copy_file_range first (in-kernel; a reflink on file systems that share extents), then
   // sendfile where the two files are on different kinds of file system, then the buffer.
-  bool kernel_copy = in >= 0;
+  const bool kernel_copy = in >= 0;
   bool use_sendfile = false;
   while (length > 0 && kernel_copy) {
     const std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(length, 1u << 30));
@@ -125,8 +125,7 @@ void OutputFile::copy(const ByteSource& source, std::uint64_t offset, std::uint6
       auto at = static_cast<off_t>(offset);
       n = ::sendfile(fd_.get(), in, &at, want);
       if (n < 0 && (errno == EINVAL || errno == ENOSYS)) {
-        kernel_copy = false;
-        break;
+        break;  // the buffer copies the rest
       }
     }
     if (n < 0 && errno == EINTR) continue;

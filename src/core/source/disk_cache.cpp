@@ -74,7 +74,7 @@ std::string block_name(std::uint64_t index) { return fmt::format("{:016x}.blk", 
 
 }  // namespace
 
-DiskCache::DiskCache(std::string directory, std::uint64_t limit) : limit_(limit) {
+DiskCache::DiskCache(const std::string& directory, std::uint64_t limit) : limit_(limit) {
   std::error_code ec;
   root_ = (fs::path(directory) / "ckptfs-blocks-v1").string();
   fs::create_directories(root_, ec);
@@ -85,7 +85,7 @@ DiskCache::DiskCache(std::string directory, std::uint64_t limit) : limit_(limit)
 }
 
 std::string DiskCache::object_folder(const std::string& key) {
-  const std::string folder = fmt::format("{}/{:016x}", root_, fnv1a(key));
+  std::string folder = fmt::format("{}/{:016x}", root_, fnv1a(key));
   const std::string key_file = folder + "/key";
   if (::mkdir(folder.c_str(), 0700) != 0 && errno != EEXIST) return {};
   for (int attempt = 0; attempt < 2; ++attempt) {

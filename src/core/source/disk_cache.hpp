@@ -24,7 +24,7 @@ namespace ckptfs::detail {
 class DiskCache {
  public:
   // Creates DIR/ckptfs-blocks-v1 when needed. Throws Error(usage) when it cannot.
-  DiskCache(std::string directory, std::uint64_t limit);
+  DiskCache(const std::string& directory, std::uint64_t limit);
 
   // The folder for `key`, created with its key file; empty when it cannot be used (another key
   // with the same hash, a file system error).

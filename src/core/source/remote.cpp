@@ -938,7 +938,7 @@ std::map<std::string, std::string> ini_section(const std::string& path, const st
   std::ifstream in(path);
   std::string line;
   bool inside = false;
-  auto trim = [](std::string t) {
+  auto trim = [](const std::string& t) {
     const auto first = t.find_first_not_of(" \t\r");
     const auto last = t.find_last_not_of(" \t\r");
     return first == std::string::npos ? std::string{} : t.substr(first, last - first + 1);
