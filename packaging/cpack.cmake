@@ -2,8 +2,10 @@
 # The Debian package, built by scripts/package.sh (cpack -G DEB over the build tree):
 # ckptfs_VERSION_ARCH.deb, installed under /usr with `apt-get install ./ckptfs_*.deb`.
 # Its contents are what packaging/install.cmake and CMakeLists.txt install, the binaries
-# stripped. Depends: fuse3 (fusermount3, mount.fuse3) and the shared libraries the binary
-# links, computed by dpkg-shlibdeps (libc6, libfmt9, libfuse3-3, libgcc-s1, libstdc++6, zlib1g).
+# stripped. Depends: fuse3 (fusermount3, mount.fuse3), libcurl4 (remote checkpoints: loaded with
+# dlopen, so dpkg-shlibdeps does not see it; the version CMakeLists.txt asks), and the shared
+# libraries the binary links, computed by dpkg-shlibdeps (libc6, libfmt9, libfuse3-3, libgcc-s1,
+# libstdc++6, zlib1g).
 # ckptfs-verify needs python3 with numpy and torch: Recommends python3, Suggests the others
 # (python3-torch is large, and ckptfs itself never needs it).
 
@@ -31,7 +33,7 @@ set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)
 set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
 set(CPACK_STRIP_FILES ON)
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)  # needs dpkg-shlibdeps (dpkg-dev) and file
-set(CPACK_DEBIAN_PACKAGE_DEPENDS "fuse3")  # shlibdeps' list is appended
+set(CPACK_DEBIAN_PACKAGE_DEPENDS "fuse3, libcurl4 (>= ${CKPTFS_CURL_MINIMUM})")  # shlibdeps' list is appended
 set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "python3")
 set(CPACK_DEBIAN_PACKAGE_SUGGESTS "python3-numpy, python3-torch")
 # prerm removes the __pycache__ that running ckptfs-verify as root leaves in libexec/ckptfs.

@@ -390,17 +390,25 @@ void list_directory(Reply& reply, const Tree& tree, fuse_ino_t ino, size_t size,
     }
     std::size_t need;
     const auto next = static_cast<off_t>(i + 1);
-    if (plus) {
+    const auto node = i < 2 ? std::nullopt : tree.node(child);
+    if (plus && (!node || tree.size_known(*node))) {
       fuse_entry_param e = entry_of(tree, child);
       if (i < 2) e.ino = 0;  // no lookup (and no lookup count) for . and ..
       need = fuse_add_direntry_plus(reply.request(), buffer.get() + used, size - used,
                                     name.c_str(), &e, next);
+    } else if (plus) {
+      // Node id 0: the kernel takes the name and type only, and looks the file up when it is
+      // stat'ed; a listing of the root does not count index.json and model.safetensors.
+      fuse_entry_param e{};
+      e.attr.st_ino = child;
+      e.attr.st_mode = S_IFREG;
+      need = fuse_add_direntry_plus(reply.request(), buffer.get() + used, size - used,
+                                    name.c_str(), &e, next);
     } else {
       // The type alone: a child's own files (an entry's tensor.pt plan) are not made for it.
-      const auto node = tree.node(child);
       struct stat st {};
       st.st_ino = child;
-      st.st_mode = node && is_directory(*node) ? S_IFDIR : S_IFREG;
+      st.st_mode = i < 2 || (node && is_directory(*node)) ? S_IFDIR : S_IFREG;
       need = fuse_add_direntry(reply.request(), buffer.get() + used, size - used, name.c_str(),
                                &st, next);
     }

@@ -4,20 +4,24 @@
 
 #include <ckptfs/base/error.hpp>
 
+#include "kernel_files.hpp"
+
+#include <fmt/format.h>
+
 #include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <sstream>
+#include <string_view>
+#include <vector>
 
 namespace ckptfs::fuse {
 namespace {
 
 // mountinfo writes space, tab, newline and backslash in paths as octal escapes (\040).
-std::string unescape_mountinfo(const std::string& field) {
+std::string unescape_mountinfo(std::string_view field) {
   std::string out;
   for (std::size_t i = 0; i < field.size(); ++i) {
     if (field[i] == '\\' && i + 3 < field.size()) {
-      const char* d = field.c_str() + i + 1;
+      const char* d = field.data() + i + 1;
       if (d[0] >= '0' && d[0] <= '3' && d[1] >= '0' && d[1] <= '7' && d[2] >= '0' && d[2] <= '7') {
         out += static_cast<char>((d[0] - '0') * 64 + (d[1] - '0') * 8 + (d[2] - '0'));
         i += 3;
@@ -29,34 +33,48 @@ std::string unescape_mountinfo(const std::string& field) {
   return out;
 }
 
+// The space-separated fields of a line (mountinfo separates its fields with one space).
+std::vector<std::string_view> fields_of(std::string_view line) {
+  std::vector<std::string_view> fields;
+  while (!line.empty()) {
+    const auto space = line.find(' ');
+    if (space != 0) fields.push_back(line.substr(0, space));
+    if (space == std::string_view::npos) break;
+    line.remove_prefix(space + 1);
+  }
+  return fields;
+}
+
 }  // namespace
 
 std::string mount_device(const std::string& canonical_mountpoint) {
-  std::ifstream mountinfo("/proc/self/mountinfo");
+  const auto mountinfo = read_kernel_file("/proc/self/mountinfo");
+  if (!mountinfo) {
+    throw Error(ExitCode::mount_failed,
+                fmt::format("/proc/self/mountinfo: {}", std::strerror(errno)));
+  }
   std::string found;
-  std::string line;
-  while (std::getline(mountinfo, line)) {
+  std::string_view rest = *mountinfo;
+  while (!rest.empty()) {
+    const auto newline = rest.find('\n');
+    const std::string_view line = rest.substr(0, newline);
+    rest.remove_prefix(newline == std::string_view::npos ? rest.size() : newline + 1);
     // "ID PARENT MAJOR:MINOR ROOT MOUNTPOINT OPTIONS [TAGS...] - FSTYPE SOURCE SUPEROPTIONS"
-    std::istringstream fields(line);
-    std::string id, parent, device, root, mountpoint;
-    if (!(fields >> id >> parent >> device >> root >> mountpoint)) continue;
-    if (unescape_mountinfo(mountpoint) != canonical_mountpoint) continue;
-    std::string word;
-    while (fields >> word && word != "-") {
-    }
-    std::string fstype;
-    if (fields >> fstype && fstype.starts_with("fuse")) found = device;
+    const std::vector<std::string_view> fields = fields_of(line);
+    if (fields.size() < 5 || unescape_mountinfo(fields[4]) != canonical_mountpoint) continue;
+    std::size_t i = 5;
+    while (i < fields.size() && fields[i] != "-") ++i;
+    if (i + 1 < fields.size() && fields[i + 1].starts_with("fuse")) found = fields[2];
   }
   if (found.empty()) throw Error(ExitCode::mount_failed, "not found in /proc/self/mountinfo");
   return found;
 }
 
 void set_read_ahead(const std::string& device, unsigned kib) {
-  std::string path = "/sys/class/bdi/" + device + "/read_ahead_kb";
-  std::ofstream out(path);
-  if (out) out << kib << '\n';
-  if (out) out.flush();
-  if (!out) throw Error(ExitCode::mount_failed, path + ": " + std::strerror(errno));
+  const std::string path = "/sys/class/bdi/" + device + "/read_ahead_kb";
+  if (!write_kernel_file(path, fmt::format("{}\n", kib))) {
+    throw Error(ExitCode::mount_failed, path + ": " + std::strerror(errno));
+  }
 }
 
 }  // namespace ckptfs::fuse

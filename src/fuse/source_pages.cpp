@@ -4,9 +4,11 @@
 
 #include <ckptfs/source/byte_source.hpp>
 
+#include "kernel_files.hpp"
+
 #include <algorithm>
+#include <charconv>
 #include <fcntl.h>
-#include <fstream>
 #include <map>
 #include <mutex>
 #include <unistd.h>
@@ -30,8 +32,9 @@ struct SourcePages::Extents {
 std::uint64_t SourcePages::largest_folio() noexcept {
   std::uint64_t bytes = 0;
   try {
-    std::ifstream in("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size");
-    in >> bytes;
+    if (const auto text = read_kernel_file("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size", 64)) {
+      std::from_chars(text->data(), text->data() + text->size(), bytes);
+    }
   } catch (...) {
     bytes = 0;
   }

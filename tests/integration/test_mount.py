@@ -25,6 +25,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import signal
 import stat
 import subprocess
@@ -887,6 +888,27 @@ class ServingTests(MountTestCase):
         for ino in inodes:
             self.assertRegex(log, rf"opcode: OPEN \(14\), nodeid: {ino},")
             self.assertNotRegex(log, rf"opcode: READ \(15\), nodeid: {ino},")
+
+    def test_listing_leaves_whole_model_files_to_their_lookup(self):
+        """A listing of the root does not count the files made from every entry (index.json,
+        model.safetensors, map.pt): it gives their names and types only, and the kernel looks
+        each up when it is stat'ed, with the size its bytes have."""
+        cases = [((), ["index.json", "model.safetensors"]),
+                 (("-o", "layout=rfc"), ["index.json", "map.pt"])]
+        for options, names in cases:
+            with self.subTest(options=options):
+                mnt, proc = self.start(fixture_path("convnet"), "-d", *options)
+                why = wait_for_mount(mnt, proc, MOUNT_TIMEOUT)
+                self.assertIsNone(why, self.output(proc))
+                listed = os.listdir(mnt)
+                for name in names:
+                    self.assertIn(name, listed)
+                sizes = [(mnt / name).stat().st_size for name in names]
+                self.assertEqual(sizes, [len((mnt / name).read_bytes()) for name in names])
+                self.unmount(mnt, proc)
+                lookups = re.findall(r"opcode: LOOKUP \(1\), nodeid: 1,", self.output(proc))
+                self.assertEqual(len(lookups), len(names), "one LOOKUP per file stat'ed")
+
 
 
 # --------------------------------------------------------------------------------------------

@@ -388,9 +388,12 @@ class DebianPackageTests(TempDirTestCase):
         self.assertTrue(field("Description").startswith(
             "mount a PyTorch checkpoint as a read-only filesystem\n "))
         depends = {d.split()[0]: d for d in field("Depends").split(", ")}
-        for package in ["fuse3", "libfuse3-3", "libfmt9", "libc6", "libstdc++6", "zlib1g"]:
+        for package in ["fuse3", "libfuse3-3", "libfmt9", "libc6", "libstdc++6", "zlib1g",
+                        "libcurl4"]:
             self.assertIn(package, depends, f"Depends: {field('Depends')}")
         self.assertRegex(depends["libfuse3-3"], r"\(>= 3\.\d+")
+        # Loaded with dlopen (dpkg-shlibdeps cannot see it), no older than the build asks.
+        self.assertEqual(depends["libcurl4"], "libcurl4 (>= 7.85.0)")
         self.assertIn("python3", field("Recommends").split(", "))
         self.assertEqual(set(field("Suggests").split(", ")), {"python3-numpy", "python3-torch"})
         self.assertNotIn("python3-torch", field("Depends") + field("Recommends"))

@@ -3,7 +3,13 @@
 and HTTPS with HTTP/2 and a throw-away CA), an S3 API server that checks SigV4 signatures, and
 a fault proxy. Every fixture and corpus file mounted by URL gives the tree its local mount
 gives, byte for byte; nginx's access log counts the requests and bytes; faults end in EIO
-within the timeout, never in a hang or wrong bytes."""
+within the timeout, never in a hang or wrong bytes. libcurl is loaded only for a URL, and one
+that cannot be loaded or is too old ends a remote mount with one line.
+
+Run by ctest with CKPTFS, CKPTFS_FIXTURES (see fixtures.py) and
+    CKPTFS_OLD_CURL_LIBRARY  tests/support/old_curl.cpp built (default: next to CKPTFS, in
+                             tests/): a libcurl.so.4 that says it is 7.61.1
+"""
 
 import contextlib
 import errno
@@ -32,6 +38,8 @@ from test_mount import MountTestCase, run  # noqa: E402
 
 BLOCK = 256 * 1024      # remote_block_size
 FIRST_WINDOW = 4 * BLOCK  # the first readahead window of a sequential reader
+OLD_CURL_LIBRARY = Path(os.environ.get(
+    "CKPTFS_OLD_CURL_LIBRARY", CKPTFS.parent / "tests" / "libckptfs_old_curl.so")).absolute()
 FAULT_TIMEOUT = 4.0     # -o timeout= of the fault tests, seconds
 SLACK = 4.0             # what a failing read may take past its timeout (scheduling, unmount)
 
@@ -428,6 +436,69 @@ class HttpTests(RemoteTestCase):
             self.assertLess(hwm, (48 << 20) * (3 if SANITIZED else 1))
         finally:
             self.unmount(mnt, proc)
+
+
+def mapped_libcurl(pid):
+    """The files named libcurl* that process `pid` maps."""
+    files = set()
+    for line in Path(f"/proc/{pid}/maps").read_text().splitlines():
+        fields = line.split(maxsplit=5)
+        if len(fields) == 6 and Path(fields[5]).name.startswith("libcurl"):
+            files.add(fields[5])
+    return sorted(files)
+
+
+class LibcurlTests(RemoteTestCase):
+    def test_only_a_remote_mount_maps_libcurl(self):
+        """A local mount's daemon, after serving reads, maps no libcurl; the remote mount of the
+        same file maps libcurl.so.4 and gives the same tree."""
+        mnt, proc = self.mount(fixture_path("training"))
+        try:
+            local_tree = tree(mnt)
+            self.assertEqual(mapped_libcurl(proc.pid), [])
+        finally:
+            self.unmount(mnt, proc)
+        mnt, proc = self.mount(self.nginx.url("fixtures/training.pth"))
+        try:
+            self.assertEqual(tree(mnt), local_tree)
+            mapped = mapped_libcurl(proc.pid)
+            self.assertTrue(any(Path(f).name.startswith("libcurl.so.4") for f in mapped), mapped)
+        finally:
+            self.unmount(mnt, proc)
+
+    def test_libcurl_too_old_or_unloadable(self):
+        """With a libcurl.so.4 that is too old, or not a library, first in the library path: a
+        remote inspect or mount fails with one line naming the URL and the reason, status 2,
+        nothing mounted; a local file still mounts and reads."""
+        if not OLD_CURL_LIBRARY.is_file():
+            self.fail(f"missing {OLD_CURL_LIBRARY} (set CKPTFS_OLD_CURL_LIBRARY)")
+        url = self.nginx.url("fixtures/convnet.pth")
+        old = self.new_dir("old-curl")
+        shutil.copy(OLD_CURL_LIBRARY, old / "libcurl.so.4")
+        broken = self.new_dir("broken-curl")
+        (broken / "libcurl.so.4").write_bytes(b"not a shared library\n" * 100)
+        cases = [(old, 'it is "7.61.1"'), (broken, "libcurl.so.4: ")]
+        for folder, reason in cases:
+            env = {**os.environ, "LD_LIBRARY_PATH": str(folder)}
+            with self.subTest(library=folder.name):
+                prefix = f"ckptfs: {url}: remote checkpoints need libcurl 7.85.0 or newer "
+                mnt = self.new_dir()
+                for args in (["inspect", url], [url, mnt]):
+                    r = run([CKPTFS, *args], env=env)
+                    err = r.stderr.decode()
+                    self.assertEqual(r.returncode, 2, err)
+                    self.assertTrue(err.startswith(prefix + "(libcurl.so.4): "), err)
+                    self.assertIn(reason, err)
+                    self.assertEqual(err.count("\n"), 1, err)
+                self.assertEqual(os.listdir(mnt), [])
+                local, proc = self.mount(fixture_path("convnet"), env=env)
+                try:
+                    self.assertEqual(mapped_libcurl(proc.pid), [])
+                    self.assertGreater(len(read_all(local)), 0)
+                finally:
+                    self.unmount(local, proc)
+        # The same commands with the system's libcurl work.
+        self.assertEqual(run([CKPTFS, "inspect", url]).returncode, 0)
 
 
 class S3Tests(RemoteTestCase):

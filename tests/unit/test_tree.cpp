@@ -223,6 +223,38 @@ TEST_CASE("model.safetensors: every tensor, valid by the format's rules, bytes e
   }
 }
 
+TEST_CASE("size_known: false for a root file made from every entry until it is counted or made") {
+  auto known = [](Mounted& m, std::string_view dir, std::string_view file = {}) {
+    return m.tree.size_known(*m.tree.node(m.path(dir, file)));
+  };
+  struct stat st {};
+  SUBCASE("split layout") {
+    Mounted m(checkpoint_with_views());
+    CHECK_FALSE(known(m, "index.json"));
+    CHECK_FALSE(known(m, "model.safetensors"));
+    CHECK(known(m, "w"));
+    CHECK(known(m, "w", "data"));
+    CHECK(known(m, "w", "tensor.npy"));  // one entry's own work, made for its stat
+    REQUIRE(m.tree.stat(m.path("index.json"), st));
+    CHECK(known(m, "index.json"));
+    CHECK_FALSE(known(m, "model.safetensors"));
+    m.read_all(m.path("model.safetensors"));
+    CHECK(known(m, "model.safetensors"));
+  }
+  SUBCASE("shards: laid out at mount") {
+    Mounted m(checkpoint_with_views(), {.shard_size = 64});
+    CHECK(known(m, "model.safetensors.index.json"));
+    CHECK(known(m, "model-00001-of-00003.safetensors"));
+    CHECK_FALSE(known(m, "index.json"));
+  }
+  SUBCASE("layout=rfc: map.pt") {
+    Mounted m(checkpoint_with_views(), {.layout = Layout::rfc});
+    CHECK_FALSE(known(m, "map.pt"));
+    REQUIRE(m.tree.stat(m.path("map.pt"), st));
+    CHECK(known(m, "map.pt"));
+  }
+}
+
 TEST_CASE("shard_size: the sharded set as save_pretrained splits it") {
   // Tensors of 48, 48, 16, 24 bytes in shards of at most 64 bytes: [w], [w.T, a/b], [x].
   Mounted m(checkpoint_with_views(), {.shard_size = 64});

@@ -60,7 +60,9 @@ struct S3Settings {
 // keeps them alive. Thread-safe.
 class RemoteContext {
  public:
-  // Throws Error(usage) for an unusable cache_dir.
+  // Loads libcurl (libcurl.so.4, not linked: a process that never makes a RemoteContext never
+  // maps it). Throws Error(io) when it cannot be loaded or is older than 7.85, Error(usage) for
+  // an unusable cache_dir.
   explicit RemoteContext(RemoteOptions options, S3Settings s3 = {});
   ~RemoteContext();
   RemoteContext(const RemoteContext&) = delete;

@@ -105,6 +105,10 @@ class Tree {
   // (its size depends on it). Throws std::bad_alloc.
   bool stat(Ino ino, struct stat& st) const;
   std::uint64_t size(const Node& node) const;
+  // Whether size(node) is known without making or counting a file of the root that is made from
+  // every entry (index.json, model.safetensors unsharded, map.pt): false until it is made or
+  // counted. A listing leaves those files' attributes to their lookup.
+  bool size_known(const Node& node) const noexcept;
 
   // Appends to `out` the pieces of [offset, offset + length) of file `ino`, clipped to its size.
   // Throws Error(io) when a source cannot be read.

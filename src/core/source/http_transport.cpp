@@ -27,14 +27,14 @@ void HttpTransport::submit(std::shared_ptr<Job> job) {
   incoming_.push_back(std::move(job));
   if (stopping_) return;  // a job finish_all() finishes, resubmitting itself: finished there too
   if (thread_.joinable()) {
-    curl_multi_wakeup(multi_);
+    curl().multi_wakeup(multi_);
     return;
   }
-  multi_ = curl_multi_init();
+  multi_ = curl().multi_init();
   if (multi_ == nullptr) throw std::system_error(std::make_error_code(std::errc::not_enough_memory));
-  curl_multi_setopt(multi_, CURLMOPT_MAX_HOST_CONNECTIONS, static_cast<long>(options_.max_connections));
-  curl_multi_setopt(multi_, CURLMOPT_MAXCONNECTS, static_cast<long>(2 * options_.max_connections));
-  curl_multi_setopt(multi_, CURLMOPT_PIPELINING, CURLPIPE_MULTIPLEX);
+  multi_setopt(multi_, CURLMOPT_MAX_HOST_CONNECTIONS, static_cast<long>(options_.max_connections));
+  multi_setopt(multi_, CURLMOPT_MAXCONNECTS, static_cast<long>(2 * options_.max_connections));
+  multi_setopt(multi_, CURLMOPT_PIPELINING, CURLPIPE_MULTIPLEX);
   stopping_ = false;
   thread_ = std::thread([this] { run(); });
 }
@@ -45,12 +45,12 @@ void HttpTransport::quiesce() {
     std::lock_guard lock(mutex_);
     if (!thread_.joinable()) return;
     stopping_ = true;
-    curl_multi_wakeup(multi_);
+    curl().multi_wakeup(multi_);
     thread = std::move(thread_);
   }
   thread.join();
   std::lock_guard lock(mutex_);
-  curl_multi_cleanup(multi_);
+  curl().multi_cleanup(multi_);
   multi_ = nullptr;
   stopping_ = false;
 }
@@ -69,26 +69,26 @@ void HttpTransport::start_ready_jobs(CURLM* multi, std::vector<std::shared_ptr<J
     if (!idle_handles_.empty()) {
       easy = idle_handles_.back();
       idle_handles_.pop_back();
-      curl_easy_reset(easy);
+      curl().easy_reset(easy);
     } else {
-      easy = curl_easy_init();
+      easy = curl().easy_init();
     }
     if (easy == nullptr) {
       job->finish(CURLE_OUT_OF_MEMORY, nullptr);
       continue;
     }
-    curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(easy, CURLOPT_TCP_KEEPALIVE, 1L);
-    curl_easy_setopt(easy, CURLOPT_BUFFERSIZE, receive_buffer);
-    curl_easy_setopt(easy, CURLOPT_USERAGENT, "ckptfs/" CKPTFS_VERSION);
-    curl_easy_setopt(easy, CURLOPT_PIPEWAIT, 1L);  // HTTP/2: share a connection rather than open one
-    curl_easy_setopt(easy, CURLOPT_SSL_VERIFYPEER, options_.insecure ? 0L : 1L);
-    curl_easy_setopt(easy, CURLOPT_SSL_VERIFYHOST, options_.insecure ? 0L : 2L);
-    if (!options_.cacert.empty()) curl_easy_setopt(easy, CURLOPT_CAINFO, options_.cacert.c_str());
-    curl_easy_setopt(easy, CURLOPT_NOPROGRESS, 0L);
-    curl_easy_setopt(easy, CURLOPT_XFERINFOFUNCTION, &HttpTransport::progress);
-    curl_easy_setopt(easy, CURLOPT_XFERINFODATA, job.get());
-    if (job->cancelled || !job->start(easy) || curl_multi_add_handle(multi, easy) != CURLM_OK) {
+    easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
+    easy_setopt(easy, CURLOPT_TCP_KEEPALIVE, 1L);
+    easy_setopt(easy, CURLOPT_BUFFERSIZE, receive_buffer);
+    easy_setopt(easy, CURLOPT_USERAGENT, "ckptfs/" CKPTFS_VERSION);
+    easy_setopt(easy, CURLOPT_PIPEWAIT, 1L);  // HTTP/2: share a connection rather than open one
+    easy_setopt(easy, CURLOPT_SSL_VERIFYPEER, options_.insecure ? 0L : 1L);
+    easy_setopt(easy, CURLOPT_SSL_VERIFYHOST, options_.insecure ? 0L : 2L);
+    if (!options_.cacert.empty()) easy_setopt(easy, CURLOPT_CAINFO, options_.cacert.c_str());
+    easy_setopt(easy, CURLOPT_NOPROGRESS, 0L);
+    easy_setopt(easy, CURLOPT_XFERINFOFUNCTION, &HttpTransport::progress);
+    easy_setopt(easy, CURLOPT_XFERINFODATA, job.get());
+    if (job->cancelled || !job->start(easy) || curl().multi_add_handle(multi, easy) != CURLM_OK) {
       idle_handles_.push_back(easy);
       job->finish(CURLE_ABORTED_BY_CALLBACK, nullptr);
       continue;
@@ -109,14 +109,14 @@ void HttpTransport::run() {
     }
     start_ready_jobs(multi, waiting);
     int running = 0;
-    curl_multi_perform(multi, &running);
+    curl().multi_perform(multi, &running);
     int left = 0;
-    while (CURLMsg* message = curl_multi_info_read(multi, &left)) {
+    while (CURLMsg* message = curl().multi_info_read(multi, &left)) {
       if (message->msg != CURLMSG_DONE) continue;
       CURL* easy = message->easy_handle;
       const CURLcode result = message->data.result;
       auto it = active_.find(easy);
-      curl_multi_remove_handle(multi, easy);
+      curl().multi_remove_handle(multi, easy);
       if (it == active_.end()) continue;
       std::shared_ptr<Job> job = std::move(it->second);
       active_.erase(it);
@@ -134,7 +134,7 @@ void HttpTransport::run() {
       std::lock_guard lock(mutex_);
       if (!incoming_.empty() || stopping_) wait = std::chrono::milliseconds(0);
     }
-    curl_multi_poll(multi, nullptr, 0, static_cast<int>(wait.count()), nullptr);
+    curl().multi_poll(multi, nullptr, 0, static_cast<int>(wait.count()), nullptr);
   }
   finish_all(multi, waiting);
 }
@@ -151,7 +151,7 @@ void HttpTransport::finish_all(CURLM* multi, std::vector<std::shared_ptr<Job>>& 
     }
     for (auto& [easy, job] : active_) {
       job->cancelled = true;
-      curl_multi_remove_handle(multi, easy);
+      curl().multi_remove_handle(multi, easy);
       job->finish(CURLE_ABORTED_BY_CALLBACK, easy);
       idle_handles_.push_back(easy);
     }
@@ -162,7 +162,7 @@ void HttpTransport::finish_all(CURLM* multi, std::vector<std::shared_ptr<Job>>& 
       job->finish(CURLE_ABORTED_BY_CALLBACK, nullptr);
     }
   }
-  for (CURL* easy : idle_handles_) curl_easy_cleanup(easy);
+  for (CURL* easy : idle_handles_) curl().easy_cleanup(easy);
   idle_handles_.clear();
 }
 

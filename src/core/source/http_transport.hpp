@@ -4,7 +4,7 @@
 // many range requests are in flight at once without a thread each. Private to the source layer.
 #pragma once
 
-#include <curl/curl.h>
+#include "curl_library.hpp"
 
 #include <atomic>
 #include <chrono>

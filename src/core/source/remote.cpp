@@ -62,7 +62,7 @@ std::int64_t steady_ms() {
 
 // One object at one URL, as pinned when it was opened.
 struct Object {
-  ~Object() { curl_slist_free_all(headers); }
+  ~Object() { curl().slist_free_all(headers); }
 
   std::string request_url;  // what is fetched: may hold credentials, never shown
   std::string name;         // display_location(): shown
@@ -109,9 +109,9 @@ struct Object {
     return message;
   }
   void build_headers() {
-    curl_slist_free_all(headers);
+    curl().slist_free_all(headers);
     headers = nullptr;
-    for (const auto& line : header_lines) headers = curl_slist_append(headers, line.c_str());
+    for (const auto& line : header_lines) headers = curl().slist_append(headers, line.c_str());
   }
 };
 
@@ -243,42 +243,42 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
     const auto remaining = std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - Clock::now());
     if (remaining.count() <= 0) return false;
     const Object& o = *object_;
-    curl_easy_setopt(easy, CURLOPT_URL, o.request_url.c_str());
+    easy_setopt(easy, CURLOPT_URL, o.request_url.c_str());
     const std::string range = fmt::format("{}-{}", offset_, offset_ + length_ - 1);
-    curl_easy_setopt(easy, CURLOPT_RANGE, range.c_str());  // copied by curl
-    if (o.headers != nullptr) curl_easy_setopt(easy, CURLOPT_HTTPHEADER, o.headers);
+    easy_setopt(easy, CURLOPT_RANGE, range.c_str());  // copied by curl
+    if (o.headers != nullptr) easy_setopt(easy, CURLOPT_HTTPHEADER, o.headers);
     if (!o.sigv4.empty()) {
-      curl_easy_setopt(easy, CURLOPT_AWS_SIGV4, o.sigv4.c_str());
-      curl_easy_setopt(easy, CURLOPT_USERNAME, o.user.c_str());
-      curl_easy_setopt(easy, CURLOPT_PASSWORD, o.password.c_str());
+      easy_setopt(easy, CURLOPT_AWS_SIGV4, o.sigv4.c_str());
+      easy_setopt(easy, CURLOPT_USERNAME, o.user.c_str());
+      easy_setopt(easy, CURLOPT_PASSWORD, o.password.c_str());
     }
     if (o.follow_redirects) {
-      curl_easy_setopt(easy, CURLOPT_FOLLOWLOCATION, 1L);
-      curl_easy_setopt(easy, CURLOPT_MAXREDIRS, 5L);
-      curl_easy_setopt(easy, CURLOPT_REDIR_PROTOCOLS_STR, o.redirect_protocols.c_str());
+      easy_setopt(easy, CURLOPT_FOLLOWLOCATION, 1L);
+      easy_setopt(easy, CURLOPT_MAXREDIRS, 5L);
+      easy_setopt(easy, CURLOPT_REDIR_PROTOCOLS_STR, o.redirect_protocols.c_str());
     }
-    curl_easy_setopt(easy, CURLOPT_PROTOCOLS_STR, "http,https");
-    curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, static_cast<long>(remaining.count()));
-    curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS,
+    easy_setopt(easy, CURLOPT_PROTOCOLS_STR, "http,https");
+    easy_setopt(easy, CURLOPT_TIMEOUT_MS, static_cast<long>(remaining.count()));
+    easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS,
                      static_cast<long>(std::min<std::int64_t>(remaining.count(), 10'000)));
     const long stall = std::clamp<long>(static_cast<long>(shared_.options.timeout.count() / 3000), 1,
                                         stall_seconds_max);
-    curl_easy_setopt(easy, CURLOPT_LOW_SPEED_LIMIT, 1L);
-    curl_easy_setopt(easy, CURLOPT_LOW_SPEED_TIME, stall);
-    curl_easy_setopt(easy, CURLOPT_HEADERFUNCTION, &RangeFetch::on_header);
-    curl_easy_setopt(easy, CURLOPT_HEADERDATA, this);
-    curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, &RangeFetch::on_body);
-    curl_easy_setopt(easy, CURLOPT_WRITEDATA, this);
+    easy_setopt(easy, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    easy_setopt(easy, CURLOPT_LOW_SPEED_TIME, stall);
+    easy_setopt(easy, CURLOPT_HEADERFUNCTION, &RangeFetch::on_header);
+    easy_setopt(easy, CURLOPT_HEADERDATA, this);
+    easy_setopt(easy, CURLOPT_WRITEFUNCTION, &RangeFetch::on_body);
+    easy_setopt(easy, CURLOPT_WRITEDATA, this);
     error_buffer_[0] = '\0';
-    curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, error_buffer_);
+    easy_setopt(easy, CURLOPT_ERRORBUFFER, error_buffer_);
     ++attempt_;
     return true;
   }
 
   void finish(CURLcode result, CURL* easy) override {
     if (easy != nullptr) {
-      curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, nullptr);
-      curl_easy_setopt(easy, CURLOPT_HTTPHEADER, nullptr);
+      easy_setopt(easy, CURLOPT_ERRORBUFFER, nullptr);
+      easy_setopt(easy, CURLOPT_HTTPHEADER, nullptr);
     }
     if (result == CURLE_OK && accepted_ && received_ == expected_body()) {
       succeed();
@@ -355,7 +355,7 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
       } else if (field->name == "last-modified") {
         f->response_last_modified_ = field->value;
       } else if (field->name == "retry-after") {
-        const auto date = curl_getdate(field->value.c_str(), nullptr);
+        const auto date = curl().getdate(field->value.c_str(), nullptr);
         f->retry_after_ = http::parse_retry_after(
             field->value, static_cast<std::int64_t>(::time(nullptr)),
             date >= 0 ? std::optional<std::int64_t>(date) : std::nullopt);
@@ -548,7 +548,7 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
               fmt::format("the answer was cut after {} of {} bytes", received_, expected_body()),
               true};
     }
-    std::string what = error_buffer_[0] != '\0' ? error_buffer_ : curl_easy_strerror(result);
+    std::string what = error_buffer_[0] != '\0' ? error_buffer_ : curl().easy_strerror(result);
     what = object_->scrub(what);
     switch (result) {
       case CURLE_PEER_FAILED_VERIFICATION:
@@ -1022,8 +1022,7 @@ S3Settings S3Settings::from_environment() {
 }
 
 RemoteContext::RemoteContext(RemoteOptions options, S3Settings s3) {
-  static std::once_flag curl_initialized;
-  std::call_once(curl_initialized, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+  detail::curl();  // loads libcurl: a context that cannot fetch is never made
   shared_ = std::make_shared<detail::RemoteShared>(std::move(options), std::move(s3));
 }
 
@@ -1071,7 +1070,7 @@ std::unique_ptr<ByteSource> RemoteContext::open(const std::string& location) {
   o.etag = probe->etag();
   o.last_modified = probe->last_modified();
   if (!o.last_modified.empty()) {
-    const auto t = curl_getdate(o.last_modified.c_str(), nullptr);
+    const auto t = detail::curl().getdate(o.last_modified.c_str(), nullptr);
     if (t > 0) o.times = {t, 0, t, 0};
   }
   o.id = shared_->next_id.fetch_add(1);

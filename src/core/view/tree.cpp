@@ -391,6 +391,21 @@ std::uint64_t Tree::size(const Node& n) const {
   return 0;
 }
 
+bool Tree::size_known(const Node& n) const noexcept {
+  switch (n.kind) {
+    case Kind::index_json:
+      return index_json_.load(std::memory_order_acquire) != nullptr ||
+             index_json_size_.load(std::memory_order_relaxed) != unknown_size;
+    case Kind::safetensors_file:
+      return options_.shard_size != 0 || safetensors_.load(std::memory_order_acquire) != nullptr ||
+             safetensors_size_.load(std::memory_order_relaxed) != unknown_size;
+    case Kind::keys_pt:
+      return keys_file_.load(std::memory_order_acquire) != nullptr;
+    default:  // the sharded export's index is laid out at mount; an entry's files are its own
+      return true;
+  }
+}
+
 bool Tree::stat(Ino ino, struct stat& st) const {
   auto n = node(ino);
   if (!n) return false;
