@@ -11,6 +11,7 @@ packages=(
   rsync fuse-zip
   nginx-light openssl curl         # the remote tests' HTTP(S) server, its throw-away CA, a reference client
   dpkg-dev file man-db groff-base  # scripts/package.sh (dpkg-shlibdeps) and the man page tests
+  clang-format clang-tidy          # scripts/lint.sh (ctest runs its clang-format check)
   time                             # scripts/bench: a command's own peak RSS (GNU time's %M)
 )
 command -v node >/dev/null && command -v npm >/dev/null || packages+=(nodejs npm)  # the S3 test server
