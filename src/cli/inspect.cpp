@@ -34,7 +34,8 @@ std::string human_bytes(uint128 n) {
 
 void print_inspect_table(const Model& c, std::FILE* out) {
   std::size_t key_width = 3;
-  for (const auto& e : c.entries) key_width = std::max(key_width, std::min<std::size_t>(e.key.size(), 60));
+  for (const auto& e : c.entries)
+    key_width = std::max(key_width, std::min<std::size_t>(e.key.size(), 60));
   // A sharded set's offsets are in each tensor's own file: a last column names it.
   const bool sources_column = c.sources.size() > 1;
   fmt::print(out, "{:<{}}  {:<6}  {:<10}  {:<16}  {:>12}  {:>12}{}\n", "KEY", key_width, "KIND",
@@ -45,7 +46,8 @@ void print_inspect_table(const Model& c, std::FILE* out) {
     std::string key = escape_for_terminal(e.key, 200);
     if (e.kind == Entry::Kind::value) {
       ++values;
-      fmt::print(out, "{:<{}}  {:<6}  {}\n", key, key_width, "value", escape_for_terminal(e.value_json, 60));
+      fmt::print(out, "{:<{}}  {:<6}  {}\n", key, key_width, "value",
+                 escape_for_terminal(e.value_json, 60));
       continue;
     }
     ++tensors;
@@ -67,9 +69,9 @@ void print_inspect_table(const Model& c, std::FILE* out) {
                info(t.dtype).name, shape_text(t.shape), t.broken.empty() ? t.nbytes() : 0, where,
                source);
   }
-  fmt::print(out, "{} tensors ({}), {} values, {} storages, format {}, byteorder {}{}{}\n",
-             tensors, human_bytes(tensor_bytes), values, c.storages.size(),
-             format_name(c.format), c.byteorder(),
+  fmt::print(out, "{} tensors ({}), {} values, {} storages, format {}, byteorder {}{}{}\n", tensors,
+             human_bytes(tensor_bytes), values, c.storages.size(), format_name(c.format),
+             c.byteorder(),
              sources_column ? fmt::format(", {} files", c.sources.size()) : std::string(),
              broken ? fmt::format(", {} broken", broken) : std::string());
 }

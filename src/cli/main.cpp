@@ -17,14 +17,14 @@
 
 #include <fmt/format.h>
 
+#include <malloc.h>
+#include <sys/resource.h>
+#include <unistd.h>
 #include <climits>
 #include <cstdlib>
-#include <malloc.h>
 #include <memory>
 #include <optional>
 #include <string>
-#include <sys/resource.h>
-#include <unistd.h>
 #include <vector>
 
 namespace {
@@ -171,7 +171,8 @@ int run_inspect(const std::vector<std::string>& args) {
       json = true;
     } else if (arg == "-o" || (arg.starts_with("-o") && arg.size() > 2)) {
       if (arg == "-o" && i + 1 == args.size()) return usage_error("-o needs an argument");
-      std::string_view list = arg == "-o" ? std::string_view(args[++i]) : std::string_view(arg).substr(2);
+      std::string_view list =
+          arg == "-o" ? std::string_view(args[++i]) : std::string_view(arg).substr(2);
       while (true) {
         const auto comma = list.find(',');
         const std::string_view item = list.substr(0, comma);
@@ -195,8 +196,7 @@ int run_inspect(const std::vector<std::string>& args) {
   const std::string shown = ckptfs::display_location(path);
   try {
     auto remote = ckptfs::cli::remote_for(path, remote_options);
-    ckptfs::OpenedModel opened =
-        ckptfs::open_model(path, ckptfs::cli::open_options(remote.get()));
+    ckptfs::OpenedModel opened = ckptfs::open_model(path, ckptfs::cli::open_options(remote.get()));
     if (json) {
       ckptfs::cli::print_inspect_json(opened.model(), stdout);
     } else {
@@ -266,9 +266,9 @@ int run_mount(const std::vector<std::string>& args) {
   // A URL is shown (messages, /proc/mounts, index.json) without its credentials.
   const std::string shown = ckptfs::display_location(o.checkpoint);
   char resolved[PATH_MAX];
-  std::string absolute = ckptfs::is_url(o.checkpoint) ? shown
+  std::string absolute = ckptfs::is_url(o.checkpoint)                 ? shown
                          : ::realpath(o.checkpoint.c_str(), resolved) ? resolved
-                                                                       : o.checkpoint;
+                                                                      : o.checkpoint;
   // Everything is parsed and validated before the mount: a bad checkpoint never mounts.
   std::unique_ptr<ckptfs::RemoteContext> remote;
   std::optional<ckptfs::OpenedModel> opened;
@@ -302,8 +302,7 @@ int run_mount(const std::vector<std::string>& args) {
   // A remote checkpoint's reads are copies out of the block cache, not splices: more of them in
   // flight (a larger kernel readahead) keep the serving threads busy. Measured on a 1.5 GiB file
   // over loopback HTTP: 0.45 GiB/s at 512 KiB, 0.85 at 2 MiB, 0.73 at 8 MiB.
-  request.read_ahead_kb =
-      remote && !o.read_ahead_kb_given ? remote_read_ahead_kb : o.read_ahead_kb;
+  request.read_ahead_kb = remote && !o.read_ahead_kb_given ? remote_read_ahead_kb : o.read_ahead_kb;
   request.max_read = o.max_read;
   request.busy_poll = std::chrono::microseconds(o.busy_poll_us);
   request.fsname = escaped_fsname(absolute);

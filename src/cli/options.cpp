@@ -26,15 +26,15 @@ bool parse_number(std::string_view text, T& out, int base) {
 bool is_ignored_option(std::string_view option) {
   // mount(8), fstab and systemd options that can reach a helper (mount.fuse3 drops only a few of
   // them), and "rw", which mount.fuse3 passes whenever fstab does not say "ro".
-  static constexpr std::string_view fstab_only[] = {
-      "rw", "defaults", "auto", "noauto", "user", "nouser", "users", "owner", "group", "nofail",
-      "_netdev", "_rnetdev"};
+  static constexpr std::string_view fstab_only[] = {"rw",    "defaults", "auto",    "noauto",
+                                                    "user",  "nouser",   "users",   "owner",
+                                                    "group", "nofail",   "_netdev", "_rnetdev"};
   // Kernel flags libfuse 3 does not know; meaningless here, where every time is the
   // checkpoint's mtime and nothing is written or linked.
   static constexpr std::string_view time_flags[] = {
-      "diratime", "nodiratime", "relatime", "norelatime", "strictatime", "nostrictatime",
-      "lazytime", "nolazytime", "iversion", "noiversion", "mand", "nomand", "symfollow",
-      "nosymfollow", "silent", "loud"};
+      "diratime",  "nodiratime",  "relatime", "norelatime", "strictatime", "nostrictatime",
+      "lazytime",  "nolazytime",  "iversion", "noiversion", "mand",        "nomand",
+      "symfollow", "nosymfollow", "silent",   "loud"};
   for (auto name : fstab_only) {
     if (option == name) return true;
   }
@@ -133,11 +133,20 @@ std::optional<std::uint64_t> parse_size(std::string_view text) {
   const std::string_view number = text.substr(0, end);
   std::string unit;
   for (char c : text.substr(end)) unit += static_cast<char>(c >= 'A' && c <= 'Z' ? c + 32 : c);
-  static constexpr std::pair<std::string_view, double> units[] = {
-      {"", 1},         {"b", 1},
-      {"k", 1024.0},   {"m", 1048576.0},   {"g", 1073741824.0},   {"t", 1099511627776.0},
-      {"kib", 1024.0}, {"mib", 1048576.0}, {"gib", 1073741824.0}, {"tib", 1099511627776.0},
-      {"kb", 1e3},     {"mb", 1e6},        {"gb", 1e9},           {"tb", 1e12}};
+  static constexpr std::pair<std::string_view, double> units[] = {{"", 1},
+                                                                  {"b", 1},
+                                                                  {"k", 1024.0},
+                                                                  {"m", 1048576.0},
+                                                                  {"g", 1073741824.0},
+                                                                  {"t", 1099511627776.0},
+                                                                  {"kib", 1024.0},
+                                                                  {"mib", 1048576.0},
+                                                                  {"gib", 1073741824.0},
+                                                                  {"tib", 1099511627776.0},
+                                                                  {"kb", 1e3},
+                                                                  {"mb", 1e6},
+                                                                  {"gb", 1e9},
+                                                                  {"tb", 1e12}};
   const auto* found = std::find_if(std::begin(units), std::end(units),
                                    [&](const auto& u) { return u.first == unit; });
   if (number.empty() || found == std::end(units) ||
@@ -209,8 +218,10 @@ bool is_passed_option(std::string_view option) {
   // 3.14 knows a few more, refused here: blkdev and blksize= (fuseblk only), the SELinux
   // context options (untested here), debug (-d says it), and its mount-table-only ones.
   static constexpr std::string_view names[] = {
-      "allow_other", "allow_root", "auto_unmount", "default_permissions", "dev", "nodev", "suid",
-      "nosuid", "exec", "noexec", "atime", "noatime", "sync", "async", "dirsync"};
+      "allow_other", "allow_root", "auto_unmount", "default_permissions",
+      "dev",         "nodev",      "suid",         "nosuid",
+      "exec",        "noexec",     "atime",        "noatime",
+      "sync",        "async",      "dirsync"};
   for (auto name : names) {
     if (option == name) return true;
   }

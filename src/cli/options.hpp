@@ -6,11 +6,11 @@
 #include <ckptfs/source/remote.hpp>
 #include <ckptfs/view/tree.hpp>
 
+#include <sys/types.h>
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
-#include <sys/types.h>
 #include <vector>
 
 namespace ckptfs::cli {
@@ -31,14 +31,14 @@ struct MountOptions {
   std::optional<uid_t> uid;
   std::optional<gid_t> gid;
   std::optional<mode_t> umask;
-  std::optional<int> notify_fd;           // -o notify_fd=N, --notify-fd N: readiness is written there
-  unsigned read_ahead_kb = 512;           // -o read_ahead_kb=N: the mount's readahead (root only)
-  bool read_ahead_kb_given = false;       // whether -o read_ahead_kb= was given
-  unsigned busy_poll_us = 200;            // -o busy_poll_us=N: polling for the next request
-  unsigned max_read = 0;                  // -o max_read=N: the largest READ (0: the kernel's)
-  std::optional<DType> dtype;             // -o dtype=NAME: floating tensors served converted
-  std::uint64_t shard_size = 0;           // -o shard_size=SIZE: a sharded safetensors export
-  Layout layout = Layout::split;          // -o layout=split|rfc: what the root holds
+  std::optional<int> notify_fd;      // -o notify_fd=N, --notify-fd N: readiness is written there
+  unsigned read_ahead_kb = 512;      // -o read_ahead_kb=N: the mount's readahead (root only)
+  bool read_ahead_kb_given = false;  // whether -o read_ahead_kb= was given
+  unsigned busy_poll_us = 200;       // -o busy_poll_us=N: polling for the next request
+  unsigned max_read = 0;             // -o max_read=N: the largest READ (0: the kernel's)
+  std::optional<DType> dtype;        // -o dtype=NAME: floating tensors served converted
+  std::uint64_t shard_size = 0;      // -o shard_size=SIZE: a sharded safetensors export
+  Layout layout = Layout::split;     // -o layout=split|rfc: what the root holds
   std::vector<std::string> fuse_options;  // the accepted libfuse and kernel options (below)
   RemoteOptions remote;  // insecure, cacert=, cache_size=, cache_dir=, cache_dir_size=, timeout=
 };

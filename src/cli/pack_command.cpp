@@ -12,13 +12,14 @@
 
 #include <fmt/format.h>
 
-#include <map>
 #include <sys/stat.h>
+#include <map>
 
 namespace ckptfs::cli {
 namespace {
 
-constexpr const char* pack_usage = R"(usage: ckptfs pack SRC OUT [--keys GLOB]... [--dtype NAME] [--force] [-o OPT,...]
+constexpr const char* pack_usage =
+    R"(usage: ckptfs pack SRC OUT [--keys GLOB]... [--dtype NAME] [--force] [-o OPT,...]
 
 Writes SRC back as one file, OUT, streaming: memory stays bounded whatever the size of the
 tensors, bytes are copied from file to file by the kernel where they can be. OUT appears only
@@ -110,15 +111,16 @@ int run_pack(const std::vector<std::string>& args) {
       auto name = value("--dtype");
       if (!name) return usage_error("--dtype needs a NAME");
       if (*name != "float16" && *name != "bfloat16" && *name != "float32") {
-        return usage_error(fmt::format("invalid --dtype {} (float16, bfloat16 or float32)",
-                                       quote(*name)));
+        return usage_error(
+            fmt::format("invalid --dtype {} (float16, bfloat16 or float32)", quote(*name)));
       }
       options.dtype = dtype_from_name(*name);
     } else if (a == "--force" || a == "-f") {
       options.overwrite = Overwrite::yes;
     } else if (a == "-o" || (a.starts_with("-o") && a.size() > 2)) {
       if (a == "-o" && i + 1 == args.size()) return usage_error("-o needs an argument");
-      std::string_view list = a == "-o" ? std::string_view(args[++i]) : std::string_view(a).substr(2);
+      std::string_view list =
+          a == "-o" ? std::string_view(args[++i]) : std::string_view(a).substr(2);
       while (true) {
         const auto comma = list.find(',');
         const std::string_view item = list.substr(0, comma);
@@ -146,9 +148,9 @@ int run_pack(const std::vector<std::string>& args) {
   // Refused before SRC is read (which may take long, remote): checked again when OUT is named.
   struct stat st {};
   if (options.overwrite == Overwrite::no && ::lstat(options.output.c_str(), &st) == 0) {
-    return fail(ExitCode::usage,
-                fmt::format("{}: exists: pack does not overwrite it without --force",
-                            options.output));
+    return fail(
+        ExitCode::usage,
+        fmt::format("{}: exists: pack does not overwrite it without --force", options.output));
   }
   const std::string shown = display_location(source);
   try {

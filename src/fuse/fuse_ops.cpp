@@ -13,12 +13,12 @@
 
 #include <fmt/format.h>
 
+#include <fcntl.h>
+#include <sys/statvfs.h>
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <fcntl.h>
 #include <new>
-#include <sys/statvfs.h>
 
 namespace ckptfs::fuse {
 namespace {
@@ -134,10 +134,11 @@ bool source_changed(const Context& ctx, std::uint32_t source, bool check_path) {
   if (changed.load(std::memory_order_relaxed)) return true;
   if (ctx.sources[source]->unchanged(check_path)) return false;
   if (!changed.exchange(true)) {
-    log::warning(fmt::format("{} changed while mounted (replaced, truncated or rewritten): opens "
-                             "and reads of its files fail with EIO from now on; unmount and "
-                             "mount it again",
-                             quote(ctx.sources[source]->name())));
+    log::warning(
+        fmt::format("{} changed while mounted (replaced, truncated or rewritten): opens "
+                    "and reads of its files fail with EIO from now on; unmount and "
+                    "mount it again",
+                    quote(ctx.sources[source]->name())));
   }
   return true;
 }
@@ -394,23 +395,23 @@ void list_directory(Reply& reply, const Tree& tree, fuse_ino_t ino, size_t size,
     if (plus && (!node || tree.size_known(*node))) {
       fuse_entry_param e = entry_of(tree, child);
       if (i < 2) e.ino = 0;  // no lookup (and no lookup count) for . and ..
-      need = fuse_add_direntry_plus(reply.request(), buffer.get() + used, size - used,
-                                    name.c_str(), &e, next);
+      need = fuse_add_direntry_plus(reply.request(), buffer.get() + used, size - used, name.c_str(),
+                                    &e, next);
     } else if (plus) {
       // Node id 0: the kernel takes the name and type only, and looks the file up when it is
       // stat'ed; a listing of the root does not count index.json and model.safetensors.
       fuse_entry_param e{};
       e.attr.st_ino = child;
       e.attr.st_mode = S_IFREG;
-      need = fuse_add_direntry_plus(reply.request(), buffer.get() + used, size - used,
-                                    name.c_str(), &e, next);
+      need = fuse_add_direntry_plus(reply.request(), buffer.get() + used, size - used, name.c_str(),
+                                    &e, next);
     } else {
       // The type alone: a child's own files (an entry's tensor.pt plan) are not made for it.
       struct stat st {};
       st.st_ino = child;
       st.st_mode = i < 2 || (node && is_directory(*node)) ? S_IFDIR : S_IFREG;
-      need = fuse_add_direntry(reply.request(), buffer.get() + used, size - used, name.c_str(),
-                               &st, next);
+      need = fuse_add_direntry(reply.request(), buffer.get() + used, size - used, name.c_str(), &st,
+                               next);
     }
     if (need > size - used) break;
     used += need;
@@ -419,15 +420,13 @@ void list_directory(Reply& reply, const Tree& tree, fuse_ino_t ino, size_t size,
 }
 
 void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info*) {
-  guarded(req, "readdir", ino, [&](Reply& reply) {
-    list_directory(reply, context(req).tree, ino, size, off, false);
-  });
+  guarded(req, "readdir", ino,
+          [&](Reply& reply) { list_directory(reply, context(req).tree, ino, size, off, false); });
 }
 
 void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info*) {
-  guarded(req, "readdirplus", ino, [&](Reply& reply) {
-    list_directory(reply, context(req).tree, ino, size, off, true);
-  });
+  guarded(req, "readdirplus", ino,
+          [&](Reply& reply) { list_directory(reply, context(req).tree, ino, size, off, true); });
 }
 
 void op_release(fuse_req_t req, fuse_ino_t, fuse_file_info*) { fuse_reply_err(req, 0); }

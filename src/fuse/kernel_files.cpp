@@ -2,10 +2,10 @@
 // read_kernel_file() and write_kernel_file(): open, read or write, close, retried on EINTR.
 #include "kernel_files.hpp"
 
-#include <algorithm>
-#include <cerrno>
 #include <fcntl.h>
 #include <unistd.h>
+#include <algorithm>
+#include <cerrno>
 
 namespace ckptfs::fuse {
 namespace {

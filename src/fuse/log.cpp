@@ -7,12 +7,12 @@
 
 #include <fmt/format.h>
 
+#include <syslog.h>
+#include <unistd.h>
 #include <chrono>
 #include <cstdarg>
 #include <cstdio>
 #include <mutex>
-#include <syslog.h>
-#include <unistd.h>
 
 namespace ckptfs::fuse::log {
 namespace {

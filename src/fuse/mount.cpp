@@ -13,24 +13,24 @@
 
 #include <fmt/format.h>
 
+#include <fcntl.h>
+#include <malloc.h>
+#include <sched.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <cerrno>
 #include <csignal>
 #include <cstdarg>
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
-#include <fcntl.h>
-#include <malloc.h>
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <sched.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/un.h>
-#include <sys/wait.h>
 #include <thread>
-#include <unistd.h>
 
 namespace ckptfs::fuse {
 namespace {
@@ -242,7 +242,8 @@ void ReadinessNotifier::forget() {
 void ReadinessNotifier::send(bool ready) {
   if (fd_ < 0) return;
   // A reader that closed its end must not kill ckptfs with SIGPIPE.
-  struct sigaction ignore {}, previous {};
+  struct sigaction ignore {
+  }, previous{};
   ignore.sa_handler = SIG_IGN;
   ::sigaction(SIGPIPE, &ignore, &previous);
   const char* line = ready ? "1\n" : "0\n";
@@ -306,8 +307,8 @@ void mount_and_serve(const Tree& tree, Sources sources, const MountRequest& requ
     ::close(pipe_fds[0]);
     report.emplace(pipe_fds[1]);
     if (request.notifier != nullptr) request.notifier->forget();  // the parent reports
-    (void)::setsid();      // out of the caller's session: its terminal's signals are not ours
-    (void)::chdir("/");    // keep no directory busy
+    (void)::setsid();    // out of the caller's session: its terminal's signals are not ours
+    (void)::chdir("/");  // keep no directory busy
   }
 
   // Polling for the next request only pays when another CPU is free to run the caller.

@@ -40,12 +40,12 @@ struct MountRequest {
                            // mounted by the caller (mount.fuse3 -o drop_privileges)
   bool foreground = false;
   bool debug = false;
-  std::vector<std::string> fuse_options;  // passed to libfuse as -o options (allow_other, ...)
-  std::string fsname;                     // shown in /proc/mounts
-  unsigned max_read = 0;                  // -o max_read=N for libfuse and INIT; 0: none
-  unsigned read_ahead_kb = 0;             // set on the mount when allowed (root); 0: the kernel's
+  std::vector<std::string> fuse_options;   // passed to libfuse as -o options (allow_other, ...)
+  std::string fsname;                      // shown in /proc/mounts
+  unsigned max_read = 0;                   // -o max_read=N for libfuse and INIT; 0: none
+  unsigned read_ahead_kb = 0;              // set on the mount when allowed (root); 0: the kernel's
   std::chrono::microseconds busy_poll{0};  // see ServeOptions::busy_poll
-  std::string ready_line;            // printed on stderr in the foreground once the mount is ready
+  std::string ready_line;  // printed on stderr in the foreground once the mount is ready
   ReadinessNotifier* notifier = nullptr;  // told once the mount is ready (or failed)
 };
 

@@ -6,12 +6,12 @@
 
 #include <ckptfs/source/byte_source.hpp>
 
-#include <algorithm>
-#include <cerrno>
 #include <fcntl.h>
-#include <new>
 #include <sys/ioctl.h>
 #include <unistd.h>
+#include <algorithm>
+#include <cerrno>
+#include <new>
 
 namespace ckptfs::fuse {
 namespace {

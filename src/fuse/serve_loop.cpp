@@ -21,20 +21,20 @@
 
 #include <fmt/format.h>
 
-#include <atomic>
-#include <cerrno>
-#include <csignal>
-#include <cstdlib>
-#include <cstring>
-#include <exception>
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
-#include <thread>
 #include <unistd.h>
+#include <atomic>
+#include <cerrno>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <thread>
 #include <vector>
 
 namespace ckptfs::fuse {
@@ -47,9 +47,9 @@ struct Shared {
       : session(se), options(o), fuse_fd(fuse_session_fd(se)), epoll_fd(epoll), stop_fd(stopper) {}
   fuse_session* session;
   const ServeOptions* options;
-  int fuse_fd;   // /dev/fuse, non-blocking
-  int epoll_fd;  // where sleeping threads wait: /dev/fuse and stop_fd
-  int stop_fd;   // an eventfd written when stopping
+  int fuse_fd;           // /dev/fuse, non-blocking
+  int epoll_fd;          // where sleeping threads wait: /dev/fuse and stop_fd
+  int stop_fd;           // an eventfd written when stopping
   sigset_t wait_mask{};  // the signal mask while sleeping: libfuse's signals delivered only then
   // Whether /dev/fuse is in the epoll set. Changed by the poller only (the thread that holds
   // `polling`, which always puts /dev/fuse back before letting go); read by any thread.
@@ -129,8 +129,8 @@ void run_worker(Shared& s) {
     ~Forget() { this_threads_loop = nullptr; }
   } forget;
   const auto busy_poll = s.options->busy_poll;
-  fuse_buf buf{};        // libfuse allocates its memory on the first receive
-  bool poller = false;   // this thread holds s.polling
+  fuse_buf buf{};       // libfuse allocates its memory on the first receive
+  bool poller = false;  // this thread holds s.polling
   Clock::time_point deadline{};
   while (!stopping(s)) {
     int res = fuse_session_receive_buf(s.session, &buf);  // never blocks: O_NONBLOCK

@@ -6,12 +6,12 @@
 
 #include "kernel_files.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
 #include <algorithm>
 #include <charconv>
-#include <fcntl.h>
 #include <map>
 #include <mutex>
-#include <unistd.h>
 
 namespace ckptfs::fuse {
 namespace {
@@ -32,7 +32,8 @@ struct SourcePages::Extents {
 std::uint64_t SourcePages::largest_folio() noexcept {
   std::uint64_t bytes = 0;
   try {
-    if (const auto text = read_kernel_file("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size", 64)) {
+    if (const auto text =
+            read_kernel_file("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size", 64)) {
       std::from_chars(text->data(), text->data() + text->size(), bytes);
     }
   } catch (...) {
@@ -80,8 +81,8 @@ void SourcePages::cached_by_mount(const SourceRange& range, Drop drop) noexcept 
   }
   if (drop == Drop::later) return;
   // The whole pages of the extent within reach of the new range.
-  const std::uint64_t lo = std::max((start + page - 1) / page * page,
-                                    range.offset > reach_ ? range.offset - reach_ : 0);
+  const std::uint64_t lo =
+      std::max((start + page - 1) / page * page, range.offset > reach_ ? range.offset - reach_ : 0);
   const std::uint64_t hi = std::min(end / page * page, range.offset + range.length + reach_);
   if (lo < hi) {
     (void)::posix_fadvise(e.fd, static_cast<off_t>(lo), static_cast<off_t>(hi - lo),

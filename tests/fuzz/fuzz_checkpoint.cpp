@@ -9,10 +9,10 @@
 
 #include "../../src/cli/inspect.hpp"
 
-#include <ckptfs/source/byte_source.hpp>
-#include <ckptfs/format/torch_reader.hpp>
-#include <ckptfs/view/describe.hpp>
 #include <ckptfs/base/error.hpp>
+#include <ckptfs/format/torch_reader.hpp>
+#include <ckptfs/source/byte_source.hpp>
+#include <ckptfs/view/describe.hpp>
 #include <ckptfs/view/tree.hpp>
 
 #include <algorithm>

@@ -4,13 +4,13 @@
 // either throws Error(bad_checkpoint) or yields a graph whose every reference is a valid node.
 #include "fuzz_check.hpp"
 
-#include <ckptfs/source/byte_source.hpp>
-#include <ckptfs/format/torch_reader.hpp>
 #include <ckptfs/base/error.hpp>
 #include <ckptfs/format/flatten.hpp>
 #include <ckptfs/format/pickle_machine.hpp>
 #include <ckptfs/format/torch_interpreter.hpp>
+#include <ckptfs/format/torch_reader.hpp>
 #include <ckptfs/format/value_json.hpp>
+#include <ckptfs/source/byte_source.hpp>
 
 #include <string>
 
@@ -18,8 +18,8 @@ namespace {
 
 using namespace ckptfs;
 using pickle::Kind;
-using pickle::NodeId;
 using pickle::no_node;
+using pickle::NodeId;
 
 // Every id a node refers to is a node of the graph (or no_node where that is allowed).
 void check_graph(const pickle::Graph& g) {
@@ -99,8 +99,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     std::vector<Entry> entries = flatten(parsed.graph, in, limits);
     for (const Entry& e : entries) {
       FUZZ_CHECK(e.kind != Entry::Kind::tensor || e.tensor < in.tensors.size());
-      FUZZ_CHECK(e.key.size() <= std::max<std::uint64_t>(limits.max_flattened_bytes,
-                                                         64 * parsed.graph.size()));
+      FUZZ_CHECK(e.key.size() <=
+                 std::max<std::uint64_t>(limits.max_flattened_bytes, 64 * parsed.graph.size()));
     }
   } catch (const Error& e) {
     FUZZ_CHECK(e.code() == ExitCode::bad_checkpoint);

@@ -145,9 +145,8 @@ void check_index(const MemorySource& source) {
       std::size_t start = 0;
       for (;;) {
         auto slash = name.find('/', start);
-        auto part = std::string_view(name).substr(start, slash == std::string::npos
-                                                              ? std::string_view::npos
-                                                              : slash - start);
+        auto part = std::string_view(name).substr(
+            start, slash == std::string::npos ? std::string_view::npos : slash - start);
         FUZZ_CHECK(!part.empty() && part != "." && part != "..");
         if (slash == std::string::npos) break;
         start = slash + 1;

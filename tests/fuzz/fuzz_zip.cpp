@@ -4,9 +4,9 @@
 // central directory, without overlaps: the invariants the rest of ckptfs relies on.
 #include "fuzz_check.hpp"
 
-#include <ckptfs/source/byte_source.hpp>
 #include <ckptfs/base/error.hpp>
 #include <ckptfs/format/zip_reader.hpp>
+#include <ckptfs/source/byte_source.hpp>
 
 #include <algorithm>
 #include <string>

@@ -165,8 +165,7 @@ void checkpoint_seeds() {
   checkpoint("short_storage", tensor_pickle(6, 0, {2, 3}, {3, 1}), {{"0", floats(5)}});
   checkpoint("missing_storage", tensor_pickle(6, 0, {2, 3}, {3, 1}), {});
   checkpoint("bytes_storage", tensor_pickle(7, 1, {3}, {2}, "ByteStorage"), {{"0", "abcdefg"}});
-  checkpoint("double_storage", tensor_pickle(2, 0, {2}, {1}, "DoubleStorage"),
-             {{"0", floats(4)}});
+  checkpoint("double_storage", tensor_pickle(2, 0, {2}, {1}, "DoubleStorage"), {{"0", floats(4)}});
   checkpoint("tied",
              state_dict_pickle({{"a", "0", 8, 0, {2, 4}, {4, 1}},
                                 {"b", "0", 8, 2, {3, 2}, {1, 3}},

@@ -3,11 +3,11 @@
 // subdirectories and symbolic links made in one call each.
 #pragma once
 
+#include <unistd.h>
 #include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <string>
-#include <unistd.h>
 
 namespace ckptfs::test {
 

@@ -54,18 +54,18 @@ int main(int argc, char** argv) {
     Crc crc;
   };
   std::vector<Engine> engines;
-  for (auto engine : {ckptfs::Crc32Engine::table, ckptfs::Crc32Engine::pclmul,
-                      ckptfs::Crc32Engine::vpclmul}) {
+  for (auto engine :
+       {ckptfs::Crc32Engine::table, ckptfs::Crc32Engine::pclmul, ckptfs::Crc32Engine::vpclmul}) {
     if (!ckptfs::crc32_engine_available(engine)) continue;
     engines.push_back({std::string(ckptfs::engine_name(engine)),
                        [engine](std::uint32_t c, const unsigned char* p, std::size_t n) {
                          return ckptfs::crc32_with(engine, c, p, n);
                        }});
   }
-  engines.push_back({"zlib " ZLIB_VERSION, [](std::uint32_t c, const unsigned char* p,
-                                              std::size_t n) {
-                       return static_cast<std::uint32_t>(::crc32(c, p, static_cast<uInt>(n)));
-                     }});
+  engines.push_back(
+      {"zlib " ZLIB_VERSION, [](std::uint32_t c, const unsigned char* p, std::size_t n) {
+         return static_cast<std::uint32_t>(::crc32(c, p, static_cast<uInt>(n)));
+       }});
 
   std::printf("crc32() uses: %s; large buffer %zu MiB; best of 5 runs\n",
               std::string(ckptfs::engine_name(ckptfs::crc32_engine())).c_str(), large_mib);
@@ -81,8 +81,8 @@ int main(int argc, char** argv) {
         gigabytes_per_second(engines[i].crc, small, 64 << 10, std::size_t{1} << 30, 5, crc_small);
     const double in_memory =
         gigabytes_per_second(engines[i].crc, large, 1 << 20, large.size(), 5, crc_large);
-    std::printf("%-16s %16.2f %16.2f %10.8x %10.8x\n", engines[i].name.c_str(), in_cache,
-                in_memory, crc_small, crc_large);
+    std::printf("%-16s %16.2f %16.2f %10.8x %10.8x\n", engines[i].name.c_str(), in_cache, in_memory,
+                crc_small, crc_large);
     if (i == 0) {
       first_small = crc_small;
       first_large = crc_large;

@@ -28,12 +28,12 @@
 #include <ckptfs/source/byte_source.hpp>
 
 #include <fcntl.h>
-#include <nlohmann/json.hpp>
 #include <unistd.h>
+#include <nlohmann/json.hpp>
 
 #include <cerrno>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <stdexcept>
@@ -103,7 +103,8 @@ Value to_value(const nlohmann::json& j) {
     const nlohmann::json& body = j.begin().value();
     auto pairs = [&] {
       std::vector<DictEntry> entries;
-      for (const auto& kv : body) entries.push_back(DictEntry{to_value(kv.at(0)), to_value(kv.at(1))});
+      for (const auto& kv : body)
+        entries.push_back(DictEntry{to_value(kv.at(0)), to_value(kv.at(1))});
       return entries;
     };
     if (tag == "tuple") {
@@ -121,7 +122,8 @@ Value to_value(const nlohmann::json& j) {
     if (tag == "ordered_dict") return Value::ordered_dict(pairs());
   }
   std::vector<DictEntry> entries;
-  for (const auto& [key, item] : j.items()) entries.push_back(DictEntry{Value::str(key), to_value(item)});
+  for (const auto& [key, item] : j.items())
+    entries.push_back(DictEntry{Value::str(key), to_value(item)});
   return Value::dict(std::move(entries));
 }
 
@@ -140,7 +142,8 @@ void write_file(const std::string& path, const ckptfs::TorchArchive& archive,
     const ckptfs::FileSource source(storage_files.at(storage));
     std::string piece(1 << 16, '\0');
     for (std::uint64_t at = 0; at < source.size(); at += piece.size()) {
-      const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(piece.size(), source.size() - at));
+      const std::size_t n =
+          static_cast<std::size_t>(std::min<std::uint64_t>(piece.size(), source.size() - at));
       source.read(at, std::as_writable_bytes(std::span(piece.data(), n)));
       writer.write(std::string_view(piece.data(), n));
     }
@@ -234,13 +237,18 @@ int sparse_command(const std::vector<std::string>& a) {
     if (i == 0) {
       torch.tensor({ckptfs::DType::uint8, 0, big, 0, {static_cast<std::int64_t>(big)}, {}, false});
     } else {
-      torch.tensor({ckptfs::DType::float32, 1, small_bytes.size(), 0,
-                    {static_cast<std::int64_t>(small_bytes.size() / 4)}, {}, false});
+      torch.tensor({ckptfs::DType::float32,
+                    1,
+                    small_bytes.size(),
+                    0,
+                    {static_cast<std::int64_t>(small_bytes.size() / 4)},
+                    {},
+                    false});
     }
   });
   const ckptfs::TorchArchive archive(std::move(w).finish(), torch.storages(), {.prefix = "sparse"});
-  const std::vector<std::uint32_t> crcs =
-      archive.crcs(std::vector<std::uint32_t>{ckptfs::crc32_zeros(0, big), ckptfs::crc32(small_bytes)});
+  const std::vector<std::uint32_t> crcs = archive.crcs(
+      std::vector<std::uint32_t>{ckptfs::crc32_zeros(0, big), ckptfs::crc32(small_bytes)});
   const ckptfs::ZipPlan& plan = archive.plan();
   const int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw std::runtime_error(out + ": " + std::strerror(errno));
@@ -256,11 +264,15 @@ int sparse_command(const std::vector<std::string>& a) {
   for (const ckptfs::ZipSegment& s : plan.segments()) {
     const ckptfs::TorchRecord& r = archive.record(s.record);
     switch (s.kind) {
-      case ckptfs::ZipSegmentKind::local_header: put(s.offset, plan.local_header(s.record)); break;
+      case ckptfs::ZipSegmentKind::local_header:
+        put(s.offset, plan.local_header(s.record));
+        break;
       case ckptfs::ZipSegmentKind::data_descriptor:
         put(s.offset, plan.data_descriptor(s.record, crcs[s.record]));
         break;
-      case ckptfs::ZipSegmentKind::trailer: put(s.offset, plan.trailer(crcs)); break;
+      case ckptfs::ZipSegmentKind::trailer:
+        put(s.offset, plan.trailer(crcs));
+        break;
       case ckptfs::ZipSegmentKind::payload:
         if (r.source == ckptfs::TorchRecord::Source::literal) put(s.offset, r.literal);
         if (r.source == ckptfs::TorchRecord::Source::storage && r.storage == 1) {

@@ -54,8 +54,8 @@ TEST_CASE("parse_content_range(): only well-formed, consistent ranges") {
   REQUIRE(unsatisfied);
   CHECK_FALSE(unsatisfied->first);
   CHECK(*unsatisfied->total == 4096);
-  CHECK_FALSE(http::parse_content_range("bytes 9-5/10"));    // last before first
-  CHECK_FALSE(http::parse_content_range("bytes 0-10/10"));   // past the end
+  CHECK_FALSE(http::parse_content_range("bytes 9-5/10"));   // last before first
+  CHECK_FALSE(http::parse_content_range("bytes 0-10/10"));  // past the end
   CHECK_FALSE(http::parse_content_range("bytes */*"));
   CHECK_FALSE(http::parse_content_range("items 0-1/2"));
   CHECK_FALSE(http::parse_content_range("bytes -1-5/10"));

@@ -3,8 +3,8 @@
 // on checkpoints assembled in C++.
 #include "support/fake_checkpoint.hpp"
 
-#include <ckptfs/format/torch_reader.hpp>
 #include <ckptfs/base/error.hpp>
+#include <ckptfs/format/torch_reader.hpp>
 #include <ckptfs/format/zip_reader.hpp>
 
 #include <doctest/doctest.h>
@@ -53,8 +53,8 @@ const Tensor& tensor(const Model& c, std::size_t entry) {
 TEST_SUITE_BEGIN("checkpoint");
 
 TEST_CASE("a state_dict: keys, dtypes, shapes and absolute offsets of the records") {
-  std::string pkl = state_dict_pickle({{"fc.weight", "0", 6, 0, {2, 3}, {3, 1}},
-                                       {"fc.bias", "1", 2, 0, {2}, {1}}});
+  std::string pkl = state_dict_pickle(
+      {{"fc.weight", "0", 6, 0, {2, 3}, {3, 1}}, {"fc.bias", "1", 2, 0, {2}, {1}}});
   std::string file = torch_zip(pkl, {{"0", floats(6)}, {"1", floats(2)}}, "model");
   Model c = read(file);
   CHECK(c.format == Format::zip);
@@ -103,7 +103,8 @@ TEST_CASE("a view that does not fit its storage is broken, the rest stays usable
 }
 
 TEST_CASE("a record shorter or longer than the pickle declares breaks its tensors") {
-  std::string pkl = state_dict_pickle({{"short", "0", 6, 0, {2}, {1}}, {"long", "1", 2, 0, {2}, {1}}});
+  std::string pkl =
+      state_dict_pickle({{"short", "0", 6, 0, {2}, {1}}, {"long", "1", 2, 0, {2}, {1}}});
   Model c = read(torch_zip(pkl, {{"0", floats(2)}, {"1", floats(3)}}));
   CHECK(tensor(c, 0).broken ==
         "storage \"0\" holds 8 bytes but the pickle declares 6 elements of 4 bytes");
@@ -111,14 +112,16 @@ TEST_CASE("a record shorter or longer than the pickle declares breaks its tensor
 }
 
 TEST_CASE("a missing storage record breaks its tensors only") {
-  std::string pkl = state_dict_pickle({{"here", "0", 2, 0, {2}, {1}}, {"gone", "7", 2, 0, {2}, {1}}});
+  std::string pkl =
+      state_dict_pickle({{"here", "0", 2, 0, {2}, {1}}, {"gone", "7", 2, 0, {2}, {1}}});
   Model c = read(torch_zip(pkl, {{"0", floats(2)}}));
   CHECK(tensor(c, 0).broken.empty());
   CHECK(tensor(c, 1).broken == "record \"archive/data/7\" is missing from the zip");
 }
 
 TEST_CASE("empty and 0-d tensors") {
-  std::string pkl = state_dict_pickle({{"empty", "0", 0, 0, {0}, {1}}, {"scalar", "1", 1, 0, {}, {}},
+  std::string pkl = state_dict_pickle({{"empty", "0", 0, 0, {0}, {1}},
+                                       {"scalar", "1", 1, 0, {}, {}},
                                        {"slice_at_end", "2", 5, 5, {0}, {1}}});
   Model c = read(torch_zip(pkl, {{"0", ""}, {"1", floats(1)}, {"2", floats(5)}}));
   CHECK(tensor(c, 0).broken.empty());
@@ -130,8 +133,11 @@ TEST_CASE("empty and 0-d tensors") {
 
 TEST_CASE("byteorder record") {
   std::string pkl = state_dict_pickle({{"w", "0", 2, 0, {2}, {1}}});
-  CHECK(read(torch_zip(pkl, {{"0", floats(2)}}, "archive", {{"byteorder", "big"}})).byteorder() == "big");
-  CHECK(read(torch_zip(pkl, {{"0", floats(2)}}, "archive", {{"byteorder", "little"}})).byteorder() == "little");
+  CHECK(read(torch_zip(pkl, {{"0", floats(2)}}, "archive", {{"byteorder", "big"}})).byteorder() ==
+        "big");
+  CHECK(
+      read(torch_zip(pkl, {{"0", floats(2)}}, "archive", {{"byteorder", "little"}})).byteorder() ==
+      "little");
   CHECK(error_of(torch_zip(pkl, {{"0", floats(2)}}, "archive", {{"byteorder", "middle"}})) ==
         ExitCode::bad_checkpoint);
 }
@@ -151,8 +157,8 @@ TEST_CASE("refusals say what the file is") {
     CHECK(error_of(zip.build()) == ExitCode::unsupported);
   }
   SUBCASE("TorchScript is read as such, not as torch.save") {
-    CHECK(read(torch_zip(pkl, {{"0", floats(2)}}, "m", {{"constants.pkl", "\x80\x02)."}}))
-              .format == Format::torchscript);
+    CHECK(read(torch_zip(pkl, {{"0", floats(2)}}, "m", {{"constants.pkl", "\x80\x02)."}})).format ==
+          Format::torchscript);
     CHECK(error_of(torch_zip(pkl, {{"0", floats(2)}}, "m", {{"constants.pkl", "x"}})) ==
           ExitCode::bad_checkpoint);
   }
@@ -384,7 +390,7 @@ TEST_CASE("hostile nesting: no recursion, clear limits") {
     p.stop();
     Model c = read(torch_zip(p.bytes(), {{"0", floats(2)}}));
     REQUIRE(c.entries.size() == 1);
-    CHECK(c.entries[0].key.size() == 2 * depth - 1);  // "0.0. ... .0"
+    CHECK(c.entries[0].key.size() == 2 * depth - 1);       // "0.0. ... .0"
     CHECK(c.entries[0].key_path.size() == 2 * depth + 1);  // "[0,0, ... ,0]"
   }
   SUBCASE("the budget of all keys is the only limit on a key, and its message says so") {
@@ -426,8 +432,10 @@ TEST_CASE("quantized tensors keep their quantization parameters") {
     p.integer(1).tuple();
   });
   p.setitems().stop();
-  Model c = read(torch_zip(p.bytes(), {{"0", std::string(4, '\1')}, {"1", std::string(4, '\2')},
-                                       {"2", std::string(16, '\0')}, {"3", std::string(16, '\0')}}));
+  Model c = read(torch_zip(p.bytes(), {{"0", std::string(4, '\1')},
+                                       {"1", std::string(4, '\2')},
+                                       {"2", std::string(16, '\0')},
+                                       {"3", std::string(16, '\0')}}));
   CHECK(keys(c) == std::vector<std::string>{"pt", "pc", "pc.q_per_channel_scales",
                                             "pc.q_per_channel_zero_points"});
   const Tensor& pt = tensor(c, 0);

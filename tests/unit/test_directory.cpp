@@ -9,12 +9,12 @@
 
 #include <doctest/doctest.h>
 
-#include <algorithm>
-#include <filesystem>
-#include <cerrno>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <algorithm>
+#include <cerrno>
+#include <filesystem>
 
 using namespace ckptfs;
 using ckptfs::test::TempDir;
@@ -58,8 +58,8 @@ TEST_CASE("files beneath the directory are opened and read") {
 TEST_CASE("links that stay inside are followed") {
   TempDir t;
   t.write("real/data", "abc");
-  t.symlink("real", "alias");              // a directory link
-  t.symlink("../real/data", "b/data");     // climbs, but stays inside
+  t.symlink("real", "alias");           // a directory link
+  t.symlink("../real/data", "b/data");  // climbs, but stays inside
   auto dir = std::make_shared<const Directory>(t.path());
   CHECK(read_all(DirectoryFileSource(dir, "alias/data")) == "abc");
   CHECK(read_all(DirectoryFileSource(dir, "b/data")) == "abc");
@@ -70,11 +70,11 @@ TEST_CASE("links and .. that lead out of the directory are refused") {
   TempDir outside;
   outside.write("secret", "shadow");
   TempDir t;
-  t.symlink(outside.path("secret"), "k/data");       // absolute, outside
+  t.symlink(outside.path("secret"), "k/data");  // absolute, outside
   t.symlink("../../" + outside.path("secret").substr(1), "l/data");
-  t.symlink(outside.path(), "m");                     // a key directory that is a link outside
+  t.symlink(outside.path(), "m");  // a key directory that is a link outside
   t.symlink("/etc/passwd", "n/data");
-  t.symlink("/proc/self/fd/0", "o/data");             // a magic link, absolute too
+  t.symlink("/proc/self/fd/0", "o/data");  // a magic link, absolute too
   t.write("p/data", "fine");
   // An absolute link is refused even to a file inside: resolving it starts outside.
   t.symlink(t.path("p/data"), "q/data");

@@ -50,7 +50,8 @@ std::vector<std::string> flooding_names(int blocks) {
     const std::uint64_t a = 0x1111111111111111ULL * static_cast<std::uint64_t>(b + 1);
     const std::uint64_t c = 0x0123456789abcdefULL + static_cast<std::uint64_t>(b);
     const std::string one = word(a) + word(c);
-    const std::string other = word(unmix(mix(a) ^ (1ULL << 63))) + word(unmix(mix(c) ^ (1ULL << 63)));
+    const std::string other =
+        word(unmix(mix(a) ^ (1ULL << 63))) + word(unmix(mix(c) ^ (1ULL << 63)));
     std::vector<std::string> next;
     for (const auto& n : names) {
       next.push_back(n + one);
@@ -91,7 +92,8 @@ TEST_CASE("keyed tables: names that flood std::hash spread over the buckets") {
   TextMap<std::size_t> table;
   for (std::size_t i = 0; i < names.size(); ++i) table.emplace(names[i], i);
   std::size_t fullest = 0;
-  for (std::size_t b = 0; b < table.bucket_count(); ++b) fullest = std::max(fullest, table.bucket_size(b));
+  for (std::size_t b = 0; b < table.bucket_count(); ++b)
+    fullest = std::max(fullest, table.bucket_size(b));
   CHECK(fullest <= 12);
   CHECK(table.find(std::string_view{names[77]})->second == 77);  // a lookup by view
 }

@@ -25,17 +25,38 @@ std::string trace_of(JsonReader& json) {
   for (Token t = json.next(); t != Token::end; t = json.next()) {
     if (!out.empty()) out += ' ';
     switch (t) {
-      case Token::begin_object: out += '{'; break;
-      case Token::end_object: out += '}'; break;
-      case Token::begin_array: out += '['; break;
-      case Token::end_array: out += ']'; break;
-      case Token::key: out += "k:" + std::string(json.string()); break;
-      case Token::string: out += "s:" + std::string(json.string()); break;
-      case Token::number: out += "n:" + std::string(json.number_text()); break;
-      case Token::true_value: out += 't'; break;
-      case Token::false_value: out += 'f'; break;
-      case Token::null: out += "null"; break;
-      case Token::end: break;
+      case Token::begin_object:
+        out += '{';
+        break;
+      case Token::end_object:
+        out += '}';
+        break;
+      case Token::begin_array:
+        out += '[';
+        break;
+      case Token::end_array:
+        out += ']';
+        break;
+      case Token::key:
+        out += "k:" + std::string(json.string());
+        break;
+      case Token::string:
+        out += "s:" + std::string(json.string());
+        break;
+      case Token::number:
+        out += "n:" + std::string(json.number_text());
+        break;
+      case Token::true_value:
+        out += 't';
+        break;
+      case Token::false_value:
+        out += 'f';
+        break;
+      case Token::null:
+        out += "null";
+        break;
+      case Token::end:
+        break;
     }
   }
   return out;
@@ -123,10 +144,40 @@ TEST_CASE("after the end, next() keeps returning end; depth and offsets") {
 
 TEST_CASE("the grammar, exactly") {
   for (const char* bad : {
-           "", " ", "{", "[", "]", "}", "[1,]", "[,1]", "[1 2]", "{\"a\":1,}", "{,}",
-           "{\"a\" 1}", "{\"a\":}", "{a:1}", "{'a':1}", "['a']", "{1:2}", "[1]]", "[1] x",
-           "{} {}", "nul", "nulll", "True", "NaN", "Infinity", "-Infinity", "[undefined]",
-           "/* c */ 1", "1 // c", "[1,,2]", "{\"a\":1 \"b\":2}", "\"a", "[\"a]", "\x00",
+           "",
+           " ",
+           "{",
+           "[",
+           "]",
+           "}",
+           "[1,]",
+           "[,1]",
+           "[1 2]",
+           "{\"a\":1,}",
+           "{,}",
+           "{\"a\" 1}",
+           "{\"a\":}",
+           "{a:1}",
+           "{'a':1}",
+           "['a']",
+           "{1:2}",
+           "[1]]",
+           "[1] x",
+           "{} {}",
+           "nul",
+           "nulll",
+           "True",
+           "NaN",
+           "Infinity",
+           "-Infinity",
+           "[undefined]",
+           "/* c */ 1",
+           "1 // c",
+           "[1,,2]",
+           "{\"a\":1 \"b\":2}",
+           "\"a",
+           "[\"a]",
+           "\x00",
        }) {
     CAPTURE(bad);
     CHECK(!valid(bad));
@@ -223,9 +274,9 @@ TEST_CASE("strings: escapes decoded, UTF-8 checked, control characters refused")
   CHECK(!valid(std::string("[\"\0\"]", 5)));
   CHECK(valid("[\"\x7f\"]"));  // DEL is not a control character to JSON
   // base/text.hpp's UTF-8 rule.
-  for (const char* bad : {"[\"\xff\"]", "[\"\x80\"]", "[\"\xc0\xaf\"]", "[\"\xe0\x80\xaf\"]",
-                          "[\"\xed\xa0\x80\"]", "[\"\xf4\x90\x80\x80\"]", "[\"\xe5\xb1\"]",
-                          "[\"\xe5\"]", "{\"\xff\": 1}"}) {
+  for (const char* bad :
+       {"[\"\xff\"]", "[\"\x80\"]", "[\"\xc0\xaf\"]", "[\"\xe0\x80\xaf\"]", "[\"\xed\xa0\x80\"]",
+        "[\"\xf4\x90\x80\x80\"]", "[\"\xe5\xb1\"]", "[\"\xe5\"]", "{\"\xff\": 1}"}) {
     CAPTURE(bad);
     CHECK(error(bad).find("not well-formed UTF-8") != std::string::npos);
   }
@@ -245,7 +296,9 @@ TEST_CASE("surrogate_escapes: ckptfs's own escapes of bytes that are not UTF-8 r
     REQUIRE(reader.next() == Token::string);
     CHECK(reader.string() == bytes);
   }
-  CHECK(trace(R"(["a\udcffb", {"\udc80": 1}])", limits) == "[ s:a\xff" "b { k:\x80 n:1 } ]");
+  CHECK(trace(R"(["a\udcffb", {"\udc80": 1}])", limits) ==
+        "[ s:a\xff"
+        "b { k:\x80 n:1 } ]");
   // Pairs still pair; what surrogateescape never makes is still refused.
   CHECK(trace(R"(["\ud83d\ude00"])", limits) == "[ s:\xf0\x9f\x98\x80 ]");
   CHECK(error(R"(["\udc7f"])", limits) == "invalid JSON at byte 2: a lone low surrogate escape");
@@ -375,14 +428,16 @@ TEST_CASE("a million members, streamed: one pass, and the last key duplicating t
     message = e.what();
   }
   CHECK(keys == 1'000'001);
-  CHECK(message == "invalid JSON at byte 0: the object that starts here has the key \"key.0\" "
-                   "twice");
+  CHECK(message ==
+        "invalid JSON at byte 0: the object that starts here has the key \"key.0\" "
+        "twice");
   // Generous for sanitizer builds; about 0.3 s optimized.
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(20));
 }
 
 TEST_CASE("parse_json(): a document in the text's order") {
-  JsonValue v = parse_json(R"({"b": [1, "two", null, true, {"x": -1.5}], "a": {}, "c": 18446744073709551615})");
+  JsonValue v = parse_json(
+      R"({"b": [1, "two", null, true, {"x": -1.5}], "a": {}, "c": 18446744073709551615})");
   REQUIRE(v.is(JsonValue::Kind::object));
   REQUIRE(v.members().size() == 3);
   CHECK(v.members()[0].first == "b");
@@ -406,8 +461,9 @@ TEST_CASE("parse_json(): a document in the text's order") {
 }
 
 TEST_CASE("compact_json(): the same value without whitespace, numbers as written") {
-  CHECK(compact_json(" { \"a\" : [ 1 , 2.50 , -0 , 1e3 ] ,\n \"b\": {\"c\": null},\"d\":true } \n") ==
-        R"({"a":[1,2.50,-0,1e3],"b":{"c":null},"d":true})");
+  CHECK(
+      compact_json(" { \"a\" : [ 1 , 2.50 , -0 , 1e3 ] ,\n \"b\": {\"c\": null},\"d\":true } \n") ==
+      R"({"a":[1,2.50,-0,1e3],"b":{"c":null},"d":true})");
   CHECK(compact_json(R"("caf\u00e9 \" \u0001")") == "\"caf\xc3\xa9 \\\" \\u0001\"");
   CHECK(compact_json("[]") == "[]");
   CHECK(compact_json("{}") == "{}");

@@ -19,23 +19,36 @@ TEST_CASE("patterns match as fnmatch.fnmatchcase does") {
     bool match;
   };
   const Case cases[] = {
-      {"a*", "abc", true},          {"*.weight", "x.weight", true},
+      {"a*", "abc", true},
+      {"*.weight", "x.weight", true},
       {"decoder.*", "decoder.layers.0.weight", true},
       {"decoder.*", "encoder.weight", false},
-      {"?", "\xc3\xa9", true},      // one character, two bytes
-      {"??", "\xc3\xa9", false},    {"[a-c]x", "bx", true},
-      {"[!a-c]x", "dx", true},      {"[!a-c]x", "ax", false},
-      {"[", "[", true},             {"a[", "a[", true},
-      {"[]]", "x", false},          {"[]]", "]", true},
-      {"[!]]", "]", false},         {"[!]]", "a", true},
+      {"?", "\xc3\xa9", true},  // one character, two bytes
+      {"??", "\xc3\xa9", false},
+      {"[a-c]x", "bx", true},
+      {"[!a-c]x", "dx", true},
+      {"[!a-c]x", "ax", false},
+      {"[", "[", true},
+      {"a[", "a[", true},
+      {"[]]", "x", false},
+      {"[]]", "]", true},
+      {"[!]]", "]", false},
+      {"[!]]", "a", true},
       {"*a*a*b", "aaaaaaaaaaaaaac", false},
-      {"[z-a]", "z", false},        {"[*]", "*", true},
-      {"[*]", "a", false},          {"a-b", "a-b", true},
-      {"[a-]", "-", true},          {"x*", "x", true},
-      {"", "", true},               {"", "a", false},
-      {"**", "", true},             {"*", "a/b.c\nd", true},
-      {"W", "w", false},            {"a\\*", "a\\b", true},  // no escape character
-      {"*.0.*", "layers.0.weight", true}, {"*.0.*", "layers.10.weight", false},
+      {"[z-a]", "z", false},
+      {"[*]", "*", true},
+      {"[*]", "a", false},
+      {"a-b", "a-b", true},
+      {"[a-]", "-", true},
+      {"x*", "x", true},
+      {"", "", true},
+      {"", "a", false},
+      {"**", "", true},
+      {"*", "a/b.c\nd", true},
+      {"W", "w", false},
+      {"a\\*", "a\\b", true},  // no escape character
+      {"*.0.*", "layers.0.weight", true},
+      {"*.0.*", "layers.10.weight", false},
   };
   for (const Case& c : cases) {
     CAPTURE(c.pattern);
@@ -43,7 +56,9 @@ TEST_CASE("patterns match as fnmatch.fnmatchcase does") {
     CHECK(KeyGlob(c.pattern).matches(c.key) == c.match);
   }
   // A byte that starts no UTF-8 sequence is a character of its own.
-  CHECK(KeyGlob("a?b").matches(std::string("a\xff" "b")));
+  CHECK(
+      KeyGlob("a?b").matches(std::string("a\xff"
+                                         "b")));
   CHECK(KeyGlob("a*").pattern() == "a*");
 }
 

@@ -7,11 +7,11 @@
 
 #include <doctest/doctest.h>
 
+#include <unistd.h>
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
 #include <string>
-#include <unistd.h>
 #include <utility>
 #include <vector>
 
@@ -52,12 +52,12 @@ TEST_CASE("parse_url() splits a URL as written") {
   CHECK(s3->host == "bucket");
   CHECK(s3->path == "/dir/my file ü.pth");
 
-  CHECK_FALSE(parse_url("http:///x"));             // no host
-  CHECK_FALSE(parse_url("http://h:0/x"));          // port out of range
+  CHECK_FALSE(parse_url("http:///x"));     // no host
+  CHECK_FALSE(parse_url("http://h:0/x"));  // port out of range
   CHECK_FALSE(parse_url("http://h:65536/x"));
   CHECK_FALSE(parse_url("http://h:8a/x"));
   CHECK_FALSE(parse_url("http://h/x#frag"));
-  CHECK_FALSE(parse_url("http://h/a b"));          // must arrive encoded
+  CHECK_FALSE(parse_url("http://h/a b"));  // must arrive encoded
   CHECK_FALSE(parse_url("http://h/\x01"));
   CHECK_FALSE(parse_url("s3://user@bucket/key"));  // no userinfo or port on s3
   CHECK_FALSE(parse_url("s3://bucket:1/key"));
@@ -163,10 +163,17 @@ class CleanAwsEnvironment {
   CleanAwsEnvironment& operator=(const CleanAwsEnvironment&) = delete;
 
  private:
-  static constexpr const char* names_[] = {
-      "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_REGION",
-      "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_PROFILE",
-      "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE", "HOME"};
+  static constexpr const char* names_[] = {"AWS_ACCESS_KEY_ID",
+                                           "AWS_SECRET_ACCESS_KEY",
+                                           "AWS_SESSION_TOKEN",
+                                           "AWS_REGION",
+                                           "AWS_DEFAULT_REGION",
+                                           "AWS_ENDPOINT_URL",
+                                           "AWS_ENDPOINT_URL_S3",
+                                           "AWS_PROFILE",
+                                           "AWS_CONFIG_FILE",
+                                           "AWS_SHARED_CREDENTIALS_FILE",
+                                           "HOME"};
   std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
 };
 
@@ -205,16 +212,18 @@ TEST_CASE("S3Settings::from_environment(): the shared credentials and config fil
   {
     FILE* f = std::fopen(credentials.c_str(), "w");
     REQUIRE(f);
-    std::fputs("[default]\naws_access_key_id = AKDEFAULT\naws_secret_access_key = sdefault\n"
-               "# a comment\n[work]\naws_access_key_id=AKWORK\naws_secret_access_key=swork\n"
-               "aws_session_token = tokwork\n",
-               f);
+    std::fputs(
+        "[default]\naws_access_key_id = AKDEFAULT\naws_secret_access_key = sdefault\n"
+        "# a comment\n[work]\naws_access_key_id=AKWORK\naws_secret_access_key=swork\n"
+        "aws_session_token = tokwork\n",
+        f);
     std::fclose(f);
     f = std::fopen(config.c_str(), "w");
     REQUIRE(f);
-    std::fputs("[default]\nregion = eu-north-1\n[profile work]\nregion = ca-central-1\n"
-               "endpoint_url = https://objects.example\n",
-               f);
+    std::fputs(
+        "[default]\nregion = eu-north-1\n[profile work]\nregion = ca-central-1\n"
+        "endpoint_url = https://objects.example\n",
+        f);
     std::fclose(f);
   }
   CleanAwsEnvironment clean;

@@ -100,12 +100,11 @@ TEST_CASE("suffixed names stay within 255 bytes") {
   CHECK(names.name(key).ends_with("%#3"));
 }
 
-
 TEST_CASE("key_of_name reverses the rule for names that say their key") {
   using ckptfs::key_of_name;
-  for (std::string key : {"decoder.weight", "a/b", "100%", "%2F", "", ".", "..", "index.json",
-                          "map", "model.safetensors", "model-00001-of-00002.safetensors",
-                          "%index.json", "poids.层"}) {
+  for (std::string key :
+       {"decoder.weight", "a/b", "100%", "%2F", "", ".", "..", "index.json", "map",
+        "model.safetensors", "model-00001-of-00002.safetensors", "%index.json", "poids.层"}) {
     CAPTURE(key);
     CHECK(key_of_name(directory_name(key)) == key);
   }

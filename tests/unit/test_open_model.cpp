@@ -10,12 +10,12 @@
 
 #include <doctest/doctest.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
 #include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <string>
-#include <sys/stat.h>
-#include <unistd.h>
 
 using namespace ckptfs;
 using namespace ckptfs::test;
@@ -43,7 +43,8 @@ class TempDir {
   std::string write(const std::string& name, const std::string& bytes) const {
     fs::path p = path_ / name;
     fs::create_directories(p.parent_path());
-    std::ofstream(p, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    std::ofstream(p, std::ios::binary)
+        .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
     return p.string();
   }
   std::string path(const std::string& name = "") const {
@@ -104,8 +105,8 @@ TEST_CASE("a single file: safetensors by name or first bytes, torch otherwise") 
   CHECK(open_model(renamed).model().format == Format::safetensors);
   // torch.save's zip.
   std::string pth = dir.write(
-      "model.pth", torch_zip(state_dict_pickle({{"fc.weight", "0", 4, 0, {2, 2}, {2, 1}}}),
-                             {{"0", floats(4)}}));
+      "model.pth",
+      torch_zip(state_dict_pickle({{"fc.weight", "0", 4, 0, {2, 2}, {2, 1}}}), {{"0", floats(4)}}));
   OpenedModel torch = open_model(pth);
   CHECK(torch.model().format == Format::zip);
   CHECK(torch.model().sources == std::vector<std::string>{"model.pth"});
@@ -131,8 +132,8 @@ TEST_CASE("a directory: transformers' names first, else its one index or safeten
   CHECK(single.model().sources == std::vector<std::string>{"model.safetensors"});
 
   TempDir bin;
-  bin.write("pytorch_model.bin", torch_zip(state_dict_pickle({{"w", "0", 2, 0, {2}, {1}}}),
-                                           {{"0", floats(2)}}));
+  bin.write("pytorch_model.bin",
+            torch_zip(state_dict_pickle({{"w", "0", 2, 0, {2}, {1}}}), {{"0", floats(2)}}));
   bin.write("adapter.safetensors", one_tensor("x"));
   CHECK(keys(open_model(bin.path()).model()) == std::vector<std::string>{"w"});
 
@@ -151,8 +152,9 @@ TEST_CASE("a directory: transformers' names first, else its one index or safeten
   two.write("b.index.json", index_json({}));
   auto [code, message] = refusal(two.path());
   CHECK(code == ExitCode::io);
-  CHECK(message == "a directory with 2 *.index.json files (\"a.index.json\", \"b.index.json\"): "
-                   "name the one to mount");
+  CHECK(message ==
+        "a directory with 2 *.index.json files (\"a.index.json\", \"b.index.json\"): "
+        "name the one to mount");
 
   TempDir empty;
   CHECK(refusal(empty.path()).first == ExitCode::io);
@@ -166,10 +168,10 @@ TEST_CASE("an index: its shards beside it, sources as the index names them, mixe
   dir.write("model-2.bin", torch_zip(state_dict_pickle({{"t.weight", "0", 4, 0, {2, 2}, {2, 1}},
                                                         {"unlisted", "1", 1, 0, {1}, {1}}}),
                                      {{"0", floats(4)}, {"1", floats(1)}}));
-  std::string index = dir.write("model.safetensors.index.json",
-                                index_json({{"a", "sub/model-1.safetensors"},
-                                            {"t.weight", "model-2.bin"},
-                                            {"b", "sub/model-1.safetensors"}}));
+  std::string index =
+      dir.write("model.safetensors.index.json", index_json({{"a", "sub/model-1.safetensors"},
+                                                            {"t.weight", "model-2.bin"},
+                                                            {"b", "sub/model-1.safetensors"}}));
   OpenedModel opened = open_model(index);
   const Model& m = opened.model();
   CHECK(m.format == Format::sharded);
@@ -193,12 +195,14 @@ TEST_CASE("an index: its shards beside it, sources as the index names them, mixe
 TEST_CASE("a missing shard, a shard outside the directory, a bad shard: one error naming it") {
   TempDir dir;
   dir.write("a.safetensors", one_tensor("a"));
-  std::string index = dir.write("x.index.json", index_json({{"a", "a.safetensors"},
-                                                           {"b", "model-00002-of-00002.safetensors"}}));
+  std::string index =
+      dir.write("x.index.json",
+                index_json({{"a", "a.safetensors"}, {"b", "model-00002-of-00002.safetensors"}}));
   auto [code, message] = refusal(index);
   CHECK(code == ExitCode::io);
-  CHECK(message == "shard \"model-00002-of-00002.safetensors\" (named by the index): No such file "
-                   "or directory");
+  CHECK(message ==
+        "shard \"model-00002-of-00002.safetensors\" (named by the index): No such file "
+        "or directory");
   dir.write("y.index.json", index_json({{"a", "../../etc/passwd"}}));
   auto [code2, message2] = refusal(dir.path("y.index.json"));
   CHECK(code2 == ExitCode::bad_checkpoint);
@@ -211,7 +215,8 @@ TEST_CASE("a missing shard, a shard outside the directory, a bad shard: one erro
   CHECK(message3.starts_with("shard \"bad.safetensors\" (named by the index): the tensors' data"));
   // A .json that is no index.
   dir.write("config.json", R"({"hidden_size": 8})");
-  CHECK(refusal(dir.path("config.json")).second == "index: no weight_map: not the index of a sharded set");
+  CHECK(refusal(dir.path("config.json")).second ==
+        "index: no weight_map: not the index of a sharded set");
 }
 
 TEST_CASE("symbolic links are followed: the Hugging Face cache is made of them") {
@@ -262,8 +267,8 @@ TEST_CASE("the tree's times: the newest of the files read") {
   TempDir dir;
   std::string a = dir.write("a.safetensors", one_tensor("a"));
   std::string b = dir.write("b.safetensors", one_tensor("b"));
-  std::string index = dir.write("i.index.json", index_json({{"a", "a.safetensors"},
-                                                          {"b", "b.safetensors"}}));
+  std::string index =
+      dir.write("i.index.json", index_json({{"a", "a.safetensors"}, {"b", "b.safetensors"}}));
   set_mtime(a, 1'000'000'000);
   set_mtime(b, 1'500'000'000);
   set_mtime(index, 1'200'000'000);

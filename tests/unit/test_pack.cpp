@@ -173,9 +173,8 @@ TEST_CASE("selection: patterns, what each format leaves out, broken tensors, uni
   CHECK(select_entries(f.model, globs, PackFormat::torch, std::nullopt).entries ==
         std::vector<std::size_t>{1, 2});
   const std::vector<KeyGlob> typo{KeyGlob("full"), KeyGlob("decoder.*")};
-  auto [code, message] = refusal([&] {
-    select_entries(f.model, typo, PackFormat::torch, std::nullopt);
-  });
+  auto [code, message] =
+      refusal([&] { select_entries(f.model, typo, PackFormat::torch, std::nullopt); });
   CHECK(code == ExitCode::usage);
   CHECK(message == "--keys \"decoder.*\" matches no key");
 
@@ -211,12 +210,12 @@ TEST_CASE("selection: patterns, what each format leaves out, broken tensors, uni
   f.model.entries[2].value_json = R"({"__class__":"argparse.Namespace"})";
 
   f.model.tensors[1].broken = "its record is missing";
-  std::tie(code, message) = refusal([&] {
-    select_entries(f.model, none, PackFormat::torch, std::nullopt);
-  });
+  std::tie(code, message) =
+      refusal([&] { select_entries(f.model, none, PackFormat::torch, std::nullopt); });
   CHECK(code == ExitCode::bad_checkpoint);
-  CHECK(message == "tensor \"view\" is broken (its record is missing): it cannot be packed; "
-                   "leave it out with --keys");
+  CHECK(message ==
+        "tensor \"view\" is broken (its record is missing): it cannot be packed; "
+        "leave it out with --keys");
   const std::vector<KeyGlob> others{KeyGlob("[!v]*")};
   CHECK(select_entries(f.model, others, PackFormat::torch, std::nullopt).entries.size() == 5);
 }
@@ -311,8 +310,8 @@ TEST_CASE("safetensors: each tensor its own contiguous bytes, format pt") {
   CHECK(back.entries[0].key == "full");
   CHECK(back.entries[1].key == "view");
   CHECK(back.entries[2].key == "tied");
-  CHECK(back.metadata == std::vector<std::pair<std::string, std::string>>{{"note", "kept"},
-                                                                          {"format", "pt"}});
+  CHECK(back.metadata ==
+        std::vector<std::pair<std::string, std::string>>{{"note", "kept"}, {"format", "pt"}});
   auto bytes_of = [&](std::size_t i) {
     const Tensor& tensor = back.tensors[back.entries[i].tensor];
     return file.read_string(*back.file_offset(tensor), tensor.nbytes());
@@ -324,12 +323,14 @@ TEST_CASE("safetensors: each tensor its own contiguous bytes, format pt") {
   for (int i : {2, 4, 3, 5}) view += f.bytes.substr(static_cast<std::size_t>(i) * 4, 4);
   CHECK(bytes_of(1) == view);
   // --force replaces; without it, an existing OUT stays as it is.
-  CHECK(refusal([&] { pack(f.model, f.sources, {path, {"full"}, std::nullopt, Overwrite::no}); })
-            .first == ExitCode::usage);
+  CHECK(refusal([&] {
+          pack(f.model, f.sources, {path, {"full"}, std::nullopt, Overwrite::no});
+        }).first == ExitCode::usage);
   pack(f.model, f.sources, {path, {"full"}, std::nullopt, Overwrite::yes});
   CHECK(read_safetensors(FileSource(path), "x").entries.size() == 1);
-  CHECK(refusal([&] { pack(f.model, f.sources, {t.path("m.npz"), {}, std::nullopt}); }).first ==
-        ExitCode::usage);
+  CHECK(refusal([&] {
+          pack(f.model, f.sources, {t.path("m.npz"), {}, std::nullopt});
+        }).first == ExitCode::usage);
 }
 
 TEST_CASE("torch_prefix_of() as torch.save names its records") {

@@ -1,19 +1,19 @@
 // SPDX-License-Identifier: MIT
 // Tests of the pickle machine: every opcode, real pickles from CPython and torch, hostile bytes.
-#include <ckptfs/source/byte_source.hpp>
 #include <ckptfs/base/error.hpp>
 #include <ckptfs/format/pickle_machine.hpp>
+#include <ckptfs/source/byte_source.hpp>
 
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
+#include <unistd.h>
 #include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <limits>
 #include <span>
 #include <string>
-#include <unistd.h>
 #include <vector>
 
 #include "support/pickle_builder.hpp"

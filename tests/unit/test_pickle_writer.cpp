@@ -103,7 +103,8 @@ TEST_CASE("big ints: the fewest two's complement bytes, LONG4 from 256 bytes") {
 }
 
 TEST_CASE("floats are BINFLOAT, big-endian") {
-  for (const double x : {0.0, -0.0, 1.5, 1e-300, -3.25e10, std::numeric_limits<double>::infinity()}) {
+  for (const double x :
+       {0.0, -0.0, 1.5, 1e-300, -3.25e10, std::numeric_limits<double>::infinity()}) {
     CAPTURE(x);
     const std::string bytes = pickled([&](Writer& w) { w.floating(x); });
     CHECK(bytes == begin().binfloat(x).stop().bytes());
@@ -200,7 +201,8 @@ TEST_CASE("globals: GLOBAL the first time, BINGET after; memo slots past 255 are
   for (int i = 0; i < 257; ++i) late.put();
   late.get(256);
   late.get(3);
-  CHECK(late.bytes_so_far().substr(late.bytes_so_far().size() - 7) == std::string("j\x00\x01\x00\x00h\x03", 7));
+  CHECK(late.bytes_so_far().substr(late.bytes_so_far().size() - 7) ==
+        std::string("j\x00\x01\x00\x00h\x03", 7));
 }
 
 TEST_CASE("tuples: EMPTY_TUPLE, TUPLE1-3, MARK ... TUPLE") {
@@ -231,9 +233,7 @@ TEST_CASE("batches of 1000 as CPython's C pickler writes them (torch.save runs t
   for (const std::size_t n : {0u, 1u, 2u, 999u, 1000u, 1001u, 2000u, 2001u}) {
     CAPTURE(n);
     // A list: APPEND for a lone item, else MARK ... APPENDS per batch, a batch of one too.
-    const std::string list = pickled([&](Writer& w) {
-      w.list(n, [&](std::size_t) { w.none(); });
-    });
+    const std::string list = pickled([&](Writer& w) { w.list(n, [&](std::size_t) { w.none(); }); });
     PickleBuilder p = begin();
     p.empty_list().binput(0);
     if (n == 1) {
@@ -255,9 +255,8 @@ TEST_CASE("batches of 1000 as CPython's C pickler writes them (torch.save runs t
       w.integer(static_cast<std::int64_t>(i));
       w.none();
     };
-    const std::string dict = pickled([&](Writer& w) {
-      w.dict(n, [&](std::size_t i) { entry(w, i); });
-    });
+    const std::string dict =
+        pickled([&](Writer& w) { w.dict(n, [&](std::size_t i) { entry(w, i); }); });
     PickleBuilder d = begin();
     d.empty_dict().binput(0);
     if (n == 1) {
@@ -268,7 +267,8 @@ TEST_CASE("batches of 1000 as CPython's C pickler writes them (torch.save runs t
       do {
         batch = std::min<std::size_t>(1000, n - start);
         d.mark();
-        for (std::size_t i = start; i < start + batch; ++i) d.integer(static_cast<std::int64_t>(i)).none();
+        for (std::size_t i = start; i < start + batch; ++i)
+          d.integer(static_cast<std::int64_t>(i)).none();
         d.setitems();
         start += batch;
       } while (batch == 1000);
@@ -279,15 +279,15 @@ TEST_CASE("batches of 1000 as CPython's C pickler writes them (torch.save runs t
 
     // An OrderedDict's items come from an iterator: a lone last item with SETITEM, no empty
     // batch.
-    const std::string ordered = pickled([&](Writer& w) {
-      w.ordered_dict(n, [&](std::size_t i) { entry(w, i); });
-    });
+    const std::string ordered =
+        pickled([&](Writer& w) { w.ordered_dict(n, [&](std::size_t i) { entry(w, i); }); });
     PickleBuilder o = begin();
     o.global("collections", "OrderedDict").binput(0).empty_tuple().reduce().binput(1);
     for (std::size_t start = 0; start < n; start += 1000) {
       const std::size_t batch = std::min<std::size_t>(1000, n - start);
       if (batch > 1) o.mark();
-      for (std::size_t i = start; i < start + batch; ++i) o.integer(static_cast<std::int64_t>(i)).none();
+      for (std::size_t i = start; i < start + batch; ++i)
+        o.integer(static_cast<std::int64_t>(i)).none();
       if (batch > 1) {
         o.setitems();
       } else {

@@ -50,8 +50,9 @@ TEST_CASE("plain_value: what value_json() writes whole comes back as the same pi
       Value::integer(-7),
       Value::integer(std::numeric_limits<std::int64_t>::min()),
       Value::integer(std::numeric_limits<std::int64_t>::max()),
-      Value::big_integer(std::string("\x00\x00\x00\x00\x00\x00\x00\x00\x01", 9)),   // 2^64
-      Value::big_integer(std::string("\xff\xff\xff\xff\xff\xff\xff\x7f\xff", 9)),   // a negative int past int64
+      Value::big_integer(std::string("\x00\x00\x00\x00\x00\x00\x00\x00\x01", 9)),  // 2^64
+      Value::big_integer(
+          std::string("\xff\xff\xff\xff\xff\xff\xff\x7f\xff", 9)),  // a negative int past int64
       Value::big_integer(std::string(300, '\x5a')),
       Value::real(0.1),
       Value::real(-0.0),
@@ -96,18 +97,20 @@ TEST_CASE("plain_value: what JSON flattens comes back as value_json() shows it")
 }
 
 TEST_CASE("plain_value: what value_json() only describes, and text that is not its JSON") {
-  for (const char* described :
-       {R"({"__class__": "argparse.Namespace", "kwargs": {}})", R"([{"__global__": "torch.float32"}])",
-        R"({"a": [{"__recursion__": true}]})",
-        R"([{"__persistent_id__": ["storage", {"__global__": "torch.FloatStorage"}, "0", "cpu", 4]}])", R"({"__truncated__": true, "bytes_limit": 5})",
-        R"({"__float__": "nan", "b": 1})", R"({"__float__": "0.5"})", R"({"__bytes__": "abc"})",
-        R"({"__bytes__": "ZZ"})", R"({"__float__": 1})", "", "[1,", "nan", "[1] 2",
-        R"({"a": 1, "a": 2})"}) {
+  for (
+      const char* described :
+      {R"({"__class__": "argparse.Namespace", "kwargs": {}})",
+       R"([{"__global__": "torch.float32"}])", R"({"a": [{"__recursion__": true}]})",
+       R"([{"__persistent_id__": ["storage", {"__global__": "torch.FloatStorage"}, "0", "cpu", 4]}])",
+       R"({"__truncated__": true, "bytes_limit": 5})", R"({"__float__": "nan", "b": 1})",
+       R"({"__float__": "0.5"})", R"({"__bytes__": "abc"})", R"({"__bytes__": "ZZ"})",
+       R"({"__float__": 1})", "", "[1,", "nan", "[1] 2", R"({"a": 1, "a": 2})"}) {
     CAPTURE(described);
     CHECK(!plain_value(described));
   }
   // The nesting value_json() allows, and no more.
   std::string deep = std::string(max_value_depth, '[') + std::string(max_value_depth, ']');
   CHECK(plain_value(deep));
-  CHECK(!plain_value(std::string(max_value_depth + 2, '[') + std::string(max_value_depth + 2, ']')));
+  CHECK(
+      !plain_value(std::string(max_value_depth + 2, '[') + std::string(max_value_depth + 2, ']')));
 }

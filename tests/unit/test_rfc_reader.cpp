@@ -68,8 +68,8 @@ TEST_CASE("map.pt's keys in order, each from the file its name gives") {
   CHECK(m.format == Format::rfc);
   CHECK(keys(m) ==
         std::vector<std::string>{"enc.weight", "a/b", "map", "epoch", "cfg", "enc.weight"});
-  CHECK(m.sources == std::vector<std::string>{"enc.weight.pt", "a%2Fb.pt", "%map.pt",
-                                              "enc.weight%#2.pt"});
+  CHECK(m.sources ==
+        std::vector<std::string>{"enc.weight.pt", "a%2Fb.pt", "%map.pt", "enc.weight%#2.pt"});
   CHECK(d.sources.size() == 4);
   const Tensor& w = m.tensors[m.entries[0].tensor];
   CHECK(w.dtype == DType::float32);

@@ -114,8 +114,8 @@ TEST_CASE("keys: __metadata__ is the format's, bytes that are not UTF-8 become U
   Exported e(file, false);
   std::vector<std::string> keys;
   for (const auto& t : e.st.tensors()) keys.push_back(t.key);
-  CHECK(keys == std::vector<std::string>{"__metadata__%#2", "bad\xef\xbf\xbd",
-                                         "bad\xef\xbf\xbd%#2", "ok"});
+  CHECK(keys ==
+        std::vector<std::string>{"__metadata__%#2", "bad\xef\xbf\xbd", "bad\xef\xbf\xbd%#2", "ok"});
   const auto header = Exported::header(e.whole());
   CHECK(header["__metadata__"] == nlohmann::json({{"format", "pt"}}));
   CHECK(header["__metadata__%#2"]["data_offsets"] == nlohmann::json::array({0, 8}));
@@ -135,9 +135,9 @@ TEST_CASE("F4: torch's float4_e2m1fn_x2 [..., n] is F4 [..., 2n]") {
 }
 
 TEST_CASE("shard_size: a model that fits one shard is model.safetensors, without an index") {
-  const std::string file = torch_zip(
-      state_dict_pickle({{"a", "0", 4, 0, {2}, {1}}, {"b", "0", 4, 2, {2}, {1}}}),
-      {{"0", floats(4)}});
+  const std::string file =
+      torch_zip(state_dict_pickle({{"a", "0", 4, 0, {2}, {1}}, {"b", "0", 4, 2, {2}, {1}}}),
+                {{"0", floats(4)}});
   Exported one(file, false, 16);
   REQUIRE(one.st.files().size() == 1);
   CHECK(one.st.files()[0].name == "model.safetensors");

@@ -55,13 +55,24 @@ TEST_CASE("every dtype of the format, with torch's name and size") {
     std::size_t bytes;  // of 4 elements
   };
   const Case cases[] = {
-      {"F64", "float64", 32},         {"F32", "float32", 16},       {"F16", "float16", 8},
-      {"BF16", "bfloat16", 8},        {"I64", "int64", 32},         {"I32", "int32", 16},
-      {"I16", "int16", 8},            {"I8", "int8", 4},            {"U64", "uint64", 32},
-      {"U32", "uint32", 16},          {"U16", "uint16", 8},         {"U8", "uint8", 4},
-      {"BOOL", "bool", 4},            {"F8_E4M3", "float8_e4m3fn", 4},
-      {"F8_E5M2", "float8_e5m2", 4},  {"F8_E8M0", "float8_e8m0fnu", 4},
-      {"F8_E4M3FNUZ", "float8_e4m3fnuz", 4}, {"F8_E5M2FNUZ", "float8_e5m2fnuz", 4},
+      {"F64", "float64", 32},
+      {"F32", "float32", 16},
+      {"F16", "float16", 8},
+      {"BF16", "bfloat16", 8},
+      {"I64", "int64", 32},
+      {"I32", "int32", 16},
+      {"I16", "int16", 8},
+      {"I8", "int8", 4},
+      {"U64", "uint64", 32},
+      {"U32", "uint32", 16},
+      {"U16", "uint16", 8},
+      {"U8", "uint8", 4},
+      {"BOOL", "bool", 4},
+      {"F8_E4M3", "float8_e4m3fn", 4},
+      {"F8_E5M2", "float8_e5m2", 4},
+      {"F8_E8M0", "float8_e8m0fnu", 4},
+      {"F8_E4M3FNUZ", "float8_e4m3fnuz", 4},
+      {"F8_E5M2FNUZ", "float8_e5m2fnuz", 4},
       {"C64", "complex64", 32},
   };
   std::vector<SafetensorsTensor> tensors;
@@ -152,9 +163,8 @@ TEST_CASE("0-d, empty and large shapes; strides as torch computes them") {
 TEST_CASE("storages: one per tensor, its bytes in the file; data order, not header order") {
   // Written with data in the order b, a; described in the order a, b (as MLX does).
   std::string data = std::string(8, 'B') + std::string(4, 'A');
-  std::string header =
-      R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[8,12]},)"
-      R"("b":{"data_offsets":[0,8],"shape":[2],"dtype":"I32"}})";
+  std::string header = R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[8,12]},)"
+                       R"("b":{"data_offsets":[0,8],"shape":[2],"dtype":"I32"}})";
   std::string file = safetensors_raw(header, data);
   Model m = read(file);
   REQUIRE(m.entries.size() == 2);
@@ -175,9 +185,10 @@ TEST_CASE("storages: one per tensor, its bytes in the file; data order, not head
 }
 
 TEST_CASE("__metadata__: strings in header order, null accepted, anything else refused") {
-  Model m = read(safetensors_file({{"x", "U8", {1}, "x"}}, {{"format", "pt"}, {"b", "2"}, {"a", ""}}));
-  CHECK(m.metadata == std::vector<std::pair<std::string, std::string>>{
-                          {"format", "pt"}, {"b", "2"}, {"a", ""}});
+  Model m =
+      read(safetensors_file({{"x", "U8", {1}, "x"}}, {{"format", "pt"}, {"b", "2"}, {"a", ""}}));
+  CHECK(m.metadata ==
+        std::vector<std::pair<std::string, std::string>>{{"format", "pt"}, {"b", "2"}, {"a", ""}});
   // MLX's way of saying none, unpadded.
   Model mlx = read(safetensors_raw(
       R"({"__metadata__":null,"x":{"data_offsets":[0,1],"dtype":"U8","shape":[1]}})", "x"));
@@ -187,8 +198,8 @@ TEST_CASE("__metadata__: strings in header order, null accepted, anything else r
                      "__metadata__ \"a\" is not a string"));
   CHECK(refused_with(with_header(R"({"__metadata__":["a"]})"), ExitCode::bad_checkpoint,
                      "__metadata__ is neither an object nor null"));
-  CHECK(refused_with(with_header(R"({"__metadata__":{"a":"1","a":"2"}})"),
-                     ExitCode::bad_checkpoint, "the key \"a\" twice"));
+  CHECK(refused_with(with_header(R"({"__metadata__":{"a":"1","a":"2"}})"), ExitCode::bad_checkpoint,
+                     "the key \"a\" twice"));
   CHECK(refused_with(with_header(R"({"__metadata__":{},"__metadata__":{}})"),
                      ExitCode::bad_checkpoint, "twice"));
   SafetensorsLimits limits;
@@ -207,8 +218,8 @@ TEST_CASE("what the library accepts: no tensors, padding or none, unknown member
       R"({"x":{"dtype":"U8","shape":[2],"data_offsets":[0,2],"comment":{"any":[1,{}]}}})", "xy"));
   CHECK(m.entries.size() == 1);
   // A key with escapes is decoded.
-  Model e = read(safetensors_raw(R"({"a\/b\u00e9":{"dtype":"U8","shape":[],"data_offsets":[0,1]}})",
-                                 "x"));
+  Model e = read(
+      safetensors_raw(R"({"a\/b\u00e9":{"dtype":"U8","shape":[],"data_offsets":[0,1]}})", "x"));
   CHECK(e.entries[0].key == "a/b\xc3\xa9");
 }
 
@@ -277,11 +288,10 @@ TEST_CASE("the header's JSON: strict, an object, each tensor described fully and
   CHECK(refused_with(one(R"({"dtype":"U8","dtype":"U8","shape":[4],"data_offsets":[0,4]})"),
                      ExitCode::bad_checkpoint, "the key \"dtype\" twice"));
   // Two tensors of one name: the library keeps the last; this refuses the file.
-  CHECK(refused_with(
-      with_header(R"({"t":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},)"
-                  R"("t":{"dtype":"U8","shape":[2],"data_offsets":[2,4]}})",
-                  4),
-      ExitCode::bad_checkpoint, "the key \"t\" twice"));
+  CHECK(refused_with(with_header(R"({"t":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},)"
+                                 R"("t":{"dtype":"U8","shape":[2],"data_offsets":[2,4]}})",
+                                 4),
+                     ExitCode::bad_checkpoint, "the key \"t\" twice"));
   // Messages say where: the header, at a byte of it.
   auto [code, message] = refusal(one(R"({"dtype":"F7","shape":[4],"data_offsets":[0,4]})"));
   CHECK(message == "safetensors header: at byte 14: tensor \"t\": unknown dtype \"F7\"");
@@ -318,9 +328,11 @@ TEST_CASE("sizes and extents: as the library checks them, and the whole file") {
                      ExitCode::bad_checkpoint, "the file is truncated"));
   CHECK(refused_with(file(R"("a":{"dtype":"U8","shape":[0],"data_offsets":[0,0]})", 1),
                      ExitCode::bad_checkpoint, "but the file has"));
-  CHECK(refused_with(file(R"("a":{"dtype":"U8","shape":[1],"data_offsets":[18446744073709551614,18446744073709551615]})",
-                          0),
-                     ExitCode::bad_checkpoint, "leave bytes"));
+  CHECK(refused_with(
+      file(
+          R"("a":{"dtype":"U8","shape":[1],"data_offsets":[18446744073709551614,18446744073709551615]})",
+          0),
+      ExitCode::bad_checkpoint, "leave bytes"));
 }
 
 TEST_CASE("the tensor limit, and a header of a million tensors read in bounded time") {

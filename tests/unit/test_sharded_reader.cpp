@@ -69,8 +69,7 @@ TEST_CASE("file names that could leave the index's directory are refused") {
   for (const char* name : {"../../etc/passwd", "/etc/passwd", "..", ".", "", "a/../../b",
                            "./x.safetensors", "a//b", "a/", "sub/./x"}) {
     CAPTURE(name);
-    auto [code, message] = index_refusal(std::string(R"({"weight_map": {"k": ")") + name +
-                                         "\"}}");
+    auto [code, message] = index_refusal(std::string(R"({"weight_map": {"k": ")") + name + "\"}}");
     CHECK(code == ExitCode::bad_checkpoint);
     CHECK(message.find("which could lead out of the index's directory") != std::string::npos);
     CHECK(message.starts_with("index: at byte "));
@@ -97,8 +96,8 @@ TEST_CASE("an index that is not one: each refused in one line") {
   CHECK(refused(R"({"weight_map": {"k": "a", "k": "b"}})", ExitCode::bad_checkpoint,
                 "the key \"k\" twice"));
   CHECK(refused(R"({"weight_map": {}, "weight_map": {}})", ExitCode::bad_checkpoint, "twice"));
-  CHECK(refused(R"({"weight_map": {"k": "a"}} trailing)", ExitCode::bad_checkpoint,
-                "invalid JSON"));
+  CHECK(
+      refused(R"({"weight_map": {"k": "a"}} trailing)", ExitCode::bad_checkpoint, "invalid JSON"));
   CHECK(refused(R"({"metadata": 5, "weight_map": {}})", ExitCode::bad_checkpoint,
                 "metadata is not an object"));
   CHECK(refused("", ExitCode::bad_checkpoint, "index: invalid JSON at byte 0: an empty text"));
@@ -120,11 +119,11 @@ TEST_CASE("an index that is not one: each refused in one line") {
 TEST_CASE("combine_shards(): the weight_map's keys, each from the shard it names") {
   std::vector<Model> shards;
   shards.push_back(safetensors_model(
-      safetensors_file({{"a", "F32", {1}, "AAAA"}, {"unlisted", "U8", {1}, "u"},
-                        {"b", "I16", {2}, "BBBB"}}),
+      safetensors_file(
+          {{"a", "F32", {1}, "AAAA"}, {"unlisted", "U8", {1}, "u"}, {"b", "I16", {2}, "BBBB"}}),
       "s1.safetensors"));
-  shards.push_back(safetensors_model(safetensors_file({{"c", "U8", {3}, "CCC"}}, {{"format", "pt"}}),
-                                     "s2.safetensors"));
+  shards.push_back(safetensors_model(
+      safetensors_file({{"c", "U8", {3}, "CCC"}}, {{"format", "pt"}}), "s2.safetensors"));
   ShardIndex index = index_of(R"({"metadata": {"note": "x"}, "weight_map": {
     "c": "s2.safetensors", "a": "s1.safetensors", "missing": "s2.safetensors",
     "b": "s1.safetensors"}})");

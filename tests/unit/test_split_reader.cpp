@@ -31,8 +31,8 @@ void tensor_dir(const TempDir& t, const std::string& dir, const std::string& key
   "file_offset": 64, "numpy": "<f4", "storage": {{"key": "0", "record": "archive/data/0", "file_offset": 64,
   "nbytes": 16}}, "shared_with": [], "shared_with_count": 0, "broken": null{}}}
 )",
-                      key, dtype, dtype, shape, nbytes < 0 ? static_cast<long long>(data.size()) : nbytes,
-                      extra));
+                      key, dtype, dtype, shape,
+                      nbytes < 0 ? static_cast<long long>(data.size()) : nbytes, extra));
   t.write(dir + "/data", data);
 }
 
@@ -203,7 +203,8 @@ TEST_CASE("meta.json that lies about nbytes, shape or dtype, and data of another
     if (c.nbytes == -2) {
       tensor_dir(t, "w", "w", c.dtype, c.shape, c.data, c.extra, 16);
       // A fraction where an integer goes: rewritten by hand.
-      std::string meta = "{\"key\": \"w\", \"dtype\": \"float32\", \"shape\": [4], \"nbytes\": 16.0}";
+      std::string meta =
+          "{\"key\": \"w\", \"dtype\": \"float32\", \"shape\": [4], \"nbytes\": 16.0}";
       t.write("w/meta.json", meta);
     } else {
       tensor_dir(t, "w", "w", c.dtype, c.shape, c.data, c.extra, c.nbytes);
@@ -316,8 +317,8 @@ TEST_CASE("huge, deep and malformed JSON is refused within its limits") {
   CHECK(code == ExitCode::unsupported);
   CHECK(has(message, "\"w/meta.json\": 2097163 bytes, over the limit of 1048576"));
 
-  t.write("w/meta.json", R"({"key": "w", "x": )" + std::string(10'000, '[') +
-                             std::string(10'000, ']') + "}");
+  t.write("w/meta.json",
+          R"({"key": "w", "x": )" + std::string(10'000, '[') + std::string(10'000, ']') + "}");
   std::tie(code, message) = refusal(t.path());
   CHECK(code == ExitCode::bad_checkpoint);
   CHECK(has(message, "\"w/meta.json\": invalid JSON at byte"));

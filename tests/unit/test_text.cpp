@@ -16,13 +16,13 @@ TEST_CASE("utf8_sequence_length() accepts well-formed UTF-8 only") {
   CHECK(utf8_sequence_length("é", 0) == 2);
   CHECK(utf8_sequence_length("层", 0) == 3);
   CHECK(utf8_sequence_length("\xf0\x9f\x98\x80", 0) == 4);
-  CHECK(utf8_sequence_length("\x80", 0) == 0);                 // a continuation byte
-  CHECK(utf8_sequence_length("\xc0\xaf", 0) == 0);             // overlong '/'
-  CHECK(utf8_sequence_length("\xe0\x80\xaf", 0) == 0);         // overlong, three bytes
-  CHECK(utf8_sequence_length("\xed\xa0\x80", 0) == 0);         // a surrogate
-  CHECK(utf8_sequence_length("\xf4\x90\x80\x80", 0) == 0);     // past U+10FFFF
-  CHECK(utf8_sequence_length("\xe5\xb1", 0) == 0);             // cut short
-  CHECK(utf8_sequence_length("\xe5\x41\x42", 0) == 0);         // not a continuation
+  CHECK(utf8_sequence_length("\x80", 0) == 0);              // a continuation byte
+  CHECK(utf8_sequence_length("\xc0\xaf", 0) == 0);          // overlong '/'
+  CHECK(utf8_sequence_length("\xe0\x80\xaf", 0) == 0);      // overlong, three bytes
+  CHECK(utf8_sequence_length("\xed\xa0\x80", 0) == 0);      // a surrogate
+  CHECK(utf8_sequence_length("\xf4\x90\x80\x80", 0) == 0);  // past U+10FFFF
+  CHECK(utf8_sequence_length("\xe5\xb1", 0) == 0);          // cut short
+  CHECK(utf8_sequence_length("\xe5\x41\x42", 0) == 0);      // not a continuation
 }
 
 TEST_CASE("append_json_string(): surrogateescape for every byte that starts no character") {

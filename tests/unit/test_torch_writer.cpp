@@ -53,14 +53,33 @@ bool contains(const std::string& haystack, std::string_view needle) {
   return haystack.find(needle) != std::string::npos;
 }
 
-const DType non_quantized[] = {
-    DType::float32,         DType::float64,        DType::float16,         DType::bfloat16,
-    DType::float8_e5m2,     DType::float8_e4m3fn,  DType::float8_e5m2fnuz, DType::float8_e4m3fnuz,
-    DType::float8_e8m0fnu,  DType::float4_e2m1fn_x2, DType::int8,          DType::int16,
-    DType::int32,           DType::int64,          DType::uint8,           DType::uint16,
-    DType::uint32,          DType::uint64,         DType::boolean,         DType::complex32,
-    DType::complex64,       DType::complex128,     DType::bits8,           DType::bits16,
-    DType::bits1x8,         DType::bits2x4,        DType::bits4x2};
+const DType non_quantized[] = {DType::float32,
+                               DType::float64,
+                               DType::float16,
+                               DType::bfloat16,
+                               DType::float8_e5m2,
+                               DType::float8_e4m3fn,
+                               DType::float8_e5m2fnuz,
+                               DType::float8_e4m3fnuz,
+                               DType::float8_e8m0fnu,
+                               DType::float4_e2m1fn_x2,
+                               DType::int8,
+                               DType::int16,
+                               DType::int32,
+                               DType::int64,
+                               DType::uint8,
+                               DType::uint16,
+                               DType::uint32,
+                               DType::uint64,
+                               DType::boolean,
+                               DType::complex32,
+                               DType::complex64,
+                               DType::complex128,
+                               DType::bits8,
+                               DType::bits16,
+                               DType::bits1x8,
+                               DType::bits2x4,
+                               DType::bits4x2};
 
 }  // namespace
 
@@ -71,7 +90,7 @@ TEST_CASE("tensor.pt of every dtype reads back as that tensor, contiguous, its d
     const TensorFileSpec spec{dtype, {2, 3}, false, std::nullopt};
     const TorchArchive archive = tensor_file(spec, {.prefix = "tensor"});
     CHECK(record_names(archive) == std::vector<std::string>{"tensor/data.pkl", "tensor/byteorder",
-                                                           "tensor/data/0", "tensor/version"});
+                                                            "tensor/data/0", "tensor/version"});
     const std::string data = pattern(6 * type.element_size);
     const std::string file = file_of(archive, {data});
 
@@ -111,8 +130,12 @@ TEST_CASE("0-d, empty and strided-by-zero shapes; requires_grad; big-endian byte
     std::vector<std::int64_t> stride;
     std::uint64_t numel;
   };
-  const Case cases[] = {{{}, {}, 1}, {{0}, {1}, 0}, {{0, 3}, {3, 1}, 0}, {{3, 0}, {1, 1}, 0},
-                        {{2, 0, 4}, {4, 4, 1}, 0}, {{1, 1, 5}, {5, 5, 1}, 5}};
+  const Case cases[] = {{{}, {}, 1},
+                        {{0}, {1}, 0},
+                        {{0, 3}, {3, 1}, 0},
+                        {{3, 0}, {1, 1}, 0},
+                        {{2, 0, 4}, {4, 4, 1}, 0},
+                        {{1, 1, 5}, {5, 5, 1}, 5}};
   for (const Case& c : cases) {
     CAPTURE(c.shape.size());
     const TorchArchive archive =
@@ -169,9 +192,9 @@ TEST_CASE("quantized tensors: per tensor and per channel, their parameters as to
     const Tensor& t = model.tensors.at(model.entries.at(0).tensor);
     CHECK(t.dtype == DType::qint8);
     CHECK(t.broken.empty());
-    CHECK(record_names(archive) ==
-          std::vector<std::string>{"archive/data.pkl", "archive/byteorder", "archive/data/0",
-                                   "archive/data/1", "archive/data/2", "archive/version"});
+    CHECK(record_names(archive) == std::vector<std::string>{"archive/data.pkl", "archive/byteorder",
+                                                            "archive/data/0", "archive/data/1",
+                                                            "archive/data/2", "archive/version"});
 
     // qparams: (torch.per_channel_affine, scales, zero_points, 1), the scales and zero points
     // tensors over storages "1" and "2".
@@ -190,8 +213,14 @@ TEST_CASE("quantized tensors: per tensor and per channel, their parameters as to
 
     // tensor_file_spec() of a model tensor quantized so gives back the same file.
     Model m;
-    m.tensors.push_back({DType::qint8, {2, 3}, {3, 1}, 0, false, std::nullopt,
-                         Quantization{"per_channel_affine", 0, 0, 1, 1, 2}, {}});
+    m.tensors.push_back({DType::qint8,
+                         {2, 3},
+                         {3, 1},
+                         0,
+                         false,
+                         std::nullopt,
+                         Quantization{"per_channel_affine", 0, 0, 1, 1, 2},
+                         {}});
     m.tensors.push_back({DType::float64, {3}, {1}, 0, false, std::nullopt, std::nullopt, {}});
     m.tensors.push_back({DType::int64, {3}, {1}, 0, false, std::nullopt, std::nullopt, {}});
     const TensorFileSpec again = tensor_file_spec(m, m.tensors[0]);
@@ -219,10 +248,10 @@ TEST_CASE("a state dict through TorchPickler: shared storages, views, keys in fi
   pickle::Writer w;
   TorchPickler torch(w);
   const std::vector<TensorArgs> tensors = {
-      {DType::float32, 7, 40, 0, {2, 5}, {}, false},       // storage 7: key "0"
-      {DType::float32, 7, 40, 5, {5}, {1}, false},         // a view of the same storage
-      {DType::int64, 3, 16, 0, {2}, {}, false},            // storage 3: key "1"
-      {DType::float32, 7, 40, 0, {5, 2}, {1, 5}, false},   // transposed view
+      {DType::float32, 7, 40, 0, {2, 5}, {}, false},      // storage 7: key "0"
+      {DType::float32, 7, 40, 5, {5}, {1}, false},        // a view of the same storage
+      {DType::int64, 3, 16, 0, {2}, {}, false},           // storage 3: key "1"
+      {DType::float32, 7, 40, 0, {5, 2}, {1, 5}, false},  // transposed view
   };
   pickle::MemoSlot first = pickle::no_slot;
   w.ordered_dict(tensors.size() + 1, [&](std::size_t i) {
@@ -280,8 +309,8 @@ TEST_CASE("storage records sorted as strings (torch <= 2.6) or in key order (>= 
 }
 
 TEST_CASE("CRCs: literal records known at once, the others from the storages' CRCs") {
-  const TorchArchive archive = tensor_file({DType::int16, {4}, false, std::nullopt},
-                                           {.serialization_id = true});
+  const TorchArchive archive =
+      tensor_file({DType::int16, {4}, false, std::nullopt}, {.serialization_id = true});
   const std::vector<std::string> names = record_names(archive);
   REQUIRE(names.size() == 5);
   CHECK(names[4] == "archive/.data/serialization_id");

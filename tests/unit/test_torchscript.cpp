@@ -183,8 +183,11 @@ const char* lin_code =
     "  training : bool\n";
 
 std::vector<Record> net_storages() {
-  return {{"data/0", floats(2)}, {"data/1", floats(3)}, {"data/2", floats(1)},
-          {"data/3", floats(3)}, {"data/4", floats(4)}};
+  return {{"data/0", floats(2)},
+          {"data/1", floats(3)},
+          {"data/2", floats(1)},
+          {"data/3", floats(3)},
+          {"data/4", floats(4)}};
 }
 
 std::vector<Record> with(std::vector<Record> a, const std::vector<Record>& b) {
@@ -217,11 +220,10 @@ TEST_CASE("state_dict from the declarations: parameters, buffers, submodules; th
                                           net_storages()));
     Model m = read_archive(file);
     CHECK(m.format == Format::torchscript);
-    CHECK(keys(m) == std::vector<std::string>{"w", "b", "running", "sub.weight",
-                                              "attributes.plain"});
+    CHECK(keys(m) ==
+          std::vector<std::string>{"w", "b", "running", "sub.weight", "attributes.plain"});
     CHECK(entry_of(m, "w").key_path.empty());
-    CHECK(entry_of(m, "attributes.plain").key_path ==
-          R"([{"__part__":"attributes"},"plain"])");
+    CHECK(entry_of(m, "attributes.plain").key_path == R"([{"__part__":"attributes"},"plain"])");
     CHECK(m.storages[*tensor_of(m, "w").storage].record == "m/data/1");
     CHECK(tensor_of(m, "sub.weight").shape == std::vector<std::int64_t>{4});
     MemorySource source(file);
@@ -238,16 +240,16 @@ TEST_CASE("without declarations: the tensor attributes before `training`") {
   }
   SUBCASE("code compressed by a method ckptfs does not read is ignored") {
     Model m = read_archive(script_archive(
-        net_pickle(), with({{"code/__torch__.py", net_code, 12},
-                            {"code/__torch__/pkg/layers.py", lin_code, 14}},
-                           net_storages())));
+        net_pickle(),
+        with({{"code/__torch__.py", net_code, 12}, {"code/__torch__/pkg/layers.py", lin_code, 14}},
+             net_storages())));
     CHECK(keys(m) == std::vector<std::string>{"running", "w", "sub.weight", "attributes.plain",
                                               "attributes.b"});
   }
   SUBCASE("a declaration that is not of the printer's form") {
-    for (const char* bad : {"  __parameters__ = [\"w\", \"b\"\n",       // no ]
-                            "  __parameters__ = [w, b]\n",              // not strings
-                            "  __parameters__ = [\"w\\q\"]\n",          // unknown escape
+    for (const char* bad : {"  __parameters__ = [\"w\", \"b\"\n",         // no ]
+                            "  __parameters__ = [w, b]\n",                // not strings
+                            "  __parameters__ = [\"w\\q\"]\n",            // unknown escape
                             "  __parameters__ = [\"w\"] # comment\n"}) {  // trailing text
       CAPTURE(bad);
       std::string code = std::string("class Net(Module):\n") + bad + "  __buffers__ = []\n";
@@ -263,8 +265,8 @@ TEST_CASE("without declarations: the tensor attributes before `training`") {
         "class Net(Module):\n"
         "  running : Tensor\n"
         "  __parameters__ = [\"w\", \"b\", ]\n";
-    Model m = read_archive(script_archive(
-        net_pickle(), with({{"code/__torch__.py", code}}, net_storages())));
+    Model m = read_archive(
+        script_archive(net_pickle(), with({{"code/__torch__.py", code}}, net_storages())));
     // Declared a module with no parameter or buffer: only the submodule's weight.
     CHECK(keys(m) == std::vector<std::string>{"sub.weight", "attributes.running", "attributes.w",
                                               "attributes.plain", "attributes.b"});

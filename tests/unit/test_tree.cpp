@@ -4,13 +4,13 @@
 #include "support/fake_checkpoint.hpp"
 #include "support/safetensors_builder.hpp"
 
+#include <ckptfs/base/names.hpp>
 #include <ckptfs/format/safetensors_reader.hpp>
 #include <ckptfs/format/sharded_reader.hpp>
 #include <ckptfs/format/torch_reader.hpp>
 #include <ckptfs/format/torch_writer.hpp>
 #include <ckptfs/format/zip_reader.hpp>
 #include <ckptfs/view/convert.hpp>
-#include <ckptfs/base/names.hpp>
 #include <ckptfs/view/npy.hpp>
 #include <ckptfs/view/tree.hpp>
 
@@ -62,7 +62,8 @@ struct Mounted {
   }
   std::vector<std::string> list(Tree::Ino dir) {
     std::vector<std::string> names;
-    for (std::size_t i = 0; i < tree.child_count(dir); ++i) names.emplace_back(child_of(tree, dir, i).first);
+    for (std::size_t i = 0; i < tree.child_count(dir); ++i)
+      names.emplace_back(child_of(tree, dir, i).first);
     return names;
   }
 };
@@ -91,8 +92,8 @@ TEST_SUITE_BEGIN("tree");
 
 TEST_CASE("the tree: index.json, model.safetensors, a directory per entry, files per kind") {
   Mounted m(checkpoint_with_views(), {.source_path = "x.pth", .uid = 7, .gid = 8, .umask = 0222});
-  CHECK(m.list(Tree::root_ino) ==
-        std::vector<std::string>{"index.json", "model.safetensors", "w", "w.T", "a%2Fb", "x", "bad"});
+  CHECK(m.list(Tree::root_ino) == std::vector<std::string>{"index.json", "model.safetensors", "w",
+                                                           "w.T", "a%2Fb", "x", "bad"});
   CHECK(m.list(m.path("w")) ==
         std::vector<std::string>{"data", "meta.json", "tensor.npy", "tensor.pt"});
   CHECK(m.list(m.path("bad")) == std::vector<std::string>{"meta.json"});  // broken: no bytes
@@ -162,8 +163,7 @@ TEST_CASE("contiguous data is a range of the checkpoint; tensor.npy adds a heade
 
 TEST_CASE("strided views are gathered in C order") {
   Mounted m(checkpoint_with_views());
-  CHECK(m.read_all(m.path("w.T", "data")) ==
-        floats_at({0, 4, 8, 1, 5, 9, 2, 6, 10, 3, 7, 11}));
+  CHECK(m.read_all(m.path("w.T", "data")) == floats_at({0, 4, 8, 1, 5, 9, 2, 6, 10, 3, 7, 11}));
   CHECK(m.read_all(m.path("a%2Fb", "data")) == floats_at({1, 3, 7, 9}));
   CHECK(m.read_all(m.path("x", "data")) == floats_at({0, 1, 2, 0, 1, 2}));  // stride 0
   std::string all = m.read_all(m.path("w.T", "data"));
@@ -259,10 +259,10 @@ TEST_CASE("shard_size: the sharded set as save_pretrained splits it") {
   // Tensors of 48, 48, 16, 24 bytes in shards of at most 64 bytes: [w], [w.T, a/b], [x].
   Mounted m(checkpoint_with_views(), {.shard_size = 64});
   CHECK(m.list(Tree::root_ino) ==
-        std::vector<std::string>{"index.json", "model.safetensors.index.json",
-                                 "model-00001-of-00003.safetensors",
-                                 "model-00002-of-00003.safetensors",
-                                 "model-00003-of-00003.safetensors", "w", "w.T", "a%2Fb", "x", "bad"});
+        std::vector<std::string>{
+            "index.json", "model.safetensors.index.json", "model-00001-of-00003.safetensors",
+            "model-00002-of-00003.safetensors", "model-00003-of-00003.safetensors", "w", "w.T",
+            "a%2Fb", "x", "bad"});
   auto index = nlohmann::json::parse(m.read_all(m.path("model.safetensors.index.json")));
   CHECK(index["metadata"]["total_size"] == 48 + 48 + 16 + 24);
   CHECK(index["weight_map"] == nlohmann::json({{"w", "model-00001-of-00003.safetensors"},
@@ -418,7 +418,8 @@ TEST_CASE("root names: the entries' keys where the rule keeps them, found by loo
     CAPTURE(name);
     CHECK(m.tree.entry_name(static_cast<std::size_t>(i)) == name);
     CHECK(child_of(m.tree, Tree::root_ino, 2 + static_cast<std::size_t>(i)).first == name);
-    CHECK(m.tree.lookup(Tree::root_ino, name) == child_of(m.tree, Tree::root_ino, 2 + static_cast<std::size_t>(i)).second);
+    CHECK(m.tree.lookup(Tree::root_ino, name) ==
+          child_of(m.tree, Tree::root_ino, 2 + static_cast<std::size_t>(i)).second);
   }
   CHECK(m.tree.lookup(Tree::root_ino, "w/0") == 0);  // the key, not its name
   CHECK(m.tree.lookup(Tree::root_ino, "w.500") == 0);
@@ -430,9 +431,7 @@ TEST_CASE("entry names are NameAllocator's, collisions and cut names included") 
   // Keys with the same text (the int 1 and the str "1"; a nested key and a dotted one, long
   // enough to be cut), escaped ones, reserved ones.
   const std::string long_key(300, 'k');
-  auto tensor = [](PickleBuilder& p) {
-    p.tensor_v2("FloatStorage", "0", "cpu", 4, 0, {4}, {1});
-  };
+  auto tensor = [](PickleBuilder& p) { p.tensor_v2("FloatStorage", "0", "cpu", 4, 0, {4}, {1}); };
   PickleBuilder p;
   p.proto(2).empty_dict().mark();
   p.binunicode("a"), tensor(p);
@@ -456,7 +455,8 @@ TEST_CASE("entry names are NameAllocator's, collisions and cut names included") 
     CAPTURE(key);
     const std::string want = names.name(key);
     CHECK(m.tree.entry_name(i) == want);
-    CHECK(m.tree.lookup(Tree::root_ino, want) == child_of(m.tree, Tree::root_ino, 2 + static_cast<std::size_t>(i)).second);
+    CHECK(m.tree.lookup(Tree::root_ino, want) ==
+          child_of(m.tree, Tree::root_ino, 2 + static_cast<std::size_t>(i)).second);
   }
   CHECK(m.tree.entry_name(2) == "1%#2");
   CHECK(m.tree.entry_name(10).ends_with("%#2"));
@@ -470,11 +470,11 @@ TEST_CASE("layout=rfc: index.json, map.pt, a <name>.pt per entry torch can load 
   PickleBuilder p;
   p.proto(2).empty_dict().mark();
   p.binunicode("w"), tensor(p);
-  p.binunicode("map"), tensor(p);             // the rule's reserved name: %map.pt
-  p.binunicode("map.pt"), tensor(p);          // not reserved: map.pt.pt
-  p.binunicode("bad"), tensor(p, 10);         // past its storage: broken, no file
-  p.binunicode("epoch"), p.binint1(7);        // a value JSON holds whole
-  p.binunicode(long_key), tensor(p);          // 260 bytes: cut within 252
+  p.binunicode("map"), tensor(p);       // the rule's reserved name: %map.pt
+  p.binunicode("map.pt"), tensor(p);    // not reserved: map.pt.pt
+  p.binunicode("bad"), tensor(p, 10);   // past its storage: broken, no file
+  p.binunicode("epoch"), p.binint1(7);  // a value JSON holds whole
+  p.binunicode(long_key), tensor(p);    // 260 bytes: cut within 252
   p.binunicode("opaque").global("argparse", "Namespace").empty_tuple().reduce();  // described only
   p.binunicode(std::string(252, 'x')), tensor(p);  // 252 bytes: its own name
   p.setitems().stop();
@@ -483,9 +483,9 @@ TEST_CASE("layout=rfc: index.json, map.pt, a <name>.pt per entry torch can load 
   const std::string cut = directory_name(long_key, rfc_name_bytes) + ".pt";
   CHECK(cut.size() <= 255);
   CHECK(cut.find("%~") != std::string::npos);
-  CHECK(m.list(Tree::root_ino) ==
-        std::vector<std::string>{"index.json", "map.pt", "w.pt", "%map.pt", "map.pt.pt", "epoch.pt",
-                                 cut, std::string(252, 'x') + ".pt"});
+  CHECK(m.list(Tree::root_ino) == std::vector<std::string>{"index.json", "map.pt", "w.pt",
+                                                           "%map.pt", "map.pt.pt", "epoch.pt", cut,
+                                                           std::string(252, 'x') + ".pt"});
   for (std::size_t i = 0; i < m.tree.child_count(Tree::root_ino); ++i) {
     const auto child = child_of(m.tree, Tree::root_ino, i);
     const auto& [name, ino] = child;
@@ -516,8 +516,8 @@ TEST_CASE("layout=rfc: index.json, map.pt, a <name>.pt per entry torch can load 
   const Tree::Ino epoch = m.tree.lookup(Tree::root_ino, "epoch.pt");
   CHECK(m.tree.node(epoch)->kind == Tree::Kind::value_pt);
   CHECK(m.read_all(epoch) == value_file(pickle::Value::integer(7)).bytes());
-  const std::vector<std::string> keys{"w", "map", "map.pt", "epoch", long_key,
-                                      std::string(252, 'x')};
+  const std::vector<std::string> keys{"w",     "map",    "map.pt",
+                                      "epoch", long_key, std::string(252, 'x')};
   CHECK(m.read_all(m.tree.lookup(Tree::root_ino, "map.pt")) ==
         keys_file(keys, {.prefix = "map"}).bytes());
 
@@ -580,8 +580,9 @@ TEST_CASE("sources: meta.json and index.json name each tensor's file; nodes know
   CHECK(nlohmann::json::parse(read("b", "meta.json"))["source"] == "two.safetensors");
   auto meta_gone = nlohmann::json::parse(read("gone", "meta.json"));
   CHECK(meta_gone["source"].is_null());
-  CHECK(meta_gone["broken"] == "the index puts it in \"two.safetensors\", which has no tensor of "
-                               "that name");
+  CHECK(meta_gone["broken"] ==
+        "the index puts it in \"two.safetensors\", which has no tensor of "
+        "that name");
   CHECK(read("b", "data") == "xyz");
   // Opens check the source of what they open: a tensor's files, its file; the rest, every file.
   auto source = [&](std::string_view dir, std::string_view file = {}) {

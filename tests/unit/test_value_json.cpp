@@ -51,7 +51,8 @@ TEST_CASE("scalars") {
   CHECK(json_of([](auto& p) { p.binfloat(-1e300 * 1e300); }) == R"({"__float__":"-inf"})");
   CHECK(json_of([](auto& p) { p.binfloat(std::nan("")); }) == R"({"__float__":"nan"})");
   CHECK(json_of([](auto& p) { p.binunicode("a\"b\n"); }) == R"("a\"b\n")");
-  CHECK(json_of([](auto& p) { p.binbytes(std::string("\x00\xff", 2)); }) == R"({"__bytes__":"00ff"})");
+  CHECK(json_of([](auto& p) { p.binbytes(std::string("\x00\xff", 2)); }) ==
+        R"({"__bytes__":"00ff"})");
 }
 
 TEST_CASE("big integers in decimal, both signs") {
@@ -60,8 +61,9 @@ TEST_CASE("big integers in decimal, both signs") {
         "18446744073709551616");
   CHECK(json_of([](auto& p) { p.long1(std::string("\0\0\0\0\0\0\0\0\xff", 9)); }) ==
         "-18446744073709551616");
-  CHECK(key_of([](auto& p) { p.long1(std::string("\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19", 10)); }) ==
-        "119547037146038801333356");  // torch's legacy magic number
+  CHECK(key_of([](auto& p) {
+          p.long1(std::string("\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19", 10));
+        }) == "119547037146038801333356");  // torch's legacy magic number
 }
 
 TEST_CASE("bytes that are not UTF-8 become lone surrogates, as Python's surrogateescape") {
@@ -77,20 +79,32 @@ TEST_CASE("containers, objects, globals, numpy scalars, torch.Size") {
   CHECK(json_of([](auto& p) {
           p.empty_dict().integer(1).empty_list().integer(2).append().setitem();
         }) == R"({"1":[2]})");
-  CHECK(json_of([](auto& p) { p.global("torch", "float16"); }) == R"({"__global__":"torch.float16"})");
-  CHECK(json_of([](auto& p) { p.global("torch", "Size").int_tuple({2, 3}).tuple1().reduce(); }) ==
-        "[2,3]");
+  CHECK(json_of([](auto& p) { p.global("torch", "float16"); }) ==
+        R"({"__global__":"torch.float16"})");
+  CHECK(json_of([](auto& p) {
+          p.global("torch", "Size").int_tuple({2, 3}).tuple1().reduce();
+        }) == "[2,3]");
   // numpy.core.multiarray.scalar(numpy.dtype('f8', False, True) + BUILD state, b'...')
   CHECK(json_of([](auto& p) {
           p.global("numpy.core.multiarray", "scalar");
           p.global("numpy", "dtype").binunicode("f8").newfalse().newtrue().tuple3().reduce();
-          p.mark().integer(3).binunicode("<").none().none().none().integer(-1).integer(-1)
-              .integer(0).tuple().build();
+          p.mark()
+              .integer(3)
+              .binunicode("<")
+              .none()
+              .none()
+              .none()
+              .integer(-1)
+              .integer(-1)
+              .integer(0)
+              .tuple()
+              .build();
           double v = 0.25;
           p.binbytes(std::string(reinterpret_cast<const char*>(&v), 8)).tuple2().reduce();
         }) == "0.25");
-  CHECK(json_of([](auto& p) { p.global("os", "system").binunicode("rm -rf /").tuple1().reduce(); }) ==
-        R"({"__class__":"os.system","args":["rm -rf /"]})");
+  CHECK(json_of([](auto& p) {
+          p.global("os", "system").binunicode("rm -rf /").tuple1().reduce();
+        }) == R"({"__class__":"os.system","args":["rm -rf /"]})");
 }
 
 TEST_CASE("a list inside itself, a value too large, a value too deep") {
@@ -100,7 +114,11 @@ TEST_CASE("a list inside itself, a value too large, a value too deep") {
   std::string laughs = json_of(
       [](auto& p) {
         p.binunicode("lol").binput(0);
-        for (int i = 1; i < 40; ++i) p.binget(static_cast<std::uint8_t>(i - 1)).dup().tuple2().binput(static_cast<std::uint8_t>(i));
+        for (int i = 1; i < 40; ++i)
+          p.binget(static_cast<std::uint8_t>(i - 1))
+              .dup()
+              .tuple2()
+              .binput(static_cast<std::uint8_t>(i));
       },
       1 << 16);
   CHECK(laughs == R"({"__truncated__":true,"bytes_limit":65536})");

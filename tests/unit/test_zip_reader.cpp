@@ -1,17 +1,17 @@
 // SPDX-License-Identifier: MIT
 // Unit tests of ZipArchive: valid layouts, torch's quirks, and hostile archives built in C++.
-#include <ckptfs/source/byte_source.hpp>
 #include <ckptfs/base/error.hpp>
 #include <ckptfs/format/zip_reader.hpp>
+#include <ckptfs/source/byte_source.hpp>
 
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
+#include <unistd.h>
 #include <cstdint>
 #include <filesystem>
 #include <random>
 #include <string>
-#include <unistd.h>
 
 #include "support/zip_builder.hpp"
 

@@ -36,7 +36,8 @@ namespace {
 constexpr std::uint64_t gib = std::uint64_t{1} << 30;
 
 std::uint64_t u16(std::string_view b, std::size_t at) {
-  return static_cast<unsigned char>(b[at]) | static_cast<std::uint64_t>(static_cast<unsigned char>(b[at + 1])) << 8;
+  return static_cast<unsigned char>(b[at]) |
+         static_cast<std::uint64_t>(static_cast<unsigned char>(b[at + 1])) << 8;
 }
 std::uint64_t u32(std::string_view b, std::size_t at) { return u16(b, at) | u16(b, at + 2) << 16; }
 std::uint64_t u64(std::string_view b, std::size_t at) { return u32(b, at) | u32(b, at + 4) << 32; }
@@ -64,7 +65,8 @@ class PlanSource final : public ckptfs::ByteSource {
       const std::uint64_t end = start + bytes.size();
       const std::uint64_t from = std::max(start, offset);
       const std::uint64_t to = std::min<std::uint64_t>(end, offset + out.size());
-      if (from < to) std::memcpy(out.data() + (from - offset), bytes.data() + (from - start), to - from);
+      if (from < to)
+        std::memcpy(out.data() + (from - offset), bytes.data() + (from - start), to - from);
     }
   }
 
@@ -218,9 +220,13 @@ TEST_CASE("other alignments: payloads at multiples of them, an empty 'FB' field 
 TEST_CASE("ZIP64: a payload of 4 GiB - 1 or more, and headers from 4 GiB - 1 on") {
   // Record 1 starts exactly at 0xFFFFFFFF: 64 + size + 16 = 0xFFFFFFFF.
   const std::uint64_t first = 0xffffffffull - 80;
-  const std::vector<ZipRecordSpec> specs = {
-      {"a", first}, {"b/x", 5}, {"c/big", 5 * gib}, {"d/tail", 100}, {"e/empty", 0},
-      {"f/exact", 0xffffffffull}, {"g/under", 0xfffffffeull}};
+  const std::vector<ZipRecordSpec> specs = {{"a", first},
+                                            {"b/x", 5},
+                                            {"c/big", 5 * gib},
+                                            {"d/tail", 100},
+                                            {"e/empty", 0},
+                                            {"f/exact", 0xffffffffull},
+                                            {"g/under", 0xfffffffeull}};
   const ZipPlan plan(specs);
   check_layout(plan);
   CHECK(plan.layout(1).header_offset == 0xffffffffull);

@@ -25,7 +25,8 @@ inline std::uint32_t crc32(std::string_view bytes) noexcept {
 
 // The CRC-32 of A followed by B, from crc32(A), crc32(B) and B's length, as zlib's
 // crc32_combine(): a tensor's CRC from chunks read apart or in parallel. O(log size_b).
-std::uint32_t crc32_combine(std::uint32_t crc_a, std::uint32_t crc_b, std::uint64_t size_b) noexcept;
+std::uint32_t crc32_combine(std::uint32_t crc_a, std::uint32_t crc_b,
+                            std::uint64_t size_b) noexcept;
 
 // `crc` continued over `count` zero bytes, without reading them: O(log count). The CRC of a
 // hole in a sparse file, or of a payload of zeros.
@@ -33,9 +34,9 @@ std::uint32_t crc32_zeros(std::uint32_t crc, std::uint64_t count) noexcept;
 
 // The implementations, for tests and benchmarks.
 enum class Crc32Engine : std::uint8_t {
-  table,   // slicing-by-16: portable, about 1 byte per cycle
-  pclmul,  // carry-less multiplication folding 64 bytes a step (x86-64: PCLMULQDQ + SSE4.1)
-  vpclmul, // the same on 512-bit registers, 256 bytes a step (x86-64: AVX-512F + VPCLMULQDQ)
+  table,    // slicing-by-16: portable, about 1 byte per cycle
+  pclmul,   // carry-less multiplication folding 64 bytes a step (x86-64: PCLMULQDQ + SSE4.1)
+  vpclmul,  // the same on 512-bit registers, 256 bytes a step (x86-64: AVX-512F + VPCLMULQDQ)
 };
 std::string_view engine_name(Crc32Engine engine) noexcept;
 bool crc32_engine_available(Crc32Engine engine) noexcept;

@@ -16,10 +16,10 @@ enum class ExitCode : int {
   io = 2,              // the checkpoint cannot be opened or read
   bad_zip = 3,         // the ZIP container is invalid or lies (sizes, counts, offsets)
   bad_checkpoint = 4,  // data.pkl is invalid or forbidden, or the checkpoint is inconsistent
-  unsupported = 5,     // a valid file ckptfs does not serve (compressed record, TorchScript, tar...)
-  mount_failed = 6,    // the mount itself failed (mountpoint, /dev/fuse, fusermount3)
-  access_denied = 7,   // a server refused access: HTTP 401 or 403 (credentials, S3 signature)
-  unreachable = 8,     // a server did not answer properly: connection, TLS, timeout, HTTP 5xx
+  unsupported = 5,    // a valid file ckptfs does not serve (compressed record, TorchScript, tar...)
+  mount_failed = 6,   // the mount itself failed (mountpoint, /dev/fuse, fusermount3)
+  access_denied = 7,  // a server refused access: HTTP 401 or 403 (credentials, S3 signature)
+  unreachable = 8,    // a server did not answer properly: connection, TLS, timeout, HTTP 5xx
 };
 
 // A failure while reading a checkpoint. `what()` is one line, without the file name: the caller

@@ -80,13 +80,13 @@ class JsonReader {
     end_object,
     begin_array,
     end_array,
-    key,          // a member name: string() holds it decoded; its value's tokens follow
-    string,       // string() holds it decoded
-    number,       // number_text(), uint64(), int64(), floating()
+    key,     // a member name: string() holds it decoded; its value's tokens follow
+    string,  // string() holds it decoded
+    number,  // number_text(), uint64(), int64(), floating()
     true_value,
     false_value,
     null,
-    end,          // the root value is complete and only whitespace followed it
+    end,  // the root value is complete and only whitespace followed it
   };
 
   // Fills `buffer` with the next bytes of the text, at most buffer.size() of them; returns how
@@ -139,13 +139,13 @@ class JsonReader {
     std::uint64_t offset = 0;   // where it begins, for messages
   };
   enum class Expect : std::uint8_t {
-    value,             // the root value, or a value after ':' or an array's ','
-    first_item,        // after '[': a value or ']'
-    first_key,         // after '{': a key or '}'
-    key,               // after an object's ',': a key
-    after_item,        // after an array item: ',' or ']'
-    after_member,      // after an object member: ',' or '}'
-    done,              // the root value is complete
+    value,         // the root value, or a value after ':' or an array's ','
+    first_item,    // after '[': a value or ']'
+    first_key,     // after '{': a key or '}'
+    key,           // after an object's ',': a key
+    after_item,    // after an array item: ',' or ']'
+    after_member,  // after an object member: ',' or '}'
+    done,          // the root value is complete
   };
 
   [[noreturn]] void syntax_error(std::string_view what) const;
@@ -168,9 +168,9 @@ class JsonReader {
   Input input_;
   std::vector<char> own_;
   const char* data_ = nullptr;
-  std::size_t size_ = 0;      // valid bytes at data_
-  std::size_t pos_ = 0;       // next byte to read, within data_
-  std::uint64_t dropped_ = 0; // bytes of the text before data_[0]
+  std::size_t size_ = 0;       // valid bytes at data_
+  std::size_t pos_ = 0;        // next byte to read, within data_
+  std::uint64_t dropped_ = 0;  // bytes of the text before data_[0]
   std::size_t chunk_ = 0;
   bool input_done_ = false;
 
@@ -179,7 +179,7 @@ class JsonReader {
   bool started_ = false;
   Expect expect_ = Expect::value;
   std::uint64_t token_offset_ = 0;
-  std::string string_;        // the current key, string or number text
+  std::string string_;  // the current key, string or number text
   std::vector<Frame> frames_;
   // The keys of the open objects, each as (offset in key_bytes_, length).
   std::string key_bytes_;

@@ -29,7 +29,7 @@ class JsonWriter {
   JsonWriter& number(std::uint64_t value);
   JsonWriter& boolean(bool value);
   JsonWriter& null();
-  JsonWriter& raw(std::string_view json);  // an already serialized value
+  JsonWriter& raw(std::string_view json);                        // an already serialized value
   JsonWriter& numbers(const std::vector<std::int64_t>& values);  // on one line
 
  private:

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // Flattened keys as names in the mount: one path component each, at most 255 bytes (252 before
-// the RFC layout's ".pt"), unique, a key's name never another key's; and the way back, key_of_name().
+// the RFC layout's ".pt"), unique, a key's name never another key's; and the way back,
+// key_of_name().
 #pragma once
 
 #include <ckptfs/base/hash.hpp>

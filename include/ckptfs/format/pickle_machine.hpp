@@ -24,14 +24,14 @@ inline constexpr NodeId no_node = std::numeric_limits<NodeId>::max();
 enum class Kind : std::uint8_t {
   none,
   boolean,
-  integer,        // fits in int64
-  big_integer,    // LONG/LONG1/LONG4 beyond int64: little-endian two's complement bytes
+  integer,      // fits in int64
+  big_integer,  // LONG/LONG1/LONG4 beyond int64: little-endian two's complement bytes
   floating,
-  string,         // unicode text (UTF-8 bytes, unvalidated: surrogatepass can make them invalid)
-  bytes,          // BINBYTES*, BYTEARRAY8, and _codecs.encode(s, "latin1") / bytearray(...)
+  string,  // unicode text (UTF-8 bytes, unvalidated: surrogatepass can make them invalid)
+  bytes,   // BINBYTES*, BYTEARRAY8, and _codecs.encode(s, "latin1") / bytearray(...)
   tuple,
   list,
-  dict,           // also collections.OrderedDict(): items in insertion order, duplicates kept
+  dict,  // also collections.OrderedDict(): items in insertion order, duplicates kept
   set,
   frozenset,
   global,         // GLOBAL / STACK_GLOBAL / INST's class: a dotted name, never resolved
@@ -47,18 +47,18 @@ struct Global {
 
 // What a call or instantiation would have produced, kept inert.
 struct Object {
-  NodeId callable = no_node;  // usually a global; could be any node (REDUCE on anything)
-  NodeId args = no_node;      // a tuple node (INST/OBJ get one built from the marked items)
-  NodeId kwargs = no_node;    // NEWOBJ_EX only: a dict node
-  NodeId state = no_node;     // argument of the last BUILD applied to it, if any
-  std::vector<NodeId> list_items;                       // APPEND(S) / ADDITEMS applied to it
-  std::vector<std::pair<NodeId, NodeId>> dict_items;    // SETITEM(S) applied to it
+  NodeId callable = no_node;       // usually a global; could be any node (REDUCE on anything)
+  NodeId args = no_node;           // a tuple node (INST/OBJ get one built from the marked items)
+  NodeId kwargs = no_node;         // NEWOBJ_EX only: a dict node
+  NodeId state = no_node;          // argument of the last BUILD applied to it, if any
+  std::vector<NodeId> list_items;  // APPEND(S) / ADDITEMS applied to it
+  std::vector<std::pair<NodeId, NodeId>> dict_items;  // SETITEM(S) applied to it
 };
 
 struct Limits {
-  std::uint64_t max_nodes = 16'000'000;   // nodes of the graph
-  std::uint64_t max_stack = 16'000'000;   // stack entries plus marks
-  std::uint64_t max_memo = 16'000'000;    // memo entries
+  std::uint64_t max_nodes = 16'000'000;  // nodes of the graph
+  std::uint64_t max_stack = 16'000'000;  // stack entries plus marks
+  std::uint64_t max_memo = 16'000'000;   // memo entries
 };
 
 class Graph {
@@ -71,12 +71,12 @@ class Graph {
   std::int64_t integer(NodeId id) const;
   const std::string& big_integer(NodeId id) const;  // little-endian two's complement
   double floating(NodeId id) const;
-  const std::string& text(NodeId id) const;         // string or bytes
+  const std::string& text(NodeId id) const;           // string or bytes
   const std::vector<NodeId>& items(NodeId id) const;  // tuple, list, set, frozenset
   const std::vector<std::pair<NodeId, NodeId>>& dict_items(NodeId id) const;  // dict
   const Global& global(NodeId id) const;
   const Object& object(NodeId id) const;
-  NodeId persistent_id(NodeId id) const;            // the pid value
+  NodeId persistent_id(NodeId id) const;  // the pid value
   // The state BUILD gave a dict (state_dict's {'_metadata': ...}) or an object; else no_node.
   NodeId build_state(NodeId id) const;
 
@@ -92,10 +92,10 @@ class Graph {
   std::vector<Node> nodes_;
   std::vector<std::int64_t> integers_;  // also booleans (0/1)
   std::vector<double> floats_;
-  std::vector<std::string> texts_;      // strings, bytes, big integers
+  std::vector<std::string> texts_;  // strings, bytes, big integers
   std::vector<std::vector<NodeId>> sequences_;
   std::vector<std::vector<std::pair<NodeId, NodeId>>> dicts_;
-  std::vector<NodeId> dict_states_;     // parallel to dicts_
+  std::vector<NodeId> dict_states_;  // parallel to dicts_
   std::vector<Global> globals_;
   std::vector<Object> objects_;
   std::vector<NodeId> persistent_ids_;

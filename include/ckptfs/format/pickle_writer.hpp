@@ -129,8 +129,8 @@ class Writer {
 
   std::string out_;
   MemoSlot next_slot_ = 0;
-  TextMap<MemoSlot> globals_;                          // "module\nname" -> slot
-  MemoSlot latin1_ = no_slot;                          // the 'latin1' of bytes(), shared as CPython's
+  TextMap<MemoSlot> globals_;  // "module\nname" -> slot
+  MemoSlot latin1_ = no_slot;  // the 'latin1' of bytes(), shared as CPython's
 };
 
 // ---- A small value tree: what map.pt and the <key>.pt files of plain values hold. ----
@@ -145,23 +145,23 @@ struct Value {
   enum class Kind : std::uint8_t {
     none,
     boolean,
-    integer,      // fits in int64
-    big_integer,  // `text`: little-endian two's complement bytes
-    real,         // a Python float
-    string,       // `text`: UTF-8, encoded surrogates allowed (see Writer::string)
-    bytes,        // `text`
-    list,         // `items`
-    tuple,        // `items`
-    dict,         // `entries`, in order (keys: any hashable value: str, int, tuple...)
-    ordered_dict, // `entries`, as collections.OrderedDict
+    integer,       // fits in int64
+    big_integer,   // `text`: little-endian two's complement bytes
+    real,          // a Python float
+    string,        // `text`: UTF-8, encoded surrogates allowed (see Writer::string)
+    bytes,         // `text`
+    list,          // `items`
+    tuple,         // `items`
+    dict,          // `entries`, in order (keys: any hashable value: str, int, tuple...)
+    ordered_dict,  // `entries`, as collections.OrderedDict
   };
   Kind kind = Kind::none;
-  bool flag = false;        // boolean
-  std::int64_t number = 0;  // integer
-  double real_value = 0;    // real
-  std::string text;         // big_integer, string, bytes
-  std::vector<Value> items;                       // list, tuple
-  std::vector<DictEntry> entries;                 // dict, ordered_dict
+  bool flag = false;               // boolean
+  std::int64_t number = 0;         // integer
+  double real_value = 0;           // real
+  std::string text;                // big_integer, string, bytes
+  std::vector<Value> items;        // list, tuple
+  std::vector<DictEntry> entries;  // dict, ordered_dict
 
   static Value none_value();
   static Value boolean(bool b);

@@ -20,9 +20,9 @@ namespace ckptfs {
 //   an array                               list (what was a list, a tuple or a set)
 //   any other object                       dict, str keys (a key's text, as value_json() wrote)
 // nullopt for what value_json() only describes: an object whose first key is "__class__",
-// "__global__", "__persistent_id__", "__recursion__" or "__truncated__" anywhere inside; also for text that is not
-// such JSON. Iterative; the nesting value_json() allows (max_value_depth) and no more. The
-// result is not checked for what a pickle cannot hold (a str that is not UTF-8 with
+// "__global__", "__persistent_id__", "__recursion__" or "__truncated__" anywhere inside; also for
+// text that is not such JSON. Iterative; the nesting value_json() allows (max_value_depth) and no
+// more. The result is not checked for what a pickle cannot hold (a str that is not UTF-8 with
 // surrogates): pickle::write_value() throws for those.
 std::optional<pickle::Value> plain_value(std::string_view value_json);
 

@@ -21,8 +21,8 @@ struct ReadLimits {
   // shared value reached along many paths would otherwise be copied into every entry. It bounds
   // a single key too: there is no other limit on a key's length.
   std::uint64_t max_flattened_bytes = 64ull << 20;
-  std::size_t max_value_json = 1 << 20;   // a longer value.json is cut (valid JSON says so)
-  std::size_t max_dims = 64;              // torch's own limit on tensor dimensions
+  std::size_t max_value_json = 1 << 20;  // a longer value.json is cut (valid JSON says so)
+  std::size_t max_dims = 64;             // torch's own limit on tensor dimensions
   // Not a limit: the root is one entry whatever it is, as in the RFC layout's <name>.pt files
   // (torch.save of one key's tensor or value): a root without a tensor is the value entry
   // "value" even when it is a dict, list or tuple, which are otherwise walked (flatten.hpp).

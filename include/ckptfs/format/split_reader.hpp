@@ -64,8 +64,7 @@ struct SplitLimits {
 // nbytes and the data file's size), a key claimed by two directories (the same key and key
 // path), a subdirectory that is no key directory, a path that leads out of the directory (a
 // symbolic link to elsewhere); unsupported past `limits`.
-DirectoryModel read_split_directory(const std::string& directory,
-                                    const SplitLimits& limits = {});
+DirectoryModel read_split_directory(const std::string& directory, const SplitLimits& limits = {});
 
 // Whether `directory` looks like a split directory: it holds index.json, or a subdirectory
 // holding meta.json or value.json. Never throws (false when it cannot be listed).

@@ -4,8 +4,8 @@
 // and the legacy tensor classes would build from them.
 #pragma once
 
-#include <ckptfs/model/model.hpp>
 #include <ckptfs/format/pickle_machine.hpp>
+#include <ckptfs/model/model.hpp>
 
 #include <cstdint>
 #include <optional>
@@ -19,9 +19,9 @@ namespace ckptfs {
 // One persistent id ('storage', class, key, location, numel[, view]) of the pickle.
 struct StorageRef {
   std::string key;
-  std::optional<DType> dtype;       // the typed storage's dtype; nullopt for UntypedStorage (bytes)
-  std::string class_name;           // "FloatStorage", "UntypedStorage", ...
-  std::uint64_t declared_numel = 0; // elements of `dtype` (bytes when untyped)
+  std::optional<DType> dtype;  // the typed storage's dtype; nullopt for UntypedStorage (bytes)
+  std::string class_name;      // "FloatStorage", "UntypedStorage", ...
+  std::uint64_t declared_numel = 0;  // elements of `dtype` (bytes when untyped)
   // Legacy view metadata (view_key, offset, size): this storage is elements
   // [view_offset, view_offset + view_numel) of storage `key`.
   std::optional<std::pair<std::uint64_t, std::uint64_t>> view;

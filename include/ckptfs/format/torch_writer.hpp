@@ -59,9 +59,9 @@ namespace ckptfs {
 // A strided view of a storage: the arguments of torch's rebuild call.
 struct TensorArgs {
   DType dtype = DType::float32;
-  std::uint64_t storage = 0;        // the caller's id of the storage; same id, same storage
-  std::uint64_t storage_nbytes = 0; // its size in bytes
-  std::int64_t storage_offset = 0;  // in elements
+  std::uint64_t storage = 0;         // the caller's id of the storage; same id, same storage
+  std::uint64_t storage_nbytes = 0;  // its size in bytes
+  std::int64_t storage_offset = 0;   // in elements
   std::vector<std::int64_t> shape;
   std::vector<std::int64_t> stride;  // in elements; empty: C order for `shape`
   bool requires_grad = false;
@@ -82,8 +82,8 @@ struct QuantizationArgs {
 
 // A storage a pickle refers to, and so a record of the archive: "<prefix>/data/<key>".
 struct StorageRecord {
-  std::string key;            // "0", "1"...: in the order the pickle first refers to them
-  std::uint64_t id = 0;       // the caller's storage id (TensorArgs::storage)
+  std::string key;       // "0", "1"...: in the order the pickle first refers to them
+  std::uint64_t id = 0;  // the caller's storage id (TensorArgs::storage)
   std::uint64_t nbytes = 0;
 };
 
@@ -121,9 +121,9 @@ class TorchPickler {
   pickle::Writer& w_;
   std::vector<StorageRecord> storages_;
   struct Known {
-    std::size_t index;        // into storages_
-    pickle::MemoSlot key;     // the memo slot of its key string
-    DType pickled_as;         // uint8 for an untyped storage
+    std::size_t index;     // into storages_
+    pickle::MemoSlot key;  // the memo slot of its key string
+    DType pickled_as;      // uint8 for an untyped storage
   };
   std::unordered_map<std::uint64_t, Known> by_id_;
   pickle::MemoSlot storage_word_ = pickle::no_slot;  // the 'storage' of every pid
@@ -205,7 +205,7 @@ struct QuantizationSpec {
   QScheme scheme = QScheme::per_tensor_affine;
   double scale = 0;
   std::int64_t zero_point = 0;
-  std::int64_t axis = 0;                        // per channel: shape[axis] scales and zero points
+  std::int64_t axis = 0;  // per channel: shape[axis] scales and zero points
   DType scales_dtype = DType::float64;
   DType zero_points_dtype = DType::int64;
 };

@@ -3,9 +3,9 @@
 // is a module, and which of its attributes are parameters and buffers. Nothing is executed.
 #pragma once
 
+#include <ckptfs/base/hash.hpp>
 #include <ckptfs/format/zip_reader.hpp>
 #include <ckptfs/source/byte_source.hpp>
-#include <ckptfs/base/hash.hpp>
 
 #include <cstdint>
 #include <string>
@@ -58,8 +58,9 @@ std::string code_record_of(std::string_view qualified_name);
 // deflate, its deflate stream is corrupt before the declaration, the declaration lies beyond
 // limits.max_code_bytes of code read, or its lines do not have that form.
 // Throws only what reading the source throws (Error(io)).
-TextMap<ClassDeclaration> read_class_declarations(
-    const ByteSource& source, const ZipArchive& zip, std::string_view prefix,
-    const std::vector<std::string>& classes, const CodeLimits& limits = {});
+TextMap<ClassDeclaration> read_class_declarations(const ByteSource& source, const ZipArchive& zip,
+                                                  std::string_view prefix,
+                                                  const std::vector<std::string>& classes,
+                                                  const CodeLimits& limits = {});
 
 }  // namespace ckptfs

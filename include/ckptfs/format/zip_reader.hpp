@@ -3,9 +3,9 @@
 // Produces the absolute payload offset of every entry; reads no payload.
 #pragma once
 
+#include <ckptfs/base/hash.hpp>
 #include <ckptfs/model/model.hpp>
 #include <ckptfs/source/byte_source.hpp>
-#include <ckptfs/base/hash.hpp>
 
 #include <atomic>
 #include <memory>
@@ -19,17 +19,17 @@
 namespace ckptfs {
 
 struct ZipEntry {
-  std::string name;                  // as stored in the central directory (raw bytes)
-  std::uint64_t header_offset = 0;   // absolute offset of the local file header
-  std::uint64_t data_offset = 0;     // absolute offset of the payload: header + 30 + name + extra;
-                                     // 0 until located (ZipLimits::defer_local_headers)
-  std::uint64_t limit = 0;           // the payload must end by here: the next header, or the
-  bool limit_is_directory = false;   // central directory
-  std::uint64_t compressed_size = 0; // bytes of payload in the file
-  std::uint64_t size = 0;            // uncompressed size (== compressed_size when stored)
-  std::uint16_t method = 0;          // 0 = stored, 8 = deflate, ...
-  std::uint16_t flags = 0;           // general purpose bits; bit 0 = encrypted
-  std::uint32_t crc32 = 0;           // as stored; never checked (torch writes 0 at times)
+  std::string name;                   // as stored in the central directory (raw bytes)
+  std::uint64_t header_offset = 0;    // absolute offset of the local file header
+  std::uint64_t data_offset = 0;      // absolute offset of the payload: header + 30 + name + extra;
+                                      // 0 until located (ZipLimits::defer_local_headers)
+  std::uint64_t limit = 0;            // the payload must end by here: the next header, or the
+  bool limit_is_directory = false;    // central directory
+  std::uint64_t compressed_size = 0;  // bytes of payload in the file
+  std::uint64_t size = 0;             // uncompressed size (== compressed_size when stored)
+  std::uint16_t method = 0;           // 0 = stored, 8 = deflate, ...
+  std::uint16_t flags = 0;            // general purpose bits; bit 0 = encrypted
+  std::uint32_t crc32 = 0;            // as stored; never checked (torch writes 0 at times)
 
   bool stored() const noexcept { return method == 0 && (flags & 1) == 0; }
 };
@@ -38,7 +38,7 @@ struct ZipLimits {
   // Read no local header: every entry's data_offset is found later by locate_entry(), on first
   // use. For remote sources, where each header would be a request of its own at mount.
   bool defer_local_headers = false;
-  std::uint64_t max_entries = 4'000'000;         // more is refused as a zip bomb
+  std::uint64_t max_entries = 4'000'000;             // more is refused as a zip bomb
   std::uint64_t max_central_directory = 1ull << 30;  // bytes
 };
 

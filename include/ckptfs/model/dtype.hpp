@@ -10,21 +10,45 @@
 namespace ckptfs {
 
 enum class DType : std::uint8_t {
-  float32, float64, float16, bfloat16,
-  float8_e5m2, float8_e4m3fn, float8_e5m2fnuz, float8_e4m3fnuz, float8_e8m0fnu, float4_e2m1fn_x2,
-  int8, int16, int32, int64,
-  uint8, uint16, uint32, uint64,
+  float32,
+  float64,
+  float16,
+  bfloat16,
+  float8_e5m2,
+  float8_e4m3fn,
+  float8_e5m2fnuz,
+  float8_e4m3fnuz,
+  float8_e8m0fnu,
+  float4_e2m1fn_x2,
+  int8,
+  int16,
+  int32,
+  int64,
+  uint8,
+  uint16,
+  uint32,
+  uint64,
   boolean,
-  complex32, complex64, complex128,
-  qint8, quint8, qint32, quint4x2, quint2x4,
-  bits8, bits16, bits1x8, bits2x4, bits4x2,
+  complex32,
+  complex64,
+  complex128,
+  qint8,
+  quint8,
+  qint32,
+  quint4x2,
+  quint2x4,
+  bits8,
+  bits16,
+  bits1x8,
+  bits2x4,
+  bits4x2,
 };
 
 struct DTypeInfo {
   DType dtype;
-  std::string_view name;           // torch's name without "torch.": "float32", "bool", ...
-  std::uint8_t element_size;       // bytes per element as stored
-  std::string_view numpy_kind;     // descr without the byte order: "f4", "b1", "u2" (bits of bfloat16)
+  std::string_view name;        // torch's name without "torch.": "float32", "bool", ...
+  std::uint8_t element_size;    // bytes per element as stored
+  std::string_view numpy_kind;  // descr without the byte order: "f4", "b1", "u2" (bits of bfloat16)
   std::string_view storage_class;  // legacy typed storage class ("FloatStorage"), "" if none
   std::string_view safetensors;    // safetensors' name ("F32", "BF16"), "" if it has none
 };

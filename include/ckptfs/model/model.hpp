@@ -42,29 +42,29 @@ class StorageLocator {
 
 // A run of bytes in one source holding one storage (torch) or one tensor's bytes (safetensors).
 struct Storage {
-  std::uint32_t source = 0;       // index into Model::sources
-  std::string key;                // the persistent id's key ("0", "94613254123456"), or a name
-  std::string record;             // zip record name ("archive/data/0"); empty outside zips
+  std::uint32_t source = 0;  // index into Model::sources
+  std::string key;           // the persistent id's key ("0", "94613254123456"), or a name
+  std::string record;        // zip record name ("archive/data/0"); empty outside zips
   // Absolute offset of the storage's first byte in its source, unless `locator` is set: then
   // locator->data_offset(locator_index) says it, on first use (see data_offset()).
   std::uint64_t file_offset = 0;
   std::shared_ptr<const StorageLocator> locator;
   std::uint32_t locator_index = 0;
-  std::uint64_t nbytes = 0;       // bytes of the storage in the source
-  bool big_endian = false;        // byte order of its elements (the zip's `byteorder` record)
+  std::uint64_t nbytes = 0;  // bytes of the storage in the source
+  bool big_endian = false;   // byte order of its elements (the zip's `byteorder` record)
   // The CRC-32 of the whole storage as its zip's central directory records it, unchecked (torch
   // never checks it, and writes 0 at times); none outside zips.
   std::optional<std::uint32_t> record_crc32;
-  std::string broken;             // why it cannot be served (missing record); empty when fine
+  std::string broken;  // why it cannot be served (missing record); empty when fine
 };
 
 // The quantization parameters of a quantized tensor (torch's _rebuild_qtensor), without which
 // its integer data cannot be dequantized.
 struct Quantization {
-  std::string scheme;                  // "per_tensor_affine", "per_channel_affine", ...
-  double scale = 0;                    // per-tensor schemes
-  std::int64_t zero_point = 0;         // per-tensor schemes
-  std::int64_t axis = 0;               // per-channel schemes
+  std::string scheme;           // "per_tensor_affine", "per_channel_affine", ...
+  double scale = 0;             // per-tensor schemes
+  std::int64_t zero_point = 0;  // per-tensor schemes
+  std::int64_t axis = 0;        // per-channel schemes
   // Per-channel schemes: indices into Model::tensors of the scales (float64) and zero points
   // (int64) tensors; also entries of their own, under the keys the flattener gives them.
   std::optional<std::size_t> scales;
@@ -74,17 +74,18 @@ struct Quantization {
 // The most bytes a tensor may have: every file made of its data (data, tensor.npy, tensor.pt,
 // a header of a few KiB included) must have a size that fits off_t. A larger one (a stride-0
 // view of 2^62 elements, say) is marked broken.
-inline constexpr std::uint64_t max_tensor_bytes = (std::uint64_t{1} << 63) - (std::uint64_t{1} << 24);
+inline constexpr std::uint64_t max_tensor_bytes =
+    (std::uint64_t{1} << 63) - (std::uint64_t{1} << 24);
 
 struct Tensor {
   DType dtype = DType::float32;
   std::vector<std::int64_t> shape;
-  std::vector<std::int64_t> stride;   // in elements, as stored
-  std::int64_t storage_offset = 0;    // in elements, as stored
+  std::vector<std::int64_t> stride;  // in elements, as stored
+  std::int64_t storage_offset = 0;   // in elements, as stored
   bool requires_grad = false;
-  std::optional<std::size_t> storage;  // index into Model::storages; none for meta tensors
+  std::optional<std::size_t> storage;        // index into Model::storages; none for meta tensors
   BoxedOptional<Quantization> quantization;  // few tensors have one: boxed (8 bytes, not 96)
-  std::string broken;                  // why the bytes cannot be served; empty when fine
+  std::string broken;                        // why the bytes cannot be served; empty when fine
 
   std::uint64_t numel() const noexcept;   // valid when !broken (checked for overflow)
   std::uint64_t nbytes() const noexcept;  // numel × element size: the logical tensor in C order
@@ -96,13 +97,13 @@ struct Tensor {
 // One flattened item of the model (see format/flatten.hpp for torch's rule).
 struct Entry {
   enum class Kind : std::uint8_t { tensor, value };
-  std::string key;           // the flattened key as text; two entries may share it
+  std::string key;  // the flattened key as text; two entries may share it
   // The Python keys along the way, as compact JSON ([0, "exp_avg"]), when the text alone does
   // not say them (a key that is not a str, or a text another entry has too); else empty.
   std::string key_path;
   Kind kind = Kind::value;
-  std::size_t tensor = 0;    // index into Model::tensors when kind == tensor
-  std::string value_json;    // the value as compact JSON when kind == value
+  std::size_t tensor = 0;  // index into Model::tensors when kind == tensor
+  std::string value_json;  // the value as compact JSON when kind == value
 };
 
 struct Model {

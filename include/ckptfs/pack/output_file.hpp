@@ -60,8 +60,8 @@ class OutputFile {
   void copy(const ByteSource& source, std::uint64_t offset, std::uint64_t length);
   // The same through the buffer, returning `crc` continued over the bytes (zip records need
   // their CRC-32: pass 0 for a record's first bytes).
-  std::uint32_t copy_with_crc(const ByteSource& source, std::uint64_t offset,
-                              std::uint64_t length, std::uint32_t crc = 0);
+  std::uint32_t copy_with_crc(const ByteSource& source, std::uint64_t offset, std::uint64_t length,
+                              std::uint32_t crc = 0);
   // The buffer, for bytes a caller makes (gathered, converted) and then passes to write().
   std::span<char> buffer() noexcept { return buffer_; }
 
@@ -77,10 +77,10 @@ class OutputFile {
   void discard() noexcept;
 
   std::string path_;
-  std::string directory_;   // of path_, for the temporary name and the fsync
+  std::string directory_;  // of path_, for the temporary name and the fsync
   Overwrite overwrite_;
   UniqueFd fd_;
-  std::string temporary_;   // the temporary file's path, when there is no unnamed file
+  std::string temporary_;  // the temporary file's path, when there is no unnamed file
   bool committed_ = false;
   std::uint64_t size_ = 0;
   std::vector<char> buffer_;

@@ -19,17 +19,17 @@
 namespace ckptfs {
 
 struct PackOptions {
-  std::string output;                  // OUT: its suffix picks the format (pack_format_of())
-  std::vector<std::string> keys;       // --keys patterns (key_glob.hpp); none: every entry
-  std::optional<DType> dtype;          // --dtype: floating tensors converted as serve() does
-  Overwrite overwrite = Overwrite::no; // --force
+  std::string output;                   // OUT: its suffix picks the format (pack_format_of())
+  std::vector<std::string> keys;        // --keys patterns (key_glob.hpp); none: every entry
+  std::optional<DType> dtype;           // --dtype: floating tensors converted as serve() does
+  Overwrite overwrite = Overwrite::no;  // --force
 };
 
 struct PackResult {
   PackFormat format = PackFormat::torch;
   std::size_t tensors = 0;  // entries written
   std::size_t values = 0;
-  std::uint64_t bytes = 0;  // of the file
+  std::uint64_t bytes = 0;                                    // of the file
   std::vector<std::pair<std::string, std::string>> left_out;  // (key, why), in model order
 };
 

@@ -34,7 +34,7 @@ struct Selection {
     std::size_t entry;
     std::string why;
   };
-  std::vector<LeftOut> left_out;     // selected, but not in the output, in the model's order
+  std::vector<LeftOut> left_out;  // selected, but not in the output, in the model's order
 };
 
 // The entries of `model` that `globs` select (all when there is none), for `format`:

@@ -30,7 +30,7 @@ struct StoragePayload {
   std::size_t tensor = 0;
   std::optional<DType> convert_to;  // Way::tensor
   std::uint64_t nbytes = 0;
-  bool big_endian = false;          // of the bytes written
+  bool big_endian = false;  // of the bytes written
 };
 
 // The pickle and records of the packed file, made from the model's description alone (no byte

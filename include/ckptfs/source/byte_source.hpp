@@ -3,13 +3,13 @@
 // interface every source (a remote one too) implements for the formats and views above it.
 #pragma once
 
+#include <sys/stat.h>
+#include <sys/types.h>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
-#include <sys/stat.h>
-#include <sys/types.h>
 
 namespace ckptfs {
 
@@ -116,8 +116,8 @@ class FileSource final : public ByteSource {
   void read_in_range(std::uint64_t offset, std::span<std::byte> out) const override;
   std::string path_;
   int fd_ = -1;
-  int directory_fd_ = -1;  // O_PATH descriptor of the path's directory; -1 if it cannot be opened
-  std::string name_;       // the path's last component
+  int directory_fd_ = -1;    // O_PATH descriptor of the path's directory; -1 if it cannot be opened
+  std::string name_;         // the path's last component
   std::string lookup_path_;  // without directory_fd_: the path, absolute when it can be made so
   FileIdentity identity_;
 };

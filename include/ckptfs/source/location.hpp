@@ -19,9 +19,9 @@ struct Url {
   std::string scheme;
   std::string userinfo;  // without the '@'; empty when absent
   std::string host;
-  std::string port;      // digits, empty when absent
-  std::string path;      // starts with '/' (or is empty)
-  std::string query;     // without the '?'; empty when absent
+  std::string port;   // digits, empty when absent
+  std::string path;   // starts with '/' (or is empty)
+  std::string query;  // without the '?'; empty when absent
   bool has_query = false;
 };
 

@@ -3,8 +3,8 @@
 // any kind of file other than the one the caller reads.
 #pragma once
 
-#include <string>
 #include <sys/stat.h>
+#include <string>
 #include <utility>
 
 namespace ckptfs {

@@ -23,10 +23,10 @@ struct RemoteShared;
 inline constexpr std::uint64_t remote_block_size = 256 * 1024;  // == Block::pooled_length
 
 struct RemoteOptions {
-  bool insecure = false;    // -o insecure: no TLS certificate or host name verification
-  std::string cacert;       // -o cacert=FILE: CA certificates to verify servers with
+  bool insecure = false;  // -o insecure: no TLS certificate or host name verification
+  std::string cacert;     // -o cacert=FILE: CA certificates to verify servers with
   std::uint64_t cache_size = 256ull << 20;  // -o cache_size=: memory cache, bytes
-  std::string cache_dir;    // -o cache_dir=DIR: persistent block cache; empty: none
+  std::string cache_dir;                    // -o cache_dir=DIR: persistent block cache; empty: none
   std::uint64_t cache_dir_size = 32ull << 30;  // -o cache_dir_size=: its bound, bytes
   // -o timeout=: how long a read (or the mount's first request) may take, retries included,
   // before it fails (EIO for a read, an error at mount).

@@ -2,8 +2,8 @@
 // JSON descriptions of a model's entries: meta.json, `inspect --json` and index.json share them.
 #pragma once
 
-#include <ckptfs/model/model.hpp>
 #include <ckptfs/base/json_writer.hpp>
+#include <ckptfs/model/model.hpp>
 
 #include <optional>
 #include <string>

@@ -36,7 +36,8 @@ class ReadBuffer {
   }
 
   // Bytes that outlive the read (the tree's own strings).
-  void add_memory(const char* bytes, std::size_t length, std::uint32_t source = ReadPiece::generated);
+  void add_memory(const char* bytes, std::size_t length,
+                  std::uint32_t source = ReadPiece::generated);
 
   // A range of a source; joined to the previous piece when it continues it.
   void add_source(std::uint32_t source, std::uint64_t offset, std::size_t length);

@@ -22,10 +22,10 @@ class SafetensorsExport {
     std::uint64_t nbytes;
   };
   struct File {
-    std::string name;     // model.safetensors, or model-00001-of-00004.safetensors
+    std::string name;       // model.safetensors, or model-00001-of-00004.safetensors
     std::size_t first = 0;  // its tensors are tensors()[first, end)
     std::size_t end = 0;
-    std::string header;   // the 8-byte length, then the JSON header padded with spaces to 8
+    std::string header;  // the 8-byte length, then the JSON header padded with spaces to 8
     std::uint64_t size = 0;
   };
 

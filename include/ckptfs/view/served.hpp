@@ -15,7 +15,7 @@ namespace ckptfs {
 
 struct ServedTensor {
   enum class Way : std::uint8_t {
-    none,    // no bytes: empty, or broken
+    none,     // no bytes: empty, or broken
     range,    // one range of its storage: bytes [begin, begin + nbytes)
     gather,   // a strided view, gathered in C order on read
     convert,  // converted from `stored` on read, from one range of its storage or gathered
@@ -28,8 +28,8 @@ struct ServedTensor {
   bool big_endian = false;        // of the bytes served (converted ones are little-endian)
   bool contiguous = false;        // the stored bytes are one range of the storage, from `begin`
   std::uint64_t nbytes = 0;
-  std::size_t storage = 0;       // contiguous: the storage (index into Model::storages)...
-  std::uint64_t begin = 0;       // ...and where the tensor's bytes start in it
+  std::size_t storage = 0;  // contiguous: the storage (index into Model::storages)...
+  std::uint64_t begin = 0;  // ...and where the tensor's bytes start in it
 };
 
 // The byte order a tensor's bytes must be served in: the checkpoint's (data, tensor.npy and
@@ -58,7 +58,7 @@ void read_served(const Model& model, const Tensor& tensor, const ServedTensor& s
 
 // Bytes [offset, offset + out.size()) of a tensor's logical C-order bytes, gathered from its
 // storage with few large preads (never the whole storage at once).
-void gather_tensor(const Model& model, const Tensor& tensor, std::uint64_t offset,
-                   Sources sources, std::span<char> out);
+void gather_tensor(const Model& model, const Tensor& tensor, std::uint64_t offset, Sources sources,
+                   std::span<char> out);
 
 }  // namespace ckptfs

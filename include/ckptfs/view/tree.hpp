@@ -5,18 +5,18 @@
 // that a mount costs its parsing and lookups, attributes and reads are safe from many threads.
 #pragma once
 
+#include <ckptfs/base/hash.hpp>
 #include <ckptfs/model/model.hpp>
 #include <ckptfs/source/byte_source.hpp>
 #include <ckptfs/view/read_buffer.hpp>
-#include <ckptfs/base/hash.hpp>
 
+#include <sys/stat.h>
 #include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
-#include <sys/stat.h>
 #include <vector>
 
 namespace ckptfs {
@@ -39,8 +39,8 @@ struct TreeOptions {
   std::string source_path = {};  // shown in index.json as "source"
   uid_t uid = 0;
   gid_t gid = 0;
-  mode_t umask = 0222;      // files 0444, directories 0555
-  SourceTimes times = {};   // of every node: the sources' own, so that rsync -a twice copies once
+  mode_t umask = 0222;     // files 0444, directories 0555
+  SourceTimes times = {};  // of every node: the sources' own, so that rsync -a twice copies once
   // The safetensors export at the root: one model.safetensors (0), or the sharded set of files
   // of at most this many bytes of tensors and model.safetensors.index.json.
   std::uint64_t shard_size = 0;
@@ -57,15 +57,15 @@ class Tree {
   // What a node is. Files of an entry's directory, and of the root, in listing order.
   enum class Kind : std::uint8_t {
     root,
-    index_json,          // root: index.json
-    safetensors_index,   // root, sharded export: model.safetensors.index.json
-    safetensors_file,    // root: model.safetensors, or a shard
-    entry_dir,           // an entry's directory
-    data,                // a tensor's bytes
-    meta_json,           // what the tensor is
-    tensor_npy,          // a .npy header, then the bytes
-    tensor_pt,           // a torch zip that torch.load reads as the tensor alone
-    value_json,          // a value that is not a tensor
+    index_json,         // root: index.json
+    safetensors_index,  // root, sharded export: model.safetensors.index.json
+    safetensors_file,   // root: model.safetensors, or a shard
+    entry_dir,          // an entry's directory
+    data,               // a tensor's bytes
+    meta_json,          // what the tensor is
+    tensor_npy,         // a .npy header, then the bytes
+    tensor_pt,          // a torch zip that torch.load reads as the tensor alone
+    value_json,         // a value that is not a tensor
     // The RFC layout's: map.pt at the root, and a value's <name>.pt (a tensor's is tensor_pt).
     keys_pt,
     value_pt,
@@ -137,8 +137,8 @@ class Tree {
   const std::string& meta_json(std::size_t entry) const;
   std::uint32_t storage_crc(std::size_t entry, const EntryFiles& files, std::size_t storage,
                             Sources sources) const;
-  void read_torch_file(std::size_t entry, std::uint64_t offset, std::size_t length,
-                       Sources sources, ReadBuffer& out) const;
+  void read_torch_file(std::size_t entry, std::uint64_t offset, std::size_t length, Sources sources,
+                       ReadBuffer& out) const;
   const Tensor& tensor_of_storage(std::size_t entry, std::size_t storage) const;
   const std::string& index_json() const;
   const std::string& keys_file() const;  // map.pt

@@ -143,10 +143,10 @@ __attribute__((target("pclmul,sse4.1"))) std::uint32_t pclmul_raw(std::uint32_t 
   auto load = [](const unsigned char* at) {
     return _mm_loadu_si128(reinterpret_cast<const __m128i*>(at));
   };
-  const __m128i k512 = _mm_set_epi64x(static_cast<long long>(k_512_hi),
-                                      static_cast<long long>(k_512_lo));
-  const __m128i k128 = _mm_set_epi64x(static_cast<long long>(k_128_hi),
-                                      static_cast<long long>(k_128_lo));
+  const __m128i k512 =
+      _mm_set_epi64x(static_cast<long long>(k_512_hi), static_cast<long long>(k_512_lo));
+  const __m128i k128 =
+      _mm_set_epi64x(static_cast<long long>(k_128_hi), static_cast<long long>(k_128_lo));
   // The running state is the first four message bytes XORed in: the rest starts from zero.
   __m128i x0 = _mm_xor_si128(load(p), _mm_cvtsi32_si128(static_cast<int>(s)));
   __m128i x1 = load(p + 16);
@@ -206,7 +206,8 @@ __attribute__((target("avx512f,vpclmulqdq,pclmul,sse4.1"))) std::uint32_t vpclmu
   if (n < 256) return pclmul_raw(s, p, n);
   const __m512i k2048 = broadcast_pair(k_2048_lo, k_2048_hi);
   const __m512i k512 = broadcast_pair(k_512_lo, k_512_hi);
-  __m512i x0 = _mm512_xor_si512(load(p), _mm512_zextsi128_si512(_mm_cvtsi32_si128(static_cast<int>(s))));
+  __m512i x0 =
+      _mm512_xor_si512(load(p), _mm512_zextsi128_si512(_mm_cvtsi32_si128(static_cast<int>(s))));
   __m512i x1 = load(p + 64);
   __m512i x2 = load(p + 128);
   __m512i x3 = load(p + 192);
@@ -283,7 +284,8 @@ std::uint32_t crc32_with(Crc32Engine engine, std::uint32_t crc, const void* data
   return ~run_raw(engine, ~crc, static_cast<const unsigned char*>(data), size);
 }
 
-std::uint32_t crc32_combine(std::uint32_t crc_a, std::uint32_t crc_b, std::uint64_t size_b) noexcept {
+std::uint32_t crc32_combine(std::uint32_t crc_a, std::uint32_t crc_b,
+                            std::uint64_t size_b) noexcept {
   // The inversions cancel: crc(A B) = crc(A) * x^(8 |B|) + crc(B) (mod P).
   return multiply_mod(x_to_8n(size_b), crc_a) ^ crc_b;
 }
@@ -295,24 +297,30 @@ std::uint32_t crc32_zeros(std::uint32_t crc, std::uint64_t count) noexcept {
 
 std::string_view engine_name(Crc32Engine engine) noexcept {
   switch (engine) {
-    case Crc32Engine::table: return "table";
-    case Crc32Engine::pclmul: return "pclmul";
-    case Crc32Engine::vpclmul: return "vpclmul";
+    case Crc32Engine::table:
+      return "table";
+    case Crc32Engine::pclmul:
+      return "pclmul";
+    case Crc32Engine::vpclmul:
+      return "vpclmul";
   }
   return "table";
 }
 
 bool crc32_engine_available(Crc32Engine engine) noexcept {
   switch (engine) {
-    case Crc32Engine::table: return true;
-    case Crc32Engine::pclmul: return has_pclmul();
-    case Crc32Engine::vpclmul: return has_vpclmul();
+    case Crc32Engine::table:
+      return true;
+    case Crc32Engine::pclmul:
+      return has_pclmul();
+    case Crc32Engine::vpclmul:
+      return has_vpclmul();
   }
   return false;
 }
 
 Crc32Engine crc32_engine() noexcept {
-  return has_vpclmul() ? Crc32Engine::vpclmul
+  return has_vpclmul()  ? Crc32Engine::vpclmul
          : has_pclmul() ? Crc32Engine::pclmul
                         : Crc32Engine::table;
 }

@@ -24,10 +24,20 @@ struct SipState {
   std::uint64_t v0, v1, v2, v3;
 
   void round() noexcept {
-    v0 += v1; v1 = std::rotl(v1, 13); v1 ^= v0; v0 = std::rotl(v0, 32);
-    v2 += v3; v3 = std::rotl(v3, 16); v3 ^= v2;
-    v0 += v3; v3 = std::rotl(v3, 21); v3 ^= v0;
-    v2 += v1; v1 = std::rotl(v1, 17); v1 ^= v2; v2 = std::rotl(v2, 32);
+    v0 += v1;
+    v1 = std::rotl(v1, 13);
+    v1 ^= v0;
+    v0 = std::rotl(v0, 32);
+    v2 += v3;
+    v3 = std::rotl(v3, 16);
+    v3 ^= v2;
+    v0 += v3;
+    v3 = std::rotl(v3, 21);
+    v3 ^= v0;
+    v2 += v1;
+    v1 = std::rotl(v1, 17);
+    v1 ^= v2;
+    v2 = std::rotl(v2, 32);
   }
   void compress(std::uint64_t m, int rounds) noexcept {
     v3 ^= m;
@@ -46,8 +56,9 @@ struct ProcessKey {
     if (getrandom(words, sizeof words, GRND_NONBLOCK) != static_cast<ssize_t>(sizeof words)) {
       const auto now = std::chrono::steady_clock::now().time_since_epoch().count();
       words[0] = static_cast<std::uint64_t>(now) ^ (static_cast<std::uint64_t>(getpid()) << 32);
-      words[1] = reinterpret_cast<std::uintptr_t>(&words) ^
-                 static_cast<std::uint64_t>(std::chrono::system_clock::now().time_since_epoch().count());
+      words[1] =
+          reinterpret_cast<std::uintptr_t>(&words) ^
+          static_cast<std::uint64_t>(std::chrono::system_clock::now().time_since_epoch().count());
     }
     k0 = words[0];
     k1 = words[1];
@@ -58,8 +69,8 @@ struct ProcessKey {
 
 std::uint64_t siphash(int c_rounds, int d_rounds, std::uint64_t k0, std::uint64_t k1,
                       std::string_view bytes) noexcept {
-  SipState s{k0 ^ 0x736f6d6570736575ULL, k1 ^ 0x646f72616e646f6dULL,
-             k0 ^ 0x6c7967656e657261ULL, k1 ^ 0x7465646279746573ULL};
+  SipState s{k0 ^ 0x736f6d6570736575ULL, k1 ^ 0x646f72616e646f6dULL, k0 ^ 0x6c7967656e657261ULL,
+             k1 ^ 0x7465646279746573ULL};
   const char* p = bytes.data();
   const std::size_t words = bytes.size() / 8;
   for (std::size_t i = 0; i < words; ++i, p += 8) s.compress(load_le64(p), c_rounds);

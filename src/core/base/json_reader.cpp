@@ -312,9 +312,9 @@ JsonReader::Token JsonReader::end_container(bool object) {
     keys_.resize(frame.first_key);
   }
   frames_.pop_back();
-  expect_ = frames_.empty()             ? Expect::done
-            : frames_.back().object     ? Expect::after_member
-                                        : Expect::after_item;
+  expect_ = frames_.empty()         ? Expect::done
+            : frames_.back().object ? Expect::after_member
+                                    : Expect::after_item;
   return token_ = object ? Token::end_object : Token::end_array;
 }
 
@@ -322,8 +322,10 @@ JsonReader::Token JsonReader::value_token() {
   started_ = true;
   Token t;
   switch (peek()) {
-    case '{': return begin(true);
-    case '[': return begin(false);
+    case '{':
+      return begin(true);
+    case '[':
+      return begin(false);
     case '"':
       read_string();
       t = Token::string;
@@ -340,14 +342,25 @@ JsonReader::Token JsonReader::value_token() {
       read_literal("null");
       t = Token::null;
       break;
-    case '-': case '0': case '1': case '2': case '3': case '4':
-    case '5': case '6': case '7': case '8': case '9':
+    case '-':
+    case '0':
+    case '1':
+    case '2':
+    case '3':
+    case '4':
+    case '5':
+    case '6':
+    case '7':
+    case '8':
+    case '9':
       read_number();
       t = Token::number;
       break;
-    case -1: syntax_error(started_ || !frames_.empty() ? "the text ends where a value should be"
-                                                       : "an empty text");
-    default: syntax_error("expected a value");
+    case -1:
+      syntax_error(started_ || !frames_.empty() ? "the text ends where a value should be"
+                                                : "an empty text");
+    default:
+      syntax_error("expected a value");
   }
   expect_ = frames_.empty()         ? Expect::done
             : frames_.back().object ? Expect::after_member
@@ -462,7 +475,9 @@ JsonValue parse_json(std::string_view text, const JsonLimits& limits, std::size_
   };
   for (Token t = json.next(); t != Token::end; t = json.next()) {
     switch (t) {
-      case Token::key: key.assign(json.string()); break;
+      case Token::key:
+        key.assign(json.string());
+        break;
       case Token::begin_object:
       case Token::begin_array: {
         JsonValue& v = place();
@@ -471,7 +486,9 @@ JsonValue parse_json(std::string_view text, const JsonLimits& limits, std::size_
         break;
       }
       case Token::end_object:
-      case Token::end_array: open.pop_back(); break;
+      case Token::end_array:
+        open.pop_back();
+        break;
       case Token::string: {
         JsonValue& v = place();
         v.kind_ = JsonValue::Kind::string;
@@ -491,8 +508,11 @@ JsonValue parse_json(std::string_view text, const JsonLimits& limits, std::size_
         v.boolean_ = t == Token::true_value;
         break;
       }
-      case Token::null: place(); break;
-      case Token::end: break;
+      case Token::null:
+        place();
+        break;
+      case Token::end:
+        break;
     }
   }
   return root;
@@ -506,17 +526,38 @@ std::string compact_json(std::string_view text, const JsonLimits& limits) {
   JsonWriter w(out, 0);
   for (Token t = json.next(); t != Token::end; t = json.next()) {
     switch (t) {
-      case Token::begin_object: w.begin_object(); break;
-      case Token::end_object: w.end_object(); break;
-      case Token::begin_array: w.begin_array(); break;
-      case Token::end_array: w.end_array(); break;
-      case Token::key: w.key(json.string()); break;
-      case Token::string: w.string(json.string()); break;
-      case Token::number: w.raw(json.number_text()); break;
-      case Token::true_value: w.boolean(true); break;
-      case Token::false_value: w.boolean(false); break;
-      case Token::null: w.null(); break;
-      case Token::end: break;
+      case Token::begin_object:
+        w.begin_object();
+        break;
+      case Token::end_object:
+        w.end_object();
+        break;
+      case Token::begin_array:
+        w.begin_array();
+        break;
+      case Token::end_array:
+        w.end_array();
+        break;
+      case Token::key:
+        w.key(json.string());
+        break;
+      case Token::string:
+        w.string(json.string());
+        break;
+      case Token::number:
+        w.raw(json.number_text());
+        break;
+      case Token::true_value:
+        w.boolean(true);
+        break;
+      case Token::false_value:
+        w.boolean(false);
+        break;
+      case Token::null:
+        w.null();
+        break;
+      case Token::end:
+        break;
     }
   }
   return out;

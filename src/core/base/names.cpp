@@ -19,15 +19,15 @@ bool is_shard_name(std::string_view name) {
   const auto at = name.find(middle);
   if (at == std::string_view::npos) return false;
   auto digits = [](std::string_view s) {
-    return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+    return !s.empty() &&
+           std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
   };
   return digits(name.substr(0, at)) && digits(name.substr(at + middle.size()));
 }
 
 bool reserved(std::string_view key) {
   return key.empty() || key == "." || key == ".." || key == "index.json" || key == "map" ||
-         key == "model.safetensors" || key == "model.safetensors.index.json" ||
-         is_shard_name(key);
+         key == "model.safetensors" || key == "model.safetensors.index.json" || is_shard_name(key);
 }
 
 // The escaped name and the largest character boundary at or before kept_when_cut bytes.

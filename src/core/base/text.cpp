@@ -10,8 +10,10 @@ std::size_t utf8_sequence_length(std::string_view text, std::size_t at) noexcept
   auto byte = [&](std::size_t i) { return static_cast<unsigned char>(text[i]); };
   const unsigned c = byte(at);
   if (c < 0x80) return 1;
-  const std::size_t len = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3
-                          : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+  const std::size_t len = c >= 0xc2 && c <= 0xdf   ? 2
+                          : c >= 0xe0 && c <= 0xef ? 3
+                          : c >= 0xf0 && c <= 0xf4 ? 4
+                                                   : 0;
   if (len == 0 || at + len > text.size()) return 0;
   for (std::size_t k = 1; k < len; ++k) {
     if ((byte(at + k) & 0xc0) != 0x80) return 0;
@@ -45,10 +47,17 @@ void append_json_string(std::string& out, std::string_view text) {
       ++i;
     } else if (c < 0x20) {
       switch (c) {
-        case '\n': out += "\\n"; break;
-        case '\t': out += "\\t"; break;
-        case '\r': out += "\\r"; break;
-        default: fmt::format_to(std::back_inserter(out), "\\u{:04x}", c);
+        case '\n':
+          out += "\\n";
+          break;
+        case '\t':
+          out += "\\t";
+          break;
+        case '\r':
+          out += "\\r";
+          break;
+        default:
+          fmt::format_to(std::back_inserter(out), "\\u{:04x}", c);
       }
       ++i;
     } else if (std::size_t len = utf8_sequence_length(text, i); len != 0) {
@@ -79,7 +88,8 @@ std::string escape_for_terminal(std::string_view text, std::size_t max_bytes) {
     } else if (c >= 0x20 && c < 0x7f) {
       out += static_cast<char>(c);
       ++i;
-    } else if (c >= 0x80 && len != 0 && !(c == 0xc2 && static_cast<unsigned char>(text[i + 1]) < 0xa0)) {
+    } else if (c >= 0x80 && len != 0 &&
+               !(c == 0xc2 && static_cast<unsigned char>(text[i + 1]) < 0xa0)) {
       out.append(text.substr(i, len));  // printable beyond ASCII (C1 controls are escaped)
       i += len;
     } else {

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: MIT
 // flatten(): an iterative walk of the pickle graph into keyed tensor and value entries.
 #include <ckptfs/base/error.hpp>
+#include <ckptfs/base/hash.hpp>
 #include <ckptfs/base/text.hpp>
 #include <ckptfs/format/flatten.hpp>
 #include <ckptfs/format/value_json.hpp>
-#include <ckptfs/base/hash.hpp>
 
 #include <fmt/format.h>
 
@@ -17,8 +17,8 @@ namespace {
 
 using pickle::Graph;
 using pickle::Kind;
-using pickle::NodeId;
 using pickle::no_node;
+using pickle::NodeId;
 
 // One child the walk may descend into, and how its key part came about. Small, because a walk
 // holds the children of every node on its path (two million, for a hostile nesting).
@@ -32,8 +32,8 @@ struct Child {
   std::uint8_t namespace_id = 0;  // which of an object's dicts a key belongs to
   NodeId key = no_node;
   NodeId node = no_node;
-  std::uint32_t index = 0;        // fits: a list has fewer items than the graph has nodes
-  const char* name = nullptr;     // synthetic parts: a static or interpretation-owned string
+  std::uint32_t index = 0;     // fits: a list has fewer items than the graph has nodes
+  const char* name = nullptr;  // synthetic parts: a static or interpretation-owned string
 };
 using Children = std::vector<Child>;
 
@@ -41,8 +41,12 @@ class Flattener {
  public:
   Flattener(const Graph& g, const Interpretation& in, const ReadLimits& limits,
             const FlattenOptions& options)
-      : g_(g), in_(in), limits_(limits), plan_(options.plan),
-        tensors_only_(options.tensors_only), root_part_(options.root_part),
+      : g_(g),
+        in_(in),
+        limits_(limits),
+        plan_(options.plan),
+        tensors_only_(options.tensors_only),
+        root_part_(options.root_part),
         allowed_bytes_(std::max<std::uint64_t>(limits.max_flattened_bytes, 64 * g.size())) {}
 
   std::vector<Entry> run() {
@@ -53,10 +57,9 @@ class Flattener {
       emit_tensor(synthetic(root_part_.empty() ? "tensor" : root_part_.c_str(), root));
     } else if (tensors_only_ && !has_tensor_[root]) {
       // nothing to list
-    } else if (Kind k = g_.kind(root);
-               ((k == Kind::dict || k == Kind::list || k == Kind::tuple) &&
-                !limits_.root_is_one_entry) ||
-               has_tensor_[root]) {
+    } else if (Kind k = g_.kind(root); ((k == Kind::dict || k == Kind::list || k == Kind::tuple) &&
+                                        !limits_.root_is_one_entry) ||
+                                       has_tensor_[root]) {
       walk(root);
     } else {
       emit_value(synthetic(root_part_.empty() ? "value" : root_part_.c_str(), root));
@@ -88,9 +91,12 @@ class Flattener {
   // The child's part of a flattened key.
   std::string label(const Child& c) const {
     switch (c.part) {
-      case Child::Part::key: return key_text(g_, c.key);
-      case Child::Part::index: return std::to_string(c.index);
-      case Child::Part::synthetic: return c.name;
+      case Child::Part::key:
+        return key_text(g_, c.key);
+      case Child::Part::index:
+        return std::to_string(c.index);
+      case Child::Part::synthetic:
+        return c.name;
     }
     return {};
   }
@@ -122,7 +128,8 @@ class Flattener {
         // (__dict__, __slots__ state), as pickle writes for classes with slots
         for (std::uint8_t part = 0; part < 2; ++part) {
           NodeId d = (*pair)[part];
-          if (g_.kind(d) == Kind::dict) add_dict(labeled, plain, d, static_cast<std::uint8_t>(2 + part));
+          if (g_.kind(d) == Kind::dict)
+            add_dict(labeled, plain, d, static_cast<std::uint8_t>(2 + part));
         }
       } else {
         add("__state__", obj.state);
@@ -262,8 +269,8 @@ class Flattener {
     NodeId node;
     std::uint32_t first_kid;  // kids_ has fewer items than the graph has edges: 32 bits
     std::uint32_t end_kid;
-    std::uint32_t next;       // the next child to look at, in [first_kid, end_kid]
-    std::size_t key_length;   // path_ holds this node's key in its first key_length bytes
+    std::uint32_t next;      // the next child to look at, in [first_kid, end_kid]
+    std::size_t key_length;  // path_ holds this node's key in its first key_length bytes
   };
 
   void push_frame(NodeId id) {
@@ -452,8 +459,8 @@ class Flattener {
   const std::uint64_t allowed_bytes_;
   std::vector<bool> has_tensor_;
   std::vector<Frame> stack_;
-  Children kids_;     // the children of every frame of stack_, in frame order
-  std::string path_;  // the key of the current node, then of the child being looked at
+  Children kids_;              // the children of every frame of stack_, in frame order
+  std::string path_;           // the key of the current node, then of the child being looked at
   std::vector<bool> on_path_;  // the nodes of stack_
   std::vector<Entry> entries_;
   std::vector<std::pair<std::size_t, std::string>> pending_paths_;  // str-only key paths

@@ -8,14 +8,14 @@
 
 #include <fmt/format.h>
 
+#include <dirent.h>
+#include <sys/stat.h>
 #include <algorithm>
-#include <optional>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
-#include <dirent.h>
 #include <exception>
-#include <sys/stat.h>
+#include <optional>
 #include <thread>
 
 namespace ckptfs {
@@ -97,8 +97,8 @@ OpenedModel open_sharded(const std::string& location, std::unique_ptr<ByteSource
     try {
       std::rethrow_exception(errors[i]);
     } catch (const Error& e) {
-      throw Error(e.code(), fmt::format("shard {} (named by the index): {}",
-                                        quote(index.shards[i]), e.what()));
+      throw Error(e.code(), fmt::format("shard {} (named by the index): {}", quote(index.shards[i]),
+                                        e.what()));
     }
   }
   Model model = combine_shards(index, std::move(models));
@@ -109,8 +109,8 @@ OpenedModel open_file(const std::string& location, const OpenOptions& options) {
   std::unique_ptr<ByteSource> source = options.open(location);
   const std::string name = file_name(location);
   if (name.ends_with(".json") ||
-      (!name.ends_with(".safetensors") && !looks_like_safetensors(*source) &&
-       !is_zip(*source) && starts_like_json(*source))) {
+      (!name.ends_with(".safetensors") && !looks_like_safetensors(*source) && !is_zip(*source) &&
+       starts_like_json(*source))) {
     return open_sharded(location, std::move(source), options);
   }
   Model model = read_model_file(*source, location, name, options);
@@ -128,8 +128,8 @@ bool is_regular_file(const std::string& path) {
 // holds none of those files.
 std::optional<std::string> choose_in_directory(const std::string& directory) {
   const std::string dir = directory.ends_with('/') ? directory : directory + "/";
-  for (const char* name : {"model.safetensors", "model.safetensors.index.json",
-                           "pytorch_model.bin", "pytorch_model.bin.index.json"}) {
+  for (const char* name : {"model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                           "pytorch_model.bin.index.json"}) {
     if (is_regular_file(dir + name)) return dir + name;
   }
   // Opened as a directory (never waiting, whatever is there now), then listed.

@@ -3,12 +3,12 @@
 #include <ckptfs/base/error.hpp>
 #include <ckptfs/format/pickle_machine.hpp>
 
+#include <fmt/format.h>
 #include <algorithm>
 #include <array>
 #include <bit>
 #include <charconv>
 #include <cstring>
-#include <fmt/format.h>
 #include <limits>
 #include <memory>
 #include <optional>

@@ -113,9 +113,10 @@ void Writer::floating(double value) {
 
 MemoSlot Writer::string(std::string_view utf8) {
   if (!decodes_with_surrogatepass(utf8)) {
-    throw Error(ExitCode::bad_checkpoint,
-                fmt::format("string {} is not UTF-8 (with surrogates): it cannot be pickled as a str",
-                            quote(utf8)));
+    throw Error(
+        ExitCode::bad_checkpoint,
+        fmt::format("string {} is not UTF-8 (with surrogates): it cannot be pickled as a str",
+                    quote(utf8)));
   }
   if (utf8.size() > 0xffffffffu) {
     throw Error(ExitCode::bad_checkpoint,
@@ -290,17 +291,39 @@ void write_value_at(Writer& w, const Value& v, std::size_t depth) {
     write_value_at(w, v.entries[i].second, depth + 1);
   };
   switch (v.kind) {
-    case Value::Kind::none: w.none(); return;
-    case Value::Kind::boolean: w.boolean(v.flag); return;
-    case Value::Kind::integer: w.integer(v.number); return;
-    case Value::Kind::big_integer: w.big_integer(v.text); return;
-    case Value::Kind::real: w.floating(v.real_value); return;
-    case Value::Kind::string: w.string(v.text); return;
-    case Value::Kind::bytes: w.bytes(v.text); return;
-    case Value::Kind::list: w.list(v.items.size(), item); return;
-    case Value::Kind::tuple: w.tuple(v.items.size(), item); return;
-    case Value::Kind::dict: w.dict(v.entries.size(), entry); return;
-    case Value::Kind::ordered_dict: w.ordered_dict(v.entries.size(), entry); return;
+    case Value::Kind::none:
+      w.none();
+      return;
+    case Value::Kind::boolean:
+      w.boolean(v.flag);
+      return;
+    case Value::Kind::integer:
+      w.integer(v.number);
+      return;
+    case Value::Kind::big_integer:
+      w.big_integer(v.text);
+      return;
+    case Value::Kind::real:
+      w.floating(v.real_value);
+      return;
+    case Value::Kind::string:
+      w.string(v.text);
+      return;
+    case Value::Kind::bytes:
+      w.bytes(v.text);
+      return;
+    case Value::Kind::list:
+      w.list(v.items.size(), item);
+      return;
+    case Value::Kind::tuple:
+      w.tuple(v.items.size(), item);
+      return;
+    case Value::Kind::dict:
+      w.dict(v.entries.size(), entry);
+      return;
+    case Value::Kind::ordered_dict:
+      w.ordered_dict(v.entries.size(), entry);
+      return;
   }
 }
 
@@ -313,8 +336,10 @@ TorchVersion since_at(const Value& v, std::size_t depth) {
   if (depth > max_value_depth_written) return {};
   TorchVersion version{1, 13};
   switch (v.kind) {
-    case Value::Kind::real: return {2, 0};
-    case Value::Kind::bytes: return {2, 5};
+    case Value::Kind::real:
+      return {2, 0};
+    case Value::Kind::bytes:
+      return {2, 5};
     case Value::Kind::big_integer:
       return shortest_twos_complement(v.text).size() < 256 ? version : TorchVersion{};
     case Value::Kind::list:
@@ -328,7 +353,8 @@ TorchVersion since_at(const Value& v, std::size_t depth) {
         version = later(version, since_at(value, depth + 1));
       }
       return version;
-    default: return version;
+    default:
+      return version;
   }
 }
 

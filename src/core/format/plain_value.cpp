@@ -150,12 +150,23 @@ std::optional<pickle::Value> plain_value(std::string_view value_json) {
           complete(std::move(done));
           break;
         }
-        case Token::string: complete(Value::str(std::string(json.string()))); break;
-        case Token::number: complete(number(json)); break;
-        case Token::true_value: complete(Value::boolean(true)); break;
-        case Token::false_value: complete(Value::boolean(false)); break;
-        case Token::null: complete(Value::none_value()); break;
-        case Token::end: break;
+        case Token::string:
+          complete(Value::str(std::string(json.string())));
+          break;
+        case Token::number:
+          complete(number(json));
+          break;
+        case Token::true_value:
+          complete(Value::boolean(true));
+          break;
+        case Token::false_value:
+          complete(Value::boolean(false));
+          break;
+        case Token::null:
+          complete(Value::none_value());
+          break;
+        case Token::end:
+          break;
       }
     }
   } catch (const Error&) {

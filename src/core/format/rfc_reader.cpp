@@ -113,16 +113,16 @@ DirectoryModel read_rfc_directory(const std::string& directory, const ReadLimits
     const std::string file = names.name(key) + ".pt";
     auto source = naming(file, [&] { return std::make_unique<DirectoryFileSource>(dir, file); });
     Model part = naming(file, [&] { return read_torch(*source, file, one_entry); });
-    const bool root_ok = !part.entries.empty() && part.entries[0].key_path.empty() &&
-                         (part.entries[0].kind == Entry::Kind::tensor
-                              ? part.entries[0].key == "tensor"
-                              : part.entries[0].key == "value");
+    const bool root_ok =
+        !part.entries.empty() && part.entries[0].key_path.empty() &&
+        (part.entries[0].kind == Entry::Kind::tensor ? part.entries[0].key == "tensor"
+                                                     : part.entries[0].key == "value");
     const bool rest_ok = std::all_of(part.entries.begin() + (part.entries.empty() ? 0 : 1),
                                      part.entries.end(), is_part_of_root);
     if (!root_ok || !rest_ok) {
       throw Error(ExitCode::bad_checkpoint,
-                  fmt::format("{}: holds {} entries (first {}), not one tensor or value", quote(file, 300),
-                              part.entries.size(),
+                  fmt::format("{}: holds {} entries (first {}), not one tensor or value",
+                              quote(file, 300), part.entries.size(),
                               part.entries.empty() ? "none" : quote(part.entries[0].key)));
     }
     Entry entry = std::move(part.entries[0]);

@@ -95,8 +95,8 @@ class HeaderParser {
 
   std::uint64_t natural(const Described& d, const char* what) {
     if (json_.token() != Token::number) {
-      json_.fail(fmt::format("tensor {}: {} holds something that is not a number", quote(d.name),
-                             what));
+      json_.fail(
+          fmt::format("tensor {}: {} holds something that is not a number", quote(d.name), what));
     }
     auto v = json_.uint64();
     if (!v) {
@@ -121,8 +121,8 @@ class HeaderParser {
         }
         d.dtype = find_dtype(json_.string());
         if (!d.dtype) {
-          json_.fail(fmt::format("tensor {}: unknown dtype {}", quote(d.name),
-                                 quote(json_.string(), 40)));
+          json_.fail(
+              fmt::format("tensor {}: unknown dtype {}", quote(d.name), quote(json_.string(), 40)));
         }
       } else if (field == "shape") {
         if (json_.next() != Token::begin_array) {
@@ -131,9 +131,8 @@ class HeaderParser {
         d.shape.clear();
         for (t = json_.next(); t != Token::end_array; t = json_.next()) {
           if (d.shape.size() == limits_.max_dims) {
-            throw Error(ExitCode::unsupported,
-                        fmt::format("tensor {} has more than {} dimensions", quote(d.name),
-                                    limits_.max_dims));
+            throw Error(ExitCode::unsupported, fmt::format("tensor {} has more than {} dimensions",
+                                                           quote(d.name), limits_.max_dims));
           }
           d.shape.push_back(natural(d, "shape"));
         }
@@ -145,22 +144,24 @@ class HeaderParser {
         std::size_t n = 0;
         for (t = json_.next(); t != Token::end_array; t = json_.next()) {
           if (n == 2) {
-            json_.fail(fmt::format("tensor {}: data_offsets has more than two numbers",
-                                   quote(d.name)));
+            json_.fail(
+                fmt::format("tensor {}: data_offsets has more than two numbers", quote(d.name)));
           }
           (n++ == 0 ? d.begin : d.end) = natural(d, "data_offsets");
         }
         if (n != 2) {
-          json_.fail(fmt::format("tensor {}: data_offsets has fewer than two numbers",
-                                 quote(d.name)));
+          json_.fail(
+              fmt::format("tensor {}: data_offsets has fewer than two numbers", quote(d.name)));
         }
         has_offsets = true;
       } else {
         json_.skip_value();  // a member the format does not define: ignored, as the library does
       }
     }
-    const char* missing = !d.dtype ? "dtype" : !has_shape ? "shape" : !has_offsets ? "data_offsets"
-                                                                                   : nullptr;
+    const char* missing = !d.dtype       ? "dtype"
+                          : !has_shape   ? "shape"
+                          : !has_offsets ? "data_offsets"
+                                         : nullptr;
     if (missing) json_.fail(fmt::format("tensor {} has no {}", quote(d.name), missing));
     header_.tensors.push_back(std::move(d));
   }
@@ -199,8 +200,8 @@ void check_size(Described& d) {
   d.nbytes = bits / 8;
   if (d.end < d.begin) {
     throw Error(ExitCode::bad_checkpoint,
-                fmt::format("tensor {}: data_offsets [{}, {}] end before they begin",
-                            quote(d.name), d.begin, d.end));
+                fmt::format("tensor {}: data_offsets [{}, {}] end before they begin", quote(d.name),
+                            d.begin, d.end));
   }
   if (d.end - d.begin != d.nbytes) {
     throw Error(ExitCode::bad_checkpoint,
@@ -259,7 +260,8 @@ Header parse_header(const ByteSource& source, std::uint64_t length,
   std::uint64_t consumed = 0;
   JsonReader json(
       [&](std::span<char> buffer) -> std::size_t {
-        auto n = static_cast<std::size_t>(std::min<std::uint64_t>(buffer.size(), length - consumed));
+        auto n =
+            static_cast<std::size_t>(std::min<std::uint64_t>(buffer.size(), length - consumed));
         source.read(8 + consumed, std::as_writable_bytes(buffer.first(n)));
         consumed += n;
         return n;

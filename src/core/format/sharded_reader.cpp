@@ -25,8 +25,8 @@ const char* outside_reason(std::string_view name) {
   std::size_t start = 0;
   for (;;) {
     std::size_t slash = name.find('/', start);
-    std::string_view part = name.substr(start, slash == std::string_view::npos ? slash
-                                                                                : slash - start);
+    std::string_view part =
+        name.substr(start, slash == std::string_view::npos ? slash : slash - start);
     if (part.empty()) return "a path with an empty component";
     if (part == "." || part == "..") return "a path with a \".\" or \"..\" component";
     if (slash == std::string_view::npos) return nullptr;
@@ -92,9 +92,10 @@ class IndexParser {
       }
       std::string_view file = json_.string();
       if (const char* why = outside_reason(file)) {
-        json_.fail(fmt::format("weight_map: key {} names the file {}: {}, which could lead out "
-                               "of the index's directory",
-                               quote(key), quote(file), why));
+        json_.fail(
+            fmt::format("weight_map: key {} names the file {}: {}, which could lead out "
+                        "of the index's directory",
+                        quote(key), quote(file), why));
       }
       std::uint32_t shard = 0;
       if (!index_.shards.empty() && index_.shards[last_] == file) {
@@ -103,9 +104,9 @@ class IndexParser {
         shard = it->second;
       } else {
         if (index_.shards.size() == limits_.max_shards) {
-          throw Error(ExitCode::unsupported,
-                      fmt::format("index: weight_map names more than {} files",
-                                  limits_.max_shards));
+          throw Error(
+              ExitCode::unsupported,
+              fmt::format("index: weight_map names more than {} files", limits_.max_shards));
         }
         shard = static_cast<std::uint32_t>(index_.shards.size());
         index_.shards.emplace_back(file);
@@ -128,8 +129,7 @@ ShardIndex read_shard_index(const ByteSource& index, const ShardLimits& limits) 
   const std::uint64_t size = index.size();
   if (size > limits.max_index_bytes) {
     throw Error(ExitCode::unsupported,
-                fmt::format("index: {} bytes, over the limit of {}", size,
-                            limits.max_index_bytes));
+                fmt::format("index: {} bytes, over the limit of {}", size, limits.max_index_bytes));
   }
   std::uint64_t consumed = 0;
   JsonReader json([&](std::span<char> buffer) -> std::size_t {
@@ -186,10 +186,9 @@ Model combine_shards(const ShardIndex& index, std::vector<Model> shard_models) {
   for (const auto& [key, shard] : index.weight_map) {
     Model& sm = shard_models[shard];
     const auto& by_key = shards[shard].by_key;
-    auto it = std::lower_bound(by_key.begin(), by_key.end(), key,
-                               [&](std::uint32_t e, const std::string& k) {
-                                 return sm.entries[e].key < k;
-                               });
+    auto it = std::lower_bound(
+        by_key.begin(), by_key.end(), key,
+        [&](std::uint32_t e, const std::string& k) { return sm.entries[e].key < k; });
     Entry e;
     if (it != by_key.end() && sm.entries[*it].key == key) {
       e = sm.entries[*it];

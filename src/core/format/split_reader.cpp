@@ -48,9 +48,8 @@ std::string read_small_file(const Directory& dir, const std::string& relative,
          fmt::format("{} bytes, over the limit of {}", size, max_bytes));
   }
   std::string text(static_cast<std::size_t>(size), '\0');
-  naming(relative, [&] {
-    pread_exactly(file.fd.get(), 0, std::as_writable_bytes(std::span(text)));
-  });
+  naming(relative,
+         [&] { pread_exactly(file.fd.get(), 0, std::as_writable_bytes(std::span(text))); });
   keep_newest(times, {file.st.st_mtim.tv_sec, file.st.st_mtim.tv_nsec, file.st.st_ctim.tv_sec,
                       file.st.st_ctim.tv_nsec});
   return text;
@@ -68,11 +67,21 @@ std::string read_key_path(JsonReader& json) {
   w.begin_array();
   for (t = json.next(); t != Token::end_array; t = json.next()) {
     switch (t) {
-      case Token::string: w.string(json.string()); break;
-      case Token::number: w.raw(json.number_text()); break;
-      case Token::true_value: w.boolean(true); break;
-      case Token::false_value: w.boolean(false); break;
-      case Token::null: w.null(); break;
+      case Token::string:
+        w.string(json.string());
+        break;
+      case Token::number:
+        w.raw(json.number_text());
+        break;
+      case Token::true_value:
+        w.boolean(true);
+        break;
+      case Token::false_value:
+        w.boolean(false);
+        break;
+      case Token::null:
+        w.null();
+        break;
       case Token::begin_object: {
         if (json.next() != Token::key) json.fail("a key_path part is an empty object");
         w.begin_object().key(json.string());
@@ -81,7 +90,8 @@ std::string read_key_path(JsonReader& json) {
         if (json.next() != Token::end_object) json.fail("a key_path part has several members");
         break;
       }
-      default: json.fail("a key_path part is not a key");
+      default:
+        json.fail("a key_path part is not a key");
     }
   }
   w.end_array();
@@ -355,7 +365,8 @@ std::string shape_text(const std::vector<std::int64_t>& shape) {
 Tensor tensor_of(const Meta& m, QuantizationFields* per_channel) {
   Tensor t;
   const auto dtype = dtype_from_name(*m.dtype);
-  if (!dtype) throw Error(ExitCode::bad_checkpoint, fmt::format("unknown dtype {}", quote(*m.dtype)));
+  if (!dtype)
+    throw Error(ExitCode::bad_checkpoint, fmt::format("unknown dtype {}", quote(*m.dtype)));
   t.dtype = *dtype;
   t.shape = *m.shape;
   t.stride = c_order_strides(t.shape);
@@ -397,7 +408,8 @@ Tensor tensor_of(const Meta& m, QuantizationFields* per_channel) {
     out.scheme = q.scheme;
     if (q.scheme == "per_tensor_affine" || q.scheme == "per_tensor_symmetric") {
       if (!q.scale || !q.zero_point) {
-        throw Error(ExitCode::bad_checkpoint, "per-tensor quantization without scale and zero_point");
+        throw Error(ExitCode::bad_checkpoint,
+                    "per-tensor quantization without scale and zero_point");
       }
       out.scale = *q.scale;
       out.zero_point = *q.zero_point;
@@ -532,17 +544,17 @@ DirectoryModel read_split_directory(const std::string& directory, const SplitLim
     Found f;
     f.directory = e.name;
     if (is_value) {
-      const std::string text = read_small_file(*dir, value_name, limits.max_value_json_bytes,
-                                               out.times);
+      const std::string text =
+          read_small_file(*dir, value_name, limits.max_value_json_bytes, out.times);
       charge(text.size(), value_name);
       f.entry.kind = Entry::Kind::value;
       f.entry.value_json = naming(value_name, [&] {
-        return compact_json(text, JsonLimits{limits.max_value_depth,
-                                             JsonLimits{}.max_string_bytes,
+        return compact_json(text, JsonLimits{limits.max_value_depth, JsonLimits{}.max_string_bytes,
                                              JsonLimits{}.max_number_chars});
       });
       if (in_index) {
-        if (!in_index->value) fail(ExitCode::bad_checkpoint, e.name, "index.json says it holds a tensor");
+        if (!in_index->value)
+          fail(ExitCode::bad_checkpoint, e.name, "index.json says it holds a tensor");
         f.entry.key = in_index->key;
         f.entry.key_path = in_index->key_path;
       } else if (auto key = key_of_name(e.name)) {
@@ -553,24 +565,22 @@ DirectoryModel read_split_directory(const std::string& directory, const SplitLim
              "suffixed): copy the mount's index.json along");
       }
     } else {
-      const std::string text = read_small_file(*dir, meta_name, limits.max_meta_json_bytes,
-                                               out.times);
+      const std::string text =
+          read_small_file(*dir, meta_name, limits.max_meta_json_bytes, out.times);
       charge(text.size(), meta_name);
       const Meta meta = naming(meta_name, [&] { return parse_meta(text, limits); });
       QuantizationFields per_channel;
       Tensor t = naming(meta_name, [&] { return tensor_of(meta, &per_channel); });
-      if (in_index && (in_index->value || in_index->key != *meta.key ||
-                       in_index->key_path != meta.key_path)) {
+      if (in_index &&
+          (in_index->value || in_index->key != *meta.key || in_index->key_path != meta.key_path)) {
         fail(ExitCode::bad_checkpoint, meta_name,
-             fmt::format("key {}, but index.json says its directory holds {} {}",
-                         quote(*meta.key), in_index->value ? "the value" : "the tensor",
-                         quote(in_index->key)));
+             fmt::format("key {}, but index.json says its directory holds {} {}", quote(*meta.key),
+                         in_index->value ? "the value" : "the tensor", quote(in_index->key)));
       }
       if (t.broken.empty()) {
         const std::string data_name = e.name + "/data";
-        auto source = naming(data_name, [&] {
-          return std::make_unique<DirectoryFileSource>(dir, data_name);
-        });
+        auto source = naming(data_name,
+                             [&] { return std::make_unique<DirectoryFileSource>(dir, data_name); });
         if (source->size() != *meta.nbytes) {
           fail(ExitCode::bad_checkpoint, data_name,
                fmt::format("holds {} bytes, but meta.json says nbytes {}", source->size(),
@@ -606,8 +616,8 @@ DirectoryModel read_split_directory(const std::string& directory, const SplitLim
     const Found& b = found[by_key[i]];
     if (a.entry.key == b.entry.key && a.entry.key_path == b.entry.key_path) {
       throw Error(ExitCode::bad_checkpoint,
-                  fmt::format("key {} is claimed by two directories, {} and {}",
-                              quote(a.entry.key), quote(a.directory), quote(b.directory)));
+                  fmt::format("key {} is claimed by two directories, {} and {}", quote(a.entry.key),
+                              quote(a.directory), quote(b.directory)));
     }
   }
   link_quantization(found, m);

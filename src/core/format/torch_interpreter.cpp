@@ -11,8 +11,8 @@ namespace {
 
 using pickle::Graph;
 using pickle::Kind;
-using pickle::NodeId;
 using pickle::no_node;
+using pickle::NodeId;
 
 std::optional<std::int64_t> as_int(const Graph& g, NodeId id) {
   if (id == no_node) return std::nullopt;
@@ -173,8 +173,8 @@ class Interpreter {
     } else if (!shape || !strides || !off) {
       t.broken = "malformed size, stride or storage offset";
     } else if (shape->size() != strides->size()) {
-      t.broken = fmt::format("size has {} dimensions but stride has {}", shape->size(),
-                             strides->size());
+      t.broken =
+          fmt::format("size has {} dimensions but stride has {}", shape->size(), strides->size());
     } else if (shape->size() > max_dims_) {
       t.broken = fmt::format("{} dimensions (at most {})", shape->size(), max_dims_);
     } else if (*off < 0) {

@@ -2,12 +2,12 @@
 // read_torch(): format detection, the zip and legacy layouts, and validation of every storage
 // and tensor extent against the bytes that are really in the file.
 #include <ckptfs/base/error.hpp>
+#include <ckptfs/base/hash.hpp>
 #include <ckptfs/format/flatten.hpp>
 #include <ckptfs/format/torch_interpreter.hpp>
 #include <ckptfs/format/torch_reader.hpp>
 #include <ckptfs/format/torchscript_reader.hpp>
 #include <ckptfs/format/zip_reader.hpp>
-#include <ckptfs/base/hash.hpp>
 
 #include "torch_storages.hpp"
 
@@ -165,7 +165,8 @@ StorageTable legacy_storages(const ByteSource& source, std::uint64_t offset,
 std::vector<std::string> legacy_key_list(const pickle::Graph& g) {
   auto root = g.root();
   if (root == pickle::no_node || (g.kind(root) != Kind::list && g.kind(root) != Kind::tuple)) {
-    throw Error(ExitCode::bad_checkpoint, "the storage key list of the legacy stream is not a list");
+    throw Error(ExitCode::bad_checkpoint,
+                "the storage key list of the legacy stream is not a list");
   }
   std::vector<std::string> keys;
   for (auto item : g.items(root)) {

@@ -21,7 +21,6 @@ const ZipEntry& stored_or_refuse(const ZipEntry& entry) {
   return entry;
 }
 
-
 bool read_byteorder(const ByteSource& source, const ZipArchive& zip, const std::string& prefix) {
   const ZipEntry* e = zip.find(prefix + "/byteorder");
   if (!e) return false;  // absent: little, as torch >= 2.2 assumes
@@ -34,7 +33,6 @@ bool read_byteorder(const ByteSource& source, const ZipArchive& zip, const std::
   throw Error(ExitCode::bad_checkpoint,
               fmt::format("byteorder record says {}, not little or big", quote(text)));
 }
-
 
 pickle::ParseResult parse_record(const ByteSource& source, const ZipEntry& record,
                                  const pickle::Limits& limits) {
@@ -59,10 +57,10 @@ StorageTable zip_storages(const ByteSource& source, const ZipArchive& zip,
     s.record = directory + ref.key;
     if (const ZipEntry* e = zip.find(s.record)) {
       if (!e->stored() && compressed == CompressedStorage::broken) {
-        s.broken = fmt::format("record {} is {} (method {}): ckptfs serves records by offset "
-                               "and needs them stored",
-                               quote(s.record), (e->flags & 1) ? "encrypted" : "compressed",
-                               e->method);
+        s.broken = fmt::format(
+            "record {} is {} (method {}): ckptfs serves records by offset "
+            "and needs them stored",
+            quote(s.record), (e->flags & 1) ? "encrypted" : "compressed", e->method);
       } else {
         stored_or_refuse(*e);
         s.nbytes = e->size;
@@ -113,8 +111,8 @@ void bind_tensors(std::vector<Tensor>& tensors, const std::vector<StorageRef>& r
       auto begin = mul(ref.view->first, ref.element_size());
       auto length = mul(ref.view->second, ref.element_size());
       if (!begin || !length || *begin > s.nbytes || *length > s.nbytes - *begin) {
-        t.broken = fmt::format("its storage view runs past storage {} ({} bytes)", quote(s.key),
-                               s.nbytes);
+        t.broken =
+            fmt::format("its storage view runs past storage {} ({} bytes)", quote(s.key), s.nbytes);
         continue;
       }
       base = *begin;
@@ -122,9 +120,10 @@ void bind_tensors(std::vector<Tensor>& tensors, const std::vector<StorageRef>& r
     } else {
       auto declared = mul(ref.declared_numel, ref.element_size());
       if (!declared || *declared != s.nbytes) {
-        t.broken = fmt::format("storage {} holds {} bytes but the pickle declares {} elements of "
-                               "{} bytes",
-                               quote(s.key), s.nbytes, ref.declared_numel, ref.element_size());
+        t.broken = fmt::format(
+            "storage {} holds {} bytes but the pickle declares {} elements of "
+            "{} bytes",
+            quote(s.key), s.nbytes, ref.declared_numel, ref.element_size());
         continue;
       }
     }
@@ -147,21 +146,19 @@ void bind_tensors(std::vector<Tensor>& tensors, const std::vector<StorageRef>& r
     if (*count == 0) continue;
     std::optional<std::uint64_t> last = static_cast<std::uint64_t>(t.storage_offset);
     for (std::size_t i = 0; i < t.shape.size() && last; ++i) {
-      auto step = mul(static_cast<std::uint64_t>(t.shape[i] - 1),
-                      static_cast<std::uint64_t>(t.stride[i]));
+      auto step =
+          mul(static_cast<std::uint64_t>(t.shape[i] - 1), static_cast<std::uint64_t>(t.stride[i]));
       last = step ? add(*last, *step) : std::nullopt;
     }
     auto needed = last ? add(*last, 1) : std::nullopt;
     auto needed_bytes = needed ? mul(*needed, t.element_size()) : std::nullopt;
     if (!needed_bytes || *needed_bytes > available) {
-      t.broken = needed_bytes
-                     ? fmt::format("its view needs {} bytes of storage {} but it has {}",
-                                   *needed_bytes, quote(s.key), available)
-                     : std::string("its view overflows 64-bit offsets");
+      t.broken = needed_bytes ? fmt::format("its view needs {} bytes of storage {} but it has {}",
+                                            *needed_bytes, quote(s.key), available)
+                              : std::string("its view overflows 64-bit offsets");
     }
   }
 }
-
 
 std::vector<Tensor> used_tensors(std::vector<Entry>& entries, std::vector<Tensor>& all) {
   std::vector<std::int64_t> renumbered(all.size(), -1);
@@ -188,7 +185,6 @@ std::vector<Tensor> used_tensors(std::vector<Entry>& entries, std::vector<Tensor
   return used;
 }
 
-
 std::vector<Storage> used_storages(std::vector<Tensor>& tensors, std::vector<Storage>& all) {
   std::vector<std::int64_t> renumbered(all.size(), -1);
   std::vector<Storage> used;
@@ -203,6 +199,5 @@ std::vector<Storage> used_storages(std::vector<Tensor>& tensors, std::vector<Sto
   }
   return used;
 }
-
 
 }  // namespace ckptfs::detail

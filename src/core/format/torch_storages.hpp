@@ -4,12 +4,12 @@
 // tensors and storages cut down to those its entries use.
 #pragma once
 
+#include <ckptfs/base/hash.hpp>
 #include <ckptfs/format/pickle_machine.hpp>
 #include <ckptfs/format/torch_interpreter.hpp>
 #include <ckptfs/format/zip_reader.hpp>
 #include <ckptfs/model/model.hpp>
 #include <ckptfs/source/byte_source.hpp>
-#include <ckptfs/base/hash.hpp>
 
 #include <cstdint>
 #include <optional>

@@ -21,8 +21,10 @@ bool quantized(DType dtype) {
     case DType::quint8:
     case DType::qint32:
     case DType::quint4x2:
-    case DType::quint2x4: return true;
-    default: return false;
+    case DType::quint2x4:
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -44,14 +46,15 @@ std::vector<std::int64_t> checked_strides(const TensorArgs& t) {
   for (const std::int64_t size : t.shape) {
     if (size < 0) throw Error(ExitCode::bad_checkpoint, fmt::format("negative size {}", size));
   }
-  std::vector<std::int64_t> stride = t.stride.empty() && !t.shape.empty() ? c_order_strides(t.shape)
-                                                                          : t.stride;
+  std::vector<std::int64_t> stride =
+      t.stride.empty() && !t.shape.empty() ? c_order_strides(t.shape) : t.stride;
   if (stride.size() != t.shape.size()) {
-    throw Error(ExitCode::bad_checkpoint, fmt::format("{} strides for {} sizes", stride.size(),
-                                                      t.shape.size()));
+    throw Error(ExitCode::bad_checkpoint,
+                fmt::format("{} strides for {} sizes", stride.size(), t.shape.size()));
   }
   if (t.storage_offset < 0) {
-    throw Error(ExitCode::bad_checkpoint, fmt::format("negative storage offset {}", t.storage_offset));
+    throw Error(ExitCode::bad_checkpoint,
+                fmt::format("negative storage offset {}", t.storage_offset));
   }
   // The last element's index and the bytes up to it, refused on overflow.
   std::uint64_t last = static_cast<std::uint64_t>(t.storage_offset);
@@ -109,8 +112,8 @@ void TorchPickler::storage_pid(const TensorArgs& t, bool untyped) {
                               info(known->second.pickled_as).name, info(pickled_as).name));
     }
     if (storages_[known->second.index].nbytes != t.storage_nbytes) {
-      throw std::invalid_argument(fmt::format("storage id {} given with {} and {} bytes",
-                                              t.storage, storages_[known->second.index].nbytes,
+      throw std::invalid_argument(fmt::format("storage id {} given with {} and {} bytes", t.storage,
+                                              storages_[known->second.index].nbytes,
                                               t.storage_nbytes));
     }
   }
@@ -157,7 +160,9 @@ void TorchPickler::storage_pid(const TensorArgs& t, bool untyped) {
   w_.binpersid();
 }
 
-void TorchPickler::backward_hooks() { w_.ordered_dict(0, [](std::size_t) {}); }
+void TorchPickler::backward_hooks() {
+  w_.ordered_dict(0, [](std::size_t) {});
+}
 
 pickle::MemoSlot TorchPickler::tensor(const TensorArgs& t) {
   if (quantized(t.dtype)) {
@@ -169,13 +174,26 @@ pickle::MemoSlot TorchPickler::tensor(const TensorArgs& t) {
   w_.global("torch._utils", untyped ? "_rebuild_tensor_v3" : "_rebuild_tensor_v2");
   w_.tuple(untyped ? 7 : 6, [&](std::size_t i) {
     switch (i) {
-      case 0: storage_pid(t, untyped); break;
-      case 1: w_.integer(t.storage_offset); break;
-      case 2: w_.int_tuple(t.shape); break;
-      case 3: w_.int_tuple(stride); break;
-      case 4: w_.boolean(t.requires_grad); break;
-      case 5: backward_hooks(); break;
-      default: w_.global("torch", info(t.dtype).name);
+      case 0:
+        storage_pid(t, untyped);
+        break;
+      case 1:
+        w_.integer(t.storage_offset);
+        break;
+      case 2:
+        w_.int_tuple(t.shape);
+        break;
+      case 3:
+        w_.int_tuple(stride);
+        break;
+      case 4:
+        w_.boolean(t.requires_grad);
+        break;
+      case 5:
+        backward_hooks();
+        break;
+      default:
+        w_.global("torch", info(t.dtype).name);
     }
   });
   w_.reduce();
@@ -196,10 +214,18 @@ pickle::MemoSlot TorchPickler::quantized_tensor(const TensorArgs& t, const Quant
   w_.global("torch._utils", "_rebuild_qtensor");
   w_.tuple(7, [&](std::size_t i) {
     switch (i) {
-      case 0: storage_pid(t, false); break;
-      case 1: w_.integer(t.storage_offset); break;
-      case 2: w_.int_tuple(t.shape); break;
-      case 3: w_.int_tuple(stride); break;
+      case 0:
+        storage_pid(t, false);
+        break;
+      case 1:
+        w_.integer(t.storage_offset);
+        break;
+      case 2:
+        w_.int_tuple(t.shape);
+        break;
+      case 3:
+        w_.int_tuple(stride);
+        break;
       case 4:
         if (q.scheme == QScheme::per_tensor_affine) {
           w_.tuple(3, [&](std::size_t k) {
@@ -216,8 +242,11 @@ pickle::MemoSlot TorchPickler::quantized_tensor(const TensorArgs& t, const Quant
           });
         }
         break;
-      case 5: w_.boolean(t.requires_grad); break;
-      default: backward_hooks();
+      case 5:
+        w_.boolean(t.requires_grad);
+        break;
+      default:
+        backward_hooks();
     }
   });
   w_.reduce();
@@ -242,7 +271,8 @@ std::vector<TorchRecord> make_records(const std::string& data_pkl,
   check_prefix(options.prefix);
   const std::string folder = options.prefix + "/";
   std::vector<TorchRecord> records;
-  records.push_back({folder + "data.pkl", data_pkl.size(), TorchRecord::Source::literal, data_pkl, 0});
+  records.push_back(
+      {folder + "data.pkl", data_pkl.size(), TorchRecord::Source::literal, data_pkl, 0});
   if (options.byteorder_record) {
     std::string order = options.big_endian ? "big" : "little";
     records.push_back({folder + "byteorder", order.size(), TorchRecord::Source::literal, order, 0});
@@ -255,13 +285,16 @@ std::vector<TorchRecord> make_records(const std::string& data_pkl,
     });
   }
   for (const std::size_t i : order) {
-    records.push_back({folder + "data/" + storages[i].key, storages[i].nbytes,
-                       TorchRecord::Source::storage, {}, i});
+    records.push_back({folder + "data/" + storages[i].key,
+                       storages[i].nbytes,
+                       TorchRecord::Source::storage,
+                       {},
+                       i});
   }
   records.push_back({folder + "version", 2, TorchRecord::Source::literal, "3\n", 0});
   if (options.serialization_id) {
-    records.push_back({folder + ".data/serialization_id", 40,
-                       TorchRecord::Source::serialization_id, {}, 0});
+    records.push_back(
+        {folder + ".data/serialization_id", 40, TorchRecord::Source::serialization_id, {}, 0});
   }
   return records;
 }
@@ -282,7 +315,8 @@ TorchArchive::TorchArchive(const std::string& data_pkl, std::vector<StorageRecor
       plan_(zip_specs(records_), ZipPlanOptions{options.alignment}) {
   known_crcs_.resize(records_.size());
   for (std::size_t i = 0; i < records_.size(); ++i) {
-    if (records_[i].source == TorchRecord::Source::literal) known_crcs_[i] = crc32(records_[i].literal);
+    if (records_[i].source == TorchRecord::Source::literal)
+      known_crcs_[i] = crc32(records_[i].literal);
     if (records_[i].source == TorchRecord::Source::serialization_id) serialization_id_record_ = i;
   }
 }
@@ -299,7 +333,8 @@ std::vector<std::uint32_t> TorchArchive::crcs(std::span<const std::uint32_t> sto
   std::vector<std::uint32_t> out(records_.size());
   for (std::size_t i = 0; i < records_.size(); ++i) {
     if (records_[i].source == TorchRecord::Source::literal) out[i] = *known_crcs_[i];
-    if (records_[i].source == TorchRecord::Source::storage) out[i] = storage_crcs[records_[i].storage];
+    if (records_[i].source == TorchRecord::Source::storage)
+      out[i] = storage_crcs[records_[i].storage];
   }
   if (serialization_id_record_) out[*serialization_id_record_] = crc32(serialization_id(out));
   return out;
@@ -308,8 +343,8 @@ std::vector<std::uint32_t> TorchArchive::crcs(std::span<const std::uint32_t> sto
 std::string TorchArchive::serialization_id(std::span<const std::uint32_t> record_crcs) const {
   const std::size_t end = serialization_id_record_.value_or(records_.size());
   if (record_crcs.size() < end) {
-    throw std::invalid_argument(fmt::format("TorchArchive::serialization_id: {} CRCs, {} needed",
-                                            record_crcs.size(), end));
+    throw std::invalid_argument(
+        fmt::format("TorchArchive::serialization_id: {} CRCs, {} needed", record_crcs.size(), end));
   }
   std::uint64_t names = 0xcbf29ce484222325ull;
   std::uint32_t payloads = 0;
@@ -329,9 +364,15 @@ void TorchArchive::write(
     const TorchRecord& r = records_[i];
     out.begin_record(i);
     switch (r.source) {
-      case TorchRecord::Source::literal: out.write(r.literal); break;
-      case TorchRecord::Source::storage: storage_payload(r.storage, out); break;
-      case TorchRecord::Source::serialization_id: out.write(serialization_id(out.crcs())); break;
+      case TorchRecord::Source::literal:
+        out.write(r.literal);
+        break;
+      case TorchRecord::Source::storage:
+        storage_payload(r.storage, out);
+        break;
+      case TorchRecord::Source::serialization_id:
+        out.write(serialization_id(out.crcs()));
+        break;
     }
     out.end_record();
   }
@@ -395,7 +436,7 @@ TorchArchive tensor_file(const TensorFileSpec& spec, const TorchArchiveOptions& 
   }
   pickle::Writer w;
   TorchPickler torch(w);
-  TensorArgs data{spec.dtype, 0, count * info(spec.dtype).element_size, 0, spec.shape, {},
+  TensorArgs data{spec.dtype,        0, count * info(spec.dtype).element_size, 0, spec.shape, {},
                   spec.requires_grad};
   if (!spec.quantization) {
     torch.tensor(data);
@@ -404,14 +445,20 @@ TorchArchive tensor_file(const TensorFileSpec& spec, const TorchArchiveOptions& 
     QuantizationArgs args{q.scheme, q.scale, q.zero_point, q.axis, {}, {}};
     if (q.scheme == QScheme::per_channel_affine) {
       if (q.axis < 0 || static_cast<std::size_t>(q.axis) >= spec.shape.size()) {
-        throw Error(ExitCode::bad_checkpoint,
-                    fmt::format("quantization axis {} of a {}-d tensor", q.axis, spec.shape.size()));
+        throw Error(ExitCode::bad_checkpoint, fmt::format("quantization axis {} of a {}-d tensor",
+                                                          q.axis, spec.shape.size()));
       }
       const std::int64_t channels = spec.shape[static_cast<std::size_t>(q.axis)];
       const auto n = static_cast<std::uint64_t>(channels);
-      args.scales = {q.scales_dtype, 1, n * info(q.scales_dtype).element_size, 0, {channels}, {}, false};
-      args.zero_points = {q.zero_points_dtype, 2, n * info(q.zero_points_dtype).element_size, 0,
-                          {channels}, {}, false};
+      args.scales = {q.scales_dtype, 1, n * info(q.scales_dtype).element_size, 0, {channels}, {},
+                     false};
+      args.zero_points = {q.zero_points_dtype,
+                          2,
+                          n * info(q.zero_points_dtype).element_size,
+                          0,
+                          {channels},
+                          {},
+                          false};
     }
     torch.quantized_tensor(data, args);
   }

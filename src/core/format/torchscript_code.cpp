@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 // read_class_declarations(): the first lines of TorchScript classes, matched as text in code
 // records that are read by offset or inflated on the way, within a budget of bytes.
-#include <ckptfs/format/torchscript_code.hpp>
 #include <ckptfs/base/hash.hpp>
+#include <ckptfs/format/torchscript_code.hpp>
 
 #include <zlib.h>
 
@@ -55,16 +55,36 @@ std::optional<std::vector<std::string>> parse_name_list(std::string_view text) {
       if (i == text.size()) return std::nullopt;
       char e = text[i++];
       switch (e) {
-        case '\\': name += '\\'; break;
-        case '\'': name += '\''; break;
-        case '"': name += '"'; break;
-        case 'a': name += '\a'; break;
-        case 'b': name += '\b'; break;
-        case 'f': name += '\f'; break;
-        case 'n': name += '\n'; break;
-        case 'r': name += '\r'; break;
-        case 't': name += '\t'; break;
-        case 'v': name += '\v'; break;
+        case '\\':
+          name += '\\';
+          break;
+        case '\'':
+          name += '\'';
+          break;
+        case '"':
+          name += '"';
+          break;
+        case 'a':
+          name += '\a';
+          break;
+        case 'b':
+          name += '\b';
+          break;
+        case 'f':
+          name += '\f';
+          break;
+        case 'n':
+          name += '\n';
+          break;
+        case 'r':
+          name += '\r';
+          break;
+        case 't':
+          name += '\t';
+          break;
+        case 'v':
+          name += '\v';
+          break;
         default: {
           if (e < '0' || e > '7') return std::nullopt;
           unsigned value = static_cast<unsigned>(e - '0');
@@ -95,8 +115,7 @@ std::optional<std::vector<std::string>> parse_name_list(std::string_view text) {
 // Matches the lines of one code record against the classes wanted from it (simple names).
 class Scanner {
  public:
-  Scanner(const TextSet& wanted, std::size_t max_line)
-      : wanted_(wanted), max_line_(max_line) {}
+  Scanner(const TextSet& wanted, std::size_t max_line) : wanted_(wanted), max_line_(max_line) {}
 
   // Takes the next bytes of the record; false once every wanted class is settled.
   bool feed(std::string_view bytes) {
@@ -288,12 +307,13 @@ std::string code_record_of(std::string_view qualified_name) {
   return record + ".py";
 }
 
-TextMap<ClassDeclaration> read_class_declarations(
-    const ByteSource& source, const ZipArchive& zip, std::string_view prefix,
-    const std::vector<std::string>& classes, const CodeLimits& limits) {
+TextMap<ClassDeclaration> read_class_declarations(const ByteSource& source, const ZipArchive& zip,
+                                                  std::string_view prefix,
+                                                  const std::vector<std::string>& classes,
+                                                  const CodeLimits& limits) {
   struct Wanted {
-    std::string qualifier;                 // "__torch__.a.b"
-    TextSet names;  // "C"
+    std::string qualifier;  // "__torch__.a.b"
+    TextSet names;          // "C"
   };
   // By record; std::map: records are read in a fixed order, so that the budget runs out at the
   // same place every time.
@@ -311,7 +331,7 @@ TextMap<ClassDeclaration> read_class_declarations(
   for (const auto& [record, w] : wanted) {
     const ZipEntry* entry = zip.find(record);
     if (entry == nullptr || (entry->flags & 1) != 0) continue;  // missing or encrypted
-    if (entry->method != 0 && entry->method != 8) continue;      // a method ckptfs cannot read
+    if (entry->method != 0 && entry->method != 8) continue;     // a method ckptfs cannot read
     Scanner scanner(w.names, limits.max_line);
     bool complete = entry->method == 0 ? scan_stored(source, *entry, scanner, budget)
                                        : scan_deflated(source, *entry, scanner, budget);

@@ -2,10 +2,10 @@
 // read_torchscript(): data.pkl's modules walked as torch's state_dict() walks them, constants.pkl
 // as constants.N, and every other tensor of the module under attributes.
 #include <ckptfs/base/error.hpp>
+#include <ckptfs/base/hash.hpp>
 #include <ckptfs/format/flatten.hpp>
 #include <ckptfs/format/torch_interpreter.hpp>
 #include <ckptfs/format/torchscript_reader.hpp>
-#include <ckptfs/base/hash.hpp>
 
 #include "torch_storages.hpp"
 
@@ -40,9 +40,8 @@ NodeId dict_state(const Graph& g, NodeId id) {
 // not one: an argument always exists before the call that takes it, so one pass in creation
 // order resolves chains of them.
 std::unordered_map<NodeId, NodeId> typed_container_aliases(const Graph& g) {
-  static const TextViewSet transparent = {
-      "build_intlist", "build_tensorlist", "build_doublelist", "build_boollist",
-      "restore_type_tag"};
+  static const TextViewSet transparent = {"build_intlist", "build_tensorlist", "build_doublelist",
+                                          "build_boollist", "restore_type_tag"};
   std::unordered_map<NodeId, NodeId> aliases;
   for (NodeId id = 0; id < g.size(); ++id) {
     if (g.kind(id) != Kind::object) continue;
@@ -276,9 +275,8 @@ Model read_torchscript(const ByteSource& source, const ZipArchive& zip, const st
   if (walks.root_is_module) {
     entries = flatten(data.graph, data_in, limits, {&walks.state_dict, true, {}});
   }
-  std::vector<Entry> constant_entries =
-      flatten(constants.graph, constants_in, limits,
-              {&constants_plan, true, torchscript_constants_part});
+  std::vector<Entry> constant_entries = flatten(
+      constants.graph, constants_in, limits, {&constants_plan, true, torchscript_constants_part});
   std::vector<Entry> other_entries =
       flatten(data.graph, data_in, limits, {&walks.attributes, true, torchscript_attributes_part});
   if (entries.empty() && constant_entries.empty() && other_entries.empty()) {

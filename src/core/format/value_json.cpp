@@ -18,8 +18,8 @@ namespace {
 
 using pickle::Graph;
 using pickle::Kind;
-using pickle::NodeId;
 using pickle::no_node;
+using pickle::NodeId;
 
 // Decimal text of a little-endian two's complement integer.
 std::string big_integer_text(const std::string& le) {
@@ -94,19 +94,29 @@ std::optional<std::string> numpy_scalar(const Graph& g, const pickle::Object& ob
   };
   if constexpr (std::endian::native != std::endian::little) return std::nullopt;
   std::optional<std::string> out;
-  auto integer = [&](auto v) { if (auto x = load(v)) out = fmt::format("{}", *x); };
+  auto integer = [&](auto v) {
+    if (auto x = load(v)) out = fmt::format("{}", *x);
+  };
   if (code == "f8") {
     if (auto x = load(double{})) out = float_json(*x);
   } else if (code == "f4") {
     if (auto x = load(float{})) out = float_json(*x);
-  } else if (code == "i8") { integer(std::int64_t{});
-  } else if (code == "i4") { integer(std::int32_t{});
-  } else if (code == "i2") { integer(std::int16_t{});
-  } else if (code == "i1") { integer(std::int8_t{});
-  } else if (code == "u8") { integer(std::uint64_t{});
-  } else if (code == "u4") { integer(std::uint32_t{});
-  } else if (code == "u2") { integer(std::uint16_t{});
-  } else if (code == "u1") { integer(std::uint8_t{});
+  } else if (code == "i8") {
+    integer(std::int64_t{});
+  } else if (code == "i4") {
+    integer(std::int32_t{});
+  } else if (code == "i2") {
+    integer(std::int16_t{});
+  } else if (code == "i1") {
+    integer(std::int8_t{});
+  } else if (code == "u8") {
+    integer(std::uint64_t{});
+  } else if (code == "u4") {
+    integer(std::uint32_t{});
+  } else if (code == "u2") {
+    integer(std::uint16_t{});
+  } else if (code == "u1") {
+    integer(std::uint8_t{});
   } else if (code == "b1" && raw.size() == 1) {
     out = raw[0] ? "true" : "false";
   }
@@ -216,9 +226,15 @@ std::vector<Token> tokens_of(const Graph& g, NodeId id) {
 // Writes a scalar node; false for containers and objects.
 bool write_scalar(const Graph& g, NodeId id, std::string& out) {
   switch (g.kind(id)) {
-    case Kind::none: out += "null"; return true;
-    case Kind::boolean: out += g.boolean(id) ? "true" : "false"; return true;
-    case Kind::integer: out += std::to_string(g.integer(id)); return true;
+    case Kind::none:
+      out += "null";
+      return true;
+    case Kind::boolean:
+      out += g.boolean(id) ? "true" : "false";
+      return true;
+    case Kind::integer:
+      out += std::to_string(g.integer(id));
+      return true;
     case Kind::big_integer: {
       std::string text = big_integer_text(g.big_integer(id));
       if (text.starts_with("0x")) {
@@ -233,7 +249,9 @@ bool write_scalar(const Graph& g, NodeId id, std::string& out) {
       out += float_json(v);
       return true;
     }
-    case Kind::string: append_json_string(out, g.text(id)); return true;
+    case Kind::string:
+      append_json_string(out, g.text(id));
+      return true;
     case Kind::bytes: {
       const std::string& b = g.text(id);
       out += "{\"__bytes__\":\"";
@@ -260,18 +278,18 @@ namespace {
 // which Python escapes too, are shown as they are.)
 bool printable(char32_t c) {
   if (c < 0x20 || (c >= 0x7f && c <= 0xa0) || c == 0xad) return false;
-  if (c >= 0xd800 && c <= 0xdfff) return false;                          // surrogates
+  if (c >= 0xd800 && c <= 0xdfff) return false;  // surrogates
   if (c == 0x1680 || (c >= 0x2000 && c <= 0x200f) || (c >= 0x2028 && c <= 0x202f) ||
-      (c >= 0x205f && c <= 0x2064) || (c >= 0x2066 && c <= 0x206f) || c == 0x3000 ||
-      c == 0xfeff || (c >= 0xfff9 && c <= 0xfffb) || c == 0x110bd || c == 0x110cd ||
+      (c >= 0x205f && c <= 0x2064) || (c >= 0x2066 && c <= 0x206f) || c == 0x3000 || c == 0xfeff ||
+      (c >= 0xfff9 && c <= 0xfffb) || c == 0x110bd || c == 0x110cd ||
       (c >= 0x1bca0 && c <= 0x1bca3) || (c >= 0x1d173 && c <= 0x1d17a) || c == 0xe0001 ||
       (c >= 0xe0020 && c <= 0xe007f) || c == 0x061c || c == 0x180e || c == 0x0600 ||
       (c >= 0x0601 && c <= 0x0605) || c == 0x06dd || c == 0x070f || c == 0x08e2) {
-    return false;                                                        // Zs, Zl, Zp, Cf
+    return false;  // Zs, Zl, Zp, Cf
   }
   if ((c >= 0xe000 && c <= 0xf8ff) || (c >= 0xf0000 && c <= 0xffffd) ||
       (c >= 0x100000 && c <= 0x10fffd)) {
-    return false;                                                        // private use
+    return false;  // private use
   }
   return true;
 }
@@ -287,14 +305,21 @@ std::size_t decode_surrogatepass(std::string_view text, std::size_t i, char32_t&
     len = 3;  // U+D800..U+DFFF
   }
   switch (len) {
-    case 1: c = b(0); break;
-    case 2: c = (char32_t{b(0)} & 0x1f) << 6 | (b(1) & 0x3f); break;
-    case 3: c = (char32_t{b(0)} & 0x0f) << 12 | (char32_t{b(1)} & 0x3f) << 6 | (b(2) & 0x3f); break;
+    case 1:
+      c = b(0);
+      break;
+    case 2:
+      c = (char32_t{b(0)} & 0x1f) << 6 | (b(1) & 0x3f);
+      break;
+    case 3:
+      c = (char32_t{b(0)} & 0x0f) << 12 | (char32_t{b(1)} & 0x3f) << 6 | (b(2) & 0x3f);
+      break;
     case 4:
       c = (char32_t{b(0)} & 0x07) << 18 | (char32_t{b(1)} & 0x3f) << 12 |
           (char32_t{b(2)} & 0x3f) << 6 | (b(3) & 0x3f);
       break;
-    default: break;
+    default:
+      break;
   }
   return len;
 }
@@ -364,20 +389,38 @@ std::string python_text(const Graph& g, NodeId root, bool top) {
           out += g.text(id);
         }
         return;
-      case Kind::bytes: append_repr(out, g.text(id), true); return;
-      case Kind::integer: out += std::to_string(g.integer(id)); return;
-      case Kind::big_integer: out += big_integer_text(g.big_integer(id)); return;
-      case Kind::boolean: out += g.boolean(id) ? "True" : "False"; return;
-      case Kind::none: out += "None"; return;
-      case Kind::floating: out += float_repr(g.floating(id)); return;
-      case Kind::global: out += g.global(id).dotted(); return;
+      case Kind::bytes:
+        append_repr(out, g.text(id), true);
+        return;
+      case Kind::integer:
+        out += std::to_string(g.integer(id));
+        return;
+      case Kind::big_integer:
+        out += big_integer_text(g.big_integer(id));
+        return;
+      case Kind::boolean:
+        out += g.boolean(id) ? "True" : "False";
+        return;
+      case Kind::none:
+        out += "None";
+        return;
+      case Kind::floating:
+        out += float_repr(g.floating(id));
+        return;
+      case Kind::global:
+        out += g.global(id).dotted();
+        return;
       case Kind::object: {
         const auto* cls = global_of(g, g.object(id).callable);
         fmt::format_to(std::back_inserter(out), "<{} object>", cls ? cls->dotted() : "?");
         return;
       }
-      case Kind::frozenset: out += "frozenset(...)"; return;
-      default: out += "?"; return;
+      case Kind::frozenset:
+        out += "frozenset(...)";
+        return;
+      default:
+        out += "?";
+        return;
     }
   };
   auto open = [&](NodeId id) {
@@ -420,12 +463,24 @@ std::string key_text(const Graph& g, NodeId id) { return python_text(g, id, true
 std::string key_json(const Graph& g, NodeId id) {
   std::string out;
   switch (g.kind(id)) {
-    case Kind::string: append_json_string(out, g.text(id)); break;
-    case Kind::integer: out = std::to_string(g.integer(id)); break;
-    case Kind::big_integer: out = big_integer_text(g.big_integer(id)); break;
-    case Kind::boolean: out = g.boolean(id) ? "true" : "false"; break;
-    case Kind::none: out = "null"; break;
-    case Kind::floating: out = float_json(g.floating(id)); break;
+    case Kind::string:
+      append_json_string(out, g.text(id));
+      break;
+    case Kind::integer:
+      out = std::to_string(g.integer(id));
+      break;
+    case Kind::big_integer:
+      out = big_integer_text(g.big_integer(id));
+      break;
+    case Kind::boolean:
+      out = g.boolean(id) ? "true" : "false";
+      break;
+    case Kind::none:
+      out = "null";
+      break;
+    case Kind::floating:
+      out = float_json(g.floating(id));
+      break;
     case Kind::bytes:
       out = "{\"__bytes__\":\"";
       for (unsigned char c : g.text(id)) fmt::format_to(std::back_inserter(out), "{:02x}", c);
@@ -447,10 +502,14 @@ std::string key_json(const Graph& g, NodeId id) {
 
 std::string key_identity(const Graph& g, NodeId id) {
   switch (g.kind(id)) {
-    case Kind::none: return "N";
-    case Kind::boolean: return g.boolean(id) ? "n1" : "n0";
-    case Kind::integer: return "n" + std::to_string(g.integer(id));
-    case Kind::big_integer: return "n" + big_integer_text(g.big_integer(id));
+    case Kind::none:
+      return "N";
+    case Kind::boolean:
+      return g.boolean(id) ? "n1" : "n0";
+    case Kind::integer:
+      return "n" + std::to_string(g.integer(id));
+    case Kind::big_integer:
+      return "n" + big_integer_text(g.big_integer(id));
     case Kind::floating: {
       double v = g.floating(id);
       if (std::isnan(v)) return {};  // nan != nan: never equal to another key
@@ -460,8 +519,10 @@ std::string key_identity(const Graph& g, NodeId id) {
       }
       return "f" + float_repr(v);
     }
-    case Kind::string: return "s" + g.text(id);
-    case Kind::bytes: return "b" + g.text(id);
+    case Kind::string:
+      return "s" + g.text(id);
+    case Kind::bytes:
+      return "b" + g.text(id);
     case Kind::tuple: {
       // Equal tuples have equal items: their identities, each prefixed by its length. A tuple
       // holding something compared by object identity has none either.
@@ -474,7 +535,8 @@ std::string key_identity(const Graph& g, NodeId id) {
       }
       return out;
     }
-    default: return {};
+    default:
+      return {};
   }
 }
 

@@ -3,9 +3,9 @@
 #include <ckptfs/base/error.hpp>
 #include <ckptfs/format/zip_reader.hpp>
 
+#include <fmt/format.h>
 #include <algorithm>
 #include <array>
-#include <fmt/format.h>
 #include <numeric>
 #include <optional>
 #include <span>
@@ -42,8 +42,6 @@ template <typename... Args>
   throw Error(ExitCode::bad_zip, fmt::format(format, std::forward<Args>(args)...));
 }
 
-
-
 std::uint64_t read_le(std::string_view bytes, std::size_t at, std::size_t width) {
   std::uint64_t value = 0;
   for (std::size_t i = width; i-- > 0;) {
@@ -60,7 +58,8 @@ std::uint32_t u32(std::string_view bytes, std::size_t at) {
 std::uint64_t u64(std::string_view bytes, std::size_t at) { return read_le(bytes, at, 8); }
 
 // The payload offset of `entry` from its 30-byte local `header`, checked: the signature, and a
-// payload that ends by entry.limit (the next record's header, or the central directory). One rule and one message whether headers are read at open or on first use.
+// payload that ends by entry.limit (the next record's header, or the central directory). One rule
+// and one message whether headers are read at open or on first use.
 std::uint64_t payload_after_header(std::string_view header, const ZipEntry& entry) {
   if (u32(header, 0) != local_signature) {
     fail("bad local header signature for {} at offset {}", quote(entry.name), entry.header_offset);
@@ -69,8 +68,8 @@ std::uint64_t payload_after_header(std::string_view header, const ZipEntry& entr
   const std::uint64_t data_offset =
       entry.header_offset + local_header_size + u16(header, 26) + u16(header, 28);
   if (data_offset > entry.limit || entry.compressed_size > entry.limit - data_offset) {
-    fail("{} ({} bytes at offset {}) runs past {} at {}", quote(entry.name),
-         entry.compressed_size, data_offset,
+    fail("{} ({} bytes at offset {}) runs past {} at {}", quote(entry.name), entry.compressed_size,
+         data_offset,
          entry.limit_is_directory ? "the central directory" : "the next record's header",
          entry.limit);
   }
@@ -327,7 +326,8 @@ ZipArchive::ZipArchive(const ByteSource& source, const ZipLimits& limits) {
   }
   if (limits.defer_local_headers) {
     first_by_name_.reserve(entries_.size());
-    for (std::size_t i = 0; i < entries_.size(); ++i) first_by_name_.try_emplace(entries_[i].name, i);
+    for (std::size_t i = 0; i < entries_.size(); ++i)
+      first_by_name_.try_emplace(entries_[i].name, i);
     return;
   }
 

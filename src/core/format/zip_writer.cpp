@@ -87,8 +87,8 @@ ZipPlan::ZipPlan(std::vector<ZipRecordSpec> records, ZipPlanOptions options)
     l.data_offset = at + l.header_size;
     l.descriptor_size = r.size == 0 ? 0 : l.zip64_local ? 24 : 16;
     at = l.data_offset + r.size + l.descriptor_size;
-    cd_size_ += central_header_fixed + r.name.size() +
-                central_zip64_field(r.size, l.header_offset).size();
+    cd_size_ +=
+        central_header_fixed + r.name.size() + central_zip64_field(r.size, l.header_offset).size();
     layouts_.push_back(l);
   }
   trailer_offset_ = at;
@@ -104,8 +104,8 @@ std::vector<ZipSegment> ZipPlan::segments() const {
     out.push_back({ZipSegmentKind::local_header, record, l.header_offset, l.header_size});
     if (l.size > 0) out.push_back({ZipSegmentKind::payload, record, l.data_offset, l.size});
     if (l.descriptor_size > 0) {
-      out.push_back({ZipSegmentKind::data_descriptor, record, l.data_offset + l.size,
-                     l.descriptor_size});
+      out.push_back(
+          {ZipSegmentKind::data_descriptor, record, l.data_offset + l.size, l.descriptor_size});
     }
   }
   out.push_back({ZipSegmentKind::trailer, 0, trailer_offset_, size_ - trailer_offset_});
@@ -166,8 +166,8 @@ std::string ZipPlan::data_descriptor(std::size_t record, std::uint32_t crc) cons
 
 std::string ZipPlan::trailer(std::span<const std::uint32_t> crcs) const {
   if (crcs.size() != records_.size()) {
-    throw std::invalid_argument(fmt::format("ZipPlan::trailer: {} CRCs for {} records",
-                                            crcs.size(), records_.size()));
+    throw std::invalid_argument(
+        fmt::format("ZipPlan::trailer: {} CRCs for {} records", crcs.size(), records_.size()));
   }
   std::string out;
   out.reserve(size_ - trailer_offset_);
@@ -236,8 +236,8 @@ void ZipStreamWriter::emit(std::string_view bytes) {
 
 void ZipStreamWriter::begin_record(std::size_t record) {
   if (open_ || finished_ || record != next_ || record >= plan_.record_count()) {
-    throw std::logic_error(fmt::format("ZipStreamWriter: record {} out of order (next {})",
-                                       record, next_));
+    throw std::logic_error(
+        fmt::format("ZipStreamWriter: record {} out of order (next {})", record, next_));
   }
   emit(plan_.local_header(record));
   open_ = true;
@@ -248,8 +248,8 @@ void ZipStreamWriter::begin_record(std::size_t record) {
 void ZipStreamWriter::write(std::string_view bytes) {
   if (!open_) throw std::logic_error("ZipStreamWriter: payload outside a record");
   if (bytes.size() > plan_.layout(next_).size - written_) {
-    throw std::logic_error(fmt::format("ZipStreamWriter: record {} longer than its {} bytes",
-                                       next_, plan_.layout(next_).size));
+    throw std::logic_error(fmt::format("ZipStreamWriter: record {} longer than its {} bytes", next_,
+                                       plan_.layout(next_).size));
   }
   crc_ = crc32(crc_, bytes.data(), bytes.size());
   written_ += bytes.size();
@@ -259,8 +259,8 @@ void ZipStreamWriter::write(std::string_view bytes) {
 std::uint32_t ZipStreamWriter::end_record() {
   if (!open_) throw std::logic_error("ZipStreamWriter: no record to end");
   if (written_ != plan_.layout(next_).size) {
-    throw std::logic_error(fmt::format("ZipStreamWriter: record {} has {} of its {} bytes",
-                                       next_, written_, plan_.layout(next_).size));
+    throw std::logic_error(fmt::format("ZipStreamWriter: record {} has {} of its {} bytes", next_,
+                                       written_, plan_.layout(next_).size));
   }
   emit(plan_.data_descriptor(next_, crc_));
   crcs_.push_back(crc_);
@@ -284,8 +284,7 @@ void ZipStreamWriter::finish() {
   finished_ = true;
 }
 
-std::uint32_t crc32_of_range(const ByteSource& source, std::uint64_t offset,
-                             std::uint64_t length) {
+std::uint32_t crc32_of_range(const ByteSource& source, std::uint64_t offset, std::uint64_t length) {
   constexpr std::size_t piece = std::size_t{1} << 20;
   std::string buffer(static_cast<std::size_t>(std::min<std::uint64_t>(length, piece)), '\0');
   std::uint32_t crc = 0;

@@ -53,10 +53,16 @@ struct Alias {
 // torch exposes these as module attributes too (torch.half is torch.float16), and old pickles
 // name dtypes by them.
 constexpr std::array<Alias, 10> aliases{{
-    {"float", DType::float32},   {"double", DType::float64}, {"half", DType::float16},
-    {"short", DType::int16},     {"int", DType::int32},      {"long", DType::int64},
-    {"cfloat", DType::complex64}, {"cdouble", DType::complex128},
-    {"chalf", DType::complex32}, {"uint8", DType::uint8},
+    {"float", DType::float32},
+    {"double", DType::float64},
+    {"half", DType::float16},
+    {"short", DType::int16},
+    {"int", DType::int32},
+    {"long", DType::int64},
+    {"cfloat", DType::complex64},
+    {"cdouble", DType::complex128},
+    {"chalf", DType::complex32},
+    {"uint8", DType::uint8},
 }};
 
 }  // namespace

@@ -6,13 +6,20 @@ namespace ckptfs {
 
 std::string_view format_name(Format format) {
   switch (format) {
-    case Format::zip: return "zip";
-    case Format::legacy: return "legacy";
-    case Format::torchscript: return "torchscript";
-    case Format::safetensors: return "safetensors";
-    case Format::sharded: return "sharded";
-    case Format::split: return "split";
-    case Format::rfc: return "rfc";
+    case Format::zip:
+      return "zip";
+    case Format::legacy:
+      return "legacy";
+    case Format::torchscript:
+      return "torchscript";
+    case Format::safetensors:
+      return "safetensors";
+    case Format::sharded:
+      return "sharded";
+    case Format::split:
+      return "split";
+    case Format::rfc:
+      return "rfc";
   }
   return "?";
 }

@@ -17,8 +17,12 @@ std::vector<char32_t> code_points(std::string_view text) {
     const std::size_t n = utf8_sequence_length(text, i);
     const auto b = [&](std::size_t k) { return static_cast<unsigned char>(text[i + k]); };
     switch (n) {
-      case 1: out.push_back(b(0)); break;
-      case 2: out.push_back(char32_t(b(0) & 0x1f) << 6 | (b(1) & 0x3f)); break;
+      case 1:
+        out.push_back(b(0));
+        break;
+      case 2:
+        out.push_back(char32_t(b(0) & 0x1f) << 6 | (b(1) & 0x3f));
+        break;
       case 3:
         out.push_back(char32_t(b(0) & 0x0f) << 12 | char32_t(b(1) & 0x3f) << 6 | (b(2) & 0x3f));
         break;
@@ -26,7 +30,9 @@ std::vector<char32_t> code_points(std::string_view text) {
         out.push_back(char32_t(b(0) & 0x07) << 18 | char32_t(b(1) & 0x3f) << 12 |
                       char32_t(b(2) & 0x3f) << 6 | (b(3) & 0x3f));
         break;
-      default: out.push_back(0xdc00 + b(0)); break;
+      default:
+        out.push_back(0xdc00 + b(0));
+        break;
     }
     i += n == 0 ? 1 : n;
   }
@@ -82,9 +88,12 @@ KeyGlob::KeyGlob(std::string_view pattern) : pattern_(pattern) {
 
 bool KeyGlob::item_matches(const Item& item, char32_t c) const {
   switch (item.kind) {
-    case Item::Kind::literal: return item.literal == c;
-    case Item::Kind::any: return true;
-    case Item::Kind::star: return false;
+    case Item::Kind::literal:
+      return item.literal == c;
+    case Item::Kind::any:
+      return true;
+    case Item::Kind::star:
+      return false;
     case Item::Kind::set: {
       bool in = false;
       for (const Range& r : item.ranges) in = in || (c >= r.low && c <= r.high);

@@ -6,14 +6,14 @@
 
 #include <fmt/format.h>
 
-#include <cerrno>
-#include <cstdlib>
-#include <cstring>
 #include <fcntl.h>
-#include <random>
 #include <sys/sendfile.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <random>
 
 namespace ckptfs {
 namespace {
@@ -116,8 +116,8 @@ void OutputFile::copy(const ByteSource& source, std::uint64_t offset, std::uint6
     if (!use_sendfile) {
       auto at = static_cast<loff_t>(offset);
       n = ::copy_file_range(in, &at, fd_.get(), nullptr, want, 0);
-      if (n < 0 && (errno == EXDEV || errno == EINVAL || errno == ENOSYS ||
-                    errno == EOPNOTSUPP || errno == EBADF)) {
+      if (n < 0 && (errno == EXDEV || errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP ||
+                    errno == EBADF)) {
         use_sendfile = true;
         continue;
       }

@@ -73,8 +73,8 @@ void write_safetensors(const Model& sub, Sources sources, std::optional<DType> c
     }
   }
   if (out.size() != file.size) {
-    throw std::logic_error(fmt::format("write_safetensors: {} bytes written, {} planned",
-                                       out.size(), file.size));
+    throw std::logic_error(
+        fmt::format("write_safetensors: {} bytes written, {} planned", out.size(), file.size));
   }
 }
 

@@ -3,15 +3,14 @@
 // tensor, and unique keys.
 #include <ckptfs/base/error.hpp>
 #include <ckptfs/base/hash.hpp>
-#include <ckptfs/base/text.hpp>
 #include <ckptfs/base/json_reader.hpp>
+#include <ckptfs/base/text.hpp>
 #include <ckptfs/format/plain_value.hpp>
 #include <ckptfs/format/value_json.hpp>
 #include <ckptfs/pack/selection.hpp>
 #include <ckptfs/view/served.hpp>
 
 #include <fmt/format.h>
-
 
 namespace ckptfs {
 namespace {
@@ -105,8 +104,7 @@ Selection select_entries(const Model& model, std::span<const KeyGlob> globs, Pac
       if (glob.matches(model.entries[i].key)) selected[i] = any = true;
     }
     if (!any) {
-      throw Error(ExitCode::usage,
-                  fmt::format("--keys {} matches no key", quote(glob.pattern())));
+      throw Error(ExitCode::usage, fmt::format("--keys {} matches no key", quote(glob.pattern())));
     }
   }
   // Per-channel quantized tensors written: their scales' and zero points' entries go inside.

@@ -37,10 +37,15 @@ TorchPack::TorchPack(const Model& model, const Selection& selection, std::string
   // A record of the tensor's own bytes as served (converted, or in C order).
   auto own_record = [&](std::size_t index, std::optional<DType> convert) {
     const ServedTensor served = serve(model, model.tensors[index], convert);
-    payloads_.push_back({StoragePayload::Way::tensor, 0, index, convert, served.nbytes,
-                         served.big_endian});
-    return TensorArgs{served.dtype, payloads_.size() - 1, served.nbytes, 0,
-                      model.tensors[index].shape, {}, model.tensors[index].requires_grad};
+    payloads_.push_back(
+        {StoragePayload::Way::tensor, 0, index, convert, served.nbytes, served.big_endian});
+    return TensorArgs{served.dtype,
+                      payloads_.size() - 1,
+                      served.nbytes,
+                      0,
+                      model.tensors[index].shape,
+                      {},
+                      model.tensors[index].requires_grad};
   };
   auto args_of = [&](std::size_t index, std::optional<DType> convert) {
     const Tensor& t = model.tensors[index];
@@ -51,11 +56,11 @@ TorchPack::TorchPack(const Model& model, const Selection& selection, std::string
     if (typed && s.nbytes % t.element_size() != 0) return own_record(index, convert);
     auto [it, fresh] = by_storage.try_emplace({*t.storage, t.dtype}, payloads_.size());
     if (fresh) {
-      payloads_.push_back({StoragePayload::Way::storage, *t.storage, 0, std::nullopt, s.nbytes,
-                           s.big_endian});
+      payloads_.push_back(
+          {StoragePayload::Way::storage, *t.storage, 0, std::nullopt, s.nbytes, s.big_endian});
     }
-    return TensorArgs{t.dtype, it->second, s.nbytes, t.storage_offset, t.shape, t.stride,
-                      t.requires_grad};
+    return TensorArgs{t.dtype, it->second, s.nbytes,       t.storage_offset,
+                      t.shape, t.stride,   t.requires_grad};
   };
 
   std::unordered_map<std::size_t, pickle::MemoSlot> pickled;  // tensor index -> its memo slot
@@ -103,9 +108,8 @@ TorchPack::TorchPack(const Model& model, const Selection& selection, std::string
   }
   std::vector<StorageRecord> storages = torch.storages();
   archive_.emplace(std::move(w).finish(), std::move(storages),
-                   TorchArchiveOptions{.prefix = std::move(prefix),
-                                       .byteorder_record = true,
-                                       .big_endian = big});
+                   TorchArchiveOptions{
+                       .prefix = std::move(prefix), .byteorder_record = true, .big_endian = big});
 }
 
 const StoragePayload& TorchPack::payload(std::size_t i) const {
@@ -159,8 +163,8 @@ void TorchPack::write(const Model& model, Sources sources, OutputFile& out) cons
               crc = crc32(crc, piece.memory, piece.length);
               out.write({piece.memory, piece.length});
             } else {
-              crc = out.copy_with_crc(*sources[piece.source], piece.source_offset, piece.length,
-                                      crc);
+              crc =
+                  out.copy_with_crc(*sources[piece.source], piece.source_offset, piece.length, crc);
             }
           }
         }
@@ -172,8 +176,8 @@ void TorchPack::write(const Model& model, Sources sources, OutputFile& out) cons
   }
   out.write(plan.trailer(crcs));
   if (out.size() != plan.size()) {
-    throw std::logic_error(fmt::format("TorchPack::write: {} bytes written, {} planned",
-                                       out.size(), plan.size()));
+    throw std::logic_error(
+        fmt::format("TorchPack::write: {} bytes written, {} planned", out.size(), plan.size()));
   }
 }
 

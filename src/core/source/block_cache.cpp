@@ -44,8 +44,9 @@ BufferPool& pool() {
 }  // namespace
 
 Block::Block(std::size_t length)
-    : bytes_(length == pooled_length ? pool().take()
-                                     : std::make_unique_for_overwrite<std::byte[]>(length == 0 ? 1 : length)),
+    : bytes_(length == pooled_length
+                 ? pool().take()
+                 : std::make_unique_for_overwrite<std::byte[]>(length == 0 ? 1 : length)),
       length_(length) {}
 
 Block::~Block() {

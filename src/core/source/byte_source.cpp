@@ -1,16 +1,16 @@
 // SPDX-License-Identifier: MIT
 // FileSource (pread) and MemorySource, with the range checks shared by both.
-#include <ckptfs/source/byte_source.hpp>
 #include <ckptfs/base/error.hpp>
+#include <ckptfs/source/byte_source.hpp>
 #include <ckptfs/source/open_file.hpp>
 
-#include <cerrno>
-#include <cstdlib>
-#include <cstring>
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
 
 namespace ckptfs {
 
@@ -38,8 +38,9 @@ FileSource::FileSource(const std::string& path) : path_(path) {
   OpenedFile file = open_file(path, FileKind::regular);
   identity_ = file_identity(file.st);
   const auto slash = path.rfind('/');
-  const std::string directory =
-      slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  const std::string directory = slash == std::string::npos ? "."
+                                : slash == 0               ? "/"
+                                                           : path.substr(0, slash);
   name_ = slash == std::string::npos ? path : path.substr(slash + 1);
   // O_PATH never opens the directory itself (nothing to wait for, no read permission needed).
   directory_fd_ = ::open(directory.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
@@ -93,8 +94,8 @@ bool same_identity(const struct stat& st, const FileIdentity& id) noexcept {
 void pread_exactly(int fd, std::uint64_t offset, std::span<std::byte> out) {
   std::size_t done = 0;
   while (done < out.size()) {
-    ssize_t n = ::pread(fd, out.data() + done, out.size() - done,
-                        static_cast<off_t>(offset + done));
+    ssize_t n =
+        ::pread(fd, out.data() + done, out.size() - done, static_cast<off_t>(offset + done));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) throw Error(ExitCode::io, fmt::format("read failed: {}", std::strerror(errno)));
     if (n == 0) {

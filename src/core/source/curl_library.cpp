@@ -34,7 +34,8 @@ constexpr unsigned version_number(std::string_view text) {
 constexpr std::string_view minimum_text = CKPTFS_CURL_MINIMUM;  // from CMakeLists.txt
 constexpr unsigned minimum = version_number(minimum_text);
 static_assert(version_number("7.85.0") == 0x075500);
-static_assert(LIBCURL_VERSION_NUM >= minimum, "the curl headers are older than CKPTFS_CURL_MINIMUM");
+static_assert(LIBCURL_VERSION_NUM >= minimum,
+              "the curl headers are older than CKPTFS_CURL_MINIMUM");
 
 [[noreturn]] void unusable(const std::string& why) {
   throw Error(ExitCode::io, fmt::format("remote checkpoints need libcurl {} or newer ({}): {}",

@@ -6,16 +6,16 @@
 
 #include <fmt/format.h>
 
-#include <atomic>
-#include <cerrno>
-#include <climits>
-#include <cstdlib>
-#include <cstring>
 #include <dirent.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+#include <atomic>
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
 
 namespace ckptfs {
 namespace {
@@ -38,14 +38,15 @@ std::string resolved_inside(int dir, const std::string& relative, int& error) {
   const std::string base = fmt::format("/proc/self/fd/{}", dir);
   char root[PATH_MAX];
   char target[PATH_MAX];
-  if (::realpath(base.c_str(), root) == nullptr || ::realpath((base + "/" + relative).c_str(),
-                                                              target) == nullptr) {
+  if (::realpath(base.c_str(), root) == nullptr ||
+      ::realpath((base + "/" + relative).c_str(), target) == nullptr) {
     error = errno;
     return {};
   }
   const std::string_view inside(root);
   const std::string_view path(target);
-  if (path != inside && !(path.starts_with(inside) && (inside == "/" || path[inside.size()] == '/'))) {
+  if (path != inside &&
+      !(path.starts_with(inside) && (inside == "/" || path[inside.size()] == '/'))) {
     error = EXDEV;
     return {};
   }

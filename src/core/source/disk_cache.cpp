@@ -7,13 +7,13 @@
 #include <fmt/format.h>
 #include <zlib.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <fcntl.h>
 #include <filesystem>
-#include <sys/stat.h>
-#include <unistd.h>
 #include <vector>
 
 namespace ckptfs::detail {
@@ -79,8 +79,9 @@ DiskCache::DiskCache(const std::string& directory, std::uint64_t limit) : limit_
   root_ = (fs::path(directory) / "ckptfs-blocks-v1").string();
   fs::create_directories(root_, ec);
   if (ec || ::access(root_.c_str(), R_OK | W_OK | X_OK) != 0) {
-    throw Error(ExitCode::usage, fmt::format("cache_dir={}: cannot use {}: {}", quote(directory),
-                                             quote(root_), ec ? ec.message() : std::strerror(errno)));
+    throw Error(ExitCode::usage,
+                fmt::format("cache_dir={}: cannot use {}: {}", quote(directory), quote(root_),
+                            ec ? ec.message() : std::strerror(errno)));
   }
 }
 
@@ -119,12 +120,11 @@ bool DiskCache::load(const std::string& folder, std::uint64_t index, std::span<s
   if (fd < 0) return false;
   unsigned char header[header_size];
   struct stat st {};
-  bool ok = ::fstat(fd, &st) == 0 &&
-            static_cast<std::uint64_t>(st.st_size) == header_size + out.size() &&
-            read_all(fd, header, header_size, 0) && std::memcmp(header, magic, 8) == 0 &&
-            get_le(header + 8, 8) == index && get_le(header + 16, 8) == out.size() &&
-            read_all(fd, out.data(), out.size(), header_size) &&
-            get_le(header + 24, 4) == checksum(out);
+  bool ok =
+      ::fstat(fd, &st) == 0 && static_cast<std::uint64_t>(st.st_size) == header_size + out.size() &&
+      read_all(fd, header, header_size, 0) && std::memcmp(header, magic, 8) == 0 &&
+      get_le(header + 8, 8) == index && get_le(header + 16, 8) == out.size() &&
+      read_all(fd, out.data(), out.size(), header_size) && get_le(header + 24, 4) == checksum(out);
   if (ok) (void)::futimens(fd, nullptr);  // recently used: trimmed last
   ::close(fd);
   return ok;
@@ -148,8 +148,8 @@ void DiskCache::store(const std::string& folder, std::uint64_t index,
     ::unlink(temporary.c_str());
     return;
   }
-  const std::uint64_t total = estimate_.fetch_add(header_size + bytes.size()) + header_size +
-                              bytes.size();
+  const std::uint64_t total =
+      estimate_.fetch_add(header_size + bytes.size()) + header_size + bytes.size();
   if (!counted_.load() || total > limit_) trim();
 }
 

@@ -31,7 +31,8 @@ void HttpTransport::submit(std::shared_ptr<Job> job) {
     return;
   }
   multi_ = curl().multi_init();
-  if (multi_ == nullptr) throw std::system_error(std::make_error_code(std::errc::not_enough_memory));
+  if (multi_ == nullptr)
+    throw std::system_error(std::make_error_code(std::errc::not_enough_memory));
   multi_setopt(multi_, CURLMOPT_MAX_HOST_CONNECTIONS, static_cast<long>(options_.max_connections));
   multi_setopt(multi_, CURLMOPT_MAXCONNECTS, static_cast<long>(2 * options_.max_connections));
   multi_setopt(multi_, CURLMOPT_PIPELINING, CURLPIPE_MULTIPLEX);
@@ -128,7 +129,8 @@ void HttpTransport::run() {
     const auto now = Clock::now();
     for (const auto& job : waiting) {
       const auto due = std::chrono::duration_cast<std::chrono::milliseconds>(job->not_before - now);
-      wait = std::max(std::chrono::milliseconds(0), std::min(wait, due + std::chrono::milliseconds(1)));
+      wait = std::max(std::chrono::milliseconds(0),
+                      std::min(wait, due + std::chrono::milliseconds(1)));
     }
     {
       std::lock_guard lock(mutex_);

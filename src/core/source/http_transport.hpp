@@ -22,9 +22,9 @@ namespace ckptfs::detail {
 using Clock = std::chrono::steady_clock;
 
 struct TransportOptions {
-  bool insecure = false;          // no TLS peer or host verification
-  std::string cacert;             // CA bundle file; empty: the system's
-  unsigned max_connections = 8;   // per host: range requests in flight at once over HTTP/1.1
+  bool insecure = false;         // no TLS peer or host verification
+  std::string cacert;            // CA bundle file; empty: the system's
+  unsigned max_connections = 8;  // per host: range requests in flight at once over HTTP/1.1
 };
 
 // One HTTP exchange as the transport runs it; subclasses say what is asked and what to do with
@@ -72,10 +72,10 @@ class HttpTransport {
   std::mutex mutex_;
   std::deque<std::shared_ptr<Job>> incoming_;  // submitted, not yet seen by the thread
   bool stopping_ = false;
-  CURLM* multi_ = nullptr;                    // while the thread runs
+  CURLM* multi_ = nullptr;  // while the thread runs
   std::thread thread_;
   std::unordered_map<CURL*, std::shared_ptr<Job>> active_;  // the thread's own
-  std::vector<CURL*> idle_handles_;                          // the thread's own, for reuse
+  std::vector<CURL*> idle_handles_;                         // the thread's own, for reuse
 };
 
 }  // namespace ckptfs::detail

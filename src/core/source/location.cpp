@@ -159,7 +159,8 @@ std::string sibling_location(std::string_view location, std::string_view name) {
     return std::string(location.substr(0, slash + 1)) + std::string(name);
   }
   auto url = parse_url(location);
-  if (!url) throw Error(ExitCode::usage, fmt::format("{} is not a valid URL", display_location(location)));
+  if (!url)
+    throw Error(ExitCode::usage, fmt::format("{} is not a valid URL", display_location(location)));
   const auto slash = url->path.rfind('/');
   const std::string directory = slash == std::string::npos ? "/" : url->path.substr(0, slash + 1);
   if (url->scheme != "s3") {

@@ -3,10 +3,10 @@
 #include <ckptfs/base/error.hpp>
 #include <ckptfs/source/open_file.hpp>
 
-#include <cerrno>
-#include <cstring>
 #include <fcntl.h>
 #include <unistd.h>
+#include <cerrno>
+#include <cstring>
 
 namespace ckptfs {
 

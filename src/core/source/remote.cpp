@@ -64,8 +64,8 @@ std::int64_t steady_ms() {
 struct Object {
   ~Object() { curl().slist_free_all(headers); }
 
-  std::string request_url;  // what is fetched: may hold credentials, never shown
-  std::string name;         // display_location(): shown
+  std::string request_url;           // what is fetched: may hold credentials, never shown
+  std::string name;                  // display_location(): shown
   std::vector<std::string> secrets;  // texts never to show in a message
   bool follow_redirects = false;
   std::string redirect_protocols;
@@ -123,13 +123,17 @@ struct DiskWrite {
 
 struct RemoteShared {
   RemoteShared(RemoteOptions o, S3Settings s)
-      : options(std::move(o)), s3(std::move(s)), cache(options.cache_size),
+      : options(std::move(o)),
+        s3(std::move(s)),
+        cache(options.cache_size),
         transport(TransportOptions{options.insecure, options.cacert, options.max_connections}) {
     if (!options.cache_dir.empty()) {
       disk = std::make_unique<DiskCache>(options.cache_dir, options.cache_dir_size);
     }
-    window_limit = std::clamp<std::uint64_t>(options.cache_size / 4 / block_size, 1, largest_window);
-    max_in_flight = std::max<std::uint64_t>(options.cache_size / 2, block_size * blocks_per_request);
+    window_limit =
+        std::clamp<std::uint64_t>(options.cache_size / 4 / block_size, 1, largest_window);
+    max_in_flight =
+        std::max<std::uint64_t>(options.cache_size / 2, block_size * blocks_per_request);
   }
   ~RemoteShared() {
     transport.quiesce();
@@ -178,7 +182,7 @@ struct RemoteShared {
   BlockCache cache;
   std::unique_ptr<DiskCache> disk;
   std::uint64_t window_limit = largest_window;  // blocks
-  std::uint64_t max_in_flight = 0;             // bytes of readahead requested, not yet there
+  std::uint64_t max_in_flight = 0;              // bytes of readahead requested, not yet there
   std::atomic<std::uint64_t> in_flight{0};
   std::atomic<std::uint32_t> next_id{0};
   // Until then (steady_ms()), reads make one attempt, not retries until the timeout: a read that
@@ -214,10 +218,14 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
  public:
   enum class Mode { probe, validate, read };
 
-  RangeFetch(RemoteShared& shared, std::shared_ptr<Object> object, Mode mode,
-             std::uint64_t offset, std::uint64_t length, unsigned max_attempts)
-      : shared_(shared), object_(std::move(object)), mode_(mode), offset_(offset),
-        length_(length), max_attempts_(max_attempts),
+  RangeFetch(RemoteShared& shared, std::shared_ptr<Object> object, Mode mode, std::uint64_t offset,
+             std::uint64_t length, unsigned max_attempts)
+      : shared_(shared),
+        object_(std::move(object)),
+        mode_(mode),
+        offset_(offset),
+        length_(length),
+        max_attempts_(max_attempts),
         deadline_(Clock::now() + shared.options.timeout) {}
 
   // read: the blocks [first, first + blocks.size()) the fetch fills (offset_ = first's start).
@@ -240,7 +248,8 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
 
   bool start(CURL* easy) override {
     reset_response();
-    const auto remaining = std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - Clock::now());
+    const auto remaining =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - Clock::now());
     if (remaining.count() <= 0) return false;
     const Object& o = *object_;
     easy_setopt(easy, CURLOPT_URL, o.request_url.c_str());
@@ -260,9 +269,9 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
     easy_setopt(easy, CURLOPT_PROTOCOLS_STR, "http,https");
     easy_setopt(easy, CURLOPT_TIMEOUT_MS, static_cast<long>(remaining.count()));
     easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS,
-                     static_cast<long>(std::min<std::int64_t>(remaining.count(), 10'000)));
-    const long stall = std::clamp<long>(static_cast<long>(shared_.options.timeout.count() / 3000), 1,
-                                        stall_seconds_max);
+                static_cast<long>(std::min<std::int64_t>(remaining.count(), 10'000)));
+    const long stall = std::clamp<long>(static_cast<long>(shared_.options.timeout.count() / 3000),
+                                        1, stall_seconds_max);
     easy_setopt(easy, CURLOPT_LOW_SPEED_LIMIT, 1L);
     easy_setopt(easy, CURLOPT_LOW_SPEED_TIME, stall);
     easy_setopt(easy, CURLOPT_HEADERFUNCTION, &RangeFetch::on_header);
@@ -290,8 +299,8 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
     if (f.changed) object_->mark_changed(f.message);
     if (f.retry && attempt_ < max_attempts_) {
       auto backoff = std::chrono::milliseconds(100 << std::min(attempt_ - 1, 4u));
-      backoff += std::chrono::milliseconds(std::uniform_int_distribution<int>(
-          0, static_cast<int>(backoff.count() / 2))(random_));
+      backoff += std::chrono::milliseconds(
+          std::uniform_int_distribution<int>(0, static_cast<int>(backoff.count() / 2))(random_));
       if (retry_after_) {
         // Capped: a hostile value must not overflow the clock (a day is past any timeout).
         const auto asked = std::chrono::seconds(std::min<std::uint64_t>(*retry_after_, 86400));
@@ -356,9 +365,9 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
         f->response_last_modified_ = field->value;
       } else if (field->name == "retry-after") {
         const auto date = curl().getdate(field->value.c_str(), nullptr);
-        f->retry_after_ = http::parse_retry_after(
-            field->value, static_cast<std::int64_t>(::time(nullptr)),
-            date >= 0 ? std::optional<std::int64_t>(date) : std::nullopt);
+        f->retry_after_ =
+            http::parse_retry_after(field->value, static_cast<std::int64_t>(::time(nullptr)),
+                                    date >= 0 ? std::optional<std::int64_t>(date) : std::nullopt);
       } else if (field->name == "content-encoding") {
         f->content_encoding_ = lower(field->value);
       }
@@ -437,13 +446,15 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
       failure_ = Failure{code, std::move(message), retry, changed};
     };
     if (!content_encoding_.empty() && content_encoding_ != "identity") {
-      return fail_with(ExitCode::io, fmt::format("the server sent the bytes encoded ({})",
-                                                 quote(content_encoding_)), false);
+      return fail_with(
+          ExitCode::io,
+          fmt::format("the server sent the bytes encoded ({})", quote(content_encoding_)), false);
     }
     if (status_ == 206 || (status_ == 200 && mode_ != Mode::read)) {
       if (mode_ != Mode::read && status_ == 200) {
         // The server ignores ranges: acceptable only when the whole object is what was asked.
-        if (!content_length_) return fail_with(ExitCode::io, "the server ignores Range requests", false);
+        if (!content_length_)
+          return fail_with(ExitCode::io, "the server ignores Range requests", false);
         if (*content_length_ > (mode_ == Mode::probe ? std::max(length_, block_size) : length_)) {
           return fail_with(ExitCode::io,
                            "the server ignores Range requests (it answered 200 with the whole "
@@ -457,14 +468,16 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
           return fail_with(ExitCode::io, "a 206 answer without a valid Content-Range", false);
         }
         const auto& r = *content_range_;
-        if (!r.total || !r.first) return fail_with(ExitCode::io, "a 206 answer with an unknown size", false);
+        if (!r.total || !r.first)
+          return fail_with(ExitCode::io, "a 206 answer with an unknown size", false);
         total_ = *r.total;
         const std::uint64_t want_last =
             mode_ == Mode::probe ? std::min(offset_ + length_, total_) - 1 : offset_ + length_ - 1;
         if (mode_ != Mode::probe && total_ != o.size) {
           return fail_with(ExitCode::io,
                            fmt::format("its size is now {} bytes, not {}: it changed on the "
-                                       "server since it was opened", total_, o.size),
+                                       "server since it was opened",
+                                       total_, o.size),
                            false, true);
         }
         if (*r.first != offset_ || *r.last != want_last) {
@@ -478,11 +491,13 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
       etag_ = response_etag_;
       last_modified_ = response_last_modified_;
       if (mode_ != Mode::probe && !identity_holds()) {
-        return fail_with(ExitCode::io,
-                         fmt::format("it changed on the server since it was opened (ETag {} "
-                                     "then, {} now)", quote(o.etag.empty() ? o.last_modified : o.etag),
-                                     quote(o.etag.empty() ? response_last_modified_ : response_etag_)),
-                         false, true);
+        return fail_with(
+            ExitCode::io,
+            fmt::format("it changed on the server since it was opened (ETag {} "
+                        "then, {} now)",
+                        quote(o.etag.empty() ? o.last_modified : o.etag),
+                        quote(o.etag.empty() ? response_last_modified_ : response_etag_)),
+            false, true);
       }
       accepted_ = true;
       return;
@@ -502,20 +517,24 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
       accepted_whole_ = true;
       return;
     }
-    if (mode_ != Mode::probe && (status_ == 404 || status_ == 410 || status_ == 412 || status_ == 416)) {
-      return fail_with(ExitCode::io,
-                       fmt::format("it changed on the server since it was opened (HTTP {})", status_),
-                       false, true);
+    if (mode_ != Mode::probe &&
+        (status_ == 404 || status_ == 410 || status_ == 412 || status_ == 416)) {
+      return fail_with(
+          ExitCode::io,
+          fmt::format("it changed on the server since it was opened (HTTP {})", status_), false,
+          true);
     }
     if (status_ == 401 || status_ == 403) {
-      return fail_with(ExitCode::access_denied, fmt::format("access denied (HTTP {})", status_), false);
+      return fail_with(ExitCode::access_denied, fmt::format("access denied (HTTP {})", status_),
+                       false);
     }
     if (status_ == 404 || status_ == 410) {
       return fail_with(ExitCode::io, fmt::format("not found (HTTP {})", status_), false);
     }
     if (status_ == 408 || status_ == 425 || status_ == 429 || status_ == 500 || status_ == 502 ||
         status_ == 503 || status_ == 504) {
-      return fail_with(ExitCode::unreachable, fmt::format("the server answered HTTP {}", status_), true);
+      return fail_with(ExitCode::unreachable, fmt::format("the server answered HTTP {}", status_),
+                       true);
     }
     if (status_ == 0) return fail_with(ExitCode::unreachable, "no HTTP status line", true);
     return fail_with(ExitCode::io, fmt::format("the server answered HTTP {}", status_), false);
@@ -557,7 +576,8 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
       case CURLE_SSL_ISSUER_ERROR:
         return {ExitCode::unreachable,
                 fmt::format("TLS: {} (-o cacert=FILE names the CA to trust; -o insecure skips "
-                            "the check)", what),
+                            "the check)",
+                            what),
                 false};
       case CURLE_URL_MALFORMAT:
       case CURLE_UNSUPPORTED_PROTOCOL:
@@ -709,8 +729,9 @@ class RemoteSource final : public ByteSource {
 
   bool unchanged(bool check_path) const noexcept override {
     if (object_->changed.load(std::memory_order_acquire)) return false;
-    if (check_path && steady_ms() - object_->validated_at.load() >
-                          std::chrono::duration_cast<std::chrono::milliseconds>(revalidate_every).count()) {
+    if (check_path &&
+        steady_ms() - object_->validated_at.load() >
+            std::chrono::duration_cast<std::chrono::milliseconds>(revalidate_every).count()) {
       revalidate();
     }
     return true;
@@ -721,8 +742,8 @@ class RemoteSource final : public ByteSource {
   void revalidate() const noexcept {
     if (object_->validating.exchange(true)) return;
     try {
-      auto job = std::make_shared<RangeFetch>(*shared_, object_, RangeFetch::Mode::validate, 0,
-                                              1, 1);
+      auto job =
+          std::make_shared<RangeFetch>(*shared_, object_, RangeFetch::Mode::validate, 0, 1, 1);
       if (object_->size == 0) {
         object_->validating = false;
         return;
@@ -755,7 +776,8 @@ class RemoteSource final : public ByteSource {
   }
 
   // Fetches the new blocks [first, first + blocks.size()) in requests of blocks_per_request.
-  void fetch(std::uint64_t first, std::vector<std::shared_ptr<Block>> blocks, bool readahead) const {
+  void fetch(std::uint64_t first, std::vector<std::shared_ptr<Block>> blocks,
+             bool readahead) const {
     for (std::size_t at = 0; at < blocks.size(); at += blocks_per_request) {
       const std::size_t n = std::min<std::size_t>(blocks_per_request, blocks.size() - at);
       std::vector<std::shared_ptr<Block>> part(blocks.begin() + at, blocks.begin() + at + n);
@@ -783,7 +805,8 @@ class RemoteSource final : public ByteSource {
     std::vector<std::shared_ptr<Block>> run;
     std::uint64_t run_first = from;
     for (std::uint64_t i = from; i < to; ++i) {
-      if (readahead && shared_->in_flight.load(std::memory_order_relaxed) >= shared_->max_in_flight) {
+      if (readahead &&
+          shared_->in_flight.load(std::memory_order_relaxed) >= shared_->max_in_flight) {
         break;  // enough is on its way: the next read asks for the rest
       }
       bool created = false;
@@ -838,7 +861,8 @@ class RemoteSource final : public ByteSource {
       to = std::min(next + s.window, block_count_);
       if (to <= from) return;
       // Ask in whole requests' worth once the window is wide, so that requests stay large.
-      if (to - from < blocks_per_request && to < block_count_ && s.window >= 2 * blocks_per_request) {
+      if (to - from < blocks_per_request && to < block_count_ &&
+          s.window >= 2 * blocks_per_request) {
         return;
       }
       s.issued_until = to;
@@ -933,7 +957,8 @@ namespace {
 
 // The keys of section `section` of an AWS shared INI file ("[default]", "[profile x]"...);
 // empty when the file or the section is missing.
-std::map<std::string, std::string> ini_section(const std::string& path, const std::string& section) {
+std::map<std::string, std::string> ini_section(const std::string& path,
+                                               const std::string& section) {
   std::map<std::string, std::string> out;
   std::ifstream in(path);
   std::string line;
@@ -973,8 +998,9 @@ S3Settings S3Settings::from_environment() {
   const std::string profile = !env("AWS_PROFILE").empty() ? env("AWS_PROFILE") : "default";
   const std::string home = env("HOME");
   std::map<std::string, std::string> config;
-  const std::string config_file =
-      !env("AWS_CONFIG_FILE").empty() ? env("AWS_CONFIG_FILE") : home.empty() ? "" : home + "/.aws/config";
+  const std::string config_file = !env("AWS_CONFIG_FILE").empty() ? env("AWS_CONFIG_FILE")
+                                  : home.empty()                  ? ""
+                                                                  : home + "/.aws/config";
   if (!config_file.empty()) {
     config = ini_section(config_file, profile == "default" ? "default" : "profile " + profile);
   }
@@ -1008,7 +1034,7 @@ S3Settings S3Settings::from_environment() {
     s.region = config["region"];
   }
   s.endpoint = !env("AWS_ENDPOINT_URL_S3").empty() ? env("AWS_ENDPOINT_URL_S3")
-               : !env("AWS_ENDPOINT_URL").empty() ? env("AWS_ENDPOINT_URL")
+               : !env("AWS_ENDPOINT_URL").empty()  ? env("AWS_ENDPOINT_URL")
                                                    : config["endpoint_url"];
   while (s.endpoint.ends_with('/')) s.endpoint.pop_back();
   if (!s.endpoint.empty()) {
@@ -1033,7 +1059,6 @@ void RemoteContext::quiesce() noexcept {
   shared_->stop_disk_writer();
 }
 
-
 std::unique_ptr<ByteSource> RemoteContext::open(const std::string& location) {
   using detail::Object;
   using detail::RangeFetch;
@@ -1044,8 +1069,8 @@ std::unique_ptr<ByteSource> RemoteContext::open(const std::string& location) {
   std::string cache_key;
   if (url->scheme == "s3") {
     detail::target_s3(*url, shared_->s3, o);
-    cache_key = o.name + " at " + (shared_->s3.endpoint.empty() ? "aws:" + shared_->s3.region
-                                                                : shared_->s3.endpoint);
+    cache_key = o.name + " at " +
+                (shared_->s3.endpoint.empty() ? "aws:" + shared_->s3.region : shared_->s3.endpoint);
   } else {
     o.request_url = location;
     o.name = display_location(location);
@@ -1054,15 +1079,16 @@ std::unique_ptr<ByteSource> RemoteContext::open(const std::string& location) {
     o.redirect_protocols = url->scheme == "https" ? "https" : "http,https";
     if (!url->userinfo.empty()) o.secrets.push_back(url->userinfo);
     if (url->has_query) o.secrets.push_back(url->query);
-    cache_key = url->scheme + "://" + url->host + (url->port.empty() ? "" : ":" + url->port) + url->path;
+    cache_key =
+        url->scheme + "://" + url->host + (url->port.empty() ? "" : ":" + url->port) + url->path;
   }
   o.build_headers();
 
   // The first block, unless a disk cache may have it: then one byte, for size and identity.
   const bool disk = shared_->disk != nullptr;
   const std::uint64_t probe_length = disk ? 1 : detail::block_size;
-  auto probe = std::make_shared<RangeFetch>(*shared_, object, RangeFetch::Mode::probe, 0,
-                                            probe_length, 4);
+  auto probe =
+      std::make_shared<RangeFetch>(*shared_, object, RangeFetch::Mode::probe, 0, probe_length, 4);
   shared_->transport.submit(probe);
   if (auto failure = probe->wait()) throw Error(failure->code, failure->message);
 
@@ -1080,9 +1106,8 @@ std::unique_ptr<ByteSource> RemoteContext::open(const std::string& location) {
   if (!o.etag.empty() && !o.etag.starts_with("W/")) o.header_lines.push_back("If-Match: " + o.etag);
   o.build_headers();
   if (disk) {
-    o.disk_folder = shared_->disk->object_folder(
-        fmt::format("{}\netag {}\nlast-modified {}\nsize {}\n", cache_key, o.etag,
-                    o.last_modified, o.size));
+    o.disk_folder = shared_->disk->object_folder(fmt::format(
+        "{}\netag {}\nlast-modified {}\nsize {}\n", cache_key, o.etag, o.last_modified, o.size));
   }
   const std::string& body = probe->body();
   if (!disk && o.size > 0 && body.size() == std::min(o.size, detail::block_size)) {

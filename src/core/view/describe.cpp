@@ -112,8 +112,8 @@ void write_sources_and_metadata(JsonWriter& j, const Model& c) {
   j.end_object();
 }
 
-std::string tensor_meta_json(const Model& c, std::size_t entry_index,
-                             const SharingIndex& sharing, std::optional<DType> convert_to) {
+std::string tensor_meta_json(const Model& c, std::size_t entry_index, const SharingIndex& sharing,
+                             std::optional<DType> convert_to) {
   std::string out;
   out.reserve(640);  // a typical meta.json: one allocation
   JsonWriter j(out);

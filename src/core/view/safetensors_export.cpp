@@ -73,7 +73,8 @@ class HeaderJson {
   }
   void tensor(std::size_t entry, std::string_view key, std::uint64_t begin, std::uint64_t nbytes) {
     const Tensor& tensor = model_.tensors[model_.entries[entry].tensor];
-    const std::string_view dtype = format_dtype(tensor, served_of(model_, tensor, convert_to_).dtype);
+    const std::string_view dtype =
+        format_dtype(tensor, served_of(model_, tensor, convert_to_).dtype);
     j_.key(key).begin_object();
     j_.key("dtype").string(dtype);
     j_.key("shape").begin_array();
@@ -160,7 +161,8 @@ SafetensorsExport::SafetensorsExport(const Model& model, std::uint64_t shard_siz
   std::size_t file_first = 0;
   for (Tensor& t : tensors_) {
     const bool has_tensors = kept.size() > file_first;
-    if (shard_size != 0 && has_tensors && (in_file > shard_size || t.nbytes > shard_size - in_file)) {
+    if (shard_size != 0 && has_tensors &&
+        (in_file > shard_size || t.nbytes > shard_size - in_file)) {
       files_.push_back({"", file_first, kept.size(), {}, 0});
       file_first = kept.size();
       in_file = 0;
@@ -179,7 +181,8 @@ SafetensorsExport::SafetensorsExport(const Model& model, std::uint64_t shard_siz
     f.name = !sharded ? "model.safetensors"
                       : fmt::format("model-{:05}-of-{:05}.safetensors", i + 1, files_.size());
     f.header = header_of(model, tensors_, f.first, f.end, convert_to);
-    const std::uint64_t data = f.first < f.end ? tensors_[f.end - 1].begin + tensors_[f.end - 1].nbytes : 0;
+    const std::uint64_t data =
+        f.first < f.end ? tensors_[f.end - 1].begin + tensors_[f.end - 1].nbytes : 0;
     f.size = f.header.size() + data;
   }
   if (!sharded) return;

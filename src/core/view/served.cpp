@@ -176,18 +176,17 @@ void read_served(const Model& model, const Tensor& tensor, const ServedTensor& s
       const std::uint32_t source = model.storages[*tensor.storage].source;
       const std::span<char> into = out.add_staged(length, source);
       // The stored elements a staging buffer at a time: never the whole tensor in memory.
-      read_converted(served.stored, served.dtype, big_endian(model, tensor), offset,
-                     std::as_writable_bytes(into),
-                     [&](std::uint64_t at, std::span<std::byte> stored) {
-                       if (served.contiguous) {
-                         const Storage& storage = model.storages[served.storage];
-                         sources[storage.source]->read(data_offset(storage) + served.begin + at,
-                                                       stored);
-                       } else {
-                         gather_tensor(model, tensor, at, sources,
-                                       {reinterpret_cast<char*>(stored.data()), stored.size()});
-                       }
-                     });
+      read_converted(
+          served.stored, served.dtype, big_endian(model, tensor), offset,
+          std::as_writable_bytes(into), [&](std::uint64_t at, std::span<std::byte> stored) {
+            if (served.contiguous) {
+              const Storage& storage = model.storages[served.storage];
+              sources[storage.source]->read(data_offset(storage) + served.begin + at, stored);
+            } else {
+              gather_tensor(model, tensor, at, sources,
+                            {reinterpret_cast<char*>(stored.data()), stored.size()});
+            }
+          });
       return;
     }
   }

@@ -3,20 +3,20 @@
 // every kind of file, with derived files made on first use.
 #include <ckptfs/base/crc32.hpp>
 #include <ckptfs/base/error.hpp>
-#include <ckptfs/base/numbers.hpp>
 #include <ckptfs/base/json_writer.hpp>
+#include <ckptfs/base/names.hpp>
+#include <ckptfs/base/numbers.hpp>
 #include <ckptfs/format/plain_value.hpp>
 #include <ckptfs/format/torch_writer.hpp>
 #include <ckptfs/view/describe.hpp>
-#include <ckptfs/base/names.hpp>
 #include <ckptfs/view/npy.hpp>
 #include <ckptfs/view/safetensors_export.hpp>
 #include <ckptfs/view/served.hpp>
 #include <ckptfs/view/tree.hpp>
 
 #include <algorithm>
-#include <type_traits>
 #include <cstring>
+#include <type_traits>
 
 namespace ckptfs {
 
@@ -200,7 +200,7 @@ std::string_view Tree::root_child_name(std::size_t child) const {
 
 std::optional<std::size_t> Tree::find_root_child(std::string_view name) const {
   const std::size_t mask = root_slots_.size() - 1;
-  for (std::size_t at = KeyedHash{}(name) & mask;; at = (at + 1) & mask) {
+  for (std::size_t at = KeyedHash{}(name)&mask;; at = (at + 1) & mask) {
     const std::uint32_t slot = root_slots_[at];
     if (slot == 0) return std::nullopt;
     if (root_child_name(slot - 1) == name) return slot - 1;
@@ -559,9 +559,8 @@ std::uint32_t Tree::storage_crc(std::size_t entry, const EntryFiles& files, std:
   const ServedTensor served = serve(model_, t, storage == 0 ? options_.dtype : std::nullopt);
   std::uint32_t crc = 0;
   const Storage* whole = t.storage ? &model_.storages[*t.storage] : nullptr;
-  if (served.way == ServedTensor::Way::range && whole && whole->record_crc32 &&
-      served.begin == 0 && served.nbytes == whole->nbytes &&
-      (*whole->record_crc32 != 0 || served.nbytes == 0)) {
+  if (served.way == ServedTensor::Way::range && whole && whole->record_crc32 && served.begin == 0 &&
+      served.nbytes == whole->nbytes && (*whole->record_crc32 != 0 || served.nbytes == 0)) {
     // The tensor is its whole record: the source's central directory has its CRC (0 is what
     // torch >= 2.6 may write instead of one, so it is computed then).
     crc = *whole->record_crc32;
@@ -649,9 +648,8 @@ const SharingIndex& Tree::sharing() const {
 }
 
 const SafetensorsExport& Tree::safetensors() const {
-  return once(safetensors_, [&] {
-    return SafetensorsExport(model_, options_.shard_size, options_.dtype);
-  });
+  return once(safetensors_,
+              [&] { return SafetensorsExport(model_, options_.shard_size, options_.dtype); });
 }
 
 void Tree::read(Ino ino, std::uint64_t offset, std::size_t length, Sources sources,
@@ -661,9 +659,7 @@ void Tree::read(Ino ino, std::uint64_t offset, std::size_t length, Sources sourc
   const std::uint64_t file_size = size(*n);
   if (offset >= file_size) return;
   length = static_cast<std::size_t>(std::min<std::uint64_t>(length, file_size - offset));
-  auto literal = [&](const std::string& text) {
-    out.add_memory(text.data() + offset, length);
-  };
+  auto literal = [&](const std::string& text) { out.add_memory(text.data() + offset, length); };
   switch (n->kind) {
     case Kind::root:
     case Kind::entry_dir:
@@ -685,7 +681,8 @@ void Tree::read(Ino ino, std::uint64_t offset, std::size_t length, Sources sourc
     case Kind::value_json: {
       const std::string& json = model_.entries[n->index].value_json;
       // The JSON, then a newline.
-      const std::size_t from_json = offset < json.size() ? std::min(length, json.size() - offset) : 0;
+      const std::size_t from_json =
+          offset < json.size() ? std::min(length, json.size() - offset) : 0;
       if (from_json) out.add_memory(json.data() + offset, from_json);
       if (from_json < length) out.add_memory("\n", 1);
       return;
@@ -698,7 +695,8 @@ void Tree::read(Ino ino, std::uint64_t offset, std::size_t length, Sources sourc
       if (n->kind == Kind::tensor_npy) {
         const std::string& header = entry_files(n->index).npy_header;
         if (at < header.size()) {
-          const std::size_t part = static_cast<std::size_t>(std::min<std::uint64_t>(left, header.size() - at));
+          const std::size_t part =
+              static_cast<std::size_t>(std::min<std::uint64_t>(left, header.size() - at));
           out.add_memory(header.data() + at, part);
           at += part;
           left -= part;
