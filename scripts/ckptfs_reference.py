@@ -755,7 +755,8 @@ def entry_names(keys, max_bytes=255):
 
 def rfc_file_names(keys):
     """The file names of keys in the RFC layout (-o layout=rfc), in order: the naming rule of
-    entry_names() within 252 bytes, then ".pt"."""
+    entry_names() within 252 bytes, then ".pt". `keys` are those of the entries with a file
+    (map.pt's): the others take no name."""
     return [name + ".pt" for name in entry_names(keys, 252)]
 
 

@@ -528,6 +528,23 @@ TEST_CASE("layout=rfc: index.json, map.pt, a <name>.pt per entry torch can load 
                                              cut, nullptr, std::string(252, 'x') + ".pt"});
 }
 
+TEST_CASE("layout=rfc: names are given among the keys map.pt lists, so its keys find their files") {
+  // None and "None" have the same text; None's value has no file, so "None" is "None.pt".
+  PickleBuilder p;
+  p.proto(2).empty_dict().mark();
+  p.none().global("argparse", "Namespace").empty_tuple().reduce();
+  p.binunicode("None").tensor_v2("FloatStorage", "0", "cpu", 4, 0, {2}, {1});
+  p.setitems().stop();
+  Mounted m(torch_zip(p.bytes(), {{"0", floats(4)}}), {.layout = Layout::rfc});
+  REQUIRE(m.tree.model().entries.size() == 2);
+  CHECK(m.list(Tree::root_ino) == std::vector<std::string>{"index.json", "map.pt", "None.pt"});
+  CHECK(m.tree.lookup(Tree::root_ino, "None.pt") != 0);
+  CHECK(m.tree.lookup(Tree::root_ino, "None%#2.pt") == 0);
+  // The split layout names both: the directory of the first key is the one without a suffix.
+  Mounted split(torch_zip(p.bytes(), {{"0", floats(4)}}));
+  CHECK(split.tree.lookup(Tree::root_ino, "None%#2") != 0);
+}
+
 TEST_CASE("derived files are made on first use, once") {
   Mounted m(checkpoint_with_views());
   struct stat st {};

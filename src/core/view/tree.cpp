@@ -138,9 +138,9 @@ Tree::Tree(Model model, TreeOptions options)
   }
   // Names as NameAllocator gives them, with the root's lookup table as the set of names taken:
   // no second copy of the keys. Root files' names are no key's (the naming rule reserves them).
-  // In the RFC layout the table holds every entry's name without ".pt" (entries without a file
-  // take theirs too, so that names do not depend on which can be loaded) and the root's two
-  // files are found apart.
+  // In the RFC layout the table holds the names, without ".pt", of the entries with a file only:
+  // those map.pt lists, so that a loader finds the file of each key of map.pt by the rule applied
+  // to map.pt's keys alone. The root's two files are found apart.
   const std::size_t max_bytes = rfc ? rfc_name_bytes : max_name_bytes;
   const std::size_t children = (rfc ? 0 : root_files_.size()) + entries;
   std::size_t slots = 16;
@@ -155,6 +155,7 @@ Tree::Tree(Model model, TreeOptions options)
     for (std::size_t f = 0; f < root_files_.size(); ++f) insert(f);
   }
   for (std::size_t i = 0; i < entries; ++i) {
+    if (rfc && !has_file_[i]) continue;
     const std::string& key = model_.entries[i].key;
     std::string name = is_own_name(key, max_bytes) ? std::string() : directory_name(key, max_bytes);
     if (find_root_child(name.empty() ? std::string_view(key) : name)) {
