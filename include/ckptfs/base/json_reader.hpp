@@ -223,6 +223,11 @@ class JsonValue {
 JsonValue parse_json(std::string_view text, const JsonLimits& limits = {},
                      std::size_t max_values = 1'000'000);
 
+// Writes the scalar `token` that `json` has just read (a string, a number as written, true,
+// false, null) to `out`, as compact_json() writes it; false, writing nothing, for any other token.
+class JsonWriter;
+bool copy_json_scalar(JsonReader& json, JsonReader::Token token, JsonWriter& out);
+
 // `text` read with JsonReader's rules and written back compact: no whitespace, strings escaped
 // as append_json_string() writes them, numbers as written. Iterative: memory is the output and
 // a frame per open container. Throws Error(bad_checkpoint) as JsonReader does.

@@ -518,6 +518,29 @@ JsonValue parse_json(std::string_view text, const JsonLimits& limits, std::size_
   return root;
 }
 
+bool copy_json_scalar(JsonReader& json, JsonReader::Token token, JsonWriter& out) {
+  using Token = JsonReader::Token;
+  switch (token) {
+    case Token::string:
+      out.string(json.string());
+      return true;
+    case Token::number:
+      out.raw(json.number_text());
+      return true;
+    case Token::true_value:
+      out.boolean(true);
+      return true;
+    case Token::false_value:
+      out.boolean(false);
+      return true;
+    case Token::null:
+      out.null();
+      return true;
+    default:
+      return false;
+  }
+}
+
 std::string compact_json(std::string_view text, const JsonLimits& limits) {
   using Token = JsonReader::Token;
   JsonReader json(text, limits);
@@ -541,22 +564,8 @@ std::string compact_json(std::string_view text, const JsonLimits& limits) {
       case Token::key:
         w.key(json.string());
         break;
-      case Token::string:
-        w.string(json.string());
-        break;
-      case Token::number:
-        w.raw(json.number_text());
-        break;
-      case Token::true_value:
-        w.boolean(true);
-        break;
-      case Token::false_value:
-        w.boolean(false);
-        break;
-      case Token::null:
-        w.null();
-        break;
-      case Token::end:
+      default:
+        copy_json_scalar(json, t, w);  // every other token is a scalar
         break;
     }
   }

@@ -66,22 +66,8 @@ std::string read_key_path(JsonReader& json) {
   JsonWriter w(out, 0);
   w.begin_array();
   for (t = json.next(); t != Token::end_array; t = json.next()) {
+    if (copy_json_scalar(json, t, w)) continue;
     switch (t) {
-      case Token::string:
-        w.string(json.string());
-        break;
-      case Token::number:
-        w.raw(json.number_text());
-        break;
-      case Token::true_value:
-        w.boolean(true);
-        break;
-      case Token::false_value:
-        w.boolean(false);
-        break;
-      case Token::null:
-        w.null();
-        break;
       case Token::begin_object: {
         if (json.next() != Token::key) json.fail("a key_path part is an empty object");
         w.begin_object().key(json.string());
