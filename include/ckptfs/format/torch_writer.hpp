@@ -115,7 +115,9 @@ class TorchPickler {
 
  private:
   void storage_pid(const TensorArgs& tensor, bool untyped);
-  void size_and_stride(const TensorArgs& tensor);
+  // Argument i < 4 of both rebuild calls: storage, storage offset, size, stride.
+  void view_arg(const TensorArgs& tensor, const std::vector<std::int64_t>& stride, bool untyped,
+                std::size_t i);
   void backward_hooks();
 
   pickle::Writer& w_;

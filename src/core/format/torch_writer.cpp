@@ -160,6 +160,23 @@ void TorchPickler::storage_pid(const TensorArgs& t, bool untyped) {
   w_.binpersid();
 }
 
+void TorchPickler::view_arg(const TensorArgs& t, const std::vector<std::int64_t>& stride,
+                            bool untyped, std::size_t i) {
+  switch (i) {
+    case 0:
+      storage_pid(t, untyped);
+      break;
+    case 1:
+      w_.integer(t.storage_offset);
+      break;
+    case 2:
+      w_.int_tuple(t.shape);
+      break;
+    default:
+      w_.int_tuple(stride);
+  }
+}
+
 void TorchPickler::backward_hooks() {
   w_.ordered_dict(0, [](std::size_t) {});
 }
@@ -175,16 +192,10 @@ pickle::MemoSlot TorchPickler::tensor(const TensorArgs& t) {
   w_.tuple(untyped ? 7 : 6, [&](std::size_t i) {
     switch (i) {
       case 0:
-        storage_pid(t, untyped);
-        break;
       case 1:
-        w_.integer(t.storage_offset);
-        break;
       case 2:
-        w_.int_tuple(t.shape);
-        break;
       case 3:
-        w_.int_tuple(stride);
+        view_arg(t, stride, untyped, i);
         break;
       case 4:
         w_.boolean(t.requires_grad);
@@ -215,16 +226,10 @@ pickle::MemoSlot TorchPickler::quantized_tensor(const TensorArgs& t, const Quant
   w_.tuple(7, [&](std::size_t i) {
     switch (i) {
       case 0:
-        storage_pid(t, false);
-        break;
       case 1:
-        w_.integer(t.storage_offset);
-        break;
       case 2:
-        w_.int_tuple(t.shape);
-        break;
       case 3:
-        w_.int_tuple(stride);
+        view_arg(t, stride, false, i);
         break;
       case 4:
         if (q.scheme == QScheme::per_tensor_affine) {
