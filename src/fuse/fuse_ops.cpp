@@ -111,6 +111,10 @@ class Reply {
     if (!claim()) return -EALREADY;
     return fuse_reply_data(req_, bytes, FUSE_BUF_SPLICE_MOVE);
   }
+  int iov(std::span<const iovec> bytes) noexcept {
+    if (!claim()) return -EALREADY;
+    return fuse_reply_iov(req_, bytes.data(), static_cast<int>(bytes.size()));
+  }
 
  private:
   bool claim() noexcept {
@@ -269,6 +273,10 @@ void op_getattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
   });
 }
 
+// Reads at least this large may take long enough (converting, gathering, waiting for a server)
+// that the next request is better answered by another thread.
+constexpr std::size_t large_read = 128 * 1024;
+
 // Each serving thread's reply, reused read after read.
 thread_local ReadReply thread_reply;
 
@@ -302,9 +310,12 @@ void prefill_page_cache(Context& ctx, fuse_ino_t ino, std::uint64_t size) {
   } catch (const std::exception&) {
     return;  // READ reads the bytes again, and logs the failure if it fails too
   }
+  // NO_SPLICE: the bytes are in memory, and libfuse would copy them into a pipe first (see
+  // ReadReply::memory_iovecs()); without it, it writes them to /dev/fuse (a few small pieces are
+  // gathered into one buffer first).
   fuse_bufvec* bytes = reply.bufvec();
   if (bytes != nullptr &&
-      fuse_lowlevel_notify_store(ctx.session, ino, 0, bytes, fuse_buf_copy_flags{}) == 0) {
+      fuse_lowlevel_notify_store(ctx.session, ino, 0, bytes, FUSE_BUF_NO_SPLICE) == 0) {
     for (const SourceRange& range : reply.source_ranges()) {
       ctx.pages.cached_by_mount(range, SourcePages::Drop::later);
     }
@@ -335,6 +346,9 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_i
       ~End() { read.end(); }
     } end{read};
     ReadBuffer& buffer = read.begin();
+    // A large read may convert or gather its bytes, or wait for a server: the next request
+    // (the kernel's readahead) goes to another thread meanwhile.
+    if (size >= large_read) ctx.wait_ahead();
     ctx.tree.read(ino, static_cast<std::uint64_t>(off), size, ctx.sources, buffer);
     if (std::ranges::any_of(buffer.pieces(), [](const ReadPiece& p) { return !p.memory; })) {
       ctx.wait_ahead();  // the sources' pages may have to come from a disk
@@ -347,9 +361,11 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_i
     }
     fuse_bufvec* bytes = read.bufvec();
     if (bytes == nullptr) return reply.buffer(nullptr, 0);
+    const std::span<const iovec> memory = read.memory_iovecs();
+    const int sent = memory.empty() ? reply.data(bytes) : reply.iov(memory);
     // Once the kernel has the bytes, the mount's page cache holds them (unless the reader asked
     // for O_DIRECT): the sources' pages of them are no longer needed.
-    if (reply.data(bytes) == 0 && (fi->flags & O_DIRECT) == 0) {
+    if (sent == 0 && (fi->flags & O_DIRECT) == 0) {
       for (const SourceRange& range : read.source_ranges()) ctx.pages.cached_by_mount(range);
     }
   });

@@ -8,6 +8,7 @@
 
 #include <fcntl.h>
 #include <sys/ioctl.h>
+#include <sys/uio.h>
 #include <unistd.h>
 #include <algorithm>
 #include <cerrno>
@@ -19,6 +20,11 @@ namespace {
 // Past this many pieces a read is copied rather than spliced: one splice per piece would cost
 // more than copying a few small ones (model.safetensors over many small tensors).
 constexpr std::size_t max_spliced_pieces = 16;
+
+// The most pieces a memory reply is written with: the kernel's IOV_MAX (1024) less libfuse's
+// header. A read of more pieces (many tiny tensors of model.safetensors) goes to libfuse, which
+// gathers them into one buffer first.
+constexpr std::size_t max_written_pieces = 1000;
 
 enum class Moved { all, source_ended, cannot };
 
@@ -92,13 +98,34 @@ ReadBuffer& ReadReply::begin() {
   buffer_.clear();
   pieces_.clear();
   ranges_.clear();
+  lent_.clear();
+  pins_.clear();
   spliced_ = false;
   return buffer_;
 }
 
 void ReadReply::copy_source_pieces(Sources sources) {
+  // Sources that hold the bytes in memory (a remote source's cache) lend them: the pieces
+  // point there, pinned until end(). The others are read into one buffer.
+  std::vector<ReadPiece>& pieces = rebuilt_;
+  pieces.clear();
   std::size_t total = 0;
-  for (const ReadPiece& p : pieces_) total += p.memory ? 0 : p.length;
+  for (const ReadPiece& p : pieces_) {
+    const std::size_t spans = lent_.size();
+    if (p.memory || !sources[p.source]->lend(p.source_offset, p.length, lent_, pins_)) {
+      pieces.push_back(p);
+      total += p.memory ? 0 : p.length;
+      continue;
+    }
+    std::uint64_t offset = p.source_offset;
+    for (std::size_t i = spans; i < lent_.size(); ++i) {
+      const auto bytes = lent_[i];
+      pieces.push_back(
+          {reinterpret_cast<const char*>(bytes.data()), p.source, offset, bytes.size()});
+      offset += bytes.size();
+    }
+  }
+  pieces_.swap(pieces);
   copied_.resize(total);
   std::size_t at = 0;
   for (ReadPiece& p : pieces_) {
@@ -161,9 +188,20 @@ fuse_bufvec* ReadReply::bufvec() {
   return vec;
 }
 
+std::span<const iovec> ReadReply::memory_iovecs() {
+  iovecs_.clear();
+  if (spliced_ || pieces_.size() > max_written_pieces) return {};
+  for (const ReadPiece& p : pieces_) {
+    if (p.memory == nullptr) return iovecs_.clear(), std::span<const iovec>{};
+    iovecs_.push_back({const_cast<char*>(p.memory), p.length});
+  }
+  return iovecs_;
+}
+
 void ReadReply::end() noexcept {
   if (spliced_) pipe_->discard_leftovers();
   spliced_ = false;
+  pins_.clear();  // the lent bytes were sent (or the reply failed): the cache may drop them
 }
 
 }  // namespace ckptfs::fuse

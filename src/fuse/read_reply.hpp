@@ -4,6 +4,7 @@
 // early fails the read instead of making it short.
 #pragma once
 
+#include <ckptfs/source/byte_source.hpp>
 #include <ckptfs/view/read_buffer.hpp>
 
 #include <cstddef>
@@ -13,6 +14,7 @@
 #include <vector>
 
 struct fuse_bufvec;  // libfuse's (libfuse.hpp)
+struct iovec;
 
 namespace ckptfs::fuse {
 
@@ -49,6 +51,12 @@ class ReadReply {
   // The staged bytes in order, for fuse_reply_data() (with FUSE_BUF_SPLICE_MOVE) or a store;
   // valid until end(). Null when the read is empty.
   fuse_bufvec* bufvec();
+  // When every staged byte is in memory (nothing went through the pipe) and the pieces are few
+  // enough for one writev: the pieces as iovecs, for fuse_reply_iov(), valid until end(). Empty
+  // otherwise. libfuse 3.14's fuse_reply_data() would write such bytes into its pipe first, a
+  // copy into newly allocated pipe pages that took over half of a converted read's time
+  // (docs/PERFORMANCE.md); writev hands them to the kernel with no copy on the way.
+  std::span<const iovec> memory_iovecs();
   // The pieces (valid until end()) and the source ranges they hold (their bytes went into the
   // reply, spliced or copied).
   const std::vector<ReadPiece>& pieces() const noexcept { return pieces_; }
@@ -63,9 +71,13 @@ class ReadReply {
 
   ReadBuffer buffer_;
   std::vector<ReadPiece> pieces_;
+  std::vector<ReadPiece> rebuilt_;  // copy_source_pieces()' scratch, swapped with pieces_
   std::vector<SourceRange> ranges_;
   std::vector<char> copied_;
+  std::vector<std::span<const std::byte>> lent_;  // bytes sources lent (see ByteSource::lend())
+  std::vector<ByteSource::Pin> pins_;             // keep them valid until end()
   std::vector<std::max_align_t> bufvec_storage_;  // a fuse_bufvec and its bufs
+  std::vector<iovec> iovecs_;
   std::unique_ptr<Pipe> pipe_;
   bool spliced_ = false;
 };
