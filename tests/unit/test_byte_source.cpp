@@ -14,6 +14,7 @@
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -24,6 +25,7 @@
 #include <functional>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace {
 
@@ -183,6 +185,57 @@ TEST_CASE("reads are bounds-checked and a file that shrank is an I/O error") {
   } catch (const ckptfs::Error& e) {
     CHECK(e.code() == ckptfs::ExitCode::io);
   }
+}
+
+// A source that lends its bytes in spans of 3, like a remote source's cache blocks.
+class LendingSource final : public ckptfs::ByteSource {
+ public:
+  std::uint64_t size() const override { return bytes_.size(); }
+  const std::string& name() const noexcept override { return name_; }
+
+ private:
+  void read_in_range(std::uint64_t offset, std::span<std::byte> out) const override {
+    std::memcpy(out.data(), bytes_.data() + offset, out.size());
+  }
+  bool lend_in_range(std::uint64_t offset, std::size_t length,
+                     std::vector<std::span<const std::byte>>& spans,
+                     std::vector<Pin>& pins) const override {
+    for (std::uint64_t at = offset; at < offset + length;) {
+      const std::uint64_t end = std::min<std::uint64_t>((at / 3 + 1) * 3, offset + length);
+      spans.emplace_back(reinterpret_cast<const std::byte*>(bytes_.data()) + at, end - at);
+      pins.push_back(pin_);
+      at = end;
+    }
+    return true;
+  }
+  std::string bytes_ = "0123456789";
+  std::string name_ = "lending";
+  Pin pin_ = std::make_shared<int>(0);
+};
+
+TEST_CASE("lend(): bounds-checked like read(); sources without memory lend nothing") {
+  TempDir dir;
+  const fs::path file = dir.path / "a.bin";
+  write_file(file, "0123456789");
+  ckptfs::FileSource file_source(file.string());
+  std::vector<std::span<const std::byte>> spans;
+  std::vector<ckptfs::ByteSource::Pin> pins;
+  CHECK_FALSE(file_source.lend(2, 3, spans, pins));
+  CHECK(spans.empty());
+  CHECK(pins.empty());
+  CHECK_THROWS_AS(file_source.lend(8, 3, spans, pins), ckptfs::Error);
+
+  LendingSource lending;
+  CHECK_THROWS_AS(lending.lend(8, 3, spans, pins), ckptfs::Error);
+  CHECK(spans.empty());
+  CHECK(lending.lend(10, 0, spans, pins));  // nothing to lend at the end: no span
+  CHECK(spans.empty());
+  REQUIRE(lending.lend(2, 6, spans, pins));
+  std::string lent;
+  for (auto span : spans) lent.append(reinterpret_cast<const char*>(span.data()), span.size());
+  CHECK(lent == "234567");
+  CHECK(spans.size() == 3);  // "2", "345", "67"
+  CHECK(pins.size() == spans.size());
 }
 
 TEST_CASE("unchanged() until the file or its path changes") {

@@ -10,6 +10,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 namespace ckptfs {
 
@@ -59,14 +60,32 @@ class ByteSource {
   // The same, into a string of `length` bytes.
   std::string read_string(std::uint64_t offset, std::size_t length) const;
 
+  // Keeps lent bytes alive (a cache block) while a reply still points into them.
+  using Pin = std::shared_ptr<const void>;
+  // Bytes [offset, offset + length) where the source already holds them in memory (a remote
+  // source's cached blocks), lent instead of copied: appends to `spans` the consecutive spans
+  // that cover the range and to `pins` what keeps them valid. False (nothing appended) when the
+  // source has no such memory: read() then. Bounds and failures as read().
+  bool lend(std::uint64_t offset, std::size_t length,
+            std::vector<std::span<const std::byte>>& spans, std::vector<Pin>& pins) const;
+
   // True when [offset, offset + length) lies inside the source (overflow-safe).
   bool contains(std::uint64_t offset, std::uint64_t length) const noexcept {
     return offset <= size() && length <= size() - offset;
   }
 
  protected:
+  // Throws Error(bad_checkpoint) ("file is truncated") unless contains(offset, length).
+  void require_range(std::uint64_t offset, std::uint64_t length) const;
   // Reads exactly out.size() bytes at an offset already checked to be in range.
   virtual void read_in_range(std::uint64_t offset, std::span<std::byte> out) const = 0;
+  // lend() of a non-empty range already checked; by default the source lends nothing.
+  virtual bool lend_in_range(std::uint64_t offset, std::size_t length,
+                             std::vector<std::span<const std::byte>>& spans,
+                             std::vector<Pin>& pins) const {
+    (void)offset, (void)length, (void)spans, (void)pins;
+    return false;
+  }
 };
 
 // Identity of a file at open time, to detect that it changed later (size, mtime, inode).

@@ -14,21 +14,28 @@
 
 namespace ckptfs {
 
-void ByteSource::read(std::uint64_t offset, std::span<std::byte> out) const {
-  if (!contains(offset, out.size())) {
-    throw Error(ExitCode::bad_checkpoint,
-                fmt::format("file is truncated: needs bytes {}..{} but has {}", offset,
-                            offset + out.size(), size()));
-  }
-  if (!out.empty()) read_in_range(offset, out);
-}
-
-std::string ByteSource::read_string(std::uint64_t offset, std::size_t length) const {
+void ByteSource::require_range(std::uint64_t offset, std::uint64_t length) const {
   if (!contains(offset, length)) {
     throw Error(ExitCode::bad_checkpoint,
                 fmt::format("file is truncated: needs bytes {}..{} but has {}", offset,
                             offset + length, size()));
   }
+}
+
+void ByteSource::read(std::uint64_t offset, std::span<std::byte> out) const {
+  require_range(offset, out.size());
+  if (!out.empty()) read_in_range(offset, out);
+}
+
+bool ByteSource::lend(std::uint64_t offset, std::size_t length,
+                      std::vector<std::span<const std::byte>>& spans,
+                      std::vector<Pin>& pins) const {
+  require_range(offset, length);
+  return length == 0 || lend_in_range(offset, length, spans, pins);
+}
+
+std::string ByteSource::read_string(std::uint64_t offset, std::size_t length) const {
+  require_range(offset, length);
   std::string s(length, '\0');
   read(offset, std::as_writable_bytes(std::span(s)));
   return s;

@@ -870,17 +870,19 @@ class RemoteSource final : public ByteSource {
     fetch_missing(from, to, true);
   }
 
-  void read_in_range(std::uint64_t offset, std::span<std::byte> out) const override {
+  // Calls take(block, from, to) with bytes [from, to) of each block of [offset, offset +
+  // length), in order, once that block is ready (fetched now, or by a fetch under way).
+  template <typename Take>
+  void each_ready_block(std::uint64_t offset, std::uint64_t length, Take&& take) const {
     if (object_->changed.load(std::memory_order_acquire)) {
       throw Error(ExitCode::io, object_->reason());
     }
     const std::uint64_t first = offset / block_size;
-    const std::uint64_t last = (offset + out.size() - 1) / block_size;
+    const std::uint64_t last = (offset + length - 1) / block_size;
     const auto deadline = Clock::now() + shared_->options.timeout;
     // What this read needs first, then what a sequential reader will need next.
     fetch_missing(first, last + 1, false);
-    read_ahead(offset, out.size());
-    std::size_t done = 0;
+    read_ahead(offset, length);
     for (std::uint64_t i = first; i <= last; ++i) {
       std::shared_ptr<Block> b = shared_->cache.find(BlockKey{object_->id, i});
       if (!b) {
@@ -900,13 +902,33 @@ class RemoteSource final : public ByteSource {
       const std::uint64_t block_start = i * block_size;
       const std::uint64_t from = std::max(offset, block_start) - block_start;
       const std::uint64_t to =
-          std::min<std::uint64_t>(offset + out.size(), block_start + b->length()) - block_start;
-      std::memcpy(out.data() + done, b->data() + from, static_cast<std::size_t>(to - from));
-      done += static_cast<std::size_t>(to - from);
+          std::min<std::uint64_t>(offset + length, block_start + b->length()) - block_start;
+      take(b, static_cast<std::size_t>(from), static_cast<std::size_t>(to));
     }
     if (object_->changed.load(std::memory_order_acquire)) {
       throw Error(ExitCode::io, object_->reason());
     }
+  }
+
+  void read_in_range(std::uint64_t offset, std::span<std::byte> out) const override {
+    std::size_t done = 0;
+    each_ready_block(offset, out.size(),
+                     [&](const std::shared_ptr<Block>& b, std::size_t from, std::size_t to) {
+                       std::memcpy(out.data() + done, b->data() + from, to - from);
+                       done += to - from;
+                     });
+  }
+
+  // The cached blocks themselves: a reply points into them instead of a copy.
+  bool lend_in_range(std::uint64_t offset, std::size_t length,
+                     std::vector<std::span<const std::byte>>& spans,
+                     std::vector<Pin>& pins) const override {
+    each_ready_block(offset, length,
+                     [&](const std::shared_ptr<Block>& b, std::size_t from, std::size_t to) {
+                       spans.emplace_back(b->data() + from, to - from);
+                       pins.push_back(b);
+                     });
+    return true;
   }
 
   std::shared_ptr<RemoteShared> shared_;
