@@ -66,6 +66,9 @@ options (before or after CHECKPOINT MOUNTPOINT):
                            kernel's own limit)
        dtype=NAME          serve every floating-point tensor as float16, bfloat16 or float32,
                            converted on read as torch's .to() converts
+       direct_io           reads bypass the mount's page cache: for one-pass copies of a
+                           remote checkpoint (rsync, cp); a shared mmap of a file fails
+                           unless libfuse >= 3.16 and Linux >= 6.6 allow it
        shard_size=SIZE     the root holds the sharded set save_pretrained would write
                            (model-0000N-of-0000M.safetensors, model.safetensors.index.json)
                            instead of model.safetensors; SIZE like 5GB, 500MB, 2GiB
@@ -305,6 +308,7 @@ int run_mount(const std::vector<std::string>& args) {
   request.read_ahead_kb = remote && !o.read_ahead_kb_given ? remote_read_ahead_kb : o.read_ahead_kb;
   request.max_read = o.max_read;
   request.busy_poll = std::chrono::microseconds(o.busy_poll_us);
+  request.direct_io = o.direct_io;
   request.fsname = escaped_fsname(absolute);
   request.notifier = &notifier;
   request.ready_line = ready_line(tree->model(), shown, o.mountpoint);

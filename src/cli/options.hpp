@@ -39,6 +39,7 @@ struct MountOptions {
   std::optional<DType> dtype;        // -o dtype=NAME: floating tensors served converted
   std::uint64_t shard_size = 0;      // -o shard_size=SIZE: a sharded safetensors export
   Layout layout = Layout::split;     // -o layout=split|rfc: what the root holds
+  bool direct_io = false;            // -o direct_io: reads bypass the mount's page cache
   std::vector<std::string> fuse_options;  // the accepted libfuse and kernel options (below)
   RemoteOptions remote;  // insecure, cacert=, cache_size=, cache_dir=, cache_dir_size=, timeout=
 };
@@ -49,7 +50,8 @@ struct MountOptions {
 //   - ckptfs's own: uid=N, gid=N, umask=OCTAL, notify_fd=N, read_ahead_kb=N, busy_poll_us=N,
 //     max_read=N (which ckptfs must also tell libfuse's INIT, or libfuse refuses it),
 //     dtype=float16|bfloat16|float32, shard_size=SIZE (see parse_size()), layout=split|rfc
-//     (shard_size with layout=rfc is a usage error: that layout has no safetensors files);
+//     (shard_size with layout=rfc is a usage error: that layout has no safetensors files),
+//     direct_io;
 //   - passed to libfuse and the kernel, each known to work (is_passed_option());
 //   - ignored: "ro" is implied and "rw" (which mount.fuse3 passes when
 //     fstab says nothing) means nothing, the mount being read-only either way; so do the options

@@ -50,6 +50,7 @@ struct Session::State {
         max_read(o.max_read),
         max_stores(std::max(1u, o.threads) - 1),
         may_wait(o.may_wait),
+        direct_io(o.direct_io),
         prefilled(t.node_count_hint() + 1),
         changed(std::make_unique<std::atomic<bool>[]>(s.size())),
         pages(s) {}
@@ -59,6 +60,7 @@ struct Session::State {
   const unsigned max_read;
   const unsigned max_stores;  // stores into the page cache at once (see SessionOptions::threads)
   void (*const may_wait)();
+  const bool direct_io;  // every file opened with FOPEN_DIRECT_IO (SessionOptions::direct_io)
   std::atomic<unsigned> stores{0};
   InodeSet prefilled;  // files whose first bytes were stored at their first open
   // Per source: set once it is found replaced, truncated or rewritten (see source_changed()):
@@ -246,6 +248,20 @@ void op_init(void* userdata, fuse_conn_info* conn) {
   // inode per entry: the kernel spent 27 ms creating 10,000 of them for one os.listdir().
   if (conn->capable & FUSE_CAP_READDIRPLUS) conn->want |= FUSE_CAP_READDIRPLUS;
   if (conn->capable & FUSE_CAP_READDIRPLUS_AUTO) conn->want |= FUSE_CAP_READDIRPLUS_AUTO;
+  if (ctx.direct_io) {
+    bool mmap_allowed = false;
+#ifdef FUSE_CAP_DIRECT_IO_ALLOW_MMAP  // libfuse 3.16 and later
+    if (conn->capable & FUSE_CAP_DIRECT_IO_ALLOW_MMAP) {
+      conn->want |= FUSE_CAP_DIRECT_IO_ALLOW_MMAP;
+      mmap_allowed = true;
+    }
+#endif
+    if (!mmap_allowed) {
+      log::warning(
+          "direct_io: a shared mmap of the mount's files fails (ENODEV), as this libfuse or "
+          "kernel cannot allow it (libfuse 3.16 and Linux 6.6 can); private mappings work");
+    }
+  }
   ctx.init_called.store(true);
 }
 
@@ -330,7 +346,11 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     if (is_directory(*n)) return reply.error(EISDIR);
     if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) return reply.error(EROFS);
     if (file_sources_changed(ctx, *n, true)) return reply.error(EIO);
-    prefill_page_cache(ctx, ino, ctx.tree.size(*n));
+    if (ctx.direct_io) {
+      fi->direct_io = 1;  // no page cache to fill
+    } else {
+      prefill_page_cache(ctx, ino, ctx.tree.size(*n));
+    }
     fi->keep_cache = 1;  // the sources are immutable: cached pages stay valid across opens
     fi->noflush = 1;
     reply.open(*fi);
@@ -364,8 +384,8 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_i
     const std::span<const iovec> memory = read.memory_iovecs();
     const int sent = memory.empty() ? reply.data(bytes) : reply.iov(memory);
     // Once the kernel has the bytes, the mount's page cache holds them (unless the reader asked
-    // for O_DIRECT): the sources' pages of them are no longer needed.
-    if (sent == 0 && (fi->flags & O_DIRECT) == 0) {
+    // for O_DIRECT, or the mount's files bypass it): the sources' pages are no longer needed.
+    if (sent == 0 && (fi->flags & O_DIRECT) == 0 && !ctx.direct_io) {
       for (const SourceRange& range : read.source_ranges()) ctx.pages.cached_by_mount(range);
     }
   });

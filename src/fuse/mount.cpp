@@ -268,6 +268,7 @@ void mount_and_serve(const Tree& tree, Sources sources, const MountRequest& requ
   options.args.push_back("-o");
   options.args.push_back(fuse_options);
   options.max_read = request.max_read;
+  options.direct_io = request.direct_io;
   ServeOptions serving;
   serving.threads = std::max(4u, 2 * std::thread::hardware_concurrency());
   options.threads = serving.threads;

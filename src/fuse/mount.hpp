@@ -45,6 +45,7 @@ struct MountRequest {
   unsigned max_read = 0;                   // -o max_read=N for libfuse and INIT; 0: none
   unsigned read_ahead_kb = 0;              // set on the mount when allowed (root); 0: the kernel's
   std::chrono::microseconds busy_poll{0};  // see ServeOptions::busy_poll
+  bool direct_io = false;                  // see SessionOptions::direct_io
   std::string ready_line;  // printed on stderr in the foreground once the mount is ready
   ReadinessNotifier* notifier = nullptr;  // told once the mount is ready (or failed)
 };

@@ -28,6 +28,11 @@ struct SessionOptions {
   // come from a disk; a store into the page cache), so that the loop can let another thread take
   // the requests that come meanwhile (serve_loop.hpp: may_wait()). Null: nothing to tell.
   void (*may_wait)() = nullptr;
+  // Every file is opened with FOPEN_DIRECT_IO: reads go from the daemon straight into the
+  // reader's buffer, never through the mount's page cache (nothing is kept for a re-read, and
+  // a one-pass copy of a remote checkpoint fills no new pages). A shared mmap of a file then
+  // needs FUSE_CAP_DIRECT_IO_ALLOW_MMAP (libfuse 3.16, Linux 6.6); without it, it fails.
+  bool direct_io = false;
 };
 
 class Session {

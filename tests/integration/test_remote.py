@@ -15,6 +15,7 @@ import contextlib
 import errno
 import hashlib
 import json
+import mmap
 import os
 import shutil
 import subprocess
@@ -229,6 +230,55 @@ class HttpTests(RemoteTestCase):
         self.assertEqual(r.returncode, 2, r.stderr)
         self.assertRegex(r.stderr.decode(), r'shard "model-00001-of-00002.safetensors" \(named by '
                                             r"the index\): ")
+
+    def test_direct_io(self):
+        """-o direct_io: the same tree as a page-cached mount of the local file, by URL and
+        from the file itself, reads of any size and offset right; a private mmap works, and a
+        shared one either works or fails with ENODEV, said once in the log."""
+        checkpoints = [(fixture_path("convnet"), self.nginx.url("fixtures/convnet.pth")),
+                       (self.root / "layers.pth", self.nginx.url("layers.pth")),
+                       (FIXTURES / "st_dtypes.safetensors",
+                        self.nginx.url("fixtures/st_dtypes.safetensors"))]
+        for local, url in checkpoints:
+            for source in (url, local):
+                with self.subTest(source=str(source)):
+                    self.assert_same_as_local(local, source, "-o", "direct_io")
+        mnt, proc = self.mount(self.nginx.url("layers.pth"), "-o", "direct_io")
+        try:
+            expected = self.local_data(self.root / "layers.pth")
+            self.assertTrue(expected)
+            shared = None
+            for key, data in expected.items():
+                path = Path(mnt) / key / "data"
+                with open(path, "rb", buffering=0) as f:
+                    for offset, size in ((0, 1), (3, 4099), (len(data) // 3, 1 << 20),
+                                         (max(0, len(data) - 5), 64)):
+                        self.assertEqual(os.pread(f.fileno(), size, offset),
+                                         data[offset:offset + size], f"{key} at {offset}")
+                    if not data:
+                        continue  # an empty file cannot be mapped
+                    with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY) as m:
+                        self.assertEqual(bytes(m), data, f"{key}: private mapping")
+                    try:
+                        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+                            self.assertEqual(bytes(m), data, f"{key}: shared mapping")
+                        shared = True
+                    except OSError as e:
+                        self.assertEqual(e.errno, errno.ENODEV, f"{key}: shared mapping: {e}")
+                        shared = False
+        finally:
+            self.unmount(mnt, proc)
+        self.assertIsNotNone(shared, "no tensor with bytes to map")
+        log = self.output(proc)
+        self.assertEqual(log.count("direct_io: a shared mmap"), 0 if shared else 1, log)
+
+    def local_data(self, local):
+        """The data of every tensor of `local`, read from a page-cached mount of the file."""
+        mnt, proc = self.mount(local)
+        try:
+            return read_all(mnt)
+        finally:
+            self.unmount(mnt, proc)
 
     def test_option_values(self):
         url = self.nginx.url("fixtures/convnet.pth")
