@@ -192,7 +192,10 @@ std::span<const iovec> ReadReply::memory_iovecs() {
   iovecs_.clear();
   if (spliced_ || pieces_.size() > max_written_pieces) return {};
   for (const ReadPiece& p : pieces_) {
-    if (p.memory == nullptr) return iovecs_.clear(), std::span<const iovec>{};
+    if (p.memory == nullptr) {
+      iovecs_.clear();
+      return {};
+    }
     iovecs_.push_back({const_cast<char*>(p.memory), p.length});
   }
   return iovecs_;
