@@ -53,6 +53,14 @@ std::string lower(std::string s) {
   return s;
 }
 
+// A random number in [0, most], for spreading retries out. The engine is seeded once per thread
+// and only when a request is retried: a std::random_device per request cost 0.5% of a
+// sequential read's samples.
+int jitter(int most) {
+  thread_local std::minstd_rand engine{std::random_device{}()};
+  return std::uniform_int_distribution<int>(0, most)(engine);
+}
+
 std::int64_t steady_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now().time_since_epoch())
       .count();
@@ -299,8 +307,7 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
     if (f.changed) object_->mark_changed(f.message);
     if (f.retry && attempt_ < max_attempts_) {
       auto backoff = std::chrono::milliseconds(100 << std::min(attempt_ - 1, 4u));
-      backoff += std::chrono::milliseconds(
-          std::uniform_int_distribution<int>(0, static_cast<int>(backoff.count() / 2))(random_));
+      backoff += std::chrono::milliseconds(jitter(static_cast<int>(backoff.count() / 2)));
       if (retry_after_) {
         // Capped: a hostile value must not overflow the clock (a day is past any timeout).
         const auto asked = std::chrono::seconds(std::min<std::uint64_t>(*retry_after_, 86400));
@@ -668,7 +675,6 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
   std::uint64_t first_block_ = 0;
   std::vector<std::shared_ptr<Block>> blocks_;
   std::uint64_t in_flight_ = 0;
-  std::minstd_rand random_{std::random_device{}()};
 
   // The current attempt's response.
   int status_ = 0;
