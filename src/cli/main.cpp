@@ -63,7 +63,8 @@ options (before or after CHECKPOINT MOUNTPOINT):
        busy_poll_us=N      after each request, one thread polls N microseconds for the next
                            before sleeping (default 200; 0 never; off with a single CPU)
        max_read=N          the largest read request in bytes (at least 4096; default: the
-                           kernel's own limit)
+                           kernel's own limit, less where pipes are limited to 1 MiB, so
+                           that every reply is spliced whole)
        dtype=NAME          serve every floating-point tensor as float16, bfloat16 or float32,
                            converted on read as torch's .to() converts
        direct_io           reads bypass the mount's page cache: for one-pass copies of a

@@ -5,6 +5,7 @@
 
 #include "libfuse.hpp"
 #include "log.hpp"
+#include "read_reply.hpp"
 #include "readahead.hpp"
 #include "serve_loop.hpp"
 #include "session.hpp"
@@ -263,11 +264,13 @@ void mount_and_serve(const Tree& tree, Sources sources, const MountRequest& requ
   SessionOptions options;
   if (request.debug) options.args.push_back("-d");
   std::string fuse_options = "ro,default_permissions,subtype=ckptfs,fsname=" + request.fsname;
-  if (request.max_read != 0) fuse_options += fmt::format(",max_read={}", request.max_read);
+  // Unless asked otherwise, no read larger than its reply can splice (read_reply.hpp).
+  const unsigned max_read = request.max_read != 0 ? request.max_read : largest_spliced_read();
+  if (max_read != 0) fuse_options += fmt::format(",max_read={}", max_read);
   for (const auto& o : request.fuse_options) fuse_options += "," + o;
   options.args.push_back("-o");
   options.args.push_back(fuse_options);
-  options.max_read = request.max_read;
+  options.max_read = max_read;
   options.direct_io = request.direct_io;
   ServeOptions serving;
   serving.threads = std::max(4u, 2 * std::thread::hardware_concurrency());

@@ -2,6 +2,7 @@
 // ReadReply: source ranges spliced into a pipe and counted, or copied; the bufvec of a reply.
 #include "read_reply.hpp"
 
+#include "kernel_files.hpp"
 #include "libfuse.hpp"
 
 #include <ckptfs/source/byte_source.hpp>
@@ -12,6 +13,7 @@
 #include <unistd.h>
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <new>
 
 namespace ckptfs::fuse {
@@ -25,6 +27,39 @@ constexpr std::size_t max_spliced_pieces = 16;
 // header. A read of more pieces (many tiny tensors of model.safetensors) goes to libfuse, which
 // gathers them into one buffer first.
 constexpr std::size_t max_written_pieces = 1000;
+
+// The pipe libfuse 3.14 splices a reply through holds at least this many bytes for a reply of
+// `bufs` buffers and `bytes` bytes (fuse_send_data_iov(): a page per buffer and two more, its
+// header, the bytes); when it cannot grow its pipe that far, libfuse copies the reply into a
+// newly allocated buffer instead (and reads a spliced one back out of the pipe).
+constexpr std::size_t page = 4096;
+constexpr std::size_t libfuse_pipe_bytes(std::size_t bufs, std::size_t bytes) {
+  return page * (bufs + 2) + 16 + bytes;
+}
+
+// What a pipe should hold for the kernel's largest read (1 MiB): two buffers (a header in
+// memory, then the bytes), and a page more for bytes that do not start on a page.
+constexpr std::size_t largest_read = 1 << 20;
+constexpr std::size_t pipe_wanted = libfuse_pipe_bytes(2, largest_read) + page;
+
+// Grows the pipe `fd` to `wanted` bytes, or as far as this process may (pipe-max-size, unless
+// it may exceed that: CAP_SYS_RESOURCE); returns what it holds then, 0 when that is unknown.
+std::size_t grow_pipe(int fd, std::size_t wanted) noexcept {
+  if (::fcntl(fd, F_SETPIPE_SZ, static_cast<int>(wanted)) < 0) {
+    long most = 0;
+    try {
+      const auto limit = read_kernel_file("/proc/sys/fs/pipe-max-size", 64);
+      if (limit) most = std::strtol(limit->c_str(), nullptr, 10);
+    } catch (const std::bad_alloc&) {
+      // the pipe keeps its size
+    }
+    if (most > 0) {
+      (void)::fcntl(fd, F_SETPIPE_SZ, static_cast<int>(std::min<long>(most, wanted)));
+    }
+  }
+  const int size = ::fcntl(fd, F_GETPIPE_SZ);
+  return size < 0 ? 0 : static_cast<std::size_t>(size);
+}
 
 enum class Moved { all, source_ended, cannot };
 
@@ -48,6 +83,16 @@ Moved splice_range(int fd, std::uint64_t offset, std::uint64_t length, int pipe)
 
 }  // namespace
 
+unsigned largest_spliced_read() {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) return 0;
+  const std::size_t capacity = grow_pipe(fds[0], pipe_wanted);
+  ::close(fds[0]);
+  ::close(fds[1]);
+  if (capacity >= pipe_wanted || capacity < 16 * page) return 0;
+  return static_cast<unsigned>((capacity - (pipe_wanted - largest_read)) / page * page);
+}
+
 // The pipe source bytes are spliced into before the reply. libfuse, given the source's fd, would
 // splice it itself but send a short reply when the file ends early (it was truncated), which the
 // kernel takes for the end of the file; splicing here first counts every byte, and libfuse then
@@ -66,13 +111,12 @@ class ReadReply::Pipe {
       fds_[0] = fds_[1] = -1;
       return false;
     }
-    // The kernel's largest read (1 MiB) plus its partial first and last pages, or as much as
-    // this user may have; a piece that does not fit is copied instead.
-    if (::fcntl(fds_[0], F_SETPIPE_SZ, (1 << 20) + 2 * 4096) < 0) {
-      (void)::fcntl(fds_[0], F_SETPIPE_SZ, 1 << 20);
-    }
+    // The kernel's largest read and what comes with it, or as much as this user may have; a
+    // reply that does not fit is copied instead.
+    capacity_ = grow_pipe(fds_[0], pipe_wanted);
     return true;
   }
+  std::size_t capacity() const noexcept { return capacity_; }
   int read_end() const noexcept { return fds_[0]; }
   int write_end() const noexcept { return fds_[1]; }
   // Bytes left in the pipe (a reply that failed half way): it is replaced.
@@ -89,6 +133,7 @@ class ReadReply::Pipe {
 
  private:
   int fds_[2] = {-1, -1};
+  std::size_t capacity_ = 0;
 };
 
 ReadReply::ReadReply() : pipe_(std::make_unique<Pipe>()) {}
@@ -143,6 +188,14 @@ ReadReply::Staged ReadReply::stage(Sources sources, Transfer transfer) {
     if (p.memory == nullptr) ranges_.push_back({p.source, p.source_offset, p.length});
   }
   bool copy = transfer == Transfer::copy || pieces_.size() > max_spliced_pieces;
+  if (!copy && !ranges_.empty()) {
+    // A reply that libfuse could not splice whole would be copied by it, and the spliced
+    // bytes read back out of the pipe: it is copied here, once. (The mount's max_read keeps
+    // every read of one source range within what splices: largest_spliced_read().)
+    std::size_t total = 0;
+    for (const ReadPiece& p : pieces_) total += p.length;
+    copy = !pipe_->open() || libfuse_pipe_bytes(buffer_count(), total) > pipe_->capacity();
+  }
   for (const ReadPiece& p : pieces_) {
     if (p.memory || copy) continue;
     const int fd = sources[p.source]->fd();
@@ -166,19 +219,35 @@ ReadReply::Staged ReadReply::stage(Sources sources, Transfer transfer) {
   return Staged::ok;
 }
 
+std::size_t ReadReply::buffer_count() const noexcept {
+  std::size_t count = 0;
+  for (std::size_t i = 0; i < pieces_.size(); ++i) {
+    const bool in_pipe = pieces_[i].memory == nullptr;
+    if (!(in_pipe && i > 0 && pieces_[i - 1].memory == nullptr)) ++count;
+  }
+  return count;
+}
+
 fuse_bufvec* ReadReply::bufvec() {
   if (pieces_.empty()) return nullptr;
   // A fuse_bufvec holds one fuse_buf; the others follow it in the same storage.
-  const std::size_t bytes = sizeof(fuse_bufvec) + (pieces_.size() - 1) * sizeof(fuse_buf);
+  const std::size_t count = buffer_count();
+  const std::size_t bytes = sizeof(fuse_bufvec) + (count - 1) * sizeof(fuse_buf);
   bufvec_storage_.resize((bytes + sizeof(std::max_align_t) - 1) / sizeof(std::max_align_t));
   auto* vec = new (bufvec_storage_.data()) fuse_bufvec{};
-  vec->count = pieces_.size();
+  vec->count = count;
+  std::size_t n = 0;
   for (std::size_t i = 0; i < pieces_.size(); ++i) {
-    fuse_buf& b = vec->buf[i];
+    const ReadPiece& p = pieces_[i];
+    if (p.memory == nullptr && i > 0 && pieces_[i - 1].memory == nullptr) {
+      vec->buf[n - 1].size += p.length;  // the pipe's next bytes: one buffer with the previous
+      continue;
+    }
+    fuse_buf& b = vec->buf[n++];
     b = fuse_buf{};
-    b.size = pieces_[i].length;
-    if (pieces_[i].memory) {
-      b.mem = const_cast<char*>(pieces_[i].memory);
+    b.size = p.length;
+    if (p.memory) {
+      b.mem = const_cast<char*>(p.memory);
     } else {
       // Already in the pipe, in order: libfuse reads or splices it on.
       b.flags = static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_RETRY);

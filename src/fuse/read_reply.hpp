@@ -25,6 +25,12 @@ struct SourceRange {
   std::uint64_t length;
 };
 
+// The largest read whose reply splices whole, as a mount's max_read: 0 when pipes may hold the
+// kernel's largest read (1 MiB) with room to spare; less when pipes are limited to 1 MiB
+// (/proc/sys/fs/pipe-max-size, for a user without CAP_SYS_RESOURCE), as then libfuse would
+// copy every reply of 1 MiB.
+unsigned largest_spliced_read();
+
 // One per serving thread, reused read after read (nothing is freed once warm): begin(), the
 // tree appends to the buffer, stage(), bufvec() for the reply, end().
 class ReadReply {
@@ -68,6 +74,8 @@ class ReadReply {
  private:
   class Pipe;
   void copy_source_pieces(Sources sources);
+  // The buffers of the reply: the pieces, consecutive ones in the pipe counted as one.
+  std::size_t buffer_count() const noexcept;
 
   ReadBuffer buffer_;
   std::vector<ReadPiece> pieces_;

@@ -41,7 +41,9 @@ TENSOR_BYTES = 4 * MiB
 LEFT_AT_MOST = 5 * MiB
 
 
-class PageCacheTests(MountTestCase):
+class SixTensorsTestCase(MountTestCase):
+    """A checkpoint of TENSORS tensors of 4 MiB, stored one after the other, and a small one."""
+
     def setUp(self):
         super().setUp()
         self.checkpoint = self.tmp / "model.pth"
@@ -52,6 +54,11 @@ class PageCacheTests(MountTestCase):
         torch.save(sd, self.checkpoint)
         self.expected = {k: v.numpy().tobytes() for k, v in sd.items()}
 
+    def data(self, mnt, key, name="data"):
+        return mnt / directory_name(key) / name
+
+
+class PageCacheTests(SixTensorsTestCase):
     def mount_cold(self):
         """Mounts, then drops every page of the checkpoint: what is cached afterwards was read
         for the tests' own reads."""
@@ -59,9 +66,6 @@ class PageCacheTests(MountTestCase):
         evict(self.checkpoint)
         self.assertEqual(resident_bytes(self.checkpoint), 0, "the checkpoint is still cached")
         return mnt, proc
-
-    def data(self, mnt, key, name="data"):
-        return mnt / directory_name(key) / name
 
     def read_all(self, mnt):
         for key, want in self.expected.items():
@@ -123,3 +127,79 @@ class PageCacheTests(MountTestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+def bytes_read_by(pid):
+    """What process `pid` got from read(2) and pread(2) so far (/proc/PID/io rchar): bytes a
+    reply staged in the daemon's memory count there, bytes it splices from the checkpoint do
+    not."""
+    for line in Path(f"/proc/{pid}/io").read_text().splitlines():
+        if line.startswith("rchar:"):
+            return int(line.split()[1])
+    raise AssertionError(f"no rchar in /proc/{pid}/io")
+
+
+class SpliceTests(SixTensorsTestCase):
+    """Tensor bytes go from the checkpoint to the kernel by splice, never through the daemon's
+    memory, whatever the size of the reads: the largest requests too, which libfuse copies
+    unless their reply fits its pipe (pipes are limited to 1 MiB without CAP_SYS_RESOURCE; the
+    mount's default max_read keeps every reply within that)."""
+
+    # Beside the tensors, a daemon reads requests from /dev/fuse and the first 64 KiB of each
+    # file it opens (stored in the page cache at open).
+    STAGED_AT_MOST = TENSORS * 2 * 64 * 1024 + MiB
+
+    def reads(self):
+        """(name, function reading every tensor through `mnt`, returning the bytes read)."""
+        def buffered(mnt, name="data"):
+            n = 0
+            for key in self.expected:
+                with open(self.data(mnt, key, name), "rb", buffering=0) as f:
+                    os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)
+                    while chunk := f.read(128 * 1024):
+                        n += len(chunk)
+            return n
+
+        def direct(mnt):
+            n = 0
+            buf = mmap.mmap(-1, MiB)  # page-aligned, as O_DIRECT wants
+            try:
+                for key in self.expected:
+                    fd = os.open(self.data(mnt, key), os.O_RDONLY | os.O_DIRECT)
+                    try:
+                        while (k := os.readv(fd, [buf])) > 0:
+                            n += k
+                    finally:
+                        os.close(fd)
+            finally:
+                buf.close()
+            return n
+
+        def safetensors(mnt):
+            with open(mnt / "model.safetensors", "rb", buffering=0) as f:
+                os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)
+                n = 0
+                while chunk := f.read(MiB):
+                    n += len(chunk)
+                return n
+
+        return [("data, 128 KiB reads, sequential advice", buffered),
+                ("data, 1 MiB O_DIRECT reads", direct),
+                ("tensor.npy", lambda mnt: buffered(mnt, "tensor.npy")),
+                ("model.safetensors, 1 MiB reads", safetensors)]
+
+    def test_tensor_bytes_are_spliced_not_staged(self):
+        for options in ((), ("-o", "direct_io")):
+            for name, read in self.reads():
+                with self.subTest(options=options, read=name):
+                    mnt, proc = self.mount(self.checkpoint, *options)
+                    try:
+                        before = bytes_read_by(proc.pid)
+                        n = read(mnt)
+                        staged = bytes_read_by(proc.pid) - before
+                    finally:
+                        self.unmount(mnt, proc)
+                    self.assertGreaterEqual(n, TENSORS * TENSOR_BYTES)
+                    self.assertLessEqual(staged, self.STAGED_AT_MOST,
+                                         f"the daemon read {staged} bytes itself while "
+                                         f"serving {n}")
