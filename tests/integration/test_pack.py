@@ -52,6 +52,7 @@ import make_fixtures  # noqa: E402
 from fixtures import (CKPTFS, CORPUS, FIXTURE_NAMES, NOT_TORCH_LOADABLE,  # noqa: E402
                       SAFETENSORS_FIXTURES, SHARDED_FIXTURES, TORCHSCRIPT_FIXTURES, corpus_files,
                       expected_doc, fixture_path, formats_corpus, model_fixture_path)
+from test_writers import data_offsets  # noqa: E402
 
 warnings.filterwarnings("ignore")
 
@@ -329,19 +330,6 @@ class PackTestCase(unittest.TestCase):
                 else:
                     self.assertEqual(data, expected_bytes(index, e))
         return doc
-
-
-def data_offsets(path):
-    """{record name: absolute payload offset} from the local headers."""
-    import struct
-    out = {}
-    with zipfile.ZipFile(path) as z, open(path, "rb") as f:
-        for info in z.infolist():
-            f.seek(info.header_offset)
-            header = f.read(30)
-            name_len, extra_len = struct.unpack_from("<HH", header, 26)
-            out[info.filename] = info.header_offset + 30 + name_len + extra_len
-    return out
 
 
 def little_endian(data, dtype, byteorder):
