@@ -14,6 +14,7 @@ import errno
 import mmap
 import os
 import sys
+import time
 import unittest
 from pathlib import Path
 
@@ -39,6 +40,22 @@ TENSOR_BYTES = 4 * MiB
 # page-cache folios (up to 2 MiB each on x86-64) at the two ends of the bytes read, and the pages
 # of the zip's own records (headers, data.pkl) around them.
 LEFT_AT_MOST = 5 * MiB
+# What the machine may take back meanwhile: a kernel reclaiming cold pages on its own (DAMON's
+# pageout scheme; a trace showed kdamond deleting 64 KiB of a mount's cache mid-test) can drop
+# pages either cache was checked to hold. Well below the 2 MiB folio any mistake costs.
+RECLAIMED_AT_MOST = 1 * MiB
+
+
+def resident_once_dropped(path, at_most=LEFT_AT_MOST, timeout=5.0):
+    """resident_bytes(path) once it is at most `at_most`, or when `timeout` seconds have passed.
+    The daemon drops the checkpoint's pages after it replies, and its reply is what wakes the
+    reader: right after a read, the last drops may still be under way. (A run on a loaded
+    machine found 2-6 MiB left; a trace of the page cache showed the daemon deleting those
+    folios a few milliseconds after the measure.)"""
+    deadline = time.monotonic() + timeout
+    while (left := resident_bytes(path)) > at_most and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return left
 
 
 class SixTensorsTestCase(MountTestCase):
@@ -76,14 +93,16 @@ class PageCacheTests(SixTensorsTestCase):
         self.read_all(mnt)
         total = sum(len(v) for v in self.expected.values())
         mount_cached = sum(resident_bytes(self.data(mnt, k)) for k in self.expected)
-        self.assertGreaterEqual(mount_cached, total, "the mount's page cache lacks bytes read")
-        left = resident_bytes(self.checkpoint)
+        self.assertGreaterEqual(mount_cached, total - RECLAIMED_AT_MOST,
+                                "the mount's page cache lacks bytes read")
+        left = resident_once_dropped(self.checkpoint)
         self.assertLessEqual(left, LEFT_AT_MOST,
                              f"{left} bytes of the checkpoint stay cached after reading {total} "
                              f"through the mount")
-        # Re-reads come from the mount's cache: the checkpoint is not read again.
+        # Re-reads come from the mount's cache: the checkpoint is not read again (pages the
+        # machine took back are, and dropped again).
         self.read_all(mnt)
-        self.assertLessEqual(resident_bytes(self.checkpoint), left)
+        self.assertLessEqual(resident_once_dropped(self.checkpoint, left), left)
         self.unmount(mnt, proc)
 
     def test_mapped_npy(self):
@@ -97,7 +116,7 @@ class PageCacheTests(SixTensorsTestCase):
                 self.assertEqual(a.tobytes(), want, key)
             finally:
                 del a
-        self.assertLessEqual(resident_bytes(self.checkpoint), LEFT_AT_MOST)
+        self.assertLessEqual(resident_once_dropped(self.checkpoint), LEFT_AT_MOST)
         self.unmount(mnt, proc)
 
     def test_direct_reads_keep_the_checkpoint_cached(self):
@@ -121,7 +140,8 @@ class PageCacheTests(SixTensorsTestCase):
         finally:
             os.close(fd)
         self.assertLess(resident_bytes(self.data(mnt, key)), TENSOR_BYTES // 2)
-        self.assertGreaterEqual(resident_bytes(self.checkpoint), TENSOR_BYTES - 2 * PAGE)
+        self.assertGreaterEqual(resident_bytes(self.checkpoint),
+                                TENSOR_BYTES - 2 * PAGE - RECLAIMED_AT_MOST)
         self.unmount(mnt, proc)
 
 
