@@ -3,6 +3,7 @@
 // failure is one line on stderr and a documented exit code.
 #include "../fuse/mount.hpp"
 #include "inspect.hpp"
+#include "messages.hpp"
 #include "options.hpp"
 #include "pack_command.hpp"
 #include "remote_open.hpp"
@@ -30,6 +31,7 @@
 namespace {
 
 using ckptfs::ExitCode;
+using ckptfs::cli::fail;
 
 constexpr const char* usage_text = R"(usage: ckptfs [options] CHECKPOINT MOUNTPOINT
        ckptfs inspect CHECKPOINT [--json] [-o OPT[,OPT...]]
@@ -151,11 +153,6 @@ exit status:
   7  a server refused access (HTTP 401 or 403: credentials, S3 signature)
   8  a server could not be reached or did not answer (connection, TLS, timeout, HTTP 5xx)
 )";
-
-int fail(ExitCode code, const std::string& message) {
-  fmt::print(stderr, "ckptfs: {}\n", message);
-  return static_cast<int>(code);
-}
 
 int usage_error(const std::string& message) {
   fmt::print(stderr, "ckptfs: {} (try 'ckptfs --help')\n", message);

@@ -2,6 +2,7 @@
 // run_pack(): options, the model opened, pack() run, what was left out told on stderr.
 #include "pack_command.hpp"
 
+#include "messages.hpp"
 #include "options.hpp"
 #include "remote_open.hpp"
 
@@ -53,11 +54,6 @@ nothing); 2 SRC, a file in it, or OUT cannot be opened, read or written; 3 an in
 twice, a link leading out of SRC, a broken tensor); 5 what pack does not write; 7, 8 a server
 refused or did not answer.
 )";
-
-int fail(ExitCode code, const std::string& message) {
-  fmt::print(stderr, "ckptfs: {}\n", message);
-  return static_cast<int>(code);
-}
 
 int usage_error(const std::string& message) {
   fmt::print(stderr, "ckptfs: pack: {} (try 'ckptfs pack --help')\n", message);
