@@ -8,7 +8,10 @@
 
 #include <fmt/format.h>
 
+#include <sys/sysmacros.h>
+#include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <string_view>
 #include <vector>
@@ -75,6 +78,25 @@ void set_read_ahead(const std::string& device, unsigned kib) {
   if (!write_kernel_file(path, fmt::format("{}\n", kib))) {
     throw Error(ExitCode::mount_failed, path + ": " + std::strerror(errno));
   }
+}
+
+std::uint64_t device_read_ahead_bytes(std::uint64_t st_dev) noexcept {
+  constexpr std::uint64_t kernel_default = 128 * 1024;
+  try {
+    const std::string id = fmt::format("{}:{}", major(st_dev), minor(st_dev));
+    for (const std::string& path : {"/sys/dev/block/" + id + "/queue/read_ahead_kb",
+                                    "/sys/dev/block/" + id + "/../queue/read_ahead_kb",
+                                    "/sys/class/bdi/" + id + "/read_ahead_kb"}) {
+      const auto text = read_kernel_file(path, 64);
+      std::uint64_t kib = 0;
+      if (text &&
+          std::from_chars(text->data(), text->data() + text->size(), kib).ec == std::errc{}) {
+        return std::min<std::uint64_t>(kib, std::uint64_t{1} << 20) * 1024;  // at most 1 GiB
+      }
+    }
+  } catch (...) {
+  }
+  return kernel_default;
 }
 
 }  // namespace ckptfs::fuse

@@ -5,13 +5,18 @@
 #include <ckptfs/source/byte_source.hpp>
 
 #include "kernel_files.hpp"
+#include "readahead.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <algorithm>
 #include <charconv>
+#include <chrono>
 #include <map>
 #include <mutex>
+#include <utility>
+#include <vector>
 
 namespace ckptfs::fuse {
 namespace {
@@ -24,9 +29,24 @@ std::uint64_t page_size() noexcept {
 }  // namespace
 
 struct SourcePages::Extents {
+  using Clock = std::chrono::steady_clock;
+  struct Span {
+    std::uint64_t lo = UINT64_MAX;
+    std::uint64_t hi = 0;
+    void add(std::uint64_t from, std::uint64_t to) {
+      lo = std::min(lo, from);
+      hi = std::max(hi, to);
+    }
+  };
+
   int fd = -1;
+  std::uint64_t reach = 0;  // how far around a new range its drop reaches (see the header)
   std::mutex mutex;
   std::map<std::uint64_t, std::uint64_t> by_start;  // start -> end, disjoint, gaps >= a page
+  // What was dropped in the current retry period, and in the one before (see the header).
+  Span newer;
+  Span older;
+  Clock::time_point next_retry{};
 };
 
 std::uint64_t SourcePages::largest_folio() noexcept {
@@ -43,11 +63,15 @@ std::uint64_t SourcePages::largest_folio() noexcept {
   return std::max(bytes, page_size());
 }
 
-SourcePages::SourcePages(Sources sources) : reach_(largest_folio() + page_size()) {
+SourcePages::SourcePages(Sources sources) {
+  const std::uint64_t folio = largest_folio() + page_size();
   per_source_.reserve(sources.size());
   for (const ByteSource* source : sources) {
-    per_source_.push_back(std::make_unique<Extents>());
-    per_source_.back()->fd = source->fd();
+    auto& e = *per_source_.emplace_back(std::make_unique<Extents>());
+    e.fd = source->fd();
+    e.reach = folio;
+    struct stat st {};
+    if (e.fd >= 0 && ::fstat(e.fd, &st) == 0) e.reach += 2 * device_read_ahead_bytes(st.st_dev);
   }
 }
 
@@ -60,6 +84,7 @@ void SourcePages::cached_by_mount(const SourceRange& range, Drop drop) noexcept 
   const std::uint64_t page = page_size();
   std::uint64_t start = range.offset;
   std::uint64_t end = range.offset + range.length;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> retries;
   try {
     std::lock_guard lock(e.mutex);
     auto& m = e.by_start;
@@ -76,18 +101,48 @@ void SourcePages::cached_by_mount(const SourceRange& range, Drop drop) noexcept 
     }
     m.emplace(start, end);
     if (m.size() > max_extents) m.erase(m.begin());
+    if (drop == Drop::now) {
+      e.newer.add(range.offset > e.reach ? range.offset - e.reach : 0,
+                  range.offset + range.length + e.reach);
+      const auto now = Extents::Clock::now();
+      if (now >= e.next_retry) {
+        // The spans of the period before are dropped again: what was under readahead I/O
+        // then has been read in since.
+        retries = extents_within(e, e.older.lo, e.older.hi);
+        e.older = std::exchange(e.newer, {});
+        e.next_retry = now + retry_period;
+      }
+    }
   } catch (...) {
     return;  // nothing is dropped; the pages stay cached
   }
   if (drop == Drop::later) return;
   // The whole pages of the extent within reach of the new range.
-  const std::uint64_t lo =
-      std::max((start + page - 1) / page * page, range.offset > reach_ ? range.offset - reach_ : 0);
-  const std::uint64_t hi = std::min(end / page * page, range.offset + range.length + reach_);
-  if (lo < hi) {
-    (void)::posix_fadvise(e.fd, static_cast<off_t>(lo), static_cast<off_t>(hi - lo),
+  const std::uint64_t lo = std::max((start + page - 1) / page * page,
+                                    range.offset > e.reach ? range.offset - e.reach : 0);
+  const std::uint64_t hi = std::min(end / page * page, range.offset + range.length + e.reach);
+  if (lo < hi) retries.emplace_back(lo, hi);
+  for (const auto& [from, to] : retries) {
+    (void)::posix_fadvise(e.fd, static_cast<off_t>(from), static_cast<off_t>(to - from),
                           POSIX_FADV_DONTNEED);
   }
+}
+
+std::vector<std::pair<std::uint64_t, std::uint64_t>> SourcePages::extents_within(const Extents& e,
+                                                                                 std::uint64_t lo,
+                                                                                 std::uint64_t hi) {
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges;
+  const std::uint64_t page = page_size();
+  auto it = e.by_start.upper_bound(lo);
+  if (it != e.by_start.begin()) --it;
+  for (; it != e.by_start.end() && it->first < hi && ranges.size() < max_retried_extents; ++it) {
+    // Readahead brings back bytes of long extents only: a random read's is a few pages.
+    if (it->second - it->first < e.reach) continue;
+    const std::uint64_t from = std::max((it->first + page - 1) / page * page, lo);
+    const std::uint64_t to = std::min(it->second / page * page, hi);
+    if (from < to) ranges.emplace_back(from, to);
+  }
+  return ranges;
 }
 
 }  // namespace ckptfs::fuse

@@ -7,8 +7,10 @@
 
 #include <ckptfs/view/read_buffer.hpp>
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 namespace ckptfs::fuse {
@@ -17,11 +19,21 @@ namespace ckptfs::fuse {
 // file's bytes in folios of up to largest_folio() bytes (2 MiB, the PMD size, on x86-64),
 // aligned on their size: a 512 KiB read drops nothing of the 2 MiB folio its bytes are in. So the
 // ranges read through the mount are kept per source, merged into extents (across gaps of less
-// than a page: a zip record's local header), and each new range drops what lies within
-// largest_folio() + a page of it inside its extent: every folio that holds only bytes read
-// through the mount, once its last bytes are. What is left of a source: the partial folios at
-// each end of an extent, the bytes no read asked for, and those recorded with Drop::later that no
-// later range came near.
+// than a page: a zip record's local header), and each new range drops what lies within reach of
+// it inside its extent: every folio that holds only bytes read through the mount, once its last
+// bytes are.
+//
+// The reach is a folio and a page, plus two of the source device's readahead windows: the
+// kernel's readahead of the source runs past the bytes a file needs into its neighbours', and
+// brings back those read and dropped before (torch.save stores records in the string order of
+// their keys, "1", "10".."19", "2": reading the tensors in key order jumps back and forth, and a
+// trace of the page cache showed a neighbour read again 230 ms after it was dropped, by
+// readahead). The drops of the next reads within reach take them out again, unless their I/O is
+// still under way then (a DONTNEED leaves locked pages): so every span dropped is dropped once
+// more, by the first drop made retry_period to twice that later. What is left of a source: the
+// partial folios at each end of an extent, the bytes no read asked for, those recorded with
+// Drop::later that no later range came near, and what readahead brought back after the last
+// drops.
 //
 // Thread-safe. Sources without a descriptor (remote ones) are left alone.
 class SourcePages {
@@ -45,10 +57,18 @@ class SourcePages {
   // The largest folio the page cache makes: the PMD size the kernel reports, else 2 MiB.
   static std::uint64_t largest_folio() noexcept;
 
+  // How long after a drop its span is dropped again, at the earliest.
+  static constexpr std::chrono::milliseconds retry_period{100};
+  // How many extents one retry drops at most (one DONTNEED each).
+  static constexpr std::size_t max_retried_extents = 64;
+
  private:
   struct Extents;
+  // The whole pages of the extents at least `reach` long within [lo, hi). Called locked.
+  static std::vector<std::pair<std::uint64_t, std::uint64_t>> extents_within(const Extents& e,
+                                                                             std::uint64_t lo,
+                                                                             std::uint64_t hi);
   std::vector<std::unique_ptr<Extents>> per_source_;
-  std::uint64_t reach_;  // how far around a new range its drop reaches: a folio and a page
 };
 
 }  // namespace ckptfs::fuse

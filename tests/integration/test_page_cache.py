@@ -145,6 +145,36 @@ class PageCacheTests(SixTensorsTestCase):
         self.unmount(mnt, proc)
 
 
+class ReadaheadTests(MountTestCase):
+    def test_reads_out_of_file_order(self):
+        """torch.save stores records in the string order of their keys ("0", "1", "10", "11",
+        "2"...): reading the tensors in key order jumps back and forth in the file, and the
+        kernel's readahead of the checkpoint runs on past each tensor into bytes read and
+        dropped before (on a disk with a large read_ahead_kb, like 8 MiB). The daemon drops them
+        again: those within reach of later reads, and those whose I/O was still under way, by
+        a second drop a moment later (SourcePages::retry_period, 100 ms), made by a later read.
+        The last tensor is read in two parts, after pauses, so that the key-order reads' last
+        spans are dropped again too. Before the fix, 10-14 MiB stayed here."""
+        checkpoint = self.tmp / "model.pth"
+        g = torch.Generator().manual_seed(3)
+        sd = {f"layer{i}.weight": torch.randn(4 * MiB, generator=g) for i in range(12)}
+        sd["z"] = torch.randn(4 * MiB, generator=g)
+        torch.save(sd, checkpoint)
+        mnt, proc = self.mount(checkpoint)
+        evict(checkpoint)
+        for key in list(sd)[:-1]:
+            self.assertEqual(len((mnt / directory_name(key) / "data").read_bytes()),
+                             16 * MiB, key)
+        time.sleep(0.25)
+        with open(mnt / "z" / "data", "rb", buffering=0) as f:
+            self.assertEqual(len(f.read(8 * MiB)), 8 * MiB)
+            time.sleep(0.25)
+            self.assertEqual(len(f.read()), 8 * MiB)
+        left = resident_once_dropped(checkpoint)
+        self.assertLessEqual(left, LEFT_AT_MOST, f"{left} bytes of the checkpoint stay cached")
+        self.unmount(mnt, proc)
+
+
 if __name__ == "__main__":
     unittest.main()
 
