@@ -40,6 +40,7 @@ struct SourcePages::Extents {
   };
 
   int fd = -1;
+  std::uint64_t folio = 0;  // largest_folio() and a page: an extent shorter holds no whole folio
   std::uint64_t reach = 0;  // how far around a new range its drop reaches (see the header)
   std::mutex mutex;
   std::map<std::uint64_t, std::uint64_t> by_start;  // start -> end, disjoint, gaps >= a page
@@ -69,6 +70,7 @@ SourcePages::SourcePages(Sources sources) {
   for (const ByteSource* source : sources) {
     auto& e = *per_source_.emplace_back(std::make_unique<Extents>());
     e.fd = source->fd();
+    e.folio = folio;
     e.reach = folio;
     struct stat st {};
     if (e.fd >= 0 && ::fstat(e.fd, &st) == 0) e.reach += 2 * device_read_ahead_bytes(st.st_dev);
@@ -84,7 +86,7 @@ void SourcePages::cached_by_mount(const SourceRange& range, Drop drop) noexcept 
   const std::uint64_t page = page_size();
   std::uint64_t start = range.offset;
   std::uint64_t end = range.offset + range.length;
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> retries;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> retries;  // allocates once a period
   try {
     std::lock_guard lock(e.mutex);
     auto& m = e.by_start;
@@ -121,7 +123,10 @@ void SourcePages::cached_by_mount(const SourceRange& range, Drop drop) noexcept 
   const std::uint64_t lo = std::max((start + page - 1) / page * page,
                                     range.offset > e.reach ? range.offset - e.reach : 0);
   const std::uint64_t hi = std::min(end / page * page, range.offset + range.length + e.reach);
-  if (lo < hi) retries.emplace_back(lo, hi);
+  if (lo < hi) {
+    (void)::posix_fadvise(e.fd, static_cast<off_t>(lo), static_cast<off_t>(hi - lo),
+                          POSIX_FADV_DONTNEED);
+  }
   for (const auto& [from, to] : retries) {
     (void)::posix_fadvise(e.fd, static_cast<off_t>(from), static_cast<off_t>(to - from),
                           POSIX_FADV_DONTNEED);
@@ -136,8 +141,8 @@ std::vector<std::pair<std::uint64_t, std::uint64_t>> SourcePages::extents_within
   auto it = e.by_start.upper_bound(lo);
   if (it != e.by_start.begin()) --it;
   for (; it != e.by_start.end() && it->first < hi && ranges.size() < max_retried_extents; ++it) {
-    // Readahead brings back bytes of long extents only: a random read's is a few pages.
-    if (it->second - it->first < e.reach) continue;
+    // Whole folios are in long extents only: a random read's is a few pages.
+    if (it->second - it->first < e.folio) continue;
     const std::uint64_t from = std::max((it->first + page - 1) / page * page, lo);
     const std::uint64_t to = std::min(it->second / page * page, hi);
     if (from < to) ranges.emplace_back(from, to);

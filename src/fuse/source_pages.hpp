@@ -64,7 +64,7 @@ class SourcePages {
 
  private:
   struct Extents;
-  // The whole pages of the extents at least `reach` long within [lo, hi). Called locked.
+  // The whole pages within [lo, hi) of the extents longer than a folio. Called locked.
   static std::vector<std::pair<std::uint64_t, std::uint64_t>> extents_within(const Extents& e,
                                                                              std::uint64_t lo,
                                                                              std::uint64_t hi);
