@@ -6,6 +6,7 @@
 #include <unistd.h>
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 
 namespace ckptfs::fuse {
 namespace {
@@ -43,6 +44,19 @@ std::optional<std::string> read_kernel_file(const std::string& path, std::size_t
     out.append(chunk, std::min(static_cast<std::size_t>(n), max_bytes - out.size()));
   }
   return out;
+}
+
+std::optional<std::uint64_t> read_kernel_number(const std::string& path) noexcept {
+  try {
+    const auto text = read_kernel_file(path, 64);
+    std::uint64_t value = 0;
+    if (text &&
+        std::from_chars(text->data(), text->data() + text->size(), value).ec == std::errc{}) {
+      return value;
+    }
+  } catch (const std::bad_alloc&) {
+  }
+  return std::nullopt;
 }
 
 bool write_kernel_file(const std::string& path, const std::string& text) {

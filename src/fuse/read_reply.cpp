@@ -13,7 +13,6 @@
 #include <unistd.h>
 #include <algorithm>
 #include <cerrno>
-#include <cstdlib>
 #include <new>
 
 namespace ckptfs::fuse {
@@ -46,15 +45,9 @@ constexpr std::size_t pipe_wanted = libfuse_pipe_bytes(2, largest_read) + page;
 // it may exceed that: CAP_SYS_RESOURCE); returns what it holds then, 0 when that is unknown.
 std::size_t grow_pipe(int fd, std::size_t wanted) noexcept {
   if (::fcntl(fd, F_SETPIPE_SZ, static_cast<int>(wanted)) < 0) {
-    long most = 0;
-    try {
-      const auto limit = read_kernel_file("/proc/sys/fs/pipe-max-size", 64);
-      if (limit) most = std::strtol(limit->c_str(), nullptr, 10);
-    } catch (const std::bad_alloc&) {
-      // the pipe keeps its size
-    }
+    const std::uint64_t most = read_kernel_number("/proc/sys/fs/pipe-max-size").value_or(0);
     if (most > 0) {
-      (void)::fcntl(fd, F_SETPIPE_SZ, static_cast<int>(std::min<long>(most, wanted)));
+      (void)::fcntl(fd, F_SETPIPE_SZ, static_cast<int>(std::min<std::uint64_t>(most, wanted)));
     }
   }
   const int size = ::fcntl(fd, F_GETPIPE_SZ);

@@ -11,7 +11,6 @@
 #include <sys/sysmacros.h>
 #include <algorithm>
 #include <cerrno>
-#include <charconv>
 #include <cstring>
 #include <string_view>
 #include <vector>
@@ -87,11 +86,8 @@ std::uint64_t device_read_ahead_bytes(std::uint64_t st_dev) noexcept {
     for (const std::string& path : {"/sys/dev/block/" + id + "/queue/read_ahead_kb",
                                     "/sys/dev/block/" + id + "/../queue/read_ahead_kb",
                                     "/sys/class/bdi/" + id + "/read_ahead_kb"}) {
-      const auto text = read_kernel_file(path, 64);
-      std::uint64_t kib = 0;
-      if (text &&
-          std::from_chars(text->data(), text->data() + text->size(), kib).ec == std::errc{}) {
-        return std::min<std::uint64_t>(kib, std::uint64_t{1} << 20) * 1024;  // at most 1 GiB
+      if (const auto kib = read_kernel_number(path)) {
+        return std::min<std::uint64_t>(*kib, std::uint64_t{1} << 20) * 1024;  // at most 1 GiB
       }
     }
   } catch (...) {

@@ -11,7 +11,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <algorithm>
-#include <charconv>
 #include <chrono>
 #include <map>
 #include <mutex>
@@ -51,15 +50,8 @@ struct SourcePages::Extents {
 };
 
 std::uint64_t SourcePages::largest_folio() noexcept {
-  std::uint64_t bytes = 0;
-  try {
-    if (const auto text =
-            read_kernel_file("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size", 64)) {
-      std::from_chars(text->data(), text->data() + text->size(), bytes);
-    }
-  } catch (...) {
-    bytes = 0;
-  }
+  std::uint64_t bytes =
+      read_kernel_number("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size").value_or(0);
   if (bytes == 0 || (bytes & (bytes - 1)) != 0) bytes = std::uint64_t{2} << 20;
   return std::max(bytes, page_size());
 }
