@@ -25,6 +25,13 @@ std::uint64_t page_size() noexcept {
   return size;
 }
 
+// The whole pages of the extent [start, end) within [lo, hi); empty when first >= second.
+std::pair<std::uint64_t, std::uint64_t> whole_pages(std::uint64_t start, std::uint64_t end,
+                                                    std::uint64_t lo, std::uint64_t hi) noexcept {
+  const std::uint64_t page = page_size();
+  return {std::max((start + page - 1) / page * page, lo), std::min(end / page * page, hi)};
+}
+
 }  // namespace
 
 struct SourcePages::Extents {
@@ -78,6 +85,9 @@ void SourcePages::cached_by_mount(const SourceRange& range, Drop drop) noexcept 
   const std::uint64_t page = page_size();
   std::uint64_t start = range.offset;
   std::uint64_t end = range.offset + range.length;
+  // What a drop of this range reaches: the whole pages of its extent within it.
+  const std::uint64_t near_lo = range.offset > e.reach ? range.offset - e.reach : 0;
+  const std::uint64_t near_hi = range.offset + range.length + e.reach;
   std::vector<std::pair<std::uint64_t, std::uint64_t>> retries;  // allocates once a period
   try {
     std::lock_guard lock(e.mutex);
@@ -96,8 +106,7 @@ void SourcePages::cached_by_mount(const SourceRange& range, Drop drop) noexcept 
     m.emplace(start, end);
     if (m.size() > max_extents) m.erase(m.begin());
     if (drop == Drop::now) {
-      e.newer.add(range.offset > e.reach ? range.offset - e.reach : 0,
-                  range.offset + range.length + e.reach);
+      e.newer.add(near_lo, near_hi);
       const auto now = Extents::Clock::now();
       if (now >= e.next_retry) {
         // The spans of the period before are dropped again: what was under readahead I/O
@@ -111,10 +120,7 @@ void SourcePages::cached_by_mount(const SourceRange& range, Drop drop) noexcept 
     return;  // nothing is dropped; the pages stay cached
   }
   if (drop == Drop::later) return;
-  // The whole pages of the extent within reach of the new range.
-  const std::uint64_t lo = std::max((start + page - 1) / page * page,
-                                    range.offset > e.reach ? range.offset - e.reach : 0);
-  const std::uint64_t hi = std::min(end / page * page, range.offset + range.length + e.reach);
+  const auto [lo, hi] = whole_pages(start, end, near_lo, near_hi);
   if (lo < hi) {
     (void)::posix_fadvise(e.fd, static_cast<off_t>(lo), static_cast<off_t>(hi - lo),
                           POSIX_FADV_DONTNEED);
@@ -129,14 +135,12 @@ std::vector<std::pair<std::uint64_t, std::uint64_t>> SourcePages::extents_within
                                                                                  std::uint64_t lo,
                                                                                  std::uint64_t hi) {
   std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges;
-  const std::uint64_t page = page_size();
   auto it = e.by_start.upper_bound(lo);
   if (it != e.by_start.begin()) --it;
   for (; it != e.by_start.end() && it->first < hi && ranges.size() < max_retried_extents; ++it) {
     // Whole folios are in long extents only: a random read's is a few pages.
     if (it->second - it->first < e.folio) continue;
-    const std::uint64_t from = std::max((it->first + page - 1) / page * page, lo);
-    const std::uint64_t to = std::min(it->second / page * page, hi);
+    const auto [from, to] = whole_pages(it->first, it->second, lo, hi);
     if (from < to) ranges.emplace_back(from, to);
   }
   return ranges;
