@@ -14,7 +14,7 @@
     }                                                                                        \
   } while (0)
 
-#include <ckptfs/format/torch_reader.hpp>
+#include <ckptfs/format/torch/torch_reader.hpp>
 
 // The limits the pickle and checkpoint targets read with: small enough that a fuzzed input
 // reaches them, large enough for every seed.

@@ -10,7 +10,7 @@
 #include "../../src/cli/inspect.hpp"
 
 #include <ckptfs/base/error.hpp>
-#include <ckptfs/format/torch_reader.hpp>
+#include <ckptfs/format/torch/torch_reader.hpp>
 #include <ckptfs/source/byte_source.hpp>
 #include <ckptfs/view/describe.hpp>
 #include <ckptfs/view/tree.hpp>

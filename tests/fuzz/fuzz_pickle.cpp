@@ -5,11 +5,11 @@
 #include "fuzz_check.hpp"
 
 #include <ckptfs/base/error.hpp>
-#include <ckptfs/format/flatten.hpp>
-#include <ckptfs/format/pickle_machine.hpp>
-#include <ckptfs/format/torch_interpreter.hpp>
-#include <ckptfs/format/torch_reader.hpp>
-#include <ckptfs/format/value_json.hpp>
+#include <ckptfs/format/pickle/flatten.hpp>
+#include <ckptfs/format/pickle/pickle_machine.hpp>
+#include <ckptfs/format/pickle/value_json.hpp>
+#include <ckptfs/format/torch/torch_interpreter.hpp>
+#include <ckptfs/format/torch/torch_reader.hpp>
 #include <ckptfs/source/byte_source.hpp>
 
 #include <string>

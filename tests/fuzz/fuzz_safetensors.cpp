@@ -11,8 +11,8 @@
 
 #include <ckptfs/base/error.hpp>
 #include <ckptfs/base/json_reader.hpp>
-#include <ckptfs/format/safetensors_reader.hpp>
-#include <ckptfs/format/sharded_reader.hpp>
+#include <ckptfs/format/safetensors/safetensors_reader.hpp>
+#include <ckptfs/format/safetensors/sharded_reader.hpp>
 #include <ckptfs/source/byte_source.hpp>
 #include <ckptfs/view/describe.hpp>
 #include <ckptfs/view/tree.hpp>

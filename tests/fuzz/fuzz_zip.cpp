@@ -5,7 +5,7 @@
 #include "fuzz_check.hpp"
 
 #include <ckptfs/base/error.hpp>
-#include <ckptfs/format/zip_reader.hpp>
+#include <ckptfs/format/zip/zip_reader.hpp>
 #include <ckptfs/source/byte_source.hpp>
 
 #include <algorithm>

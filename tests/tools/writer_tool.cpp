@@ -21,9 +21,9 @@
 // its UTF-8 bytes, surrogates allowed), {"int": "decimal"} (any size).
 #include <ckptfs/base/crc32.hpp>
 #include <ckptfs/base/error.hpp>
-#include <ckptfs/format/pickle_writer.hpp>
-#include <ckptfs/format/torch_writer.hpp>
-#include <ckptfs/format/zip_reader.hpp>
+#include <ckptfs/format/pickle/pickle_writer.hpp>
+#include <ckptfs/format/torch/torch_writer.hpp>
+#include <ckptfs/format/zip/zip_reader.hpp>
 #include <ckptfs/model/dtype.hpp>
 #include <ckptfs/source/byte_source.hpp>
 

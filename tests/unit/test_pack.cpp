@@ -8,8 +8,8 @@
 
 #include <ckptfs/base/crc32.hpp>
 #include <ckptfs/base/error.hpp>
-#include <ckptfs/format/safetensors_reader.hpp>
-#include <ckptfs/format/torch_reader.hpp>
+#include <ckptfs/format/safetensors/safetensors_reader.hpp>
+#include <ckptfs/format/torch/torch_reader.hpp>
 #include <ckptfs/pack/output_file.hpp>
 #include <ckptfs/pack/pack.hpp>
 #include <ckptfs/pack/selection.hpp>

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // Tests of the pickle machine: every opcode, real pickles from CPython and torch, hostile bytes.
 #include <ckptfs/base/error.hpp>
-#include <ckptfs/format/pickle_machine.hpp>
+#include <ckptfs/format/pickle/pickle_machine.hpp>
 #include <ckptfs/source/byte_source.hpp>
 
 #include <doctest/doctest.h>

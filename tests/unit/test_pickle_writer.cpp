@@ -2,8 +2,8 @@
 // Tests of the pickle writer: the opcodes CPython writes (built independently with the test
 // PickleBuilder), the memo, batches, and values read back through our pickle machine.
 #include <ckptfs/base/error.hpp>
-#include <ckptfs/format/pickle_machine.hpp>
-#include <ckptfs/format/pickle_writer.hpp>
+#include <ckptfs/format/pickle/pickle_machine.hpp>
+#include <ckptfs/format/pickle/pickle_writer.hpp>
 #include <ckptfs/source/byte_source.hpp>
 
 #include <doctest/doctest.h>

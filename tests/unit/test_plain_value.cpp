@@ -3,9 +3,9 @@
 // parts: a Value pickled (pickle::write_value), run by the pickle machine, rendered by
 // value_json(), read by plain_value(), pickled again: the same bytes.
 #include <ckptfs/base/error.hpp>
-#include <ckptfs/format/pickle_machine.hpp>
-#include <ckptfs/format/plain_value.hpp>
-#include <ckptfs/format/value_json.hpp>
+#include <ckptfs/format/pickle/pickle_machine.hpp>
+#include <ckptfs/format/pickle/plain_value.hpp>
+#include <ckptfs/format/pickle/value_json.hpp>
 #include <ckptfs/source/byte_source.hpp>
 
 #include <doctest/doctest.h>

@@ -2,14 +2,14 @@
 // Unit tests of read_rfc_directory(): map.pt's keys in order, each key's file found by the naming
 // rule (escapes, reserved names, keys of one text), tensors and values (a dict of numbers is one
 // value), and what is refused: a missing file, a file of several tensors, a map.pt that is no
-// list of str. The files are written by the torch writers (format/torch_writer.hpp), which the
-// integration tests check against torch itself.
+// list of str. The files are written by the torch writers (format/torch/torch_writer.hpp), which
+// the integration tests check against torch itself.
 #include "support/temp_dir.hpp"
 
 #include <ckptfs/base/error.hpp>
 #include <ckptfs/format/open_model.hpp>
-#include <ckptfs/format/rfc_reader.hpp>
-#include <ckptfs/format/torch_writer.hpp>
+#include <ckptfs/format/split/rfc_reader.hpp>
+#include <ckptfs/format/torch/torch_writer.hpp>
 
 #include <doctest/doctest.h>
 

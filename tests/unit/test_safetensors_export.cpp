@@ -4,8 +4,8 @@
 #include "support/fake_checkpoint.hpp"
 #include "support/safetensors_builder.hpp"
 
-#include <ckptfs/format/safetensors_reader.hpp>
-#include <ckptfs/format/torch_reader.hpp>
+#include <ckptfs/format/safetensors/safetensors_reader.hpp>
+#include <ckptfs/format/torch/torch_reader.hpp>
 #include <ckptfs/source/byte_source.hpp>
 #include <ckptfs/view/safetensors_export.hpp>
 

@@ -4,7 +4,7 @@
 #include "support/safetensors_builder.hpp"
 
 #include <ckptfs/base/error.hpp>
-#include <ckptfs/format/safetensors_reader.hpp>
+#include <ckptfs/format/safetensors/safetensors_reader.hpp>
 
 #include <doctest/doctest.h>
 

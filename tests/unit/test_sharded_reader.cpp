@@ -4,8 +4,8 @@
 #include "support/safetensors_builder.hpp"
 
 #include <ckptfs/base/error.hpp>
-#include <ckptfs/format/safetensors_reader.hpp>
-#include <ckptfs/format/sharded_reader.hpp>
+#include <ckptfs/format/safetensors/safetensors_reader.hpp>
+#include <ckptfs/format/safetensors/sharded_reader.hpp>
 
 #include <doctest/doctest.h>
 

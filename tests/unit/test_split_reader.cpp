@@ -7,7 +7,7 @@
 
 #include <ckptfs/base/error.hpp>
 #include <ckptfs/format/open_model.hpp>
-#include <ckptfs/format/split_reader.hpp>
+#include <ckptfs/format/split/split_reader.hpp>
 
 #include <doctest/doctest.h>
 #include <fmt/format.h>

@@ -3,10 +3,10 @@
 // archive's records and CRCs, map.pt and value files, all read back by our own torch reader.
 #include <ckptfs/base/crc32.hpp>
 #include <ckptfs/base/error.hpp>
-#include <ckptfs/format/pickle_machine.hpp>
-#include <ckptfs/format/torch_reader.hpp>
-#include <ckptfs/format/torch_writer.hpp>
-#include <ckptfs/format/zip_reader.hpp>
+#include <ckptfs/format/pickle/pickle_machine.hpp>
+#include <ckptfs/format/torch/torch_reader.hpp>
+#include <ckptfs/format/torch/torch_writer.hpp>
+#include <ckptfs/format/zip/zip_reader.hpp>
 #include <ckptfs/source/byte_source.hpp>
 
 #include <doctest/doctest.h>

@@ -5,10 +5,10 @@
 #include "support/fake_checkpoint.hpp"
 
 #include <ckptfs/base/error.hpp>
-#include <ckptfs/format/torch_reader.hpp>
-#include <ckptfs/format/torchscript_code.hpp>
-#include <ckptfs/format/torchscript_reader.hpp>
-#include <ckptfs/format/zip_reader.hpp>
+#include <ckptfs/format/torch/torch_reader.hpp>
+#include <ckptfs/format/torch/torchscript_code.hpp>
+#include <ckptfs/format/torch/torchscript_reader.hpp>
+#include <ckptfs/format/zip/zip_reader.hpp>
 
 #include <doctest/doctest.h>
 #include <zlib.h>

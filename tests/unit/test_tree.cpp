@@ -5,11 +5,11 @@
 #include "support/safetensors_builder.hpp"
 
 #include <ckptfs/base/names.hpp>
-#include <ckptfs/format/safetensors_reader.hpp>
-#include <ckptfs/format/sharded_reader.hpp>
-#include <ckptfs/format/torch_reader.hpp>
-#include <ckptfs/format/torch_writer.hpp>
-#include <ckptfs/format/zip_reader.hpp>
+#include <ckptfs/format/safetensors/safetensors_reader.hpp>
+#include <ckptfs/format/safetensors/sharded_reader.hpp>
+#include <ckptfs/format/torch/torch_reader.hpp>
+#include <ckptfs/format/torch/torch_writer.hpp>
+#include <ckptfs/format/zip/zip_reader.hpp>
 #include <ckptfs/view/convert.hpp>
 #include <ckptfs/view/npy.hpp>
 #include <ckptfs/view/tree.hpp>

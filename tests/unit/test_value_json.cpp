@@ -3,7 +3,7 @@
 #include "support/pickle_builder.hpp"
 
 #include <ckptfs/base/error.hpp>
-#include <ckptfs/format/value_json.hpp>
+#include <ckptfs/format/pickle/value_json.hpp>
 
 #include <doctest/doctest.h>
 

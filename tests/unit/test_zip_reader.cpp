@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // Unit tests of ZipArchive: valid layouts, torch's quirks, and hostile archives built in C++.
 #include <ckptfs/base/error.hpp>
-#include <ckptfs/format/zip_reader.hpp>
+#include <ckptfs/format/zip/zip_reader.hpp>
 #include <ckptfs/source/byte_source.hpp>
 
 #include <doctest/doctest.h>

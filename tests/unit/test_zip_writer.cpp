@@ -3,8 +3,8 @@
 // 4 GiB (on a sparse view of the plan, nothing written), and read-back through ZipArchive.
 #include <ckptfs/base/crc32.hpp>
 #include <ckptfs/base/error.hpp>
-#include <ckptfs/format/zip_reader.hpp>
-#include <ckptfs/format/zip_writer.hpp>
+#include <ckptfs/format/zip/zip_reader.hpp>
+#include <ckptfs/format/zip/zip_writer.hpp>
 #include <ckptfs/source/byte_source.hpp>
 
 #include <doctest/doctest.h>

@@ -3,11 +3,11 @@
 // set), opened as the sources that hold its bytes and read into one Model by the right reader.
 #pragma once
 
-#include <ckptfs/format/rfc_reader.hpp>
-#include <ckptfs/format/safetensors_reader.hpp>
-#include <ckptfs/format/sharded_reader.hpp>
-#include <ckptfs/format/split_reader.hpp>
-#include <ckptfs/format/torch_reader.hpp>
+#include <ckptfs/format/safetensors/safetensors_reader.hpp>
+#include <ckptfs/format/safetensors/sharded_reader.hpp>
+#include <ckptfs/format/split/rfc_reader.hpp>
+#include <ckptfs/format/split/split_reader.hpp>
+#include <ckptfs/format/torch/torch_reader.hpp>
 #include <ckptfs/model/model.hpp>
 #include <ckptfs/source/byte_source.hpp>
 

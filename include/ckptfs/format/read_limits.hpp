@@ -2,8 +2,8 @@
 // ReadLimits: how much of a hostile file the readers build before they refuse it.
 #pragma once
 
-#include <ckptfs/format/pickle_machine.hpp>
-#include <ckptfs/format/zip_reader.hpp>
+#include <ckptfs/format/pickle/pickle_machine.hpp>
+#include <ckptfs/format/zip/zip_reader.hpp>
 
 #include <cstddef>
 #include <cstdint>

@@ -94,7 +94,7 @@ struct Tensor {
   std::size_t element_size() const noexcept { return info(dtype).element_size; }
 };
 
-// One flattened item of the model (see format/flatten.hpp for torch's rule).
+// One flattened item of the model (see format/pickle/flatten.hpp for torch's rule).
 struct Entry {
   enum class Kind : std::uint8_t { tensor, value };
   std::string key;  // the flattened key as text; two entries may share it

@@ -3,7 +3,7 @@
 // format can hold, each under a key of its own, and what is left out and why.
 #pragma once
 
-#include <ckptfs/format/pickle_writer.hpp>
+#include <ckptfs/format/pickle/pickle_writer.hpp>
 #include <ckptfs/model/model.hpp>
 #include <ckptfs/pack/key_glob.hpp>
 
@@ -28,7 +28,8 @@ std::optional<PackFormat> pack_format_of(std::string_view path);
 struct Selection {
   std::vector<std::size_t> entries;  // into Model::entries, in the model's order
   std::vector<std::string> keys;     // each one's key in the output: unique (see below)
-  // For each value entry, the plain value it holds (format/plain_value.hpp); none for tensors.
+  // For each value entry, the plain value it holds (format/pickle/plain_value.hpp); none for
+  // tensors.
   std::vector<pickle::Value> values;
   struct LeftOut {
     std::size_t entry;

@@ -7,7 +7,7 @@
 //   pack.write(model, sources, out);   // streaming: storages copied, never held
 #pragma once
 
-#include <ckptfs/format/torch_writer.hpp>
+#include <ckptfs/format/torch/torch_writer.hpp>
 #include <ckptfs/model/model.hpp>
 #include <ckptfs/pack/output_file.hpp>
 #include <ckptfs/pack/selection.hpp>

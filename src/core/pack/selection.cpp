@@ -5,8 +5,8 @@
 #include <ckptfs/base/hash.hpp>
 #include <ckptfs/base/json_reader.hpp>
 #include <ckptfs/base/text.hpp>
-#include <ckptfs/format/plain_value.hpp>
-#include <ckptfs/format/value_json.hpp>
+#include <ckptfs/format/pickle/plain_value.hpp>
+#include <ckptfs/format/pickle/value_json.hpp>
 #include <ckptfs/pack/selection.hpp>
 #include <ckptfs/view/served.hpp>
 

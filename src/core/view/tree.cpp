@@ -6,8 +6,8 @@
 #include <ckptfs/base/json_writer.hpp>
 #include <ckptfs/base/names.hpp>
 #include <ckptfs/base/numbers.hpp>
-#include <ckptfs/format/plain_value.hpp>
-#include <ckptfs/format/torch_writer.hpp>
+#include <ckptfs/format/pickle/plain_value.hpp>
+#include <ckptfs/format/torch/torch_writer.hpp>
 #include <ckptfs/view/describe.hpp>
 #include <ckptfs/view/npy.hpp>
 #include <ckptfs/view/safetensors_export.hpp>

@@ -13,7 +13,7 @@
 #pragma once
 
 #include <ckptfs/format/directory_model.hpp>
-#include <ckptfs/format/torch_reader.hpp>
+#include <ckptfs/format/torch/torch_reader.hpp>
 
 #include <cstdint>
 #include <string>

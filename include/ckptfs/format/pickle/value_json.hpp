@@ -3,7 +3,7 @@
 #pragma once
 
 #include <ckptfs/base/text.hpp>
-#include <ckptfs/format/pickle_machine.hpp>
+#include <ckptfs/format/pickle/pickle_machine.hpp>
 
 #include <string>
 #include <string_view>

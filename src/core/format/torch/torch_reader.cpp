@@ -3,11 +3,11 @@
 // and tensor extent against the bytes that are really in the file.
 #include <ckptfs/base/error.hpp>
 #include <ckptfs/base/hash.hpp>
-#include <ckptfs/format/flatten.hpp>
-#include <ckptfs/format/torch_interpreter.hpp>
-#include <ckptfs/format/torch_reader.hpp>
-#include <ckptfs/format/torchscript_reader.hpp>
-#include <ckptfs/format/zip_reader.hpp>
+#include <ckptfs/format/pickle/flatten.hpp>
+#include <ckptfs/format/torch/torch_interpreter.hpp>
+#include <ckptfs/format/torch/torch_reader.hpp>
+#include <ckptfs/format/torch/torchscript_reader.hpp>
+#include <ckptfs/format/zip/zip_reader.hpp>
 
 #include "torch_storages.hpp"
 

@@ -4,8 +4,8 @@
 #pragma once
 
 #include <ckptfs/format/read_limits.hpp>
-#include <ckptfs/format/torchscript_code.hpp>
-#include <ckptfs/format/zip_reader.hpp>
+#include <ckptfs/format/torch/torchscript_code.hpp>
+#include <ckptfs/format/zip/zip_reader.hpp>
 #include <ckptfs/model/model.hpp>
 #include <ckptfs/source/byte_source.hpp>
 

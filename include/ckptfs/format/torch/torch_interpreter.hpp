@@ -4,7 +4,7 @@
 // and the legacy tensor classes would build from them.
 #pragma once
 
-#include <ckptfs/format/pickle_machine.hpp>
+#include <ckptfs/format/pickle/pickle_machine.hpp>
 #include <ckptfs/model/model.hpp>
 
 #include <cstdint>

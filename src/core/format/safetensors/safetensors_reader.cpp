@@ -3,7 +3,7 @@
 // every number and extent, and the Model of one storage per tensor.
 #include <ckptfs/base/error.hpp>
 #include <ckptfs/base/json_reader.hpp>
-#include <ckptfs/format/safetensors_reader.hpp>
+#include <ckptfs/format/safetensors/safetensors_reader.hpp>
 
 #include <fmt/format.h>
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // Tensors pickled as torch.save pickles them, the records of its zip, and the files built on them.
-#include <ckptfs/format/torch_writer.hpp>
+#include <ckptfs/format/torch/torch_writer.hpp>
 
 #include <ckptfs/base/crc32.hpp>
 #include <ckptfs/base/error.hpp>

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // Recognises torch's storage references and tensor rebuild calls in an inert pickle graph.
-#include <ckptfs/format/torch_interpreter.hpp>
+#include <ckptfs/format/torch/torch_interpreter.hpp>
 
 #include <fmt/format.h>
 

@@ -7,7 +7,7 @@
 #include <ckptfs/base/json_writer.hpp>
 #include <ckptfs/base/names.hpp>
 #include <ckptfs/base/text.hpp>
-#include <ckptfs/format/split_reader.hpp>
+#include <ckptfs/format/split/split_reader.hpp>
 #include <ckptfs/source/directory.hpp>
 
 #include <fmt/format.h>

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // ZipArchive: finds the end records, walks the central directory, locates and checks payloads.
 #include <ckptfs/base/error.hpp>
-#include <ckptfs/format/zip_reader.hpp>
+#include <ckptfs/format/zip/zip_reader.hpp>
 
 #include <fmt/format.h>
 #include <algorithm>

@@ -3,9 +3,9 @@
 // as constants.N, and every other tensor of the module under attributes.
 #include <ckptfs/base/error.hpp>
 #include <ckptfs/base/hash.hpp>
-#include <ckptfs/format/flatten.hpp>
-#include <ckptfs/format/torch_interpreter.hpp>
-#include <ckptfs/format/torchscript_reader.hpp>
+#include <ckptfs/format/pickle/flatten.hpp>
+#include <ckptfs/format/torch/torch_interpreter.hpp>
+#include <ckptfs/format/torch/torchscript_reader.hpp>
 
 #include "torch_storages.hpp"
 

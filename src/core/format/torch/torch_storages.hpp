@@ -5,9 +5,9 @@
 #pragma once
 
 #include <ckptfs/base/hash.hpp>
-#include <ckptfs/format/pickle_machine.hpp>
-#include <ckptfs/format/torch_interpreter.hpp>
-#include <ckptfs/format/zip_reader.hpp>
+#include <ckptfs/format/pickle/pickle_machine.hpp>
+#include <ckptfs/format/torch/torch_interpreter.hpp>
+#include <ckptfs/format/zip/zip_reader.hpp>
 #include <ckptfs/model/model.hpp>
 #include <ckptfs/source/byte_source.hpp>
 

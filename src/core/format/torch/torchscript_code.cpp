@@ -2,7 +2,7 @@
 // read_class_declarations(): the first lines of TorchScript classes, matched as text in code
 // records that are read by offset or inflated on the way, within a budget of bytes.
 #include <ckptfs/base/hash.hpp>
-#include <ckptfs/format/torchscript_code.hpp>
+#include <ckptfs/format/torch/torchscript_code.hpp>
 
 #include <zlib.h>
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // key_text() and value_json(): Python-like and JSON renderings of inert pickle values.
 #include <ckptfs/base/numbers.hpp>
-#include <ckptfs/format/value_json.hpp>
+#include <ckptfs/format/pickle/value_json.hpp>
 
 #include <fmt/format.h>
 

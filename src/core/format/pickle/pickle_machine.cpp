@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // The restricted pickle machine: runs protocol 0-5 opcodes from a ByteSource into an inert Graph.
 #include <ckptfs/base/error.hpp>
-#include <ckptfs/format/pickle_machine.hpp>
+#include <ckptfs/format/pickle/pickle_machine.hpp>
 
 #include <fmt/format.h>
 #include <algorithm>

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // The protocol-2 pickle writer and the value tree written with it.
-#include <ckptfs/format/pickle_writer.hpp>
+#include <ckptfs/format/pickle/pickle_writer.hpp>
 
 #include <ckptfs/base/error.hpp>
 #include <ckptfs/base/text.hpp>

@@ -4,7 +4,7 @@
 // writes from a split directory.
 #pragma once
 
-#include <ckptfs/format/pickle_writer.hpp>
+#include <ckptfs/format/pickle/pickle_writer.hpp>
 
 #include <optional>
 #include <string_view>

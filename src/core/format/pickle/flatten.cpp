@@ -3,8 +3,8 @@
 #include <ckptfs/base/error.hpp>
 #include <ckptfs/base/hash.hpp>
 #include <ckptfs/base/text.hpp>
-#include <ckptfs/format/flatten.hpp>
-#include <ckptfs/format/value_json.hpp>
+#include <ckptfs/format/pickle/flatten.hpp>
+#include <ckptfs/format/pickle/value_json.hpp>
 
 #include <fmt/format.h>
 

@@ -3,7 +3,7 @@
 #pragma once
 
 #include <ckptfs/format/read_limits.hpp>
-#include <ckptfs/format/torch_interpreter.hpp>
+#include <ckptfs/format/torch/torch_interpreter.hpp>
 
 #include <string>
 #include <unordered_map>

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // The ZIP layout torch.save (miniz) writes, its header bytes, and the streaming writer over it.
-#include <ckptfs/format/zip_writer.hpp>
+#include <ckptfs/format/zip/zip_writer.hpp>
 
 #include <ckptfs/base/crc32.hpp>
 #include <ckptfs/base/error.hpp>

@@ -4,11 +4,11 @@
 #include <ckptfs/base/error.hpp>
 #include <ckptfs/base/names.hpp>
 #include <ckptfs/base/text.hpp>
-#include <ckptfs/format/rfc_reader.hpp>
-#include <ckptfs/format/zip_reader.hpp>
+#include <ckptfs/format/split/rfc_reader.hpp>
+#include <ckptfs/format/zip/zip_reader.hpp>
 #include <ckptfs/source/directory.hpp>
 
-#include "torch_storages.hpp"
+#include "../torch/torch_storages.hpp"
 
 #include <fmt/format.h>
 

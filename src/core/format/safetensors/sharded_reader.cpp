@@ -3,7 +3,7 @@
 // shards' models joined under its weight_map.
 #include <ckptfs/base/error.hpp>
 #include <ckptfs/base/json_reader.hpp>
-#include <ckptfs/format/sharded_reader.hpp>
+#include <ckptfs/format/safetensors/sharded_reader.hpp>
 
 #include <fmt/format.h>
 

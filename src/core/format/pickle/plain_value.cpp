@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: MIT
 // plain_value(): value_json()'s text read back, token by token, with an explicit stack.
-#include <ckptfs/format/plain_value.hpp>
+#include <ckptfs/format/pickle/plain_value.hpp>
 
 #include <ckptfs/base/error.hpp>
 #include <ckptfs/base/json_reader.hpp>
-#include <ckptfs/format/value_json.hpp>
+#include <ckptfs/format/pickle/value_json.hpp>
 
 #include <cmath>
 #include <cstdint>

@@ -39,8 +39,8 @@
 // (tensors of every 1.13 dtype, quantized ones, lists of keys, values): tests/integration.
 #pragma once
 
-#include <ckptfs/format/pickle_writer.hpp>
-#include <ckptfs/format/zip_writer.hpp>
+#include <ckptfs/format/pickle/pickle_writer.hpp>
+#include <ckptfs/format/zip/zip_writer.hpp>
 #include <ckptfs/model/dtype.hpp>
 #include <ckptfs/model/model.hpp>
 

@@ -4,7 +4,7 @@
 #pragma once
 
 #include <ckptfs/base/hash.hpp>
-#include <ckptfs/format/zip_reader.hpp>
+#include <ckptfs/format/zip/zip_reader.hpp>
 #include <ckptfs/source/byte_source.hpp>
 
 #include <cstdint>
