@@ -40,9 +40,10 @@ constexpr const char* usage_text = R"(usage: ckptfs [options] CHECKPOINT MOUNTPO
 
 Mounts a checkpoint read-only: a PyTorch file written by torch.save or torch.jit.save
 (.pth/.pt/.ckpt/.bin), a safetensors file, or a Hugging Face sharded set (its directory or its
-*.index.json). Every key becomes a directory with the tensor's raw `data`, a `meta.json` and a
-`tensor.npy`, and every read is an offset read inside the file that holds the tensor. No pickle
-is ever executed.
+*.index.json). Every key becomes a directory with the tensor's raw `data`, a `meta.json`, a
+`tensor.npy` and a `tensor.pt`; the whole-checkpoint views (index.json, model.safetensors) are in
+the hidden folder .ckptfs. Every read is an offset read inside the file that holds the tensor.
+No pickle is ever executed.
 
 CHECKPOINT is a file or a directory (see below), or a URL: http://, https:// (presigned URLs
 too) or s3://BUCKET/KEY (credentials, region and endpoint from AWS_ACCESS_KEY_ID,
@@ -72,13 +73,12 @@ options (before or after CHECKPOINT MOUNTPOINT):
        direct_io           reads bypass the mount's page cache: for one-pass copies of a
                            remote checkpoint (rsync, cp); a shared mmap of a file fails
                            unless libfuse >= 3.16 and Linux >= 6.6 allow it
-       shard_size=SIZE     the root holds the sharded set save_pretrained would write
+       shard_size=SIZE     .ckptfs holds the sharded set save_pretrained would write
                            (model-0000N-of-0000M.safetensors, model.safetensors.index.json)
                            instead of model.safetensors; SIZE like 5GB, 500MB, 2GiB
        layout=rfc          the root holds the transformers RFC's split layout instead:
-                           index.json, map.pt (torch.save of the keys, in order) and one
-                           <key>.pt per entry that torch.load reads alone (layout=split: the
-                           default, below)
+                           map.pt (torch.save of the keys, in order) and one <key>.pt per
+                           entry that torch.load reads alone (layout=split: the default, below)
        fsname=NAME         the source shown in /proc/mounts (default: the checkpoint's path)
        subtype=NAME        the type shown, fuse.NAME (default: fuse.ckptfs)
      remote checkpoints (URLs):
@@ -123,19 +123,23 @@ CHECKPOINT, besides a torch.save file:
   DIR/NAME.index.json             a sharded set: each key from the shard its weight_map names
                                   (a URL too: the shards beside it)
 
-the tree (layout=split):
-  MOUNTPOINT/index.json           every entry: key, path, kind, dtype, shape, nbytes; the
-                                  files read (sources) and the file's metadata
-  MOUNTPOINT/model.safetensors    every tensor as one safetensors file (see shard_size=)
+the tree (layout=split): the root holds the key directories and the hidden .ckptfs only
   MOUNTPOINT/<key>/data           a tensor's bytes in C order, as stored
   MOUNTPOINT/<key>/meta.json      dtype, shape, stride, source file, offsets, storage, sharing
   MOUNTPOINT/<key>/tensor.npy     the same bytes behind a .npy header
   MOUNTPOINT/<key>/tensor.pt      the tensor alone, as torch.save writes it (torch.load reads it)
   MOUNTPOINT/<key>/value.json     a non-tensor value as JSON
+  MOUNTPOINT/.ckptfs/index.json   every entry: key, path, kind, dtype, shape, nbytes; the
+                                  files read (sources) and the file's metadata
+  MOUNTPOINT/.ckptfs/model.safetensors  every tensor as one safetensors file (see shard_size=)
 the tree (layout=rfc):
-  MOUNTPOINT/index.json           as above; an entry's path is its file, or null without one
   MOUNTPOINT/map.pt               torch.save of the list of keys that have a file, in order
+                                  (beside the <key>.pt files, where the RFC's loaders look)
   MOUNTPOINT/<key>.pt             a tensor (its tensor.pt), or a value JSON describes whole
+  MOUNTPOINT/.ckptfs/index.json   as above; an entry's path is its file, or null without one
+<key> is the key, with '%' written %25 and '/' %2F; a key that starts with '.' (or is named
+like a view: index.json, map, model.safetensors) gets a '%' in front, so that MOUNTPOINT/P*
+matches key directories only
 
 mount from fstab or mount(8): mount -t fuse.ckptfs CHECKPOINT MOUNTPOINT -o ro,allow_other
 unmount with: fusermount3 -u MOUNTPOINT (or umount as root)
