@@ -20,6 +20,7 @@
 
 #include <malloc.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <climits>
 #include <cstdlib>
@@ -56,7 +57,9 @@ options (before or after CHECKPOINT MOUNTPOINT):
   -d, --debug            foreground, with libfuse's debug output
   -o OPT[,OPT...]        mount options:
        uid=N, gid=N        owner of every file (default: the user who mounts)
-       umask=OCTAL         permission bits to clear (default 0222: files 0444, dirs 0555)
+       umask=OCTAL         files 0666 & ~umask, dirs 0777 & ~umask (default: the
+                           checkpoint's own mode: 0644 gives files 0644, dirs 0755; 0600
+                           gives 0600, 0700; a URL 0644, 0755); writes fail (EROFS) anyway
        allow_other         let other users read the mount (needs user_allow_other for non-root)
        allow_root          let root read it too, and no other user
        auto_unmount        unmount even when ckptfs is killed (fusermount3 watches it)
@@ -225,6 +228,18 @@ std::string escaped_fsname(const std::string& path) {
   return out;
 }
 
+// The modes of the mount's files and directories: -o umask= when given, else those that follow
+// the checkpoint's own mode (the file's, or the directory's when a directory is mounted); a URL
+// has none, and is shown as a file downloaded with the usual umask 022 would be (0644, 0755).
+ckptfs::Modes mount_modes(const ckptfs::cli::MountOptions& o) {
+  if (o.umask) return ckptfs::modes_from_umask(*o.umask);
+  struct stat st {};
+  if (ckptfs::is_url(o.checkpoint) || ::stat(o.checkpoint.c_str(), &st) != 0) {
+    return ckptfs::modes_following(0644);
+  }
+  return ckptfs::modes_following(st.st_mode);
+}
+
 // "ckptfs: mounted CHECKPOINT on MOUNTPOINT (N tensors, M values, X bytes)": X counts the bytes
 // of the tensors that are served, as index.json's total_bytes.
 std::string ready_line(const ckptfs::Model& c, const std::string& checkpoint,
@@ -285,7 +300,7 @@ int run_mount(const std::vector<std::string>& args) {
     tree_options.source_path = absolute;
     tree_options.uid = o.uid.value_or(::getuid());
     tree_options.gid = o.gid.value_or(::getgid());
-    tree_options.umask = o.umask.value_or(0222);
+    tree_options.modes = mount_modes(o);
     tree_options.times = opened->times();
     tree_options.dtype = o.dtype;
     tree_options.shard_size = o.shard_size;

@@ -273,7 +273,7 @@ class MountOptionTests(LifecycleTestCase):
 
     def test_who_may_read(self):
         """Without allow_other only the mounting user reads; allow_other lets everyone (the
-        files being 0444); allow_root lets root and the mounting user only."""
+        files being 0644, as the fixture is); allow_root lets root and the mounting user only."""
         want = {(): b"errno 13", ("-o", "allow_other"): b"ok {", ("-o", "allow_root"): b"errno 13"}
         os.chmod(self.tmp, 0o755)  # the mountpoint's path must be searchable by nobody
         for options, expected in want.items():

@@ -630,17 +630,19 @@ class AttributeTests(MountTestCase):
             self.assertEqual(st.st_ctime_ns, src.st_ctime_ns, f"{at}: ctime")
 
     def test_default_modes_and_times(self):
+        """The modes follow the checkpoint's (test_tree.ModeTests has the other cases)."""
         path = self.tmp / "convnet.pth"
         path.write_bytes(fixture_path("convnet").read_bytes())
+        os.chmod(path, 0o644)
         os.utime(path, ns=(1_600_000_000_123_456_789, 1_500_000_000_987_654_321))
         mnt, proc = self.mount(path)
-        self.check_modes(mnt, path, 0o444, 0o555, os.getuid(), os.getgid())
+        self.check_modes(mnt, path, 0o644, 0o755, os.getuid(), os.getgid())
         self.unmount(mnt, proc)
 
     def test_umask_uid_gid(self):
         path = fixture_path("convnet")
         mnt, proc = self.mount(path, "-o", "umask=027,uid=1234,gid=5678")
-        self.check_modes(mnt, path, 0o440, 0o550, 1234, 5678)
+        self.check_modes(mnt, path, 0o640, 0o750, 1234, 5678)
         self.unmount(mnt, proc)
 
     def test_writes_refused(self):

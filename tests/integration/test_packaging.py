@@ -690,6 +690,7 @@ class MountCommandTests(TempDirTestCase):
         self.mnt = self.new_dir("mnt")
         self.source = self.tmp / "model.pth"
         shutil.copyfile(SAMPLE, self.source)
+        os.chmod(self.source, 0o644)  # the mount's modes follow it: files 0644
 
     def namespace(self, script):
         env = {**os.environ, "BIN": str(self.bin), "OUT": str(self.out), "MNT": str(self.mnt),
@@ -731,7 +732,7 @@ class MountCommandTests(TempDirTestCase):
         fstype, source, options, owner, index = self.result("plain")
         self.assertIn("ro", options, "mount.fuse3's default rw made a writable mount")
         self.assertNotIn("allow_other", options)
-        self.assertEqual(owner, ["0", "0", "444"])
+        self.assertEqual(owner, ["0", "0", "644"])
         _, _, options, _, _ = self.result("notify")
         self.assertGreaterEqual(options, {"ro", "nodev", "noexec"})
         self.assertEqual((self.out / "notify").read_bytes(), b"1\n")
@@ -765,7 +766,7 @@ class MountCommandTests(TempDirTestCase):
         self.assertEqual(owner, ["1234", "4321", "440"])
         fstype, source, options, owner, index = self.result("defaults")
         self.assertIn("ro", options)
-        self.assertEqual(owner, ["0", "0", "444"])
+        self.assertEqual(owner, ["0", "0", "644"])
 
     def test_drop_privileges(self):
         """mount.fuse3 -o drop_privileges mounts itself and hands ckptfs /dev/fd/N."""

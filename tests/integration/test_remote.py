@@ -18,6 +18,7 @@ import json
 import mmap
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -169,11 +170,17 @@ class RemoteTestCase(MountTestCase):
 
 class HttpTests(RemoteTestCase):
     def assert_same_as_local(self, local, url, *options):
-        """The mount of `url` has the tree of the mount of `local`, byte for byte."""
+        """The mount of `url` has the tree of the mount of `local`, byte for byte; a URL's
+        modes are those of a file downloaded with the usual umask (files 0644, dirs 0755)."""
         lm, lp = self.mount(local)
         rm, rp = self.mount(url, *options)
         try:
             self.assertEqual(tree(rm), tree(lm), f"{url}: tree differs from {local}'s")
+            for directory, _, files in os.walk(rm):
+                self.assertEqual(stat.S_IMODE(os.stat(directory).st_mode), 0o755, directory)
+                for name in files:
+                    path = os.path.join(directory, name)
+                    self.assertEqual(stat.S_IMODE(os.stat(path).st_mode), 0o644, path)
         finally:
             self.unmount(lm, lp)
             self.unmount(rm, rp)

@@ -97,7 +97,8 @@ std::string floats_at(std::initializer_list<int> values) {
 TEST_SUITE_BEGIN("tree");
 
 TEST_CASE("the tree: a directory per entry, files per kind, and .ckptfs's views") {
-  Mounted m(checkpoint_with_views(), {.source_path = "x.pth", .uid = 7, .gid = 8, .umask = 0027});
+  Mounted m(checkpoint_with_views(),
+            {.source_path = "x.pth", .uid = 7, .gid = 8, .modes = {0640, 0750}});
   CHECK(m.list(Tree::root_ino) ==
         std::vector<std::string>{".ckptfs", "w", "w.T", "a%2Fb", "x", "bad"});
   CHECK(m.list(Tree::views_ino) == std::vector<std::string>{"index.json", "model.safetensors"});
@@ -126,22 +127,22 @@ TEST_CASE("the tree: a directory per entry, files per kind, and .ckptfs's views"
 
   struct stat st {};
   REQUIRE(m.tree.stat(m.path("w", "data"), st));
-  CHECK(st.st_mode == (S_IFREG | 0440));
+  CHECK(st.st_mode == (S_IFREG | 0640));
   CHECK(st.st_size == 48);
   CHECK(st.st_blocks == 1);
   CHECK(st.st_uid == 7);
   CHECK(st.st_gid == 8);
   CHECK(st.st_mtim.tv_sec == 1234);
   REQUIRE(m.tree.stat(m.path("w"), st));
-  CHECK(st.st_mode == (S_IFDIR | 0550));
+  CHECK(st.st_mode == (S_IFDIR | 0750));
   CHECK(st.st_nlink == 2);
   for (Tree::Ino dir : {Tree::root_ino, Tree::views_ino}) {
     REQUIRE(m.tree.stat(dir, st));
-    CHECK(st.st_mode == (S_IFDIR | 0550));
+    CHECK(st.st_mode == (S_IFDIR | 0750));
   }
   CHECK(st.st_nlink == 2);  // .ckptfs
   REQUIRE(m.tree.stat(m.view("index.json"), st));
-  CHECK(st.st_mode == (S_IFREG | 0440));
+  CHECK(st.st_mode == (S_IFREG | 0640));
   REQUIRE(m.tree.stat(Tree::root_ino, st));
   CHECK(st.st_nlink == 2 + 1 + 5);  // ".", "..", .ckptfs's and each entry's ".."
   CHECK_FALSE(m.tree.stat(0, st));
@@ -153,6 +154,34 @@ TEST_CASE("the tree: a directory per entry, files per kind, and .ckptfs's views"
   CHECK(index["entries"][2]["key"] == "a/b");
   CHECK(index["entries"][2]["path"] == "a%2Fb");
   CHECK(index["entries"][4]["nbytes"].is_null());
+}
+
+TEST_CASE("modes follow the checkpoint's; umask= overrides") {
+  auto modes = [](Modes m) { return std::pair{m.file, m.directory}; };
+  CHECK(modes(modes_following(0644)) == std::pair<mode_t, mode_t>{0644, 0755});
+  CHECK(modes(modes_following(0600)) == std::pair<mode_t, mode_t>{0600, 0700});
+  CHECK(modes(modes_following(0640)) == std::pair<mode_t, mode_t>{0640, 0750});
+  CHECK(modes(modes_following(0664)) == std::pair<mode_t, mode_t>{0664, 0775});
+  // Read-only: copies' directories stay removable by their owner.
+  CHECK(modes(modes_following(0444)) == std::pair<mode_t, mode_t>{0444, 0755});
+  CHECK(modes(modes_following(0400)) == std::pair<mode_t, mode_t>{0400, 0700});
+  // Never an execute bit on a file, nor a special bit anywhere; a directory's own mode (0755)
+  // gives 0644 and 0755.
+  CHECK(modes(modes_following(S_IFDIR | 0755)) == std::pair<mode_t, mode_t>{0644, 0755});
+  CHECK(modes(modes_following(S_IFREG | 04777)) == std::pair<mode_t, mode_t>{0666, 0777});
+  CHECK(modes(modes_from_umask(0222)) == std::pair<mode_t, mode_t>{0444, 0555});
+  CHECK(modes(modes_from_umask(022)) == std::pair<mode_t, mode_t>{0644, 0755});
+  CHECK(modes(modes_from_umask(0227)) == std::pair<mode_t, mode_t>{0440, 0550});
+  CHECK(modes(modes_from_umask(0)) == std::pair<mode_t, mode_t>{0666, 0777});
+  // The tree shows them, nothing else.
+  Mounted m(checkpoint_with_views(), {.modes = modes_following(0600)});
+  struct stat st {};
+  REQUIRE(m.tree.stat(m.path("w", "tensor.pt"), st));
+  CHECK(st.st_mode == (S_IFREG | 0600));
+  REQUIRE(m.tree.stat(m.path("w"), st));
+  CHECK(st.st_mode == (S_IFDIR | 0700));
+  REQUIRE(m.tree.stat(Tree::views_ino, st));
+  CHECK(st.st_mode == (S_IFDIR | 0700));
 }
 
 TEST_CASE("entries with the same text each get their name; literal keys keep the rule's") {

@@ -40,11 +40,26 @@ enum class Layout : std::uint8_t {
   rfc,
 };
 
+// The permission bits of a mount's files and directories.
+struct Modes {
+  mode_t file = 0444;
+  mode_t directory = 0555;
+};
+// The modes that follow a checkpoint whose own permission bits are `mode`: files get its read
+// and write bits (0644 -> 0644, 0600 -> 0600; never an execute bit), directories the same with
+// an execute bit wherever a read bit is, and the owner's write bit always, so that a copy made
+// with `rsync -a` or `cp -a` can be removed by the user who made it (0644 -> 0755, 0600 ->
+// 0700, 0444 -> 0755). Writes fail with EROFS whatever the bits say: the mount is read-only.
+Modes modes_following(mode_t mode) noexcept;
+// The modes of -o umask=OCTAL, as other FUSE file systems take it: files 0666 & ~umask,
+// directories 0777 & ~umask (0222: 0444 and 0555).
+Modes modes_from_umask(mode_t umask) noexcept;
+
 struct TreeOptions {
   std::string source_path = {};  // shown in index.json as "source"
   uid_t uid = 0;
   gid_t gid = 0;
-  mode_t umask = 0222;     // files 0444, directories 0555
+  Modes modes = {};        // of every file and directory
   SourceTimes times = {};  // of every node: the sources' own, so that rsync -a twice copies once
   // The safetensors export in .ckptfs: one model.safetensors (0), or the sharded set of files
   // of at most this many bytes of tensors and model.safetensors.index.json.

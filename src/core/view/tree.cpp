@@ -96,6 +96,19 @@ std::optional<std::string> value_file_of(const std::string& value_json) {
 
 }  // namespace
 
+Modes modes_following(mode_t mode) noexcept {
+  const mode_t file = mode & 0666;
+  mode_t directory = file | S_IWUSR;
+  if (file & S_IRUSR) directory |= S_IXUSR;
+  if (file & S_IRGRP) directory |= S_IXGRP;
+  if (file & S_IROTH) directory |= S_IXOTH;
+  return {file, directory};
+}
+
+Modes modes_from_umask(mode_t umask) noexcept {
+  return {static_cast<mode_t>(0666 & ~umask), static_cast<mode_t>(0777 & ~umask)};
+}
+
 bool Tree::has_rfc_file(std::size_t entry) const {
   const Entry& e = model_.entries[entry];
   try {
@@ -449,7 +462,7 @@ bool Tree::stat(Ino ino, struct stat& st) const {
       n->kind == Kind::root || n->kind == Kind::views_dir || n->kind == Kind::entry_dir;
   const std::uint64_t bytes = size(*n);
   if (directory) {
-    st.st_mode = S_IFDIR | (0555 & ~options_.umask);
+    st.st_mode = S_IFDIR | (options_.modes.directory & 07777);
     // "." and the parent's link, plus each subdirectory's "..": the root's are .ckptfs and, in
     // the split layout, the entries'.
     st.st_nlink = 2;
@@ -457,7 +470,7 @@ bool Tree::stat(Ino ino, struct stat& st) const {
       st.st_nlink += 1 + (options_.layout == Layout::split ? model_.entries.size() : 0);
     }
   } else {
-    st.st_mode = S_IFREG | (0444 & ~options_.umask);
+    st.st_mode = S_IFREG | (options_.modes.file & 07777);
     st.st_nlink = 1;
     st.st_size = static_cast<off_t>(bytes);  // every file fits off_t (max_tensor_bytes)
   }
