@@ -51,7 +51,8 @@ import ckptfs_safetensors as st  # noqa: E402
 import make_fixtures  # noqa: E402
 from fixtures import (CKPTFS, CORPUS, FIXTURE_NAMES, NOT_TORCH_LOADABLE,  # noqa: E402
                       SAFETENSORS_FIXTURES, SHARDED_FIXTURES, TORCHSCRIPT_FIXTURES, corpus_files,
-                      expected_doc, fixture_path, formats_corpus, model_fixture_path)
+                      expected_doc, fixture_path, formats_corpus, model_fixture_path,
+                      needs_corpus)
 from test_writers import data_offsets  # noqa: E402
 
 warnings.filterwarnings("ignore")
@@ -452,6 +453,7 @@ class FixtureRoundTrips(PackTestCase):
         self.assertIn("(safetensors has no dtype complex128)", err)
 
 
+@needs_corpus
 class CorpusRoundTrips(PackTestCase):
     def test_corpus_present(self):
         self.assertTrue(corpus_files(), f"no corpus in {CORPUS}")
