@@ -48,8 +48,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1] / "scripts"))
 sys.path.insert(0, str(HERE.parent / "integration"))
 
-from ckptfs_mounts import (fusermount_u, is_mounted, mount_points, unmount,  # noqa: E402
-                           wait_for_mount)
+from ckptfs_mounts import (fusermount_u, is_mounted, mount_points, mounts,  # noqa: E402
+                           unmount, wait_for_mount)
 from fixtures import CKPTFS, INTEROP_ROOT, REPO  # noqa: E402
 
 RUNNER = REPO / "scripts" / "interop-run"
@@ -72,9 +72,18 @@ def _check(status, what):
 
 def enter_private_mount_namespace():
     """Moves this process (single-threaded: at import) into a new mount namespace whose mounts
-    are all private: what it mounts later is seen by it and its children only."""
+    are all private: what it mounts later is seen by it and its children only.
+
+    The namespace starts as a copy of every mount of this machine's, and a copy keeps its file
+    system alive: another test's FUSE mount that it unmounts would not end (its daemon would not
+    exit, and that test would fail) while this process runs. So every FUSE mount copied is
+    detached here at once (later mounts of others never reach this namespace: it is private)."""
     _check(_libc.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
     _check(_libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "mount --make-rprivate /")
+    fuse = [m.point for m in mounts() if m.fstype == "fuse" or m.fstype.startswith("fuse.")
+            or m.fstype.startswith("fuseblk")]
+    for point in sorted(fuse, reverse=True):
+        detach_mount(point)
 
 
 def make_shared_mount(path):

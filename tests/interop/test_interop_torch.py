@@ -24,7 +24,21 @@ require("fuse", "interop")  # else the module exits 77: skipped, with the reason
 
 from interop_support import InteropCase, inside, outside, views_dir  # noqa: E402
 
-FIXTURES = ["views", "training", "module", "legacy"]
+FIXTURES = ["dtypes", "views", "training", "module", "legacy"]
+
+# What torch 2.14 writes and ckptfs does not serve yet, by dtype: the problems of their keys are
+# expected (test_packed_quantized_dtypes), every other dtype's are failures.
+NOT_SERVED = {
+    "quint4x2": "packed sub-byte quantized: torch packs the elements two to a byte, flat, in a "
+                "storage of rows x ceil(columns / 2) bytes; ckptfs counts a byte an element",
+    "quint2x4": "the same, four to a byte",
+}
+
+
+def key_dtype(problem):
+    """The dtype fixture key a problem line of torch_checks is about ("quint4x2.scalar/..."
+    -> "quint4x2")."""
+    return problem.split(" ")[0].split("/")[0].split(":")[0].split(".")[0]
 
 
 class TorchTests(InteropCase):
@@ -36,14 +50,39 @@ class TorchTests(InteropCase):
         cls.versions = cls.call("versions.tools")
 
     def check(self, name, layout):
+        """The report of torch_checks.check_<layout> on a mount of fixture `name`: its problems
+        must be none but those of NOT_SERVED's dtypes (in the dtypes fixture)."""
         fixture = self.fixtures[name]
         options = ["-o", "layout=rfc"] if layout == "rfc" else []
         mnt = self.mount(outside(fixture["path"]), *options)
         report = self.call(f"torch_checks.check_{layout}", fixture["path"], inside(mnt),
                            inside(views_dir(mnt)), fixture["weights_only"])
-        self.assertEqual(report["problems"], [], f"{name} ({layout}) against {self.versions}")
+        problems = [p for p in report["problems"] if name != "dtypes" or
+                    key_dtype(p) not in NOT_SERVED]
+        self.assertEqual(problems, [], f"{name} ({layout}) against {self.versions}")
         self.assertGreater(report["tensors"], 0, name)
         return report
+
+    def test_every_savable_dtype(self):
+        report = self.check("dtypes", "split")
+        fixture = self.fixtures["dtypes"]
+        # Every dtype this torch saves is in the fixture (the dtypes of torch 2.14 named here
+        # at least), and the mount showed each.
+        self.assertEqual(sorted(set(fixture["dtypes"]) - set(report["dtypes"])), [])
+        for name in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz",
+                     "float8_e8m0fnu", "float4_e2m1fn_x2", "uint16", "uint32", "uint64", "bool",
+                     "bfloat16", "complex32", "bcomplex32", "bits16", "bits1x8", "qint8"):
+            self.assertIn(name, fixture["dtypes"])
+        print(f"\n  {len(fixture['dtypes'])} dtypes saved by {self.versions}; not savable: "
+              f"{sorted(fixture['not_savable'])}", file=sys.stderr)
+
+    @unittest.expectedFailure
+    def test_packed_quantized_dtypes(self):
+        """quint4x2 and quint2x4, which torch 2.14 saves and loads (weights_only too), are not
+        served yet (NOT_SERVED): when they are, unittest says "unexpected success"; remove the
+        decorator and NOT_SERVED then."""
+        report = self.check("dtypes", "split")
+        self.assertEqual([p for p in report["problems"] if key_dtype(p) in NOT_SERVED], [])
 
     def test_split_layout(self):
         for name in FIXTURES:

@@ -200,8 +200,8 @@ def check_rfc(source, mnt, views, weights_only=True):
             report.problem(f"{e['path']}: {got!r}, torch.load has {v!r}")
         elif not same_types(got, v):
             report.value_types.append(f"{e['path']}: {got!r}, torch.load has {v!r}")
-    missing = [k for k, v in flat if isinstance(v, torch.Tensor) and k not in
-               {e["key"] for e in with_file}]
-    if missing:
-        report.problem(f"tensors without a file: {missing[:20]}")
+    have_file = {e["key"] for e in with_file}
+    for k, v in flat:
+        if isinstance(v, torch.Tensor) and k not in have_file:
+            report.problem(f"{k} ({v.dtype}): a tensor without a file")
     return report.result()
