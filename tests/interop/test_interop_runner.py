@@ -24,7 +24,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1] / "scripts"))
 sys.path.insert(0, str(HERE.parent / "integration"))
 
-from fixtures import require  # noqa: E402
+from fixtures import require, views_dir  # noqa: E402
 
 require("fuse", "interop")  # else the module exits 77: skipped, with the reason
 
@@ -86,9 +86,9 @@ class RunnerTests(unittest.TestCase):
     def test_mount_made_before_is_seen(self):
         self.mount(self.scratch / "mnt")
         inside = "/" + str((self.scratch / "mnt").relative_to(INTEROP_ROOT))
-        r = run("cat", f"{inside}/index.json")
+        r = run("cat", f"{inside}/.ckptfs/index.json")
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertEqual(r.stdout, (self.scratch / "mnt" / "index.json").read_bytes())
+        self.assertEqual(r.stdout, views_dir(self.scratch / "mnt").joinpath("index.json").read_bytes())
 
     def test_mounts_inside_stay_inside(self):
         (self.scratch / "d").mkdir()
