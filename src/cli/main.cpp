@@ -76,6 +76,8 @@ options (before or after CHECKPOINT MOUNTPOINT):
        direct_io           reads bypass the mount's page cache: for one-pass copies of a
                            remote checkpoint (rsync, cp); a shared mmap of a file fails
                            unless libfuse >= 3.16 and Linux >= 6.6 allow it
+       no_open             files open without asking ckptfs (for thousands of small files);
+                           a changed checkpoint then fails reads (EIO), no longer opens
        shard_size=SIZE     .ckptfs holds the sharded set save_pretrained would write
                            (model-0000N-of-0000M.safetensors, model.safetensors.index.json)
                            instead of model.safetensors; SIZE like 5GB, 500MB, 2GiB
@@ -326,6 +328,7 @@ int run_mount(const std::vector<std::string>& args) {
   request.max_read = o.max_read;
   request.busy_poll = std::chrono::microseconds(o.busy_poll_us);
   request.direct_io = o.direct_io;
+  request.no_open = o.no_open;
   request.fsname = escaped_fsname(absolute);
   request.notifier = &notifier;
   request.ready_line = ready_line(tree->model(), shown, o.mountpoint);

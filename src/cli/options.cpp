@@ -103,6 +103,8 @@ std::string take_option(std::string_view item, MountOptions& o) {
     }
   } else if (item == "direct_io") {
     o.direct_io = true;
+  } else if (item == "no_open") {
+    o.no_open = true;
   } else if (item == "ro" || item.empty() || is_ignored_option(item)) {
     // always read-only; fstab-only options mean nothing here
   } else if (is_passed_option(item)) {

@@ -51,6 +51,7 @@ struct Session::State {
         max_stores(std::max(1u, o.threads) - 1),
         may_wait(o.may_wait),
         direct_io(o.direct_io),
+        no_open_wanted(o.no_open && !o.direct_io),
         prefilled(t.node_count_hint() + 1),
         changed(std::make_unique<std::atomic<bool>[]>(s.size())),
         pages(s) {}
@@ -61,6 +62,11 @@ struct Session::State {
   const unsigned max_stores;  // stores into the page cache at once (see SessionOptions::threads)
   void (*const may_wait)();
   const bool direct_io;  // every file opened with FOPEN_DIRECT_IO (SessionOptions::direct_io)
+  const bool no_open_wanted;  // SessionOptions::no_open (never with direct_io: opens set it)
+  // Set by INIT where the kernel can open without a request (FUSE_NO_OPEN(DIR)_SUPPORT): the
+  // first open (opendir) answered ENOSYS makes it send no more of them.
+  std::atomic<bool> no_open{false};
+  std::atomic<bool> no_opendir{false};
   std::atomic<unsigned> stores{0};
   InodeSet prefilled;  // files whose first bytes were stored at their first open
   // Per source: set once it is found replaced, truncated or rewritten (see source_changed()):
@@ -249,6 +255,20 @@ void op_init(void* userdata, fuse_conn_info* conn) {
   // inode per entry: the kernel spent 27 ms creating 10,000 of them for one os.listdir().
   if (conn->capable & FUSE_CAP_READDIRPLUS) conn->want |= FUSE_CAP_READDIRPLUS;
   if (conn->capable & FUSE_CAP_READDIRPLUS_AUTO) conn->want |= FUSE_CAP_READDIRPLUS_AUTO;
+  // Directories opened without a request: opendir checks nothing, and the kernel then caches
+  // listings and keeps them (FOPEN_CACHE_DIR | FOPEN_KEEP_CACHE, what opendir answered).
+  // `ls -l` of a listed directory again sends nothing instead of OPENDIR and RELEASEDIR.
+  if (conn->capable & FUSE_CAP_NO_OPENDIR_SUPPORT) {
+    conn->want |= FUSE_CAP_NO_OPENDIR_SUPPORT;
+    ctx.no_opendir.store(true);
+  }
+  // -o no_open: files too (OPEN, and RELEASE after it); the kernel then keeps their cached pages
+  // (FOPEN_KEEP_CACHE) as open did. What is lost: the check of the source's path at each open
+  // (source_changed()); reads still check the descriptor.
+  if (ctx.no_open_wanted && (conn->capable & FUSE_CAP_NO_OPEN_SUPPORT)) {
+    conn->want |= FUSE_CAP_NO_OPEN_SUPPORT;
+    ctx.no_open.store(true);
+  }
   if (ctx.direct_io) {
     bool mmap_allowed = false;
 #ifdef FUSE_CAP_DIRECT_IO_ALLOW_MMAP  // libfuse 3.16 and later
@@ -347,6 +367,8 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     if (is_directory(*n)) return reply.error(EISDIR);
     if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) return reply.error(EROFS);
     if (file_sources_changed(ctx, *n, true)) return reply.error(EIO);
+    // The kernel opens every file from now on without asking (with keep_cache).
+    if (ctx.no_open.load(std::memory_order_relaxed)) return reply.error(ENOSYS);
     if (ctx.direct_io) {
       fi->direct_io = 1;  // no page cache to fill
     } else {
@@ -397,6 +419,8 @@ void op_opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     const auto n = context(req).tree.node(ino);
     if (!n) return reply.error(ENOENT);
     if (!is_directory(*n)) return reply.error(ENOTDIR);
+    // The kernel opens every directory from now on without asking, caching its listing.
+    if (context(req).no_opendir.load(std::memory_order_relaxed)) return reply.error(ENOSYS);
     fi->cache_readdir = 1;
     fi->keep_cache = 1;
     reply.open(*fi);

@@ -272,6 +272,7 @@ void mount_and_serve(const Tree& tree, Sources sources, const MountRequest& requ
   options.args.push_back(fuse_options);
   options.max_read = max_read;
   options.direct_io = request.direct_io;
+  options.no_open = request.no_open;
   ServeOptions serving;
   serving.threads = std::max(4u, 2 * std::thread::hardware_concurrency());
   options.threads = serving.threads;

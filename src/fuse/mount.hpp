@@ -46,6 +46,7 @@ struct MountRequest {
   unsigned read_ahead_kb = 0;              // set on the mount when allowed (root); 0: the kernel's
   std::chrono::microseconds busy_poll{0};  // see ServeOptions::busy_poll
   bool direct_io = false;                  // see SessionOptions::direct_io
+  bool no_open = false;                    // see SessionOptions::no_open
   std::string ready_line;  // printed on stderr in the foreground once the mount is ready
   ReadinessNotifier* notifier = nullptr;  // told once the mount is ready (or failed)
 };

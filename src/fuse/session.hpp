@@ -33,6 +33,11 @@ struct SessionOptions {
   // a one-pass copy of a remote checkpoint fills no new pages). A shared mmap of a file then
   // needs FUSE_CAP_DIRECT_IO_ALLOW_MMAP (libfuse 3.16, Linux 6.6); without it, it fails.
   bool direct_io = false;
+  // Files are opened without a request where the kernel allows it (FUSE_NO_OPEN_SUPPORT): no
+  // OPEN and no RELEASE per open, and no check of the source at open: a source replaced, truncated
+  // or rewritten is found at the next read of bytes the kernel has not cached (EIO), not at
+  // open. Ignored with direct_io, which each open sets.
+  bool no_open = false;
 };
 
 class Session {
