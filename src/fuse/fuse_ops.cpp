@@ -61,7 +61,7 @@ struct Session::State {
   const unsigned max_read;
   const unsigned max_stores;  // stores into the page cache at once (see SessionOptions::threads)
   void (*const may_wait)();
-  const bool direct_io;  // every file opened with FOPEN_DIRECT_IO (SessionOptions::direct_io)
+  const bool direct_io;       // every file opened with FOPEN_DIRECT_IO (SessionOptions::direct_io)
   const bool no_open_wanted;  // SessionOptions::no_open (never with direct_io: opens set it)
   // Set by INIT where the kernel can open without a request (FUSE_NO_OPEN(DIR)_SUPPORT): the
   // first open (opendir) answered ENOSYS makes it send no more of them.

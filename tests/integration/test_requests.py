@@ -1,0 +1,140 @@
+# SPDX-License-Identifier: MIT
+"""The FUSE requests a mount costs: every request is a round trip between the reader's kernel and
+the daemon, and thousands of small files (np.load of every tensor.npy, ls -l, find | xargs stat)
+cost what their requests cost. These tests count the requests libfuse's debug log (-d) lists for
+np.load of a tensor.npy on a fresh mount and again, and for ls -l of a directory, and pin the
+counts: a change that sends more fails here.
+
+What is sent, per np.load of MNT/ENTRY/tensor.npy (Python's open() asks isatty(): one IOCTL, which
+the kernel sends for every ioctl of a FUSE file, answered or not):
+  - by default: fresh, LOOKUP of ENTRY and of tensor.npy, OPEN (which checks the checkpoint and
+    stores the file's bytes in the page cache: no READ), IOCTL, RELEASE; again, OPEN, IOCTL,
+    RELEASE (names and attributes are cached forever: no LOOKUP, no GETATTR; no FLUSH);
+  - with -o no_open: fresh, LOOKUP, LOOKUP, IOCTL, READ; again, IOCTL alone.
+Per ls -l of a directory: its listing (READDIRPLUS, names with attributes), then nothing again
+(directories are opened without OPENDIR, and their listing is cached).
+
+Phases are told apart by a STATFS (os.statvfs), which nothing else sends.
+
+Run by ctest as `/usr/bin/python3 -m unittest -v test_requests` (see fixtures.py).
+"""
+
+import collections
+import os
+import re
+import subprocess
+import sys
+import time
+import unittest
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[1] / "scripts"))
+sys.path.insert(0, str(HERE))
+
+from fixtures import require  # noqa: E402
+
+require("fuse", "torch")  # else the module exits 77: skipped, with the reason
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from ckptfs_reference import directory_name  # noqa: E402
+from test_mount import MountTestCase  # noqa: E402
+
+TENSORS = 40
+# Requests the kernel sends on its own, not for the reader: memory pressure (FORGET) and the
+# interrupt of a request.
+KERNEL_OWN = {"FORGET", "BATCH_FORGET", "INTERRUPT"}
+REQUEST = re.compile(r"unique: \d+, opcode: (\w+) \(\d+\), nodeid: (\d+)")
+
+
+def phases(log):
+    """[Counter(opcode -> requests)] for each stretch of the log between two STATFS."""
+    counts = [collections.Counter()]
+    for m in REQUEST.finditer(log):
+        op = m.group(1)
+        if op == "STATFS":
+            counts.append(collections.Counter())
+        elif op not in KERNEL_OWN:
+            counts[-1][op] += 1
+    return counts
+
+
+class RequestCountTests(MountTestCase):
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.keys = [f"layer{i}.bias" for i in range(TENSORS)]
+
+    def setUp(self):
+        super().setUp()
+        self.checkpoint = self.tmp / "small.pth"
+        g = torch.Generator().manual_seed(25)
+        torch.save({k: torch.randn(16 + i, generator=g) for i, k in enumerate(self.keys)},
+                   self.checkpoint)
+        self.expected = {k: v.numpy() for k, v in torch.load(self.checkpoint).items()}
+
+    def marker(self, mnt, log_of, settled=lambda counts: True):
+        """Ends a phase: once `settled(counts of the phase so far)` (a request the kernel sends
+        after the call returned: RELEASE is sent in the background after close), a STATFS."""
+        deadline = time.monotonic() + 10
+        while not settled(phases(log_of())[-1]) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        os.statvfs(mnt)
+
+    def assert_at_most(self, counts, allowed, what):
+        extra = {op: n for op, n in counts.items() if n > allowed.get(op, 0)}
+        self.assertEqual(extra, {}, f"{what}: more requests than pinned: {dict(counts)} "
+                                    f"(at most {allowed})")
+
+    def np_load_phases(self, *options, opens_released=True):
+        """The request counts of np.load of every tensor.npy on a fresh mount, again, ls -l of an
+        entry's directory, again. `opens_released`: every OPEN is followed by a RELEASE (not
+        with no_open, whose one OPEN fails)."""
+        mnt, proc = self.mount(self.checkpoint, "-d", *options)
+        log_of = lambda: self.output(proc)  # noqa: E731
+        released = lambda c: not opens_released or c["RELEASE"] >= c["OPEN"]  # noqa: E731
+        self.marker(mnt, log_of, released)  # the mount's own requests (INIT, index.json)
+        for _ in range(2):
+            for key in self.keys:
+                got = np.load(mnt / directory_name(key) / "tensor.npy")
+                np.testing.assert_array_equal(got, self.expected[key], key)
+            self.marker(mnt, log_of, released)
+        entry = mnt / directory_name(self.keys[0])
+        for _ in range(2):
+            r = subprocess.run(["ls", "-l", str(entry)], capture_output=True, text=True)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(len(r.stdout.splitlines()), 1 + 4, r.stdout)  # total + 4 files
+            self.marker(mnt, log_of)
+        self.unmount(mnt, proc)
+        counts = phases(self.output(proc))
+        self.assertEqual(len(counts), 6, "one STATFS per marker")
+        return counts[1:5]
+
+    def test_default(self):
+        fresh, again, ls_fresh, ls_again = self.np_load_phases()
+        n = TENSORS
+        self.assert_at_most(fresh, {"LOOKUP": 2 * n, "OPEN": n, "IOCTL": n, "RELEASE": n},
+                            "np.load on a fresh mount")
+        self.assert_at_most(again, {"OPEN": n, "IOCTL": n, "RELEASE": n}, "np.load again")
+        # The kernel asks the first getxattr (ls's ACL check), and remembers its ENOSYS.
+        self.assert_at_most(ls_fresh, {"OPENDIR": 1, "READDIRPLUS": 2, "GETXATTR": 1}, "ls -l")
+        self.assert_at_most(ls_again, {}, "ls -l again")
+
+    def test_no_open(self):
+        fresh, again, ls_fresh, ls_again = self.np_load_phases("-o", "no_open",
+                                                             opens_released=False)
+        n = TENSORS
+        # The first open is asked (its answer, ENOSYS, tells the kernel to ask no more), and the
+        # first FLUSH of that file (likewise).
+        self.assert_at_most(fresh, {"LOOKUP": 2 * n, "OPEN": 1, "FLUSH": 1, "IOCTL": n, "READ": n},
+                            "np.load on a fresh -o no_open mount")
+        self.assert_at_most(again, {"IOCTL": n}, "np.load again, -o no_open")
+        self.assert_at_most(ls_fresh, {"OPENDIR": 1, "READDIRPLUS": 2, "GETXATTR": 1},
+                            "ls -l, -o no_open")
+        self.assert_at_most(ls_again, {}, "ls -l again, -o no_open")
+
+
+if __name__ == "__main__":
+    unittest.main()
