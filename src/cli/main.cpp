@@ -78,6 +78,8 @@ options (before or after CHECKPOINT MOUNTPOINT):
                            unless libfuse >= 3.16 and Linux >= 6.6 allow it
        no_open             files open without asking ckptfs (for thousands of small files);
                            a changed checkpoint then fails reads (EIO), no longer opens
+       io_uring            FUSE over io_uring where libfuse (3.18+) and the kernel (6.14+,
+                           enable_uring set) allow it; else a line says why not
        shard_size=SIZE     .ckptfs holds the sharded set save_pretrained would write
                            (model-0000N-of-0000M.safetensors, model.safetensors.index.json)
                            instead of model.safetensors; SIZE like 5GB, 500MB, 2GiB
@@ -329,6 +331,7 @@ int run_mount(const std::vector<std::string>& args) {
   request.busy_poll = std::chrono::microseconds(o.busy_poll_us);
   request.direct_io = o.direct_io;
   request.no_open = o.no_open;
+  request.io_uring = o.io_uring;
   request.fsname = escaped_fsname(absolute);
   request.notifier = &notifier;
   request.ready_line = ready_line(tree->model(), shown, o.mountpoint);

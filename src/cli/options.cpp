@@ -105,6 +105,8 @@ std::string take_option(std::string_view item, MountOptions& o) {
     o.direct_io = true;
   } else if (item == "no_open") {
     o.no_open = true;
+  } else if (item == "io_uring") {
+    o.io_uring = true;
   } else if (item == "ro" || item.empty() || is_ignored_option(item)) {
     // always read-only; fstab-only options mean nothing here
   } else if (is_passed_option(item)) {

@@ -41,6 +41,7 @@ struct MountOptions {
   Layout layout = Layout::split;     // -o layout=split|rfc: what the root holds
   bool direct_io = false;            // -o direct_io: reads bypass the mount's page cache
   bool no_open = false;              // -o no_open: opens send no request (checks at reads only)
+  bool io_uring = false;             // -o io_uring: FUSE over io_uring where available
   std::vector<std::string> fuse_options;  // the accepted libfuse and kernel options (below)
   RemoteOptions remote;  // insecure, cacert=, cache_size=, cache_dir=, cache_dir_size=, timeout=
 };
@@ -52,7 +53,7 @@ struct MountOptions {
 //     max_read=N (which ckptfs must also tell libfuse's INIT, or libfuse refuses it),
 //     dtype=float16|bfloat16|float32, shard_size=SIZE (see parse_size()), layout=split|rfc
 //     (shard_size with layout=rfc is a usage error: that layout has no safetensors files),
-//     direct_io, no_open;
+//     direct_io, no_open, io_uring;
 //   - passed to libfuse and the kernel, each known to work (is_passed_option());
 //   - ignored: "ro" is implied and "rw" (which mount.fuse3 passes when
 //     fstab says nothing) means nothing, the mount being read-only either way; so do the options

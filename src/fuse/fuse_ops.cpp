@@ -52,6 +52,7 @@ struct Session::State {
         may_wait(o.may_wait),
         direct_io(o.direct_io),
         no_open_wanted(o.no_open && !o.direct_io),
+        io_uring_wanted(o.io_uring),
         prefilled(t.node_count_hint() + 1),
         changed(std::make_unique<std::atomic<bool>[]>(s.size())),
         pages(s) {}
@@ -61,8 +62,9 @@ struct Session::State {
   const unsigned max_read;
   const unsigned max_stores;  // stores into the page cache at once (see SessionOptions::threads)
   void (*const may_wait)();
-  const bool direct_io;       // every file opened with FOPEN_DIRECT_IO (SessionOptions::direct_io)
-  const bool no_open_wanted;  // SessionOptions::no_open (never with direct_io: opens set it)
+  const bool direct_io;        // every file opened with FOPEN_DIRECT_IO (SessionOptions::direct_io)
+  const bool no_open_wanted;   // SessionOptions::no_open (never with direct_io: opens set it)
+  const bool io_uring_wanted;  // SessionOptions::io_uring
   // Set by INIT where the kernel can open without a request (FUSE_NO_OPEN(DIR)_SUPPORT): the
   // first open (opendir) answered ENOSYS makes it send no more of them.
   std::atomic<bool> no_open{false};
@@ -283,6 +285,13 @@ void op_init(void* userdata, fuse_conn_info* conn) {
           "kernel cannot allow it (libfuse 3.16 and Linux 6.6 can); private mappings work");
     }
   }
+#ifdef FUSE_CAP_OVER_IO_URING  // libfuse 3.18 and later
+  if (ctx.io_uring_wanted && (conn->capable & FUSE_CAP_OVER_IO_URING) == 0) {
+    log::warning(
+        "io_uring not used: the kernel did not offer it at INIT; requests go through "
+        "/dev/fuse");
+  }
+#endif
   ctx.init_called.store(true);
 }
 

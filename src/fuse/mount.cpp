@@ -93,6 +93,32 @@ unsigned usable_cpus() {
   return static_cast<unsigned>(CPU_COUNT(&set));
 }
 
+// Why FUSE over io_uring cannot be used (-o io_uring), or "" when it can: libfuse has it from 3.18
+// (built with liburing: scripts/build-libfuse-uring), Linux from 6.14, and there only once the
+// admin set /sys/module/fuse/parameters/enable_uring (off by default).
+std::string io_uring_unavailable() {
+#if FUSE_MAJOR_VERSION * 100 + FUSE_MINOR_VERSION < 318
+  return fmt::format(
+      "this ckptfs was built with libfuse {}.{}, which has no FUSE over io_uring (3.18 has: "
+      "scripts/build-libfuse-uring, then cmake -DCKPTFS_LIBFUSE_PREFIX=...)",
+      FUSE_MAJOR_VERSION, FUSE_MINOR_VERSION);
+#else
+  constexpr const char* parameter = "/sys/module/fuse/parameters/enable_uring";
+  int fd = ::open(parameter, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "this kernel has no FUSE over io_uring (Linux 6.14 and later have)";
+  char value = 'N';
+  const ssize_t n = ::read(fd, &value, 1);
+  ::close(fd);
+  if (n != 1 || value != 'Y') {
+    return fmt::format(
+        "the kernel has it turned off ({} is N; root turns it on with "
+        "'echo Y > {}')",
+        parameter, parameter);
+  }
+  return "";
+#endif
+}
+
 // libfuse's handlers of SIGHUP, SIGINT and SIGTERM (they end the session), for as long as this
 // lives.
 class SignalHandlers {
@@ -268,6 +294,15 @@ void mount_and_serve(const Tree& tree, Sources sources, const MountRequest& requ
   const unsigned max_read = request.max_read != 0 ? request.max_read : largest_spliced_read();
   if (max_read != 0) fuse_options += fmt::format(",max_read={}", max_read);
   for (const auto& o : request.fuse_options) fuse_options += "," + o;
+  if (request.io_uring) {
+    const std::string why = io_uring_unavailable();
+    if (why.empty()) {
+      fuse_options += ",io_uring";
+      options.io_uring = true;
+    } else {
+      log::warning(fmt::format("io_uring not used: {}; requests go through /dev/fuse", why));
+    }
+  }
   options.args.push_back("-o");
   options.args.push_back(fuse_options);
   options.max_read = max_read;

@@ -47,6 +47,9 @@ struct MountRequest {
   std::chrono::microseconds busy_poll{0};  // see ServeOptions::busy_poll
   bool direct_io = false;                  // see SessionOptions::direct_io
   bool no_open = false;                    // see SessionOptions::no_open
+  // FUSE over io_uring where libfuse and the kernel allow it; else one line says why not, and
+  // requests go through /dev/fuse as without it.
+  bool io_uring = false;
   std::string ready_line;  // printed on stderr in the foreground once the mount is ready
   ReadinessNotifier* notifier = nullptr;  // told once the mount is ready (or failed)
 };

@@ -38,6 +38,8 @@ struct SessionOptions {
   // or rewritten is found at the next read of bytes the kernel has not cached (EIO), not at
   // open. Ignored with direct_io, which each open sets.
   bool no_open = false;
+  // "io_uring" is among args' options: INIT says when the kernel did not offer it after all.
+  bool io_uring = false;
 };
 
 class Session {

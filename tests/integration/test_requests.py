@@ -16,6 +16,10 @@ Per ls -l of a directory: its listing (READDIRPLUS, names with attributes), then
 
 Phases are told apart by a STATFS (os.statvfs), which nothing else sends.
 
+-o io_uring (FUSE over io_uring): a mount served that way gives the same bytes, where a ckptfs
+built with libfuse 3.18 (scripts/build-libfuse-uring) and the kernel's enable_uring allow it
+(skipped with the reason otherwise); without them one line says why it is not used.
+
 Run by ctest as `/usr/bin/python3 -m unittest -v test_requests` (see fixtures.py).
 """
 
@@ -134,6 +138,83 @@ class RequestCountTests(MountTestCase):
         self.assert_at_most(ls_fresh, {"OPENDIR": 1, "READDIRPLUS": 2, "GETXATTR": 1},
                             "ls -l, -o no_open")
         self.assert_at_most(ls_again, {}, "ls -l again, -o no_open")
+
+
+# A ckptfs built with libfuse 3.18 (scripts/build-libfuse-uring), for -o io_uring.
+CKPTFS_URING = Path(os.environ.get("CKPTFS_URING", HERE.parents[1] / "build-uring" / "ckptfs"))
+ENABLE_URING = Path("/sys/module/fuse/parameters/enable_uring")
+
+
+def io_uring_missing():
+    """Why -o io_uring cannot be tested here, or None."""
+    if not CKPTFS_URING.is_file():
+        return f"no ckptfs built with libfuse 3.18 at {CKPTFS_URING} (scripts/build-libfuse-uring)"
+    if not ENABLE_URING.exists():
+        return "this kernel has no FUSE over io_uring (Linux 6.14+)"
+    if ENABLE_URING.read_text().strip() != "Y":
+        return f"{ENABLE_URING} is N (root: echo Y > {ENABLE_URING})"
+    return None
+
+
+def tree_bytes(mnt):
+    """{relative path: bytes} of every file of a mount."""
+    return {str(p.relative_to(mnt)): p.read_bytes()
+            for p in sorted(mnt.rglob("*")) if p.is_file()}
+
+
+class IoUringTests(MountTestCase):
+    def setUp(self):
+        super().setUp()
+        self.checkpoint = self.tmp / "model.pth"
+        g = torch.Generator().manual_seed(26)
+        self.state = {f"layer{i}.weight": torch.randn(64 + 100 * i, 33, generator=g)
+                      for i in range(6)}
+        self.state["big"] = torch.randn(3 << 20, generator=g)  # 12 MiB: reads of 1 MiB
+        torch.save(self.state, self.checkpoint)
+
+    def test_without_it_one_line_says_why(self):
+        """-o io_uring where libfuse (3.14) or the kernel cannot: the mount works, and one line
+        says why io_uring is not used."""
+        mnt, proc = self.mount(self.checkpoint, "-o", "io_uring")
+        np.testing.assert_array_equal(
+            np.load(mnt / directory_name("big") / "tensor.npy"), self.state["big"].numpy())
+        self.unmount(mnt, proc)
+        lines = [l for l in self.output(proc).splitlines() if "io_uring" in l]
+        self.assertEqual(len(lines), 1, self.output(proc))
+        self.assertRegex(lines[0], r"io_uring not used: (this ckptfs was built with libfuse "
+                                   r"3\.\d+|the kernel has it turned off|this kernel has no)")
+
+    def test_same_bytes_as_without(self):
+        """A mount served over io_uring gives every file's bytes as /dev/fuse does, and the
+        tensors torch saved."""
+        why = io_uring_missing()
+        if why:
+            self.skipTest(why)
+        mnt, proc = self.mount(self.checkpoint)
+        want = tree_bytes(mnt)
+        self.unmount(mnt, proc)
+        mnt = self.new_dir()
+        with open(self.tmp / "uring.log", "wb") as log:
+            proc = subprocess.Popen([str(CKPTFS_URING), "-f", "-d", "-o", "io_uring",
+                                     str(self.checkpoint), str(mnt)],
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                    stderr=log, start_new_session=True)
+        self.addCleanup(self._stop, proc, mnt)
+        deadline = time.monotonic() + 20
+        while not (mnt / ".ckptfs").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        got = tree_bytes(mnt)
+        for key, t in self.state.items():
+            np.testing.assert_array_equal(np.load(mnt / directory_name(key) / "tensor.npy"),
+                                          t.numpy(), key)
+        self.unmount(mnt, None)
+        proc.wait(timeout=10)
+        log = (self.tmp / "uring.log").read_text(errors="replace")
+        self.assertIn("starting io-uring", log, "libfuse did not start io_uring")
+        self.assertNotIn("io_uring not used", log)
+        self.assertEqual(sorted(got), sorted(want))
+        for name in want:
+            self.assertEqual(got[name], want[name], name)
 
 
 if __name__ == "__main__":
