@@ -897,7 +897,8 @@ class CompletionTests(TempDirTestCase):
         self.assertEqual(self.complete("ckptfs -o "), names)
         self.assertEqual(self.complete("ckptfs a.pth mnt -o "), names)
         self.assertEqual(self.complete("ckptfs -o u"), ["uid=", "umask="])
-        self.assertEqual(self.complete("ckptfs -o allow_other,n"), ["allow_other,notify_fd="])
+        self.assertEqual(self.complete("ckptfs -o allow_other,n"), ["allow_other,no_open",
+                                                                        "allow_other,notify_fd="])
         self.assertEqual(self.complete("ckptfs -o uid=5,al"), ["5,allow_other", "5,allow_root"])
         self.assertEqual(self.complete("ckptfs -oal"), ["-oallow_other", "-oallow_root"])
         self.assertEqual(self.complete("ckptfs -o uid="), [])
