@@ -24,6 +24,7 @@ Run by ctest as `/usr/bin/python3 -m unittest -v test_requests` (see fixtures.py
 """
 
 import collections
+import errno
 import os
 import re
 import subprocess
@@ -138,6 +139,24 @@ class RequestCountTests(MountTestCase):
         self.assert_at_most(ls_fresh, {"OPENDIR": 1, "READDIRPLUS": 2, "GETXATTR": 1},
                             "ls -l, -o no_open")
         self.assert_at_most(ls_again, {}, "ls -l again, -o no_open")
+
+    def test_no_open_changed_checkpoint_fails_reads(self):
+        """-o no_open trades the check at open for one round trip: a checkpoint changed while
+        mounted is found at the next read the kernel asks for, which fails with EIO (never other
+        bytes); the open itself succeeds."""
+        mnt, proc = self.mount(self.checkpoint, "-o", "no_open")
+        first, second = (mnt / directory_name(k) / "data" for k in self.keys[:2])
+        self.assertEqual(len(first.read_bytes()), first.stat().st_size)
+        time.sleep(0.02)  # past the file system's timestamp granularity
+        with open(self.checkpoint, "r+b") as f:  # same size and inode, other bytes
+            f.seek(os.path.getsize(self.checkpoint) // 2)
+            f.write(b"\xff" * 64)
+        with open(second, "rb") as f:  # not cached yet: its read asks the daemon
+            with self.assertRaises(OSError) as caught:
+                f.read()
+        self.assertEqual(caught.exception.errno, errno.EIO)
+        self.assertIn("changed while mounted", self.output(proc))
+        self.unmount(mnt, proc)
 
 
 # A ckptfs built with libfuse 3.18 (scripts/build-libfuse-uring), for -o io_uring.
