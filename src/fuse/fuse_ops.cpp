@@ -386,7 +386,9 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     if (ctx.no_open.load(std::memory_order_relaxed)) return reply.error(ENOSYS);
     if (ctx.direct_io) {
       fi->direct_io = 1;  // no page cache to fill
-    } else {
+    } else if (!ctx.io_uring_wanted) {
+      // Not over io_uring: libfuse serves each CPU's ring with one thread, so a store that waits
+      // for a READ in flight on its pages could wait for its own thread (see max_stores).
       prefill_page_cache(ctx, ino, ctx.tree.size(*n));
     }
     fi->keep_cache = 1;  // the sources are immutable: cached pages stay valid across opens
