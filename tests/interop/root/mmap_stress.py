@@ -13,7 +13,8 @@ GIL: the page faults of the threads are concurrent, each fault a READ of the mou
 "safe_open" has each thread open the file with safe_open (its own mapping) and get_tensor each
 key, as transformers' loading does; "npy" has each thread np.load(KEY/tensor.npy,
 mmap_mode="r") each key (many opens of many files, each first open of one filling its first
-pages into the page cache, and faults), as a numpy user of the tree does. Each thread reads `share` of the tensors (all when 1).
+pages into the page cache, and faults), as a numpy user of the tree does. Each thread reads
+`share` of the tensors (all when 1).
 """
 
 import json
@@ -64,9 +65,9 @@ def header(path):
 
 def storm(path, want, threads=64, mode="mmap", limit=120.0, share=1.0):
     """`threads` threads reading PATH (the mount's model.safetensors) at once, each its share
-    of the tensors in a random order of its own, from a cold page cache. Returns {"seconds", "reads", "bytes",
-    "mismatches": [...], "stuck": threads not done after `limit` seconds, "slowest": the
-    longest single tensor read in seconds}."""
+    of the tensors in a random order of its own, from a cold page cache. Returns {"seconds",
+    "reads", "bytes", "mismatches": [...], "stuck": threads not done after `limit` seconds,
+    "slowest": the longest single tensor read in seconds}."""
     offsets = header(path) if mode != "npy" else {k: None for k in want}
     keys = sorted(want)
     if sorted(offsets) != keys:
