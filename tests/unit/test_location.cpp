@@ -74,6 +74,37 @@ TEST_CASE("display_location() never shows credentials") {
   CHECK(display_location("https://u:secret@h/a b") == "https://...");
 }
 
+TEST_CASE("url_without_signature(): the URL less the parameters that sign it, nothing else") {
+  // Signatures of every scheme named, wherever they are in the query: left out.
+  CHECK(url_without_signature("https://h/m.pth?X-Amz-Algorithm=A&X-Amz-Credential=K%2F1&"
+                              "X-Amz-Date=D&X-Amz-Expires=600&X-Amz-SignedHeaders=host&"
+                              "X-Amz-Signature=abc&X-Amz-Security-Token=T") == "https://h/m.pth?");
+  CHECK(url_without_signature("https://h/m.pth?X-Goog-Signature=s&alt=media&X-Goog-Date=d") ==
+        "https://h/m.pth?alt=media");
+  CHECK(url_without_signature("http://h/m?AWSAccessKeyId=K&Expires=1&Signature=s%3D") ==
+        "http://h/m?");
+  CHECK(url_without_signature("https://cdn/m?Policy=p&Key-Pair-Id=k&Signature=s&v=2") ==
+        "https://cdn/m?v=2");
+  CHECK(url_without_signature("https://h/m?GoogleAccessId=g&Expires=2&Signature=s") ==
+        "https://h/m?");
+  // Two signatures of one object: one text. Two objects of one endpoint: two.
+  CHECK(url_without_signature("https://h/m?versionId=3&X-Amz-Signature=a&X-Amz-Date=1") ==
+        url_without_signature("https://h/m?X-Amz-Date=2&versionId=3&X-Amz-Signature=b"));
+  CHECK(url_without_signature("http://h/dl?f=a.pth") == "http://h/dl?f=a.pth");
+  CHECK(url_without_signature("http://h/dl?f=a.pth") !=
+        url_without_signature("http://h/dl?f=b.pth"));
+  // Everything else is kept as written: userinfo, port, order, case, empty values, "?" alone.
+  CHECK(url_without_signature("http://u:p@h:81/a/b?z=1&a=2&signature=x&x-amz-date=d&k=") ==
+        "http://u:p@h:81/a/b?z=1&a=2&signature=x&x-amz-date=d&k=");
+  CHECK(url_without_signature("http://h/m?") == "http://h/m?");
+  CHECK(url_without_signature("http://h/m") == "http://h/m");
+  CHECK(url_without_signature("http://h/m?Signatures=1&X-Amz=2") ==
+        "http://h/m?Signatures=1&X-Amz=2");
+  CHECK(url_without_signature("s3://b/k?Signature=1") == "s3://b/k?");
+  CHECK_FALSE(url_without_signature("/data/m.pth"));
+  CHECK_FALSE(url_without_signature("http:///m"));
+}
+
 TEST_CASE("mask_credentials() overwrites userinfo and query in place") {
   std::string a = "https://user:secret@h/m.pth?sig=abc";
   mask_credentials(a.data());

@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -32,6 +33,9 @@ struct RemoteOptions {
   // before it fails (EIO for a read, an error at mount).
   std::chrono::milliseconds timeout{30'000};
   unsigned max_connections = 8;  // range requests in flight per server (HTTP/1.1 connections)
+  // Where something worth saying once while reads go on is said (cache_dir holding a file the
+  // cache did not make); empty: nowhere. Called from any thread.
+  std::function<void(const std::string&)> warn;
 };
 
 // How s3:// URLs are reached, from the usual AWS variables (read once):

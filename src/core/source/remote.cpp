@@ -5,10 +5,10 @@
 
 #include <ckptfs/base/error.hpp>
 #include <ckptfs/source/block_cache.hpp>
+#include <ckptfs/source/disk_cache.hpp>
 #include <ckptfs/source/http_headers.hpp>
 #include <ckptfs/source/location.hpp>
 
-#include "disk_cache.hpp"
 #include "http_transport.hpp"
 
 #include <fmt/format.h>
@@ -88,7 +88,7 @@ struct Object {
   std::string last_modified;
   SourceTimes times;
   std::uint32_t id = 0;
-  std::string disk_folder;  // empty: no disk cache
+  std::shared_ptr<const DiskCache::Folder> disk_folder;  // null: no disk cache
 
   std::atomic<bool> changed{false};
   std::mutex reason_mutex;
@@ -136,7 +136,7 @@ struct RemoteShared {
         cache(options.cache_size),
         transport(TransportOptions{options.insecure, options.cacert, options.max_connections}) {
     if (!options.cache_dir.empty()) {
-      disk = std::make_unique<DiskCache>(options.cache_dir, options.cache_dir_size);
+      disk = std::make_unique<DiskCache>(options.cache_dir, options.cache_dir_size, options.warn);
     }
     window_limit =
         std::clamp<std::uint64_t>(options.cache_size / 4 / block_size, 1, largest_window);
@@ -165,7 +165,7 @@ struct RemoteShared {
       DiskWrite w = std::move(disk_queue.front());
       disk_queue.pop_front();
       lock.unlock();
-      disk->store(w.object->disk_folder, w.index,
+      disk->store(*w.object->disk_folder, w.index,
                   std::span<const std::byte>(w.block->data(), w.block->length()));
       lock.lock();
     }
@@ -439,7 +439,7 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
       in_flight_ -= part;
       shared_.in_flight.fetch_sub(part, std::memory_order_relaxed);
     }
-    if (shared_.disk && !object_->disk_folder.empty()) {
+    if (shared_.disk && object_->disk_folder) {
       shared_.queue_disk_write({object_, first_block_ + k, blocks_[k]});
     }
   }
@@ -1107,8 +1107,8 @@ std::unique_ptr<ByteSource> RemoteContext::open(const std::string& location) {
     o.redirect_protocols = url->scheme == "https" ? "https" : "http,https";
     if (!url->userinfo.empty()) o.secrets.push_back(url->userinfo);
     if (url->has_query) o.secrets.push_back(url->query);
-    cache_key =
-        url->scheme + "://" + url->host + (url->port.empty() ? "" : ":" + url->port) + url->path;
+    // The whole URL but its signature: "dl?f=a.pth" and "dl?f=b.pth" are two objects.
+    cache_key = url_without_signature(location).value_or(location);
   }
   o.build_headers();
 
@@ -1133,7 +1133,9 @@ std::unique_ptr<ByteSource> RemoteContext::open(const std::string& location) {
   // ETag; a weak one never matches If-Match); every answer is checked anyway.
   if (!o.etag.empty() && !o.etag.starts_with("W/")) o.header_lines.push_back("If-Match: " + o.etag);
   o.build_headers();
-  if (disk) {
+  // Kept on disk only with a validator that tells this version from the next one at the same
+  // URL: a strong ETag, or Last-Modified (a weak ETag promises equivalent, not equal, bytes).
+  if (disk && ((!o.etag.empty() && !o.etag.starts_with("W/")) || !o.last_modified.empty())) {
     o.disk_folder = shared_->disk->object_folder(fmt::format(
         "{}\netag {}\nlast-modified {}\nsize {}\n", cache_key, o.etag, o.last_modified, o.size));
   }
