@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // Unit tests of the remote read path's pure parts: HTTP status lines, header fields,
-// Content-Range and Retry-After; and the block cache: its bound, what it never evicts, and
-// readers waiting for blocks from many threads.
+// Content-Range, Content-Length and Retry-After; and the block cache: its bound, what it never
+// evicts, and readers waiting for blocks from many threads.
 #include <ckptfs/source/block_cache.hpp>
 #include <ckptfs/source/http_headers.hpp>
 
@@ -70,6 +70,21 @@ TEST_CASE("parse_retry_after(): seconds or a date") {
   CHECK(http::parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT", 1000, 900) == 0u);
   CHECK_FALSE(http::parse_retry_after("soon", 1000, std::nullopt));
   CHECK_FALSE(http::parse_retry_after("-5", 1000, std::nullopt));
+}
+
+TEST_CASE("parse_content_length(): digits only, up to 2^64 - 1") {
+  CHECK(http::parse_content_length("0") == 0u);
+  CHECK(http::parse_content_length(" 4096 ") == 4096u);
+  CHECK(http::parse_content_length("18446744073709551615") == 18446744073709551615u);
+  CHECK_FALSE(http::parse_content_length("18446744073709551616"));  // 2^64: no wrap to 0
+  CHECK_FALSE(http::parse_content_length("99999999999999999999999"));
+  CHECK_FALSE(http::parse_content_length("-1"));  // strtoull: 2^64 - 1
+  CHECK_FALSE(http::parse_content_length("+1"));
+  CHECK_FALSE(http::parse_content_length("abc"));  // strtoull: 0
+  CHECK_FALSE(http::parse_content_length(""));
+  CHECK_FALSE(http::parse_content_length("1e3"));
+  CHECK_FALSE(http::parse_content_length("12 34"));
+  CHECK_FALSE(http::parse_content_length("0x10"));
 }
 
 TEST_CASE("Block: waiters see ready or failed once, or time out") {

@@ -1,15 +1,20 @@
 // SPDX-License-Identifier: MIT
 // Unit tests of locations: URL parsing, names without credentials, argv masking, sibling files
-// beside a sharded set's index (hostile names refused), and opening by location.
+// beside a sharded set's index (hostile names refused), URLs without their signatures, opening by
+// location, and the AWS settings.
 #include <ckptfs/base/error.hpp>
 #include <ckptfs/source/location.hpp>
 #include <ckptfs/source/remote.hpp>
 
 #include <doctest/doctest.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <future>
 #include <optional>
 #include <string>
 #include <utility>
@@ -281,6 +286,46 @@ TEST_CASE("S3Settings::from_environment(): the shared credentials and config fil
   CHECK(e.region == "us-west-2");
   std::remove(credentials.c_str());
   std::remove(config.c_str());
+  ::rmdir(dir.c_str());
+}
+
+TEST_CASE(
+    "S3Settings::from_environment(): a settings file that is a FIFO is refused, not waited "
+    "on") {
+  char pattern[] = "/tmp/ckptfs-aws-XXXXXX";
+  REQUIRE(::mkdtemp(pattern) != nullptr);
+  const std::string dir = pattern;
+  const std::string fifo = dir + "/config";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  CleanAwsEnvironment clean;
+  for (const char* variable : {"AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE"}) {
+    CAPTURE(variable);
+    ::setenv(variable, fifo.c_str(), 1);
+    // Run apart: a blocking open would never return (the test then fails instead of hanging,
+    // after a writer is found for the FIFO).
+    auto done = std::async(std::launch::async, [] {
+      try {
+        (void)S3Settings::from_environment();
+        return std::string("accepted");
+      } catch (const Error& e) {
+        return std::string(e.what());
+      }
+    });
+    const bool finished = done.wait_for(std::chrono::seconds(5)) == std::future_status::ready;
+    if (!finished) {
+      int fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
+      if (fd >= 0) ::close(fd);
+    }
+    REQUIRE(finished);
+    const std::string why = done.get();
+    CHECK(why.find("not a regular file") != std::string::npos);
+    CHECK(why.find(fifo) != std::string::npos);
+    ::unsetenv(variable);
+  }
+  // Missing files are no error: there are simply no settings in them.
+  ::setenv("AWS_CONFIG_FILE", (dir + "/missing").c_str(), 1);
+  CHECK(S3Settings::from_environment().region == "us-east-1");
+  std::remove(fifo.c_str());
   ::rmdir(dir.c_str());
 }
 

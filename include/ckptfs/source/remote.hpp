@@ -54,8 +54,9 @@ struct S3Settings {
   std::string session_token;
   std::string region = "us-east-1";
   std::string endpoint;  // without a trailing '/'; empty: AWS
-  // Throws Error(usage) when only one of the key variables is set or the endpoint is not an
-  // http(s) URL.
+  // Throws Error(usage) when only one of the key variables is set, the endpoint is not an
+  // http(s) URL, or a settings file is there but is not a regular file (a FIFO is never waited
+  // on) or is over 1 MiB.
   static S3Settings from_environment();
 };
 

@@ -8,24 +8,29 @@
 #include <ckptfs/source/disk_cache.hpp>
 #include <ckptfs/source/http_headers.hpp>
 #include <ckptfs/source/location.hpp>
+#include <ckptfs/source/open_file.hpp>
 
 #include "http_transport.hpp"
 
 #include <fmt/format.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <cerrno>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
-#include <fstream>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <random>
+#include <sstream>
 #include <thread>
+#include <tuple>
 
 namespace ckptfs {
 namespace detail {
@@ -365,7 +370,7 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
       if (field->name == "content-range") {
         f->content_range_ = http::parse_content_range(field->value);
       } else if (field->name == "content-length") {
-        f->content_length_ = std::strtoull(field->value.c_str(), nullptr, 10);
+        f->content_length_ = http::parse_content_length(field->value);
       } else if (field->name == "etag") {
         f->response_etag_ = field->value;
       } else if (field->name == "last-modified") {
@@ -983,12 +988,38 @@ void target_s3(const Url& url, const S3Settings& s3, Object& o) {
 
 namespace {
 
+// The largest AWS shared file read: `aws configure` writes a few hundred bytes.
+constexpr std::size_t max_ini_size = 1 << 20;
+
 // The keys of section `section` of an AWS shared INI file ("[default]", "[profile x]"...);
-// empty when the file or the section is missing.
+// empty when the file or the section is missing. Opened as any input (open_file()): a FIFO or
+// a device there is refused, never waited on. Throws Error(usage) naming the file when it is not
+// a regular file, or is larger than max_ini_size.
 std::map<std::string, std::string> ini_section(const std::string& path,
                                                const std::string& section) {
   std::map<std::string, std::string> out;
-  std::ifstream in(path);
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 && errno == ENOENT) return out;
+  std::string text;
+  try {
+    OpenedFile file = open_file(path, FileKind::regular);
+    if (static_cast<std::uint64_t>(file.st.st_size) > max_ini_size) {
+      throw Error(ExitCode::usage, fmt::format("larger than {} bytes", max_ini_size));
+    }
+    text.resize(static_cast<std::size_t>(file.st.st_size));
+    std::size_t done = 0;
+    while (done < text.size()) {
+      const ssize_t n =
+          ::pread(file.fd.get(), text.data() + done, text.size() - done, static_cast<off_t>(done));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      done += static_cast<std::size_t>(n);
+    }
+    text.resize(done);
+  } catch (const Error& e) {
+    throw Error(ExitCode::usage, fmt::format("AWS settings file {}: {}", quote(path), e.what()));
+  }
+  std::istringstream in(text);
   std::string line;
   bool inside = false;
   auto trim = [](const std::string& t) {
