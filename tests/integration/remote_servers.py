@@ -296,13 +296,19 @@ class FaultProxy:
       "ignore_range" answer 200 with the whole object to a Range request
       "503"       answer 503; "429" answer 429 with Retry-After: 1
       "stall"     accept and say nothing until the connection is closed by the client
+      "trickle"   send the status and headers, then the body at .trickle_rate bytes a second
+                  (default 2) until the client goes away
     .faults_left: how many responses get the fault before it goes back to "pass" (None: all).
+    .drop_headers: names (lower-case) of header fields left out of every answer forwarded
+    ({"etag"}, {"etag", "last-modified"}: a backend that sends no validator).
     .served counts the requests seen."""
 
     def __init__(self, upstream_port):
         self.upstream_port = upstream_port
         self.mode = "pass"
         self.faults_left = None
+        self.drop_headers = set()
+        self.trickle_rate = 2
         self.served = 0
         self.lock = threading.Lock()
         proxy = self
@@ -403,9 +409,18 @@ class FaultProxy:
             upstream.close()
         head = f"HTTP/1.1 {response.status} {response.reason}\r\n"
         for k, v in response.getheaders():
-            if k.lower() not in ("connection", "keep-alive", "transfer-encoding"):
+            if k.lower() not in ("connection", "keep-alive", "transfer-encoding",
+                                 *self.drop_headers):
                 head += f"{k}: {v}\r\n"
         head += "\r\n"
+        if mode == "trickle":
+            conn.sendall(head.encode("latin-1"))
+            for at in range(0, len(body), self.trickle_rate):
+                if self.stopped.is_set():
+                    break
+                conn.sendall(body[at:at + self.trickle_rate])
+                time.sleep(1)
+            return False
         if mode in ("truncate", "reset_mid"):
             conn.sendall(head.encode("latin-1") + body[:len(body) // 2])
             if mode == "reset_mid":

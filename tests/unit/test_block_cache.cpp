@@ -108,6 +108,10 @@ TEST_CASE("Block: waiters see ready or failed once, or time out") {
   CHECK(f.wait_until(Clock::now()) == Block::State::failed);
   CHECK(f.error_code() == ExitCode::unreachable);
   CHECK(f.error() == "no server");
+  // When it failed: the remote source fails it again at once for a while after.
+  CHECK(f.failed_at() <= Clock::now());
+  CHECK(Clock::now() - f.failed_at() < std::chrono::seconds(10));
+  CHECK(b.failed_at() == Clock::time_point{});  // never failed
 }
 
 TEST_CASE("BlockCache: bounded, least recently used first out, pending and held blocks stay") {

@@ -92,6 +92,11 @@ class RemoteContext {
   // request, in whichever process makes it. Not concurrently with reads.
   void quiesce() noexcept;
 
+  // Ends every transfer in flight, for good: reads waiting for one fail now (Error(io)), and
+  // every read that needs the network from then on fails at once. For a mount being stopped
+  // (SIGTERM), which must not wait for a slow server. Thread-safe; concurrently with reads too.
+  void cancel() noexcept;
+
  private:
   std::shared_ptr<detail::RemoteShared> shared_;
 };
