@@ -102,7 +102,8 @@ options (before or after CHECKPOINT MOUNTPOINT):
   -V, --version          show the version and exit
 
 ready: once the kernel's INIT request is answered; without -f, ckptfs returns then (0), or
-once the mount has failed and is gone (6). Relative paths work: both are made absolute first.
+once the mount has failed and is gone (6). Relative paths work: both are made absolute first,
+as are those of cacert= and cache_dir=.
 
 inspect CHECKPOINT [--json] [-o OPT[,OPT...]]
   lists every entry without mounting: key, kind, dtype, shape, bytes, file offset, and totals;

@@ -505,6 +505,53 @@ def mapped_libcurl(pid):
     return sorted(files)
 
 
+class PathOptionTests(RemoteTestCase):
+    def test_every_path_option_of_help_is_made_absolute(self):
+        """Every -o option that --help shows with a FILE or DIR value, given as a relative path
+        to a daemon (which changes to "/" once mounted), names that path in the directory ckptfs
+        was started in: cacert=ca.pem verifies the HTTPS reads made after the mount,
+        cache_dir=crel keeps the blocks in ./crel. A path option added to --help needs its
+        check here."""
+        help_text = run([CKPTFS, "--help"]).stdout.decode()
+        found = set(re.findall(r"\b([a-z_]+)=(?:FILE|DIR)\b", help_text))
+        checks = {"cacert": self.check_cacert, "cache_dir": self.check_cache_dir}
+        self.assertEqual(found, set(checks), "a path option of --help has no check here")
+        for name in sorted(found):
+            with self.subTest(option=name):
+                checks[name]()
+
+    def daemon(self, url, option, work):
+        """ckptfs -o OPTION URL mnt started in `work`, as a daemon; the tensors it reads."""
+        (work / "mnt").mkdir()
+        self.addCleanup(force_unmount, work / "mnt")
+        r = run([CKPTFS, "-o", option, url, "mnt"], cwd=work)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        try:
+            return tensor_digests(work / "mnt")
+        finally:
+            self.assertEqual(fusermount_u(work / "mnt").returncode, 0)
+            self.assertTrue(wait_until(lambda: not processes_with_arg("mnt"), 10))
+
+    def want(self, path):
+        mnt, proc = self.mount(path)
+        try:
+            return tensor_digests(mnt)
+        finally:
+            self.unmount(mnt, proc)
+
+    def check_cacert(self):
+        work = self.new_dir("work")
+        shutil.copy(self.nginx.ca, work / "ca.pem")
+        got = self.daemon(self.nginx.url("layers.pth", tls=True), "cacert=ca.pem", work)
+        self.assertEqual(got, self.want(self.root / "layers.pth"))
+
+    def check_cache_dir(self):
+        work = self.new_dir("work")
+        got = self.daemon(self.nginx.url("layers.pth"), "cache_dir=crel", work)
+        self.assertEqual(got, self.want(self.root / "layers.pth"))
+        self.assertGreater(len(list((work / "crel").glob("ckptfs-blocks-v1/*/*.blk"))), 8)
+
+
 class LibcurlTests(RemoteTestCase):
     def test_only_a_remote_mount_maps_libcurl(self):
         """A local mount's daemon, after serving reads, maps no libcurl; the remote mount of the
