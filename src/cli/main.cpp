@@ -86,10 +86,12 @@ options (before or after CHECKPOINT MOUNTPOINT):
        subtype=NAME        the type shown, fuse.NAME (default: fuse.ckptfs)
      remote checkpoints (URLs):
        timeout=SECONDS     how long a read may take, retries included, before it fails with
-                           EIO (default 30); the mount's first request too
+                           EIO (default 30); the mount's first request too; a transfer
+                           slower than 256 KiB per timeout is dropped and retried
        cache_size=SIZE     memory cache shared by all files (default 256M; K, M, G suffixes)
-       cache_dir=DIR       also keep fetched blocks in DIR, across mounts (several mounts may
-                           share one DIR)
+       cache_dir=DIR       also keep fetched blocks in DIR, across mounts: your own directory,
+                           that only you can write (your mounts may share it); made when
+                           only its last component is missing
        cache_dir_size=SIZE the most cache_dir may hold (default 32G)
        cacert=FILE         CA certificates to verify HTTPS servers with
        insecure            do not verify HTTPS certificates
@@ -103,7 +105,8 @@ options (before or after CHECKPOINT MOUNTPOINT):
   -V, --version          show the version and exit
 
 ready: once the kernel's INIT request is answered; without -f, ckptfs returns then (0), or
-once the mount has failed and is gone (6). Relative paths work: both are made absolute first.
+once the mount has failed and is gone (6). Relative paths work: both are made absolute first,
+as are those of cacert= and cache_dir=.
 
 inspect CHECKPOINT [--json] [-o OPT[,OPT...]]
   lists every entry without mounting: key, kind, dtype, shape, bytes, file offset, and totals;
@@ -328,6 +331,8 @@ int run_mount(const std::vector<std::string>& args) {
   request.direct_io = o.direct_io;
   request.fsname = escaped_fsname(absolute);
   request.notifier = &notifier;
+  // A signal unmounts at once, even while reads wait for a stalled server.
+  if (remote) request.on_stop = [context = remote.get()] { context->cancel(); };
   request.ready_line = ready_line(tree->model(), shown, o.mountpoint);
   try {
     // The remote threads stop before the mount may fork into a daemon, and start again in

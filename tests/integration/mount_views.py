@@ -1,0 +1,26 @@
+# SPDX-License-Identifier: MIT
+"""Where the tests that are not about the tree itself find a mount's whole-checkpoint views
+(index.json, model.safetensors): one function, so that their move to a folder of their own is a
+one-line change here."""
+
+import hashlib
+import json
+from pathlib import Path
+
+
+def views_dir(mnt):
+    """The folder of `mnt` that holds index.json and model.safetensors."""
+    return Path(mnt)
+
+
+def index_entries(mnt):
+    """index.json's entries of `mnt`, {key: entry}."""
+    doc = json.loads((views_dir(mnt) / "index.json").read_bytes())
+    return {e["key"]: e for e in doc["entries"]}
+
+
+def tensor_digests(mnt):
+    """Every tensor's data of `mnt`, as {key: SHA-256 of its bytes} (a difference between two
+    of them is then shown in a few lines)."""
+    return {key: hashlib.sha256((Path(mnt) / e["path"] / "data").read_bytes()).hexdigest()
+            for key, e in index_entries(mnt).items() if e["kind"] == "tensor"}
