@@ -48,8 +48,10 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1] / "scripts"))
 sys.path.insert(0, str(HERE.parent / "integration"))
 
-from ckptfs_mounts import (fusermount_u, is_mounted, mount_points, mounts,  # noqa: E402
-                           unmount, wait_for_mount)
+# views_dir(mnt): where a mount's whole-checkpoint views are (index.json, model.safetensors, a
+# shard set), the one place that knows it; the tests import it from here.
+from ckptfs_mounts import (fusermount_u, is_mounted, mount_points, mounts,  # noqa: E402,F401
+                           unmount, views_dir, wait_for_mount)
 from fixtures import CKPTFS, INTEROP_ROOT, REPO  # noqa: E402
 
 RUNNER = REPO / "scripts" / "interop-run"
@@ -99,12 +101,6 @@ def detach_mount(path):
 
 
 enter_private_mount_namespace()
-
-
-def views_dir(mnt):
-    """Where a mount's whole-checkpoint views are (index.json, model.safetensors, a shard set):
-    the one place that knows it."""
-    return Path(mnt)
 
 
 def inside(path):

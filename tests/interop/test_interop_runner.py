@@ -28,7 +28,8 @@ from fixtures import require  # noqa: E402
 
 require("fuse", "interop")  # else the module exits 77: skipped, with the reason
 
-from ckptfs_mounts import index_readable, is_mounted, unmount, wait_for_mount  # noqa: E402
+from ckptfs_mounts import (index_readable, is_mounted, unmount, views_dir,  # noqa: E402
+                           wait_for_mount)
 from fixtures import CKPTFS, INTEROP_ROOT, REPO  # noqa: E402
 
 RUNNER = REPO / "scripts" / "interop-run"
@@ -85,10 +86,10 @@ class RunnerTests(unittest.TestCase):
 
     def test_mount_made_before_is_seen(self):
         self.mount(self.scratch / "mnt")
-        inside = "/" + str((self.scratch / "mnt").relative_to(INTEROP_ROOT))
-        r = run("cat", f"{inside}/index.json")
+        index = views_dir(self.scratch / "mnt") / "index.json"
+        r = run("cat", "/" + str(index.relative_to(INTEROP_ROOT)))
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertEqual(r.stdout, (self.scratch / "mnt" / "index.json").read_bytes())
+        self.assertEqual(r.stdout, index.read_bytes())
 
     def test_mounts_inside_stay_inside(self):
         (self.scratch / "d").mkdir()
