@@ -76,6 +76,9 @@ options (before or after CHECKPOINT MOUNTPOINT):
        direct_io           reads bypass the mount's page cache: for one-pass copies of a
                            remote checkpoint (rsync, cp); a shared mmap of a file fails
                            unless libfuse >= 3.16 and Linux >= 6.6 allow it
+       files=NAME[,NAME]   the files each tensor's directory holds, of data, meta.json,
+                           tensor.npy (npy), tensor.pt (pt); default all four; e.g.
+                           files=data,meta.json to rsync each tensor once (what pack reads)
        shard_size=SIZE     .ckptfs holds the sharded set save_pretrained would write
                            (model-0000N-of-0000M.safetensors, model.safetensors.index.json)
                            instead of model.safetensors; SIZE like 5GB, 500MB, 2GiB
@@ -305,6 +308,7 @@ int run_mount(const std::vector<std::string>& args) {
     tree_options.dtype = o.dtype;
     tree_options.shard_size = o.shard_size;
     tree_options.layout = o.layout;
+    tree_options.files = o.files.value_or(ckptfs::all_key_files);
     tree.emplace(std::move(opened->model()), tree_options);
   } catch (const ckptfs::Error& e) {
     return fail(e.code(), fmt::format("{}: {}", shown, e.what()));

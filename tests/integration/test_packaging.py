@@ -901,6 +901,15 @@ class CompletionTests(TempDirTestCase):
         self.assertEqual(self.complete("ckptfs -o uid=5,al"), ["5,allow_other", "5,allow_root"])
         self.assertEqual(self.complete("ckptfs -oal"), ["-oallow_other", "-oallow_root"])
         self.assertEqual(self.complete("ckptfs -o uid="), [])
+        # files=NAME[,NAME...]: the names of a key directory's files, as long as the list goes on.
+        files = ["data", "meta.json", "tensor.npy", "tensor.pt"]
+        self.assertEqual(self.complete("ckptfs -o files="), files)
+        self.assertEqual(self.complete("ckptfs -o files=t"), ["tensor.npy", "tensor.pt"])
+        self.assertEqual(self.complete("ckptfs -o uid=5,files=data,me"), ["data,meta.json"])
+        self.assertEqual(self.complete("ckptfs -o files=npy,pt,d"),
+                         ["npy,pt,data", "npy,pt,direct_io", "npy,pt,dtype="])
+        self.assertEqual(self.complete("ckptfs -o files=data,allow_other,d"),
+                         ["data,allow_other,direct_io", "data,allow_other,dtype="])
         remote = sorted(["timeout=", "cache_size=", "cache_dir=", "cache_dir_size=", "cacert=",
                          "insecure"])
         self.assertEqual(self.complete("ckptfs inspect -o "), remote)
