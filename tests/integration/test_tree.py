@@ -6,7 +6,8 @@
   - -o files=LIST: what a key directory holds, so that the rsync and scp recipes move each
     tensor once (measured: rsync --stats, and ssh's own count of the bytes it sent);
   - modes that follow the checkpoint's, -o umask= over them, writes refused with EROFS, and
-    copies that the user who made them (root, and nobody) can delete.
+    copies that the user who made them (root, and nobody) can delete;
+  - /proc/mounts: the view-changing options after the checkpoint in the mount's source.
 
 Run by ctest as `/usr/bin/python3 -m unittest -v test_tree` with CKPTFS, CKPTFS_FIXTURES and
 CKPTFS_CORPUS (see fixtures.py). Needs /dev/fuse, fusermount3, rsync; the scp recipe needs sshd
@@ -478,6 +479,44 @@ for i, attempt in enumerate(attempts):
                             self.assertIn(b"Permission denied", r.stderr)
                             subprocess.run(["chmod", "-R", "u+w", dest], check=True)
             self.unmount(mnt, proc)
+
+
+# --------------------------------------------------------------------------------------------
+# /proc/mounts
+# --------------------------------------------------------------------------------------------
+
+class ProcMountsTests(MountTestCase):
+    def test_view_options_in_the_source(self):
+        """The source of /proc/mounts is the checkpoint, then the options that change the view
+        in brackets, as -o takes them, in one order (dtype, layout, shard_size in bytes, files
+        in listing order): mounts of one checkpoint with other views are told apart. Options
+        that change no view are not there; -o fsname= replaces it all."""
+        path = self.tmp / "a b,c[1].pth"  # a space, a comma and brackets in the path
+        shutil.copyfile(fixture_path("convnet"), path)
+        cases = [((), ""), (("-o", "dtype=float16"), "[dtype=float16]"),
+                 (("-o", "layout=rfc"), "[layout=rfc]"),
+                 (("-o", "shard_size=1MB"), "[shard_size=1000000]"),
+                 (("-o", "files=meta.json,data"), "[files=data,meta.json]"),
+                 (("-o", "files=tensor.pt,npy,meta.json,data"), ""),
+                 (("-o", "files=npy", "-o", "layout=split,dtype=bfloat16,shard_size=2KiB"),
+                  "[dtype=bfloat16,shard_size=2048,files=tensor.npy]"),
+                 (("-o", "layout=rfc,dtype=float32"), "[dtype=float32,layout=rfc]"),
+                 (("-o", "umask=027,direct_io,read_ahead_kb=0,allow_other"), ""),
+                 (("-o", "dtype=float16,fsname=mine"), None)]
+        sources = set()
+        for options, suffix in cases:
+            with self.subTest(options=options):
+                mnt, proc = self.mount(path, *options)
+                m = mount_of(mnt)
+                self.assertEqual(m.fstype, "fuse.ckptfs")
+                want = "mine" if suffix is None else str(path) + suffix
+                self.assertEqual(m.source, want)
+                sources.add(m.source)
+                # findmnt and mount(8) show the same (they read the same table).
+                r = run(["findmnt", "-n", "-o", "SOURCE", "--mountpoint", mnt])
+                self.assertEqual(r.stdout.decode().rstrip("\n"), want)
+                self.unmount(mnt, proc)
+        self.assertEqual(len(sources), len(cases) - 2)  # three cases show the plain path
 
 
 if __name__ == "__main__":
