@@ -43,7 +43,8 @@ ALL_FIXTURES = SAFETENSORS_FIXTURES + SHARDED_FIXTURES
 # The fields of a tensor's meta.json and inspect --json entry (after "key").
 TENSOR_FIELDS = ["dtype", "stored_dtype", "shape", "stride", "storage_offset", "contiguous",
                  "nbytes", "source", "file_offset", "numpy", "byteorder", "requires_grad",
-                 "quantization", "storage", "shared_with", "shared_with_count", "broken"]
+                 "quantization", "storage", "shared_with", "shared_with_count", "pieces",
+                 "broken"]
 TENSOR_FILES = ["data", "meta.json", "tensor.npy", "tensor.pt"]
 
 

@@ -48,9 +48,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1] / "scripts"))
 sys.path.insert(0, str(HERE.parent / "integration"))
 
-# views_dir(mnt): where a mount's whole-checkpoint views are (index.json, model.safetensors, a
-# shard set), the one place that knows it; the tests import it from here.
-from ckptfs_mounts import (fusermount_u, is_mounted, mount_points, mounts,  # noqa: E402,F401
+from ckptfs_mounts import (fusermount_u, is_mounted, mount_points, mounts,  # noqa: E402
                            unmount, views_dir, wait_for_mount)
 from fixtures import CKPTFS, INTEROP_ROOT, REPO  # noqa: E402
 
