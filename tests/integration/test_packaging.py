@@ -780,7 +780,8 @@ class MountCommandTests(TempDirTestCase):
         line, and tries a line with view options again, which ckptfs refuses (already a mount
         point, mount's status 32), unless the line gives fsname= the checkpoint's path (the man
         page's FSTAB says so)."""
-        lines = {"plain": "ro", "view": "ro,dtype=float16,layout=rfc",
+        # files= with its list, as mount.fuse3 passes an fstab line's options on.
+        lines = {"plain": "ro", "view": "ro,files=data,meta.json,nodev,dtype=float16",
                  "fsname": f"ro,dtype=float16,fsname={self.source}"}
         for name, options in lines.items():
             (self.tmp / f"fstab.{name}").write_text(
@@ -803,7 +804,7 @@ class MountCommandTests(TempDirTestCase):
                           "fsname first 0", "fsname second 0", "done", ""])
         self.assertEqual((self.out / "plain.source").read_text(), f"{self.source}\n")
         self.assertEqual((self.out / "view.source").read_text(),
-                         f"{self.source}[dtype=float16,layout=rfc]\n")
+                         f"{self.source}[dtype=float16,files=data,meta.json]\n")
         self.assertEqual((self.out / "fsname.source").read_text(), f"{self.source}\n")
         self.assertIn("already a mount point", (self.out / "view.stderr").read_text())
 
