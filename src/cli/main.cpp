@@ -17,6 +17,7 @@
 #include <ckptfs/view/tree.hpp>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <malloc.h>
 #include <sys/resource.h>
@@ -76,13 +77,18 @@ options (before or after CHECKPOINT MOUNTPOINT):
        direct_io           reads bypass the mount's page cache: for one-pass copies of a
                            remote checkpoint (rsync, cp); a shared mmap of a file fails
                            unless libfuse >= 3.16 and Linux >= 6.6 allow it
+       files=NAME[,NAME]   the files each tensor's directory holds, of data, meta.json,
+                           tensor.npy (npy), tensor.pt (pt); default all four; e.g.
+                           files=data,meta.json to rsync each tensor once (what pack reads)
        shard_size=SIZE     .ckptfs holds the sharded set save_pretrained would write
                            (model-0000N-of-0000M.safetensors, model.safetensors.index.json)
                            instead of model.safetensors; SIZE like 5GB, 500MB, 2GiB
        layout=rfc          the root holds the transformers RFC's split layout instead:
                            map.pt (torch.save of the keys, in order) and one <key>.pt per
                            entry that torch.load reads alone (layout=split: the default, below)
-       fsname=NAME         the source shown in /proc/mounts (default: the checkpoint's path)
+       fsname=NAME         the source shown in /proc/mounts (default: the checkpoint's path,
+                           then the options above that change the view, in brackets:
+                           /data/model.pth[dtype=float16,layout=rfc])
        subtype=NAME        the type shown, fuse.NAME (default: fuse.ckptfs)
      remote checkpoints (URLs):
        timeout=SECONDS     how long a read may take, retries included, before it fails with
@@ -231,6 +237,27 @@ std::string escaped_fsname(const std::string& path) {
   return out;
 }
 
+// The options that change what the mount shows (dtype, layout, shard_size, files), as -o takes
+// them, comma-separated; "" when none does.
+std::string view_options(const ckptfs::cli::MountOptions& o) {
+  std::vector<std::string> shown;
+  if (o.dtype) shown.push_back(fmt::format("dtype={}", ckptfs::info(*o.dtype).name));
+  if (o.layout == ckptfs::Layout::rfc) shown.emplace_back("layout=rfc");
+  if (o.shard_size != 0) shown.push_back(fmt::format("shard_size={}", o.shard_size));
+  if (o.files && *o.files != ckptfs::all_key_files) {
+    shown.push_back("files=" + ckptfs::key_files_text(*o.files));
+  }
+  return fmt::format("{}", fmt::join(shown, ","));
+}
+
+// What /proc/mounts shows as the mount's source: the checkpoint, then the view options in
+// brackets when there are any ("/data/model.pth[dtype=float16,layout=rfc]"), so that mounts of
+// one checkpoint with different views are told apart (-o fsname=NAME replaces it all).
+std::string mount_source(const std::string& checkpoint, const ckptfs::cli::MountOptions& o) {
+  const std::string view = view_options(o);
+  return view.empty() ? checkpoint : fmt::format("{}[{}]", checkpoint, view);
+}
+
 // The modes of the mount's files and directories: -o umask= when given, else those that follow
 // the checkpoint's own mode (the file's, or the directory's when a directory is mounted); a URL
 // has none, and is shown as a file downloaded with the usual umask 022 would be (0644, 0755).
@@ -308,6 +335,7 @@ int run_mount(const std::vector<std::string>& args) {
     tree_options.dtype = o.dtype;
     tree_options.shard_size = o.shard_size;
     tree_options.layout = o.layout;
+    tree_options.files = o.files.value_or(ckptfs::all_key_files);
     tree.emplace(std::move(opened->model()), tree_options);
   } catch (const ckptfs::Error& e) {
     return fail(e.code(), fmt::format("{}: {}", shown, e.what()));
@@ -329,7 +357,7 @@ int run_mount(const std::vector<std::string>& args) {
   request.max_read = o.max_read;
   request.busy_poll = std::chrono::microseconds(o.busy_poll_us);
   request.direct_io = o.direct_io;
-  request.fsname = escaped_fsname(absolute);
+  request.fsname = escaped_fsname(mount_source(absolute, o));
   request.notifier = &notifier;
   // A signal unmounts at once, even while reads wait for a stalled server.
   if (remote) request.on_stop = [context = remote.get()] { context->cancel(); };

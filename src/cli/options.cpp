@@ -63,6 +63,13 @@ bool is_ignored_option(std::string_view option) {
          option.starts_with("helper=") || option.starts_with("user=");
 }
 
+std::string invalid_files(std::string_view name) {
+  return fmt::format(
+      "invalid files '{}' (the files a key directory holds, comma-separated: data, meta.json, "
+      "tensor.npy or npy, tensor.pt or pt)",
+      name);
+}
+
 // One -o item; returns an error message or "".
 std::string take_option(std::string_view item, MountOptions& o) {
   if (std::string error; take_remote_option(item, o.remote, error)) return error;
@@ -124,6 +131,12 @@ std::string take_option(std::string_view item, MountOptions& o) {
     } else {
       return fmt::format("invalid layout '{}' (split or rfc)", *l);
     }
+  } else if (auto f = value_of("files")) {
+    auto bit = key_file_bit(*f);
+    if (!bit) return invalid_files(*f);
+    o.files = *bit;  // a later files= replaces an earlier one
+  } else if (item == "files=") {
+    return invalid_files("");
   } else if (item == "direct_io") {
     o.direct_io = true;
   } else if (item == "ro" || item.empty() || is_ignored_option(item)) {
@@ -137,12 +150,21 @@ std::string take_option(std::string_view item, MountOptions& o) {
 }
 
 // Every option of the list is taken, so that notify_fd is known even when another one is wrong;
-// returns the first error.
+// returns the first error. The names of key files that follow files= are its list's
+// ("files=data,meta.json"): no option has such a name.
 std::string take_option_list(std::string_view list, MountOptions& o) {
   std::string first_error;
+  bool in_files = false;
   while (true) {
     auto comma = list.find(',');
-    std::string error = take_option(list.substr(0, comma), o);
+    const std::string_view item = list.substr(0, comma);
+    std::string error;
+    if (auto bit = in_files ? key_file_bit(item) : std::nullopt) {
+      *o.files |= *bit;
+    } else {
+      error = take_option(item, o);
+      in_files = error.empty() && item.starts_with("files=");
+    }
     if (first_error.empty()) first_error = std::move(error);
     if (comma == std::string_view::npos) return first_error;
     list.remove_prefix(comma + 1);
@@ -302,6 +324,15 @@ ParseResult parse_mount_options(const std::vector<std::string>& args) {
   if (!r.error.empty() || o.help || o.version) return r;
   if (o.layout == Layout::rfc && o.shard_size != 0) {
     r.error = "shard_size names the safetensors files of layout=split; layout=rfc has none";
+    return r;
+  }
+  if (o.layout == Layout::rfc && o.files) {
+    r.error = "files chooses what the key directories of layout=split hold; layout=rfc has none";
+    return r;
+  }
+  if (o.files == 0) {
+    r.error =
+        "files names no file of a tensor's directory (data, meta.json, tensor.npy, tensor.pt)";
     return r;
   }
   if (positional.size() != 2) {

@@ -3,8 +3,9 @@
 them: nginx (HTTP and HTTPS with a throw-away CA, its access log read back), an S3 API server
 that checks SigV4 signatures (the s3rver fork installed by scripts/install-deps.sh), a fault
 proxy that resets, truncates, stalls, trickles, drops validators or answers 200 to ranges on
-demand, and an object server that picks its answer by the whole URL, query included (a download
-endpoint), with or without validators.
+demand, an object server that picks its answer by the whole URL, query included (a download
+endpoint), with or without validators, and sshd (for the recipes that copy out of a mount with
+scp and rsync over ssh).
 
 Every server listens on 127.0.0.1 only, is started with a deadline and stopped in the caller's
 cleanup; nothing is left running.
@@ -195,6 +196,81 @@ http {{
     def since(self, mark, settle=0.2):
         time.sleep(settle)  # lines are written once each response is complete
         return self.requests()[mark:]
+
+
+class Sshd:
+    """OpenSSH's sshd on 127.0.0.1 (.port), for the recipes that copy out of a mount with scp or
+    rsync over ssh: its own host key, one client key (.key) authorized for the user running the
+    test, key login only; never the machine's sshd or its configuration. `ssh_options` are what
+    ssh, scp and rsync -e take to reach it without asking anything."""
+
+    SSHD = "/usr/sbin/sshd"  # sshd re-executes itself, so it must be started by its full path
+
+    def __init__(self, workdir):
+        self.dir = Path(workdir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.proc = None
+        self.key = self.dir / "client_key"
+
+    @classmethod
+    def missing(cls):
+        """Why no sshd can run here, or None."""
+        if not Path(cls.SSHD).exists():
+            return "sshd is not installed (package openssh-server)"
+        for tool in ("ssh", "scp", "ssh-keygen"):
+            if shutil.which(tool) is None:
+                return f"{tool} is not installed (package openssh-client)"
+        return None
+
+    def start(self):
+        why = self.missing()
+        if why:
+            raise AssertionError(why)
+        host_key = self.dir / "host_key"
+        for key in (host_key, self.key):
+            run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", key])
+        authorized = self.dir / "authorized_keys"
+        authorized.write_text(Path(f"{self.key}.pub").read_text())
+        config = self.dir / "sshd_config"
+        config.write_text(f"""Port {self.port}
+ListenAddress 127.0.0.1
+HostKey {host_key}
+AuthorizedKeysFile {authorized}
+PidFile {self.dir}/sshd.pid
+PermitRootLogin prohibit-password
+PubkeyAuthentication yes
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+StrictModes no
+Subsystem sftp internal-sftp
+LogLevel ERROR
+""")
+        # Its privilege separation directory, which the package leaves to the service to make.
+        os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
+        with open(self.dir / "sshd.log", "wb") as log:
+            self.proc = subprocess.Popen([self.SSHD, "-D", "-e", "-f", str(config)],
+                                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                         stderr=log, start_new_session=True,
+                                         preexec_fn=die_with_parent)
+        wait_for_port(self.port, self.proc, what="sshd")
+        return self
+
+    def stop(self):
+        stop_process(self.proc)
+        self.proc = None
+
+    def ssh_options(self, port_flag="-p"):
+        """Options of ssh (port_flag -p) or scp (-P) for this server."""
+        return [port_flag, str(self.port), "-i", str(self.key), "-o", "BatchMode=yes",
+                "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+                "-o", "IdentitiesOnly=yes", "-o", "Compression=no"]
+
+    def target(self, path):
+        """USER@127.0.0.1:PATH for the user running the test."""
+        import pwd
+        return f"{pwd.getpwuid(os.getuid()).pw_name}@127.0.0.1:{path}"
 
 
 class S3Server:

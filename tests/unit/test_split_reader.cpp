@@ -319,7 +319,8 @@ TEST_CASE("missing files, and directories that are no key directories") {
   tensor_dir(u, "w", "w", "float32", "[1]", "abcd");
   u.mkdir("stray");
   CHECK(refusal(u.path()).second ==
-        "\"stray\": holds neither meta.json nor value.json: not a key directory of a mount");
+        "\"stray\": holds neither meta.json nor value.json: not a key directory of a mount (or "
+        "one copied from a mount whose -o files= left meta.json out)");
   u.remove("stray");
   u.write("w/value.json", "1");
   CHECK(has(refusal(u.path()).second, "holds both meta.json and value.json"));

@@ -61,7 +61,7 @@ const T& once(std::atomic<const T*>& slot, Make make) {
   return *expected;
 }
 
-// A tensor's files, by slot (bit i of file_slots() is slot i; inode: the directory's + 1 + i).
+// A tensor's files, by slot (KeyFile bit i is slot i; inode: the directory's + 1 + i).
 constexpr std::string_view entry_file_names[] = {"data", "meta.json", "tensor.npy", "tensor.pt"};
 constexpr Tree::Kind entry_file_kinds[] = {Tree::Kind::data, Tree::Kind::meta_json,
                                            Tree::Kind::tensor_npy, Tree::Kind::tensor_pt};
@@ -95,6 +95,26 @@ std::optional<std::string> value_file_of(const std::string& value_json) {
 }
 
 }  // namespace
+
+std::optional<std::uint8_t> key_file_bit(std::string_view name) {
+  for (std::size_t i = 0; i < std::size(entry_file_names); ++i) {
+    if (name == entry_file_names[i]) return static_cast<std::uint8_t>(1u << i);
+  }
+  if (name == "npy") return key_tensor_npy;
+  if (name == "pt") return key_tensor_pt;
+  if (name == "value.json") return 0;
+  return std::nullopt;
+}
+
+std::string key_files_text(std::uint8_t files) {
+  std::string out;
+  for (std::size_t i = 0; i < std::size(entry_file_names); ++i) {
+    if ((files & (1u << i)) == 0) continue;
+    if (!out.empty()) out += ',';
+    out += entry_file_names[i];
+  }
+  return out;
+}
 
 Modes modes_following(mode_t mode) noexcept {
   const mode_t file = mode & 0666;
@@ -245,9 +265,9 @@ std::uint8_t Tree::file_slots(std::size_t entry) const {
   if (e.kind == Entry::Kind::value || !model_.tensors[e.tensor].broken.empty()) {
     slots = 1;  // value.json, or a broken tensor's meta.json
   } else {
-    // data, meta.json, tensor.npy, and tensor.pt when torch can hold the tensor (known once its
-    // archive is planned)
-    slots = entry_files(entry).archive ? 0xf : 0x7;
+    slots = options_.files;
+    // tensor.pt when torch can hold the tensor (known once its archive is planned)
+    if ((slots & key_tensor_pt) && !entry_files(entry).archive) slots &= ~key_tensor_pt;
   }
   file_slots_[entry].store(slots | known_slots, std::memory_order_relaxed);
   return slots;

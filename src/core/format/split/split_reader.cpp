@@ -553,7 +553,8 @@ DirectoryModel read_split_directory(const std::string& directory, const SplitLim
       }
       fail(ExitCode::bad_checkpoint, e.name,
            is_tensor ? "holds both meta.json and value.json"
-                     : "holds neither meta.json nor value.json: not a key directory of a mount");
+                     : "holds neither meta.json nor value.json: not a key directory of a mount "
+                       "(or one copied from a mount whose -o files= left meta.json out)");
     }
     Found f;
     f.directory = e.name;
