@@ -10,7 +10,8 @@ read by the current torch, numpy and safetensors against torch's own consolidati
     with;
   - every key, its data, tensor.npy (np.load) and tensor.pt (torch.load, weights_only and
     mmap) is the reference's (torch_checks.check_split), and index.json's keys are its
-    flattening's, in order: values nested as dcp_to_torch_save nests them;
+    flattening's, in order: values nested as dcp_to_torch_save nests them; -o layout=rfc's
+    map.pt and <name>.pt files likewise (torch_checks.check_rfc);
   - model.safetensors (plain, -o dtype=bfloat16) and -o shard_size sets, read by safe_open and
     load_file; `ckptfs pack` of the directory to .pth (torch.load weights_only) and
     .safetensors; meta.json's pieces are .metadata's chunks (dcp_checks.check_pieces).
@@ -76,6 +77,10 @@ class DcpTests(InteropCase):
                 pieces = self.call("dcp_checks.check_pieces", f["path"], inside(mnt),
                                    inside(views_dir(mnt)))
                 self.assert_clean(pieces, f"{name}: meta.json's pieces", "pieces")
+                rfc = self.mount(outside(f["path"]), "-o", "layout=rfc")
+                report = self.call("torch_checks.check_rfc", f["reference"], inside(rfc),
+                                   inside(views_dir(rfc)), True)
+                self.assert_clean(report, f"{name}: -o layout=rfc")
 
     def test_safetensors_export_and_shards(self):
         for name in FIXTURES + CORPUS:
