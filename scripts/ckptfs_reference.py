@@ -19,8 +19,8 @@ integration tests (tests/integration/) share:
                 archive's entries (state_dict, constants.N, attributes.*) computed with torch
     values      simple_json, NOT_JSON, value_entry, has_opaque, json_equal: which values JSON
                 can hold, a value's entry, and how ckptfs's JSON compares with them
-    names       directory_name, entry_names, rfc_file_names, fnv1a64, ROOT_FILES: the names of
-                keys in the mount
+    names       directory_name, entry_names, rfc_file_names, fnv1a64, VIEW_FILES: the names of
+                keys in the mount, and of the views in its .ckptfs folder
 
 (Mounts, /proc/self/mountinfo and unmounting are ckptfs_mounts.py's, beside this file.)
 
@@ -689,16 +689,16 @@ def fnv1a64(data):
     return h
 
 
-# The files at the root of a mount (the default layout, one model.safetensors).
-ROOT_FILES = ("index.json", "model.safetensors")
+# The files of a mount's .ckptfs folder (the default layout, one model.safetensors).
+VIEW_FILES = ("index.json", "model.safetensors")
 
-_RESERVED = {b"", b".", b"..", b"index.json", b"map", b"model.safetensors",
-             b"model.safetensors.index.json"}
+_RESERVED = {b"", b"index.json", b"map", b"model.safetensors", b"model.safetensors.index.json"}
 
 
 def _reserved(raw):
-    """Whether a key's name is one the mount's root uses itself (in any layout or view)."""
-    if raw in _RESERVED:
+    """Whether a key's name gets a '%' in front: a hidden name (".", "..", ".ckptfs"...), the
+    empty one, map.pt's, or a name the root's views had before they moved into .ckptfs."""
+    if raw in _RESERVED or raw.startswith(b"."):
         return True
     m = re.fullmatch(rb"model-([0-9]+)-of-([0-9]+)\.safetensors", raw)
     return m is not None
@@ -722,10 +722,11 @@ def _cut(name, cut, raw):
 
 
 def directory_name(key):
-    """The directory name of a key: '%' -> %25, '/' -> %2F, NUL -> %00; the root's own names
-    ('', '.', '..', 'index.json', 'map', 'model.safetensors', 'model.safetensors.index.json',
-    'model-N-of-M.safetensors') get a '%' in front; past 255 bytes: the first 200 bytes (cut
-    where a character starts) + '%~' + FNV-1a 64 of the key in 16 hex digits."""
+    """The directory name of a key: '%' -> %25, '/' -> %2F, NUL -> %00; a name starting with
+    '.' and the names '', 'index.json', 'map', 'model.safetensors',
+    'model.safetensors.index.json', 'model-N-of-M.safetensors' get a '%' in front; past 255
+    bytes: the first 200 bytes (cut where a character starts) + '%~' + FNV-1a 64 of the key in
+    16 hex digits."""
     raw = key.encode("utf-8", "surrogatepass")
     name, cut = _escaped(raw)
     if len(name) > 255:

@@ -29,8 +29,8 @@ once complete (a failed or killed pack leaves nothing under its name).
 SRC  anything ckptfs reads (a .pth/.pt/.bin file, a safetensors file, a sharded set, a
      TorchScript archive, a URL), or
      a split directory: key directories copied out of a mount (meta.json and data, or
-     value.json), with or without the mount's index.json, e.g. after
-     rsync -a /mnt/model/decoder.* dest/
+     value.json), with or without the mount's .ckptfs/index.json, e.g. after
+     rsync -a /mnt/model/decoder.* dest/  (or a whole mount: rsync -a /mnt/model/ dest/)
      an RFC directory: map.pt (torch.save of the list of keys) and one <name>.pt per key
 OUT  gets SRC's permission bits under the umask, as cp gives them; its suffix picks the
      format:

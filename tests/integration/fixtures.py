@@ -33,6 +33,12 @@ import unittest
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+if str(REPO / "scripts") not in sys.path:
+    sys.path.insert(0, str(REPO / "scripts"))
+
+# Where a mount keeps its whole-checkpoint views (index.json, model.safetensors, the shard set):
+# MNT/.ckptfs. Tests find them through views_dir(mnt), never by a path of their own.
+from ckptfs_mounts import VIEWS_FOLDER, views_dir  # noqa: E402,F401
 CKPTFS = Path(os.environ.get("CKPTFS", REPO / "build" / "ckptfs")).absolute()
 FIXTURES = Path(os.environ.get("CKPTFS_FIXTURES", REPO / "build" / "fixtures")).absolute()
 

@@ -30,6 +30,8 @@ import torch  # noqa: E402
 from remote_servers import Nginx  # noqa: E402
 from test_mount import MountTestCase, run  # noqa: E402
 
+from ckptfs_mounts import views_dir  # noqa: E402  (scripts/, on the path test_mount sets)
+
 DCP_CORPUS = ["Lightning-AI__pytorch-lightning__dcp-fsdp-world2",
               "LionRock-Research__Megatron-LM__dcp-ckpt"]
 
@@ -89,11 +91,6 @@ def assembled_tensors(directory):
             full[box] = piece
         out[fqn] = full
     return out
-
-
-def views_dir(mnt):
-    """Where a mount's whole-checkpoint views (index.json) are: the one place that knows it."""
-    return mnt
 
 
 def raw(t):

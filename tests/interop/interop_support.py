@@ -49,7 +49,7 @@ sys.path.insert(0, str(HERE.parents[1] / "scripts"))
 sys.path.insert(0, str(HERE.parent / "integration"))
 
 from ckptfs_mounts import (fusermount_u, is_mounted, mount_points, mounts,  # noqa: E402
-                           unmount, wait_for_mount)
+                           unmount, views_dir, wait_for_mount)
 from fixtures import CKPTFS, INTEROP_ROOT, REPO  # noqa: E402
 
 RUNNER = REPO / "scripts" / "interop-run"
@@ -99,12 +99,6 @@ def detach_mount(path):
 
 
 enter_private_mount_namespace()
-
-
-def views_dir(mnt):
-    """Where a mount's whole-checkpoint views are (index.json, model.safetensors, a shard set):
-    the one place that knows it."""
-    return Path(mnt)
 
 
 def inside(path):
