@@ -41,11 +41,11 @@ constexpr const char* usage_text = R"(usage: ckptfs [options] CHECKPOINT MOUNTPO
        ckptfs -h | --help | -V | --version
 
 Mounts a checkpoint read-only: a PyTorch file written by torch.save or torch.jit.save
-(.pth/.pt/.ckpt/.bin), a safetensors file, or a Hugging Face sharded set (its directory or its
-*.index.json). Every key becomes a directory with the tensor's raw `data`, a `meta.json`, a
-`tensor.npy` and a `tensor.pt`; the whole-checkpoint views (index.json, model.safetensors) are in
-the hidden folder .ckptfs. Every read is an offset read inside the file that holds the tensor.
-No pickle is ever executed.
+(.pth/.pt/.ckpt/.bin), a safetensors file, a Hugging Face sharded set (its directory or its
+*.index.json), or a PyTorch Distributed Checkpoint (DCP). Every key becomes a directory with
+the tensor's raw `data`, a `meta.json`, a `tensor.npy` and a `tensor.pt`; the whole-checkpoint
+views (index.json, model.safetensors) are in the hidden folder .ckptfs. Every read is an offset
+read inside the file that holds the tensor. No pickle is ever executed.
 
 CHECKPOINT is a file or a directory (see below), or a URL: http://, https:// (presigned URLs
 too) or s3://BUCKET/KEY (credentials, region and endpoint from AWS_ACCESS_KEY_ID,
@@ -134,6 +134,9 @@ CHECKPOINT, besides a torch.save file:
                                   first there), else its one *.index.json or *.safetensors
   DIR/NAME.index.json             a sharded set: each key from the shard its weight_map names
                                   (a URL too: the shards beside it)
+  DIR, DIR/.metadata              a PyTorch DCP checkpoint (.metadata, __R_N.distcp): the model
+                                  dcp_to_torch_save writes, each tensor assembled from its
+                                  chunks on read (a URL of .metadata too: its files beside it)
 
 the tree (layout=split): the root holds the key directories and the hidden .ckptfs only
   MOUNTPOINT/<key>/data           a tensor's bytes in C order, as stored

@@ -3,6 +3,7 @@
 // set), opened as the sources that hold its bytes and read into one Model by the right reader.
 #pragma once
 
+#include <ckptfs/format/dcp/dcp_reader.hpp>
 #include <ckptfs/format/safetensors/safetensors_reader.hpp>
 #include <ckptfs/format/safetensors/sharded_reader.hpp>
 #include <ckptfs/format/split/rfc_reader.hpp>
@@ -32,6 +33,7 @@ struct OpenOptions {
   ShardLimits sharded;            // indexes of sharded sets
   SplitLimits split;              // split directories
   RfcLimits rfc;                  // RFC directories (their files: `limits`)
+  DcpLimits dcp;                  // PyTorch DCP checkpoints (their items: `limits`)
   SourceOpener open = open_local_file;
 };
 
@@ -63,10 +65,15 @@ class OpenedModel {
 //   - a local directory: an RFC directory when it holds map.pt (read_rfc_directory()); a split
 //     directory when it holds index.json or a subdirectory holding meta.json or value.json
 //     (read_split_directory(); whatever else is there: a mount's model.safetensors copied
-//     along); else the first of model.safetensors, model.safetensors.index.json,
-//     pytorch_model.bin, pytorch_model.bin.index.json in it (transformers' order); else its one
+//     along); a PyTorch DCP checkpoint when it holds .metadata (as the file below; what else
+//     is there, such as Megatron's common.pt and metadata.json, is not read, as
+//     dcp_to_torch_save reads none of it); else the first of model.safetensors,
+//     model.safetensors.index.json, pytorch_model.bin, pytorch_model.bin.index.json in it
+//     (transformers' order); else its one
 //     *.index.json; else, without any, its one *.safetensors. Several candidates and none of
 //     those names (two *.index.json, say) is an error asking to name the one to mount;
+//   - a file or URL named .metadata: a PyTorch DCP checkpoint (read_dcp()), the files it names
+//     its siblings (sibling_location()), opened with options.open as their items are read;
 //   - a file or URL named *.json: the index of a sharded set (read_shard_index()). Its shards
 //     (sibling_location() of the index, source/location.hpp: URLs too) are opened with
 //     options.open, each once, and read in parallel (at most 8 at a time), each as a file

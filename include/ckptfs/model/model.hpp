@@ -28,6 +28,7 @@ enum class Format : std::uint8_t {
   sharded,      // a Hugging Face sharded set: an *.index.json naming one shard per key
   split,        // key directories copied out of a mount: meta.json and data, or value.json
   rfc,          // the RFC's split layout: map.pt (the keys in order) and one <name>.pt per key
+  dcp,          // PyTorch Distributed Checkpoint: .metadata and __<rank>_<n>.distcp files
 };
 std::string_view format_name(Format format);
 

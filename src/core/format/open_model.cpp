@@ -21,6 +21,9 @@
 namespace ckptfs {
 namespace {
 
+// What a PyTorch Distributed Checkpoint's metadata file is called (FileSystemWriter's name).
+constexpr const char* dcp_metadata_name = ".metadata";
+
 // Shards read at once: parsing is quick, but a remote shard waits on the network.
 constexpr std::size_t max_parallel_shards = 8;
 
@@ -105,9 +108,20 @@ OpenedModel open_sharded(const std::string& location, std::unique_ptr<ByteSource
   return OpenedModel(std::move(sources), std::move(model), index_source->times());
 }
 
+// A DCP checkpoint by its .metadata: the files it names are its siblings, opened as needed.
+OpenedModel open_dcp(const std::string& location, std::unique_ptr<ByteSource> metadata,
+                     const OpenOptions& options) {
+  DcpModel dcp = read_dcp(
+      *metadata,
+      [&](const std::string& name) { return options.open(sibling_location(location, name)); },
+      options.limits, options.dcp);
+  return OpenedModel(std::move(dcp.sources), std::move(dcp.model), metadata->times());
+}
+
 OpenedModel open_file(const std::string& location, const OpenOptions& options) {
   std::unique_ptr<ByteSource> source = options.open(location);
   const std::string name = file_name(location);
+  if (name == dcp_metadata_name) return open_dcp(location, std::move(source), options);
   if (name.ends_with(".json") ||
       (!name.ends_with(".safetensors") && !looks_like_safetensors(*source) && !is_zip(*source) &&
        starts_like_json(*source))) {
@@ -193,11 +207,14 @@ OpenedModel open_model(const std::string& location, const OpenOptions& options) 
     if (looks_like_split_directory(location)) {
       return opened(read_split_directory(location, options.split));
     }
+    const std::string metadata =
+        (location.ends_with('/') ? location : location + "/") + dcp_metadata_name;
+    if (is_regular_file(metadata)) return open_file(metadata, options);
     if (auto chosen = choose_in_directory(location)) return open_file(*chosen, options);
     throw Error(ExitCode::io,
                 "a directory without model.safetensors, pytorch_model.bin, an *.index.json, a "
-                "*.safetensors file, map.pt (an RFC directory) or key directories (a split "
-                "directory): nothing to mount");
+                "*.safetensors file, map.pt (an RFC directory), key directories (a split "
+                "directory) or .metadata (a PyTorch DCP checkpoint): nothing to mount");
   }
   return open_file(location, options);
 }

@@ -20,6 +20,8 @@ std::string_view format_name(Format format) {
       return "split";
     case Format::rfc:
       return "rfc";
+    case Format::dcp:
+      return "dcp";
   }
   return "?";
 }
