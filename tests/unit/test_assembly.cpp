@@ -410,7 +410,8 @@ TEST_CASE("every view of an assembled tensor: data, tensor.npy, tensor.pt, model
     CHECK(meta["pieces"]["list"][2]["source"] == "pieces.bin");
 
     // The export (one file; with shard_size 1, the model fits one shard all the same).
-    const Tree::Ino st_ino = tree.lookup(Tree::root_ino, "model.safetensors");
+    const Tree::Ino views = tree.lookup(Tree::root_ino, std::string(views_folder));
+    const Tree::Ino st_ino = tree.lookup(views, "model.safetensors");
     REQUIRE(st_ino != 0);
     MemorySource st(read(st_ino));
     const Model exported = read_safetensors(st, "model.safetensors");
