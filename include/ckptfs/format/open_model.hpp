@@ -8,6 +8,7 @@
 #include <ckptfs/format/split/rfc_reader.hpp>
 #include <ckptfs/format/split/split_reader.hpp>
 #include <ckptfs/format/torch/torch_reader.hpp>
+#include <ckptfs/format/zero/zero_reader.hpp>
 #include <ckptfs/model/model.hpp>
 #include <ckptfs/source/byte_source.hpp>
 
@@ -32,6 +33,7 @@ struct OpenOptions {
   ShardLimits sharded;            // indexes of sharded sets
   SplitLimits split;              // split directories
   RfcLimits rfc;                  // RFC directories (their files: `limits`)
+  ZeroLimits zero;                // DeepSpeed ZeRO checkpoints (their files: `limits`)
   SourceOpener open = open_local_file;
 };
 
@@ -64,9 +66,15 @@ class OpenedModel {
 //     directory when it holds index.json or a subdirectory holding meta.json or value.json
 //     (read_split_directory(); whatever else is there: a mount's model.safetensors copied
 //     along); else the first of model.safetensors, model.safetensors.index.json,
-//     pytorch_model.bin, pytorch_model.bin.index.json in it (transformers' order); else its one
-//     *.index.json; else, without any, its one *.safetensors. Several candidates and none of
-//     those names (two *.index.json, say) is an error asking to name the one to mount;
+//     pytorch_model.bin, pytorch_model.bin.index.json in it (transformers' order); else a
+//     DeepSpeed ZeRO checkpoint when it holds *_model_states.pt files or a `latest` naming a
+//     directory that does (read_zero_directory(); a Hugging Face Trainer's checkpoint-N/ with a
+//     model.safetensors mounts that file: name its global_stepN/ for the ZeRO checkpoint); else
+//     its one *.index.json; else, without any, its one *.safetensors. Several candidates and
+//     none of those names (two *.index.json, say) is an error asking to name the one to mount;
+//   - a URL whose path ends in '/' or "/latest": a DeepSpeed ZeRO checkpoint
+//     (read_zero_remote(): its files found by DeepSpeed's names beside it, opened with
+//     options.open);
 //   - a file or URL named *.json: the index of a sharded set (read_shard_index()). Its shards
 //     (sibling_location() of the index, source/location.hpp: URLs too) are opened with
 //     options.open, each once, and read in parallel (at most 8 at a time), each as a file
