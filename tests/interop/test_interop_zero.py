@@ -13,6 +13,7 @@ The checks are tests/interop/root/zero_checks.py, run in the root.
 Run by ctest as `/usr/bin/python3 -m unittest -v test_interop_zero` (label interop).
 """
 
+import os
 import shutil
 import subprocess
 import sys
@@ -29,6 +30,10 @@ from interop_support import InteropCase, inside, outside, views_dir  # noqa: E40
 
 REAL = CORPUS / "formats" / "bigyanghimire__deepspeed-experiments__zero3-bert-model-states-only"
 PACK_TIMEOUT = 120.0
+# What S3 settings ckptfs reads from the environment: the test's own, the machine's unset.
+S3_ENVIRONMENT = ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION",
+                  "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3", "AWS_DEFAULT_REGION", "AWS_PROFILE",
+                  "AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE")
 
 
 class ZeroTests(InteropCase):
@@ -141,6 +146,47 @@ class ZeroTests(InteropCase):
                 report = self.call("zero_checks.check_output", self.fixture(name), self.script,
                                    inside(views_dir(mnt)), inside(self.new_dir("output")))
                 self.assert_clean(report, name)
+
+    def test_remote(self):
+        """A checkpoint directory over HTTP (named by its URL with a trailing '/', its `latest`,
+        or its tag directory) and over S3: the same keys and bytes as the local mount, its files
+        found by DeepSpeed's names (a server lists no directory) and read by range."""
+        from remote_servers import Nginx, S3Server
+        root = outside(Path(self.fixture("zero2-bf16-ws3")).parent)
+        nginx = Nginx(root, self.new_dir("nginx"), tls=False)
+        self.addCleanup(nginx.stop)
+        nginx.start()
+        for name, suffix in (("zero2-bf16-ws3", "/"), ("zero3-fp16-ws4", "/latest"),
+                             ("zero1-fp16-ws2", "/global_step7/"),
+                             ("zero3-bf16-ws4-sub_groups", "/")):
+            with self.subTest(name, url=suffix):
+                mark = nginx.mark()
+                mnt = self.mount(nginx.url(name + suffix))
+                report = self.call("zero_checks.check_split", self.fixture(name), self.script,
+                                   inside(mnt), inside(views_dir(mnt)))
+                self.assert_clean(report, name)
+                whole = [r for r in nginx.since(mark) if r["method"] == "GET"
+                         and r["path"].endswith(".pt") and r["range"] in ("", "-")]
+                self.assertEqual(whole, [], "a states file fetched whole, not by range")
+        if not S3Server.installed():
+            self.skipTest("the S3 test server is not installed (scripts/install-deps.sh)")
+        s3 = S3Server(self.new_dir("s3"), "models")
+        self.addCleanup(s3.stop)
+        s3.start()
+        name = "zero3-bf16-ws4-sub_groups"
+        for f in sorted(Path(outside(self.fixture(name))).rglob("*")):
+            if f.is_file():
+                s3.put(f"ckpt/{f.relative_to(outside(self.fixture(name)))}", f)
+        saved = {k: os.environ.get(k) for k in S3_ENVIRONMENT}
+        self.addCleanup(os.environ.update, {k: v for k, v in saved.items() if v is not None})
+        for k in S3_ENVIRONMENT:
+            os.environ.pop(k, None)
+        os.environ.update(AWS_ENDPOINT_URL=s3.endpoint, AWS_ACCESS_KEY_ID=S3Server.ACCESS_KEY,
+                          AWS_SECRET_ACCESS_KEY=S3Server.SECRET_KEY, AWS_REGION="us-east-1")
+        mnt = self.mount("s3://models/ckpt/")
+        report = self.call("zero_checks.check_split", self.fixture(name), self.script,
+                           inside(mnt), inside(views_dir(mnt)))
+        self.assert_clean(report, f"s3: {name}")
 
     def test_real_checkpoint_without_optimizer_states(self):
         """The corpus's real ZeRO-3 checkpoint (DeepSpeed 0.18.5, bf16, 2 ranks) lacks its
