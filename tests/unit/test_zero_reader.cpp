@@ -630,6 +630,32 @@ TEST_CASE("ranks missing, partitions short, group counts that disagree: broken, 
           "states.pt\": not in torch's zip format: DeepSpeed saves with torch.save of torch >= "
           "1.6");
   }
+  SUBCASE("an optimizer states file that is not DeepSpeed's, or of no stage zero_to_fp32 knows") {
+    TempDir t;
+    write_zero(t, Layout{});
+    const std::string rank0 = "global_step3/bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt";
+    PyFile f;
+    t.write(rank0,
+            f.bytes(Py::odict({{"w", Py::tensor(f.tensor(DType::float32, {1}, "abcd"))}}), "o"));
+    CHECK(broken_of(read_zero_directory(t.path()), "layer.weight") ==
+          "the optimizer states of rank 0: \"" + rank0 +
+              "\": not a DeepSpeed optimizer states file: no optimizer_state_dict");
+    // A stage past 3, and none (a bf16 optimizer's file, which zero_to_fp32 refuses too).
+    for (std::int64_t stage : {5, -1}) {
+      PyFile g;
+      std::vector<std::pair<std::string, Py>> state = {
+          {"partition_count", Py::num(2)},
+          {"single_partition_of_fp32_groups",
+           Py::list({Py::tensor(g.tensor(DType::float32, {1}, "abcd"))})}};
+      if (stage >= 0) state.emplace_back("zero_stage", Py::stage(stage));
+      t.write(rank0, g.bytes(Py::dict({{"optimizer_state_dict", Py::dict(state)}}), "o"));
+      CHECK(broken_of(read_zero_directory(t.path()), "layer.weight") ==
+            (stage >= 0 ? std::string("unknown ZeRO stage 5")
+                        : "\"bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt\"'s "
+                          "optimizer_state_dict has no zero_stage: not a ZeRO optimizer's "
+                          "(zero_to_fp32 refuses it too)"));
+    }
+  }
   SUBCASE("an optimizer states file leading out of the directory") {
     TempDir t, outside;
     Layout l;
@@ -694,6 +720,38 @@ TEST_CASE("what is refused: files of other kinds, latest naming what it may not"
     // Not listed (a link leading out is no regular file beneath it): nothing to mount.
     CHECK(refusal(t.path()).first == ExitCode::io);
   }
+}
+
+TEST_CASE("bounded: parameters, pieces, ranks past the limits are refused") {
+  TempDir t;
+  Layout l;
+  l.stage = 3;
+  l.world_size = 4;
+  write_zero(t, l);
+  ZeroLimits zero;
+  zero.max_pieces = 10;  // 5 trainable parameters of 4 ranks: 20 pieces
+  auto refused = [&](const ZeroLimits& z) {
+    try {
+      read_zero_directory(t.path(), {}, z);
+    } catch (const Error& e) {
+      return std::pair{e.code(), std::string(e.what())};
+    }
+    return std::pair{ExitCode::ok, std::string()};
+  };
+  CHECK(refused(zero) ==
+        std::pair{ExitCode::unsupported, std::string("more than 10 pieces of parameters in all")});
+  zero = {};
+  zero.max_parameters = 3;
+  CHECK(refused(zero).second ==
+        "\"global_step3/zero_pp_rank_0_mp_rank_00_model_states.pt\": more than 3 entries in "
+        "module");
+  zero = {};
+  zero.max_ranks = 3;
+  CHECK(refused(zero) ==
+        std::pair{ExitCode::unsupported, std::string("4 optimizer states files, more than 3")});
+  zero = {};
+  zero.max_directory_entries = 4;
+  CHECK(refused(zero).first == ExitCode::unsupported);
 }
 
 TEST_CASE(
