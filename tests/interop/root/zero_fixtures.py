@@ -67,17 +67,26 @@ class Model(nn.Module):
             p.requires_grad_(False)
 
 
-def make_model(seed, lp):
+class BenchModel(nn.Module):
+    """The benchmark's model: `layers` linear layers of `hidden` features (scripts/bench)."""
+
+    def __init__(self, layers, hidden):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(hidden, hidden) for _ in range(layers)])
+
+
+def make_model(seed, lp, factory=Model):
     """The model with random fp32 weights (the masters) and buffers, and its low-precision cast
     (DeepSpeed's module): parameters and floating buffers in `lp`."""
     torch.manual_seed(seed)
-    model = Model()
+    model = factory()
     with torch.no_grad():
         for p in model.parameters():
             p.copy_(torch.randn_like(p) * 3)
-        model.norm.running_mean.copy_(torch.randn(model.norm.running_mean.shape))
-        model.norm.running_var.copy_(torch.rand(model.norm.running_var.shape) + 0.5)
-        model.norm.num_batches_tracked.fill_(123456789)
+        if hasattr(model, "norm"):
+            model.norm.running_mean.copy_(torch.randn(model.norm.running_mean.shape))
+            model.norm.running_var.copy_(torch.rand(model.norm.running_var.shape) + 0.5)
+            model.norm.num_batches_tracked.fill_(123456789)
     masters = {n: p.detach().clone() for n, p in model.named_parameters()}
     model = model.to(lp)
     return model, masters
@@ -94,7 +103,7 @@ def param_groups(model):
             groups[1].append((name, p))
         else:
             groups[0].append((name, p))
-    return groups
+    return [g for g in groups if g]  # DeepSpeed refuses an empty group
 
 
 def buffer_names(model):
@@ -194,9 +203,9 @@ def save_optim(tag_dir, stage, lp, world_size, rank, optimizer_state_dict):
                tag_dir / optim_name(lp, rank))
 
 
-def write_stage12(tag_dir, stage, lp, world_size, seed, round_robin):
+def write_stage12(tag_dir, stage, lp, world_size, seed, round_robin, factory=Model):
     """DeepSpeedZeroOptimizer's files (stage_1_and_2.py); returns the expected state dict."""
-    model, masters = make_model(seed, lp)
+    model, masters = make_model(seed, lp, factory)
     groups = param_groups(model)
     alignment = 2 * world_size  # nccl_start_alignment_factor x world size
     param_shapes, flats_fp32, paddings, slice_mappings = [], [], [], []
@@ -252,7 +261,7 @@ def write_stage12(tag_dir, stage, lp, world_size, seed, round_robin):
             "dynamic_loss_scale": lp == torch.float16,
             "overflow": False,
             "clip_grad": 1.0,
-            "base_optimizer_state": adam_state(partitions, [1e-4, 1e-4, 3e-4]),
+            "base_optimizer_state": adam_state(partitions, [1e-4, 1e-4, 3e-4][:len(partitions)]),
             "single_partition_of_fp32_groups": partitions,
             "zero_stage": ZeroStageEnum.gradients if stage == 2 else ZeroStageEnum.optimizer_states,
             "group_paddings": [paddings[g][rank] for g in range(len(groups))],
@@ -286,9 +295,9 @@ def write_stage12(tag_dir, stage, lp, world_size, seed, round_robin):
     return expected
 
 
-def write_stage3(tag_dir, lp, world_size, seed, sub_group_size):
+def write_stage3(tag_dir, lp, world_size, seed, sub_group_size, factory=Model):
     """DeepSpeedZeroOptimizer_Stage3's files (stage3.py); returns the expected state dict."""
-    model, masters = make_model(seed, lp)
+    model, masters = make_model(seed, lp, factory)
     ws = world_size
 
     def partitions_of(t):
@@ -392,3 +401,22 @@ def write(out_dir, script):
                         "expected": str(out / f"{name}.expected.pt"), "stage": stage,
                         "dtype": lp_name, "world_size": ws}
     return result
+
+
+def write_bench(out_dir, stage, layers, hidden, world_size, script):
+    """The benchmark's checkpoint (scripts/bench, section zero): BenchModel(layers, hidden) in
+    bf16 as DeepSpeed saves it at `stage` on `world_size` ranks, into out_dir (with `latest`
+    and a copy of `script`), unless out_dir/latest is there already. Returns out_dir."""
+    root = Path(out_dir)
+    if (root / "latest").is_file():
+        return str(root)
+    tag_dir = root / TAG
+    tag_dir.mkdir(parents=True, exist_ok=True)
+    factory = lambda: BenchModel(layers, hidden)  # noqa: E731
+    if stage == 3:
+        write_stage3(tag_dir, torch.bfloat16, world_size, 7, 10**12, factory)
+    else:
+        write_stage12(tag_dir, stage, torch.bfloat16, world_size, 7, False, factory)
+    shutil.copy(script, root / "zero_to_fp32.py")
+    (root / "latest").write_text(TAG)  # last: a generation cut short is made again
+    return str(root)
