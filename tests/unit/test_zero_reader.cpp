@@ -21,6 +21,7 @@
 
 #include <bit>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <string>
 #include <vector>
@@ -42,7 +43,19 @@ struct TensorDef {
 };
 
 struct Py {
-  enum class Kind { none, integer, str, list, dict, ordered_dict, tensor, size, stage, object };
+  enum class Kind {
+    none,
+    boolean,
+    integer,
+    str,
+    list,
+    dict,
+    ordered_dict,
+    tensor,
+    size,
+    stage,
+    object
+  };
   Kind kind = Kind::none;
   std::int64_t number = 0;
   std::string text;  // str; an object's class
@@ -56,6 +69,7 @@ struct Py {
     return p;
   }
   static Py none() { return {}; }
+  static Py boolean(bool b) { return num_of(Kind::boolean, b ? 1 : 0); }
   static Py num(std::int64_t n) {
     Py p = of(Kind::integer);
     p.number = n;
@@ -137,6 +151,8 @@ class PyFile {
     switch (v.kind) {
       case K::none:
         return w.none();
+      case K::boolean:
+        return w.boolean(v.number != 0);
       case K::integer:
         return w.integer(v.number);
       case K::str:
@@ -304,7 +320,7 @@ std::vector<std::tuple<std::string, DType, std::string>> write_zero(const TempDi
         {"shared_params", Py::dict(std::move(shared))},
         {"frozen_param_fragments", l.stage == 1 ? Py::none() : Py::odict(std::move(fragments))},
         {"dp_world_size", Py::num(l.world_size)},
-        {"ds_config", Py::dict({{"bf16", Py::dict({{"enabled", Py::num(1)}})}})},
+        {"ds_config", Py::dict({{"bf16", Py::dict({{"enabled", Py::boolean(true)}})}})},
         {"ds_version", Py::str("0.18.5")},
     });
   };
@@ -719,6 +735,76 @@ TEST_CASE("what is refused: files of other kinds, latest naming what it may not"
     t.symlink(outside.path("m.pt"), "global_step3/mp_rank_00_model_states.pt");
     // Not listed (a link leading out is no regular file beneath it): nothing to mount.
     CHECK(refusal(t.path()).first == ExitCode::io);
+  }
+}
+
+TEST_CASE("by URL: the files found by DeepSpeed's names, what is not there told apart") {
+  TempDir t;
+  Layout l;
+  l.stage = 3;
+  l.world_size = 3;
+  l.optim_prefix = "";  // ds_config says bf16: the bf16_ names are asked for first, in vain
+  const auto expected = write_zero(t, l);
+  std::vector<std::string> asked;
+  std::string refuse;        // a file name the server refuses (403), as S3 a missing key
+  bool unreachable = false;  // the server does not answer
+  auto open = [&](const std::string& url) -> std::unique_ptr<ByteSource> {
+    asked.push_back(url);
+    const std::string base = "https://h/run/";
+    REQUIRE(url.starts_with(base));
+    const std::string name = url.substr(base.size());
+    if (unreachable) throw Error(ExitCode::unreachable, "connection refused");
+    if (!refuse.empty() && name.ends_with(refuse)) throw Error(ExitCode::access_denied, "403");
+    if (!std::filesystem::is_regular_file(t.path(name))) {
+      throw Error(ExitCode::io, "not found (HTTP 404)");
+    }
+    return std::make_unique<FileSource>(t.path(name));
+  };
+  for (const char* url : {"https://h/run/", "https://h/run/latest"}) {
+    CAPTURE(url);
+    asked.clear();
+    const DirectoryModel d = read_zero_remote(url, open);
+    check_model(d, expected);
+    CHECK(d.model.sources.size() == 6);  // 3 optimizer states, 3 model states (frozen fragments)
+    CHECK(asked == std::vector<std::string>{
+                       "https://h/run/latest",
+                       "https://h/run/global_step3/mp_rank_00_model_states.pt",
+                       "https://h/run/global_step3/zero_pp_rank_0_mp_rank_00_model_states.pt",
+                       "https://h/run/global_step3/bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt",
+                       "https://h/run/global_step3/zero_pp_rank_0_mp_rank_00_optim_states.pt",
+                       "https://h/run/global_step3/zero_pp_rank_1_mp_rank_00_optim_states.pt",
+                       "https://h/run/global_step3/zero_pp_rank_2_mp_rank_00_optim_states.pt",
+                       "https://h/run/global_step3/zero_pp_rank_1_mp_rank_00_model_states.pt",
+                       "https://h/run/global_step3/zero_pp_rank_2_mp_rank_00_model_states.pt"});
+  }
+  CHECK(looks_like_zero_location("https://h/run/"));
+  CHECK(looks_like_zero_location("s3://b/run/latest"));
+  CHECK_FALSE(looks_like_zero_location("https://h/run/model.pth"));
+  // A tag directory's URL: no latest there.
+  check_model(read_zero_remote("https://h/run/global_step3/", open), expected);
+  // A refused (403) name is passed over as not there, as S3 refuses a missing key.
+  refuse = "mp_rank_00_model_states.pt";
+  CHECK_THROWS_WITH_AS(read_zero_remote("https://h/run/", open),
+                       "no DeepSpeed model states (\"global_step3/mp_rank_00_model_states.pt\": "
+                       "403; \"global_step3/zero_pp_rank_0_mp_rank_00_model_states.pt\": 403): "
+                       "not a DeepSpeed checkpoint directory",
+                       Error);
+  // The optimizer states not there: the fp32 weights broken, saying so.
+  refuse = "optim_states.pt";
+  CHECK(broken_of(read_zero_remote("https://h/run/", open), "layer.weight") ==
+        "the fp32 weights are in the optimizer states, which are not there "
+        "(\"global_step3/bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt\": 403; "
+        "\"global_step3/zero_pp_rank_0_mp_rank_00_optim_states.pt\": 403): zero_to_fp32 needs "
+        "them too");
+  // A server that does not answer is an error, not a missing file.
+  refuse.clear();
+  unreachable = true;
+  try {
+    read_zero_remote("https://h/run/", open);
+    FAIL("no error");
+  } catch (const Error& e) {
+    CHECK(e.code() == ExitCode::unreachable);
+    CHECK(std::string(e.what()) == "latest: connection refused");
   }
 }
 

@@ -39,6 +39,11 @@ std::vector<std::string> states_files(const std::vector<DirectoryEntry>& entries
   return names;
 }
 
+// Whether opening a file failed because it is not there (or may be not there: S3's 403).
+bool not_there(const Error& e) {
+  return e.code() == ExitCode::io || e.code() == ExitCode::access_denied;
+}
+
 bool has_model_states(const std::vector<DirectoryEntry>& entries) {
   return std::any_of(entries.begin(), entries.end(), [](const DirectoryEntry& e) {
     return e.regular && globbed(e.name, model_suffix);
@@ -160,7 +165,8 @@ Files Files::remote(const std::string& location, const ZeroOpener& open, const Z
     try {
       latest = open(latest_location);
     } catch (const Error& e) {
-      if (e.code() != ExitCode::io) throw;  // not found: the directory is the tag directory
+      // Not there: the directory is the tag directory (whose files say whether it is one).
+      if (!not_there(e)) throw Error(e.code(), fmt::format("latest: {}", e.what()));
     }
   }
   if (latest) {
@@ -168,6 +174,22 @@ Files Files::remote(const std::string& location, const ZeroOpener& open, const Z
     f.prefix_ = read_latest(*latest, limits) + "/";
   }
   return f;
+}
+
+std::optional<Files::Found> Files::open_first(const std::vector<std::string>& names,
+                                              std::string& why) const {
+  why.clear();
+  for (const std::string& name : names) {
+    try {
+      return Found{name, open(name)};
+    } catch (const Error& e) {
+      if (!not_there(e)) {
+        throw Error(e.code(), fmt::format("{}: {}", quote(prefix_ + name, 300), e.what()));
+      }
+      why += fmt::format("{}{}: {}", why.empty() ? "" : "; ", quote(prefix_ + name, 300), e.what());
+    }
+  }
+  return std::nullopt;
 }
 
 std::unique_ptr<ByteSource> Files::open(const std::string& name) const {

@@ -46,6 +46,17 @@ class Files {
   // Opens `name`, a file of the tag directory. Throws Error naming neither (the caller does).
   std::unique_ptr<ByteSource> open(const std::string& name) const;
 
+  // A file found among names it may have (a URL's files, which no listing says): the first of
+  // `names` that opens, as {name, source}; nullopt when none is there, with `why` saying what
+  // each gave. Not there: not found (io), or refused (S3 answers 403 for a missing key to whom
+  // may not list the bucket; a file that is there but refused is refused again when it must be
+  // read). Other errors (a server that does not answer) are thrown, naming the file.
+  struct Found {
+    std::string name;
+    std::unique_ptr<ByteSource> source;
+  };
+  std::optional<Found> open_first(const std::vector<std::string>& names, std::string& why) const;
+
  private:
   std::string prefix_;
   SourceTimes times_;

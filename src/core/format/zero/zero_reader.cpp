@@ -149,6 +149,14 @@ std::size_t Reader::add_tensor(Tensor t) {
   return out_.model.tensors.size() - 1;
 }
 
+// The run of `starts` (sorted starts of consecutive runs, then the end of the last) that holds
+// element `at`: the last whose start is at most `at`, found in O(log runs), so that a parameter
+// costs its pieces and not a walk over every rank or group. Empty runs before it are skipped.
+std::size_t run_holding(const std::vector<std::uint64_t>& starts, std::uint64_t at) {
+  const auto it = std::upper_bound(starts.begin(), starts.end(), at);
+  return it == starts.begin() ? 0 : static_cast<std::size_t>(it - starts.begin()) - 1;
+}
+
 // A tensor of a file, its storage (and its quantization's tensors) made the model's.
 std::size_t Reader::copy_tensor(Loaded& f, std::size_t local) {
   Tensor t = f.file->interpretation.tensors[local];
@@ -375,8 +383,7 @@ void Reader::add_trainable_stage12(const ModelStates& first) {
     const std::vector<NamedShape>& params = first.param_shapes[g];
     std::string broken = all_broken;
     std::optional<DType> dtype;
-    std::vector<std::uint64_t> sizes;  // of each rank's partition
-    std::uint64_t available = 0;
+    std::vector<std::uint64_t> rank_start{0};  // where each rank's partition starts, and the end
     for (std::size_t r = 0; broken.empty() && r < optim_.size(); ++r) {
       broken = check_group_tensor(r, g);
       if (!broken.empty()) break;
@@ -386,9 +393,10 @@ void Reader::add_trainable_stage12(const ModelStates& first) {
                              info(t.dtype).name);
       }
       dtype = t.dtype;
-      sizes.push_back(static_cast<std::uint64_t>(t.shape[0]));
-      available = add_saturated(available, sizes.back());
+      rank_start.push_back(
+          add_saturated(rank_start.back(), static_cast<std::uint64_t>(t.shape[0])));
     }
+    const std::uint64_t available = rank_start.back();
     std::uint64_t consumed = 0;
     for (const NamedShape& p : params) consumed = add_saturated(consumed, p.numel);
     if (broken.empty() && aligned(consumed) != aligned(available)) {
@@ -414,14 +422,14 @@ void Reader::add_trainable_stage12(const ModelStates& first) {
         continue;
       }
       std::vector<Range> ranges;
-      std::uint64_t rank_begin = 0;
-      for (std::size_t r = 0; r < optim_.size(); ++r) {
-        const std::uint64_t rank_end = rank_begin + sizes[r];
-        const std::uint64_t from = std::max(begin, rank_begin), to = std::min(offset, rank_end);
+      for (std::size_t r = run_holding(rank_start, begin);
+           r + 1 < rank_start.size() && rank_start[r] < offset; ++r) {
+        const std::uint64_t from = std::max(begin, rank_start[r]);
+        const std::uint64_t to = std::min(offset, rank_start[r + 1]);
         if (from < to) {
-          ranges.push_back({&optim_loaded_[r], *optim_[r].groups[g], from - rank_begin, to - from});
+          ranges.push_back(
+              {&optim_loaded_[r], *optim_[r].groups[g], from - rank_start[r], to - from});
         }
-        rank_begin = rank_end;
       }
       state_.set(p.name, assembled(p, *dtype, ranges));
     }
@@ -500,7 +508,8 @@ void Reader::add_trainable_stage3(const ModelStates& first) {
       // Elements [r × partition, ...) of the parameter: [offset, offset + count) of the run.
       const std::uint64_t count = std::min(partition, p->numel - r * partition);
       const std::uint64_t begin = offset, end = offset + count;
-      for (std::size_t g = 0; g + 1 < group_start.size(); ++g) {
+      for (std::size_t g = run_holding(group_start, begin);
+           g + 1 < group_start.size() && group_start[g] < end; ++g) {
         const std::uint64_t from = std::max(begin, group_start[g]);
         const std::uint64_t to = std::min(end, group_start[g + 1]);
         if (from < to) {
@@ -563,28 +572,20 @@ void Reader::read_optimizer_states(const ModelStates& first) {
           "URL are found by rank";
       return;
     }
-    std::string found_prefix;
-    std::string errors;
-    for (const char* prefix : first.bf16 ? std::array{"bf16_", ""} : std::array{"", "bf16_"}) {
-      const std::string name = fmt::format("{}zero_pp_rank_0_mp_rank_00_optim_states.pt", prefix);
-      try {
-        rank0 = files_.open(name);
-        found_prefix = prefix;
-        break;
-      } catch (const Error& e) {
-        if (e.code() != ExitCode::io) {
-          throw Error(e.code(), fmt::format("{}: {}", quote(files_.prefix() + name), e.what()));
-        }
-        errors += fmt::format("{}{}: {}", errors.empty() ? "" : "; ", quote(name), e.what());
-      }
-    }
-    if (!rank0) {
+    const std::string bf16 = "bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt";
+    const std::string plain = "zero_pp_rank_0_mp_rank_00_optim_states.pt";
+    std::string why;
+    auto found =
+        files_.open_first(first.bf16 ? std::vector{bf16, plain} : std::vector{plain, bf16}, why);
+    if (!found) {
       optim_broken_ = fmt::format(
           "the fp32 weights are in the optimizer states, which are not there ({}): zero_to_fp32 "
           "needs them too",
-          errors);
+          why);
       return;
     }
+    rank0 = std::move(found->source);
+    const std::string found_prefix = found->name == bf16 ? "bf16_" : "";
     for (std::int64_t r = 0; r < *first.dp_world_size; ++r) {
       names.push_back(fmt::format("{}zero_pp_rank_{}_mp_rank_00_optim_states.pt", found_prefix, r));
     }
@@ -646,26 +647,17 @@ DirectoryModel Reader::read() {
   std::unique_ptr<ByteSource> opened;
   if (files_.is_remote()) {
     // Stage 1/2 saves mp_rank_00_model_states.pt, stage 3 one per rank.
-    for (const char* name :
-         {"mp_rank_00_model_states.pt", "zero_pp_rank_0_mp_rank_00_model_states.pt"}) {
-      try {
-        opened = files_.open(name);
-        names.push_back(name);
-        break;
-      } catch (const Error& e) {
-        if (e.code() != ExitCode::io) {
-          throw Error(e.code(), fmt::format("{}: {}", quote(files_.prefix() + name), e.what()));
-        }
-      }
+    std::string why;
+    auto found = files_.open_first(
+        {"mp_rank_00_model_states.pt", "zero_pp_rank_0_mp_rank_00_model_states.pt"}, why);
+    if (!found) {
+      throw Error(ExitCode::io,
+                  fmt::format("no DeepSpeed model states ({}): not a DeepSpeed checkpoint "
+                              "directory",
+                              why));
     }
-    if (names.empty()) {
-      throw Error(
-          ExitCode::io,
-          fmt::format("neither mp_rank_00_model_states.pt nor "
-                      "zero_pp_rank_0_mp_rank_00_model_states.pt is at {}: not a "
-                      "DeepSpeed checkpoint directory",
-                      files_.prefix().empty() ? std::string("the URL") : quote(files_.prefix())));
-    }
+    names.push_back(found->name);
+    opened = std::move(found->source);
   } else {
     names = files_.listed_model_states();
   }
