@@ -64,6 +64,8 @@ void print_inspect_table(const Model& c, std::FILE* out) {
         where = fmt::format("{} piece{}", pieces, pieces == 1 ? "" : "s");
       } else if (!t.contiguous()) {
         where = "strided";
+      } else if (t.stored_dtype) {
+        where = fmt::format("from {}", info(*t.stored_dtype).name);  // converted on read
       }
     }
     std::string source;

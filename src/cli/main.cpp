@@ -137,6 +137,11 @@ CHECKPOINT, besides a torch.save file:
   DIR, DIR/.metadata              a PyTorch DCP checkpoint (.metadata, __R_N.distcp): the model
                                   dcp_to_torch_save writes, each tensor assembled from its
                                   chunks on read (a URL of .metadata too: its files beside it)
+  DIR                             a DeepSpeed ZeRO checkpoint (stages 1-3): DIR holds
+                                  *_model_states.pt, or a `latest` naming a directory that
+                                  does: zero_to_fp32's state dict, each fp32 parameter
+                                  assembled from the ranks' *_optim_states.pt on read (a URL
+                                  ending in / or /latest too: its files by DeepSpeed's names)
 
 the tree (layout=split): the root holds the key directories and the hidden .ckptfs only
   MOUNTPOINT/<key>/data           a tensor's bytes in C order, as stored

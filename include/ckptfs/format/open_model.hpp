@@ -9,6 +9,7 @@
 #include <ckptfs/format/split/rfc_reader.hpp>
 #include <ckptfs/format/split/split_reader.hpp>
 #include <ckptfs/format/torch/torch_reader.hpp>
+#include <ckptfs/format/zero/zero_reader.hpp>
 #include <ckptfs/model/model.hpp>
 #include <ckptfs/source/byte_source.hpp>
 
@@ -34,6 +35,7 @@ struct OpenOptions {
   SplitLimits split;              // split directories
   RfcLimits rfc;                  // RFC directories (their files: `limits`)
   DcpLimits dcp;                  // PyTorch DCP checkpoints (their items: `limits`)
+  ZeroLimits zero;                // DeepSpeed ZeRO checkpoints (their files: `limits`)
   SourceOpener open = open_local_file;
 };
 
@@ -69,11 +71,17 @@ class OpenedModel {
 //     is there, such as Megatron's common.pt and metadata.json, is not read, as
 //     dcp_to_torch_save reads none of it); else the first of model.safetensors,
 //     model.safetensors.index.json, pytorch_model.bin, pytorch_model.bin.index.json in it
-//     (transformers' order); else its one
-//     *.index.json; else, without any, its one *.safetensors. Several candidates and none of
-//     those names (two *.index.json, say) is an error asking to name the one to mount;
+//     (transformers' order); else a DeepSpeed ZeRO checkpoint when it holds *_model_states.pt
+//     files or a `latest` naming a directory that does (read_zero_directory(); a Hugging Face
+//     Trainer's checkpoint-N/ with a model.safetensors mounts that file: name its
+//     global_stepN/ for the ZeRO checkpoint); else its one *.index.json; else, without any,
+//     its one *.safetensors. Several candidates and none of those names (two *.index.json,
+//     say) is an error asking to name the one to mount;
 //   - a file or URL named .metadata: a PyTorch DCP checkpoint (read_dcp()), the files it names
 //     its siblings (sibling_location()), opened with options.open as their items are read;
+//   - a URL whose path ends in '/' or "/latest": a DeepSpeed ZeRO checkpoint
+//     (read_zero_remote(): its files found by DeepSpeed's names beside it, opened with
+//     options.open);
 //   - a file or URL named *.json: the index of a sharded set (read_shard_index()). Its shards
 //     (sibling_location() of the index, source/location.hpp: URLs too) are opened with
 //     options.open, each once, and read in parallel (at most 8 at a time), each as a file

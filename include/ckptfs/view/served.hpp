@@ -29,8 +29,11 @@ struct ServedTensor {
   Way way = Way::none;
   DType dtype = DType::float32;   // of the bytes served
   DType stored = DType::float32;  // of the bytes in the source
-  bool big_endian = false;        // of the bytes served (converted ones are little-endian)
-  bool contiguous = false;        // the stored bytes are one range of the storage, from `begin`
+  // Way::convert of a tensor stored in another dtype (Tensor::stored_dtype) to a third, -o
+  // dtype's: the tensor's own dtype, converted through.
+  std::optional<DType> via;
+  bool big_endian = false;  // of the bytes served (converted ones are little-endian)
+  bool contiguous = false;  // the stored bytes are one range of the storage, from `begin`
   std::uint64_t nbytes = 0;
   std::size_t storage = 0;  // contiguous: the storage (index into Model::storages)...
   std::uint64_t begin = 0;  // ...and where the tensor's bytes start in it
@@ -45,7 +48,8 @@ enum class ByteOrder : std::uint8_t { as_stored, little };
 // complex, float8 or quantized ones) and its converted bytes fit a file. An identity conversion
 // of little-endian bytes is no conversion. ByteOrder::little: a big-endian tensor that is not
 // converted is swapped (Way::swap; one-byte elements need nothing). Way::none with nbytes 0 for
-// a broken tensor.
+// a broken tensor. A tensor stored in another dtype (Tensor::stored_dtype) is always converted:
+// to its dtype, or through it to `convert_to` as above (`via`).
 ServedTensor serve(const Model& model, const Tensor& tensor,
                    std::optional<DType> convert_to = std::nullopt,
                    ByteOrder order = ByteOrder::as_stored);

@@ -140,12 +140,19 @@ bool is_regular_file(const std::string& path) {
 
 // What a directory holds to be mounted (see open_model()), as a path in it; nullopt when it
 // holds none of those files.
-std::optional<std::string> choose_in_directory(const std::string& directory) {
+// The first of transformers' names for a model in a directory, as a path in it.
+std::optional<std::string> named_in_directory(const std::string& directory) {
   const std::string dir = directory.ends_with('/') ? directory : directory + "/";
   for (const char* name : {"model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                            "pytorch_model.bin.index.json"}) {
     if (is_regular_file(dir + name)) return dir + name;
   }
+  return std::nullopt;
+}
+
+// A directory's one *.index.json, else its one *.safetensors, as a path in it.
+std::optional<std::string> choose_in_directory(const std::string& directory) {
+  const std::string dir = directory.ends_with('/') ? directory : directory + "/";
   // Opened as a directory (never waiting, whatever is there now), then listed.
   OpenedFile opened = open_file(directory, FileKind::directory);
   DIR* d = ::fdopendir(opened.fd.get());
@@ -210,11 +217,20 @@ OpenedModel open_model(const std::string& location, const OpenOptions& options) 
     const std::string metadata =
         (location.ends_with('/') ? location : location + "/") + dcp_metadata_name;
     if (is_regular_file(metadata)) return open_file(metadata, options);
+    if (auto named = named_in_directory(location)) return open_file(*named, options);
+    if (looks_like_zero_directory(location)) {
+      return opened(read_zero_directory(location, options.limits, options.zero));
+    }
     if (auto chosen = choose_in_directory(location)) return open_file(*chosen, options);
     throw Error(ExitCode::io,
                 "a directory without model.safetensors, pytorch_model.bin, an *.index.json, a "
                 "*.safetensors file, map.pt (an RFC directory), key directories (a split "
-                "directory) or .metadata (a PyTorch DCP checkpoint): nothing to mount");
+                "directory), .metadata (a PyTorch DCP checkpoint) or *_model_states.pt (a "
+                "DeepSpeed checkpoint): nothing to mount");
+  }
+  if (is_url(location) && looks_like_zero_location(location)) {
+    DirectoryModel d = read_zero_remote(location, options.open, options.limits, options.zero);
+    return OpenedModel(std::move(d.sources), std::move(d.model), d.times);
   }
   return open_file(location, options);
 }

@@ -22,6 +22,8 @@ std::string_view format_name(Format format) {
       return "rfc";
     case Format::dcp:
       return "dcp";
+    case Format::zero:
+      return "zero";
   }
   return "?";
 }
@@ -41,6 +43,12 @@ std::uint64_t Tensor::nbytes() const noexcept {
   return n;
 }
 
+std::uint64_t Tensor::stored_nbytes() const noexcept {
+  std::uint64_t n = 0;
+  if (__builtin_mul_overflow(numel(), stored_element_size(), &n)) return 0;
+  return n;
+}
+
 bool Tensor::contiguous() const noexcept {
   if (shape.size() != stride.size()) return false;
   if (numel() == 0) return true;
@@ -57,9 +65,9 @@ std::optional<std::uint64_t> Model::offset_in_storage(const Tensor& t) const {
   const Storage& s = storages[*t.storage];
   // Inside the storage, the empty tensors too: an empty view may sit at any offset (x[5:5]).
   std::uint64_t begin = 0;
-  if (__builtin_mul_overflow(static_cast<std::uint64_t>(t.storage_offset), t.element_size(),
+  if (__builtin_mul_overflow(static_cast<std::uint64_t>(t.storage_offset), t.stored_element_size(),
                              &begin) ||
-      begin > s.nbytes || t.nbytes() > s.nbytes - begin) {
+      begin > s.nbytes || t.stored_nbytes() > s.nbytes - begin) {
     return std::nullopt;
   }
   return begin;

@@ -39,8 +39,8 @@ void write_pieces(JsonWriter& j, const Model& c, const Tensor& t) {
     j.key("file_offset");
     std::uint64_t begin = 0;
     if (valid && a.contiguous(i) && p.storage_offset >= 0 &&
-        !__builtin_mul_overflow(static_cast<std::uint64_t>(p.storage_offset), t.element_size(),
-                                &begin)) {
+        !__builtin_mul_overflow(static_cast<std::uint64_t>(p.storage_offset),
+                                t.stored_element_size(), &begin)) {
       try {
         j.number(data_offset(c.storages[p.storage]) + begin);
       } catch (const std::exception&) {
@@ -50,7 +50,7 @@ void write_pieces(JsonWriter& j, const Model& c, const Tensor& t) {
       j.null();
     }
     std::uint64_t nbytes = 0;
-    if (t.broken.empty()) nbytes = a.elements(i) * t.element_size();
+    if (t.broken.empty()) nbytes = a.elements(i) * t.stored_element_size();
     j.key("nbytes").number(nbytes);
     j.key("offsets").numbers(a.offset(i));
     j.key("lengths").numbers(a.length(i));

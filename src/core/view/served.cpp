@@ -103,7 +103,7 @@ namespace {
 
 StridedView view_of(const Model& model, const Tensor& tensor) {
   return {&model.storages[*tensor.storage], tensor.storage_offset, tensor.shape, tensor.stride,
-          tensor.element_size()};
+          tensor.stored_element_size()};
 }
 
 StridedView view_of_piece(const Model& model, const Assembly& a, std::size_t piece,
@@ -119,7 +119,7 @@ template <typename Visit>
 void for_each_piece_part(const Model& model, const Tensor& tensor, std::uint64_t offset,
                          std::uint64_t length, Visit visit) {
   const Assembly& a = model.assemblies[*tensor.assembly];
-  const std::uint64_t es = tensor.element_size();
+  const std::uint64_t es = tensor.stored_element_size();
   const std::uint64_t end = offset + length;
   const std::uint64_t last = (end + es - 1) / es;  // one past the last element touched
   for (std::uint64_t at = offset; at < end;) {
@@ -171,7 +171,8 @@ void read_stored(const Model& model, const Tensor& tensor, std::uint64_t offset,
 ServedTensor serve(const Model& model, const Tensor& tensor, std::optional<DType> convert_to,
                    ByteOrder order) {
   ServedTensor s;
-  s.dtype = s.stored = tensor.dtype;
+  s.dtype = tensor.dtype;
+  s.stored = tensor.stored();
   s.big_endian = big_endian(model, tensor);
   if (!tensor.broken.empty()) return s;
   s.nbytes = tensor.nbytes();
@@ -181,9 +182,23 @@ ServedTensor serve(const Model& model, const Tensor& tensor, std::optional<DType
     s.storage = *tensor.storage;
     s.begin = *begin;
   }
-  if (convert_to && convertible(tensor.dtype, *convert_to) &&
+  const bool wanted =
+      convert_to && convertible(tensor.dtype, *convert_to) &&
       (*convert_to != tensor.dtype || s.big_endian) &&
-      converted_size(tensor.dtype, *convert_to, s.nbytes) <= max_tensor_bytes) {
+      converted_size(s.stored, *convert_to, tensor.stored_nbytes()) <= max_tensor_bytes;
+  if (tensor.stored_dtype) {
+    // Stored in another dtype: always converted, to `dtype`, or on through it to convert_to
+    // (torch's .float().to(convert_to): through float32, as the reader's conversion gives it).
+    s.big_endian = false;
+    if (wanted && *convert_to != tensor.dtype) {
+      s.via = tensor.dtype;
+      s.dtype = *convert_to;
+      s.nbytes = converted_size(s.stored, *convert_to, tensor.stored_nbytes());
+    }
+    if (s.nbytes != 0) s.way = ServedTensor::Way::convert;
+    return s;
+  }
+  if (wanted) {
     s.dtype = *convert_to;
     s.big_endian = false;
     s.nbytes = converted_size(tensor.dtype, *convert_to, s.nbytes);
@@ -216,7 +231,7 @@ std::uint32_t staged_source(const Model& model, const Tensor& tensor, std::uint6
   if (tensor.storage) return model.storages[*tensor.storage].source;
   if (!tensor.assembly) return ReadPiece::generated;
   const Assembly& a = model.assemblies[*tensor.assembly];
-  const PieceRun run = run_at(tensor, a, offset / tensor.element_size(), 1);
+  const PieceRun run = run_at(tensor, a, offset / tensor.stored_element_size(), 1);
   return model.storages[a.piece(run.piece).storage].source;
 }
 
@@ -271,7 +286,7 @@ void read_served(const Model& model, const Tensor& tensor, const ServedTensor& s
     case ServedTensor::Way::convert: {
       const std::span<char> into = out.add_staged(length, staged_source(model, tensor, 0));
       // The stored elements a staging buffer at a time: never the whole tensor in memory.
-      read_converted(served.stored, served.dtype, big_endian(model, tensor), offset,
+      read_converted({served.stored, served.dtype, served.via, big_endian(model, tensor)}, offset,
                      std::as_writable_bytes(into),
                      [&](std::uint64_t at, std::span<std::byte> stored) {
                        read_stored(model, tensor, at, sources,
