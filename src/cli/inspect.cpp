@@ -58,16 +58,18 @@ void print_inspect_table(const Model& c, std::FILE* out) {
       ++broken;
       where = "broken: " + t.broken;
     } else {
-      tensor_bytes += t.nbytes();
+      tensor_bytes += t.stored_nbytes();
       if (!t.contiguous()) where = "strided";
     }
     std::string source;
     if (sources_column && t.storage) {
       source = "  " + escape_for_terminal(c.sources[c.storages[*t.storage].source], 200);
     }
+    // A block-quantized tensor as the file holds it: its format and its blocks' bytes.
+    const bool blocked = t.blocks != BlockFormat::none;
     fmt::print(out, "{:<{}}  {:<6}  {:<10}  {:<16}  {:>12}  {:>12}{}\n", key, key_width, "tensor",
-               info(t.dtype).name, shape_text(t.shape), t.broken.empty() ? t.nbytes() : 0, where,
-               source);
+               blocked ? info(t.blocks).name : info(t.dtype).name, shape_text(t.shape),
+               t.broken.empty() ? t.stored_nbytes() : 0, where, source);
   }
   fmt::print(out, "{} tensors ({}), {} values, {} storages, format {}, byteorder {}{}{}\n", tensors,
              human_bytes(tensor_bytes), values, c.storages.size(), format_name(c.format),

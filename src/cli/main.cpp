@@ -14,6 +14,7 @@
 #include <ckptfs/source/byte_source.hpp>
 #include <ckptfs/source/location.hpp>
 #include <ckptfs/source/remote.hpp>
+#include <ckptfs/view/served.hpp>
 #include <ckptfs/view/tree.hpp>
 
 #include <fmt/format.h>
@@ -231,7 +232,7 @@ std::string ready_line(const ckptfs::Model& c, const std::string& checkpoint,
     if (e.kind != ckptfs::Entry::Kind::tensor) continue;
     ++tensors;
     const auto& t = c.tensors[e.tensor];
-    if (t.broken.empty()) bytes += t.nbytes();
+    if (t.broken.empty() && ckptfs::values_not_served(c, t).empty()) bytes += t.nbytes();
   }
   return fmt::format("ckptfs: mounted {} on {} ({} tensors, {} values, {} bytes)", checkpoint,
                      mountpoint, tensors, c.entries.size() - tensors, ckptfs::decimal(bytes));

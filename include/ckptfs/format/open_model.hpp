@@ -3,6 +3,7 @@
 // set), opened as the sources that hold its bytes and read into one Model by the right reader.
 #pragma once
 
+#include <ckptfs/format/gguf/gguf_reader.hpp>
 #include <ckptfs/format/safetensors/safetensors_reader.hpp>
 #include <ckptfs/format/safetensors/sharded_reader.hpp>
 #include <ckptfs/format/split/rfc_reader.hpp>
@@ -32,6 +33,7 @@ struct OpenOptions {
   ShardLimits sharded;            // indexes of sharded sets
   SplitLimits split;              // split directories
   RfcLimits rfc;                  // RFC directories (their files: `limits`)
+  GgufLimits gguf;                // GGUF files
   SourceOpener open = open_local_file;
 };
 
@@ -65,14 +67,18 @@ class OpenedModel {
 //     (read_split_directory(); whatever else is there: a mount's model.safetensors copied
 //     along); else the first of model.safetensors, model.safetensors.index.json,
 //     pytorch_model.bin, pytorch_model.bin.index.json in it (transformers' order); else its one
-//     *.index.json; else, without any, its one *.safetensors. Several candidates and none of
-//     those names (two *.index.json, say) is an error asking to name the one to mount;
+//     *.index.json; else, without any, its one *.safetensors; else its one *.gguf file or GGUF
+//     split set. Several candidates and none of those names (two *.index.json, say) is an
+//     error asking to name the one to mount;
 //   - a file or URL named *.json: the index of a sharded set (read_shard_index()). Its shards
 //     (sibling_location() of the index, source/location.hpp: URLs too) are opened with
 //     options.open, each once, and read in parallel (at most 8 at a time), each as a file
 //     below; the first that fails, in the index's order, is the error, naming it;
 //   - a file named *.safetensors or whose first bytes are a safetensors header length and '{':
 //     read_safetensors();
+//   - a file named like a GGUF split set's ("<prefix>-00002-of-00005.gguf"): every file of the
+//     set, opened and read in parallel as the shards above, combined by combine_gguf_splits();
+//   - a file starting with "GGUF": read_gguf();
 //   - a zip: torch.save's (TorchScript and torch.package are refused); a file starting with '{':
 //     an index; anything else: the legacy torch stream (read_torch()).
 // Model::sources are relative to the directory of what was named (for a single file, its name).

@@ -50,7 +50,10 @@ TorchPack::TorchPack(const Model& model, const Selection& selection, std::string
   auto args_of = [&](std::size_t index, std::optional<DType> convert) {
     const Tensor& t = model.tensors[index];
     const ServedTensor served = serve(model, t, convert);
-    if (served.way == ServedTensor::Way::convert || !t.storage) return own_record(index, convert);
+    if (served.way == ServedTensor::Way::convert || served.way == ServedTensor::Way::dequantize ||
+        !t.storage) {
+      return own_record(index, convert);
+    }
     const Storage& s = model.storages[*t.storage];
     const bool typed = !info(t.dtype).storage_class.empty();
     if (typed && s.nbytes % t.element_size() != 0) return own_record(index, convert);

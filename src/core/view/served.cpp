@@ -3,6 +3,7 @@
 // from its storage in coalesced windows.
 #include <ckptfs/source/byte_source.hpp>
 #include <ckptfs/view/convert.hpp>
+#include <ckptfs/view/dequantize.hpp>
 #include <ckptfs/view/served.hpp>
 
 #include <algorithm>
@@ -97,8 +98,56 @@ void gather_tensor(const Model& c, const Tensor& t, std::uint64_t offset, Source
   std::memcpy(out.data(), elements.data() + (offset - first * es), length);
 }
 
+namespace {
+
+// serve() of a block-quantized tensor: its values, dequantized on read.
+ServedTensor serve_blocks(const Model& model, const Tensor& tensor,
+                          std::optional<DType> convert_to) {
+  ServedTensor s;
+  s.dtype = s.stored = tensor.dtype;
+  const auto begin = model.offset_in_storage(tensor);
+  if (!tensor.broken.empty() || !begin || !values_not_served(model, tensor).empty()) return s;
+  if (convert_to && convertible(DType::float32, *convert_to)) s.dtype = *convert_to;
+  s.contiguous = true;
+  s.storage = *tensor.storage;
+  s.begin = *begin;
+  s.blocks = tensor.blocks;
+  s.nbytes = tensor.numel() * info(s.dtype).element_size;  // float32's fits (Tensor::blocks)
+  if (s.nbytes != 0) s.way = ServedTensor::Way::dequantize;
+  return s;
+}
+
+}  // namespace
+
+std::string_view values_not_served(const Model& model, const Tensor& tensor) {
+  if (tensor.blocks == BlockFormat::none) return {};
+  if (!dequantizable(tensor.blocks)) return info(tensor.blocks).not_dequantized;
+  if (big_endian(model, tensor)) {
+    return "big-endian blocks, whose fields no reference says the byte order of: served as "
+           "data only";
+  }
+  return {};
+}
+
+ServedTensor serve_data(const Model& model, const Tensor& tensor, std::optional<DType> convert_to) {
+  if (tensor.blocks == BlockFormat::none) return serve(model, tensor, convert_to);
+  ServedTensor s;
+  s.dtype = s.stored = DType::uint8;
+  s.big_endian = big_endian(model, tensor);
+  const auto begin = model.offset_in_storage(tensor);
+  if (!tensor.broken.empty() || !begin) return s;
+  s.contiguous = true;
+  s.storage = *tensor.storage;
+  s.begin = *begin;
+  s.blocks = tensor.blocks;
+  s.nbytes = tensor.stored_nbytes();
+  if (s.nbytes != 0) s.way = ServedTensor::Way::range;
+  return s;
+}
+
 ServedTensor serve(const Model& model, const Tensor& tensor, std::optional<DType> convert_to,
                    ByteOrder order) {
+  if (tensor.blocks != BlockFormat::none) return serve_blocks(model, tensor, convert_to);
   ServedTensor s;
   s.dtype = s.stored = tensor.dtype;
   s.big_endian = big_endian(model, tensor);
@@ -187,6 +236,17 @@ void read_served(const Model& model, const Tensor& tensor, const ServedTensor& s
                             {reinterpret_cast<char*>(stored.data()), stored.size()});
             }
           });
+      return;
+    }
+    case ServedTensor::Way::dequantize: {
+      const Storage& storage = model.storages[served.storage];
+      const std::span<char> into = out.add_staged(length, storage.source);
+      // Only the blocks the range touches, a staging buffer at a time.
+      read_dequantized(served.blocks, served.dtype, offset, std::as_writable_bytes(into),
+                       [&](std::uint64_t at, std::span<std::byte> blocks) {
+                         sources[storage.source]->read(data_offset(storage) + served.begin + at,
+                                                       blocks);
+                       });
       return;
     }
   }

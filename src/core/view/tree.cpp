@@ -101,7 +101,8 @@ bool Tree::has_rfc_file(std::size_t entry) const {
   }
   if (e.kind == Entry::Kind::value) return value_file_of(e.value_json).has_value();
   const Tensor& t = model_.tensors[e.tensor];
-  return t.broken.empty() && torch_file_of(model_, t, serve(model_, t, options_.dtype));
+  return t.broken.empty() && values_not_served(model_, t).empty() &&
+         torch_file_of(model_, t, serve(model_, t, options_.dtype));
 }
 
 Tree::Tree(Model model, TreeOptions options)
@@ -214,6 +215,8 @@ std::size_t Tree::files_of_entry(std::size_t entry) const {
   const Entry& e = model_.entries[entry];
   if (e.kind == Entry::Kind::value || !model_.tensors[e.tensor].broken.empty()) {
     count = 1;  // value.json, or a broken tensor's meta.json
+  } else if (!values_not_served(model_, model_.tensors[e.tensor]).empty()) {
+    count = 2;  // data and meta.json: blocks whose values are not served
   } else {
     // data, meta.json, tensor.npy, and tensor.pt when torch can hold the tensor
     count = entry_files(entry).archive ? 4 : 3;
@@ -347,7 +350,7 @@ const Tree::EntryFiles& Tree::entry_files(std::size_t entry) const {
       return made;
     }
     const Tensor& t = model_.tensors[e.tensor];
-    if (t.broken.empty()) {
+    if (t.broken.empty() && values_not_served(model_, t).empty()) {
       const ServedTensor served = serve(model_, t, options_.dtype);
       f.npy_header = npy_header(numpy_descr(served.dtype, served.big_endian), t.shape);
       f.archive = torch_file_of(model_, t, served);
@@ -374,7 +377,8 @@ std::uint64_t Tree::size(const Node& n) const {
     case Kind::safetensors_file:
       return safetensors_file_size(n.index);
     case Kind::data:
-      return serve(model_, model_.tensors[model_.entries[n.index].tensor], options_.dtype).nbytes;
+      return serve_data(model_, model_.tensors[model_.entries[n.index].tensor], options_.dtype)
+          .nbytes;
     case Kind::meta_json:
       return meta_json(n.index).size();
     case Kind::tensor_npy:
@@ -482,7 +486,7 @@ void Tree::write_index_json(std::string& out, Flush flush) const {
       j.key("dtype").string(info(served.dtype).name);
       j.key("shape").numbers(t.shape);
       j.key("nbytes");
-      if (t.broken.empty()) {
+      if (t.broken.empty() && values_not_served(model_, t).empty()) {
         j.number(served.nbytes);
       } else {
         j.null();
@@ -704,7 +708,11 @@ void Tree::read(Ino ino, std::uint64_t offset, std::size_t length, Sources sourc
         }
         at -= std::min<std::uint64_t>(at, header.size());
       }
-      if (left) read_served(model_, t, serve(model_, t, options_.dtype), at, left, sources, out);
+      if (left == 0) return;
+      // `data` holds a block-quantized tensor's blocks, tensor.npy its values.
+      const ServedTensor served = n->kind == Kind::data ? serve_data(model_, t, options_.dtype)
+                                                        : serve(model_, t, options_.dtype);
+      read_served(model_, t, served, at, left, sources, out);
       return;
     }
   }
