@@ -6,7 +6,11 @@ made from outside.
 usage: python3 gguf_check.py SPEC_JSON
 
 SPEC_JSON: [{"mount": DIR, "files": [GGUF...], "dtype": null|"float16"|"bfloat16",
-             "views": DIR (where index.json and model.safetensors are), "shards": bool}, ...]
+             "views": DIR (where index.json and model.safetensors are),
+             "twins": [GGUF...] (of a big-endian file: the little-endian file it was converted
+                                 from, whose values its blocks must give)}
+           or {"packed": FILE (.safetensors or .pth, from `ckptfs pack`), "files": [GGUF...],
+               "dtype": ...}: every tensor whose values are served, in order, bit for bit}, ...]
 
 For every tensor of every file, in order, against gguf.GGUFReader and gguf.quants.dequantize:
   - its directory's meta.json: key, shape (ne reversed), dtype served, and "ggml": type name and
@@ -185,9 +189,10 @@ def check(spec):
     summary = {"tensors": 0, "dequantized": 0, "data_only": 0, "values": 0}
     for n, file in enumerate(spec["files"]):
         reader = gguf.GGUFReader(file)
+        twins = gguf.GGUFReader(spec["twins"][n]).tensors if spec.get("twins") else None
         if n == 0:
             check_metadata(reader, index, file)
-        for t in reader.tensors:
+        for i, t in enumerate(reader.tensors):
             where = f"{file}: {t.name!r}"
             d = mount / t.name
             meta = json.loads((d / "meta.json").read_text())
@@ -201,9 +206,16 @@ def check(spec):
             got_ggml = {k: meta["ggml"].get(k) for k in want_ggml}
             if got_ggml != want_ggml:
                 fail(where, f"meta.json ggml {got_ggml}, want {want_ggml}")
-            if (d / "data").read_bytes() != np.asarray(t.data).tobytes():
-                fail(where, "data is not the tensor's bytes as stored")
             want = expected_values(t, dtype)
+            # data: the blocks as stored; a plain tensor's bytes as tensor.npy's (-o dtype
+            # converts them).
+            stored = np.asarray(t.data).tobytes()
+            if t.tensor_type in PLAIN and want is not None:
+                stored = np.ascontiguousarray(want).tobytes()
+            if (d / "data").read_bytes() != stored:
+                fail(where, "data is not the tensor's bytes as stored")
+            if twins and t.tensor_type not in PLAIN and want is not None:
+                want = expected_values(twins[i], dtype)  # gguf-py dequantizes little-endian
             summary["tensors"] += 1
             if want is None:
                 summary["data_only"] += 1
@@ -232,9 +244,38 @@ def check(spec):
     return summary
 
 
+def check_packed(spec):
+    """A file `ckptfs pack` wrote of the GGUF files: the tensors with values, in order."""
+    import torch
+    packed = spec["packed"]
+    if packed.endswith(".safetensors"):
+        from safetensors import safe_open
+        with safe_open(packed, framework="pt") as f:
+            got = {k: f.get_tensor(k) for k in f.keys()}
+            order = list(got)
+    else:
+        got = torch.load(packed, weights_only=True)
+        order = list(got)
+    want_keys = []
+    for file in spec["files"]:
+        for t in gguf.GGUFReader(file).tensors:
+            want = expected_values(t, spec.get("dtype"))
+            if want is None:
+                if t.name in got:
+                    fail(packed, f"{t.name!r} packed, without values")
+                continue
+            want_keys.append(t.name)
+            same_bits(f"{packed}: {t.name!r}", as_numpy(got[t.name]), native(want))
+    if packed.endswith(".pth") and order != want_keys:
+        fail(packed, f"keys {order[:5]}..., want {want_keys[:5]}...")
+    if sorted(order) != sorted(want_keys):
+        fail(packed, f"{len(order)} tensors, want {len(want_keys)}")
+    return {"tensors": len(order)}
+
+
 def main():
     specs = json.loads(Path(sys.argv[1]).read_text())
-    print(json.dumps([check(s) for s in specs]))
+    print(json.dumps([check_packed(s) if "packed" in s else check(s) for s in specs]))
 
 
 if __name__ == "__main__":

@@ -166,6 +166,35 @@ TEST_CASE("a NaN scale gives numpy's NaN: quieted, payload kept; Q4_1 keeps d's 
   }
 }
 
+TEST_CASE("big-endian blocks: the halves gguf-convert-endian swaps, swapped back") {
+  std::mt19937_64 random(3);
+  for (BlockFormat f : {BlockFormat::q4_0, BlockFormat::q8_0, BlockFormat::q4_k, BlockFormat::q6_k,
+                        BlockFormat::tq2_0, BlockFormat::mxfp4, BlockFormat::nvfp4}) {
+    CAPTURE(info(f).name);
+    REQUIRE(big_endian_dequantizable(f));
+    std::vector<std::uint8_t> little(4 * info(f).block_bytes);
+    for (auto& byte : little) byte = static_cast<std::uint8_t>(random() & 0x3f);
+    std::vector<std::uint8_t> big = little;
+    const std::size_t size = info(f).block_bytes;
+    for (std::size_t b = 0; b < 4; ++b) {
+      // What gguf-convert-endian swaps: d (and Q4_K's dmin), where the format has it.
+      for (std::size_t at : f == BlockFormat::q4_k    ? std::vector<std::size_t>{0, 2}
+                            : f == BlockFormat::q6_k  ? std::vector<std::size_t>{208}
+                            : f == BlockFormat::tq2_0 ? std::vector<std::size_t>{64}
+                            : f == BlockFormat::mxfp4 || f == BlockFormat::nvfp4
+                                ? std::vector<std::size_t>{}
+                                : std::vector<std::size_t>{0}) {
+        std::swap(big[b * size + at], big[b * size + at + 1]);
+      }
+    }
+    swap_block_fields(f, reinterpret_cast<std::byte*>(big.data()), 4);
+    CHECK(big == little);
+  }
+  for (BlockFormat f : {BlockFormat::q5_k, BlockFormat::q2_k, BlockFormat::iq2_xxs}) {
+    CHECK_FALSE(big_endian_dequantizable(f));
+  }
+}
+
 TEST_CASE("scalar and AVX2 give the same bits on random blocks of every format") {
   if (!detail::dequantize_path_available(DequantizePath::avx2)) return;
   std::mt19937_64 random(7);
@@ -207,12 +236,12 @@ TEST_CASE("read_dequantized(): every range is the whole tensor's bytes, float32 
         const std::uint64_t length =
             1 + random() % std::min<std::uint64_t>(whole.size() - offset, trial % 2 ? 300 : 400000);
         std::vector<std::byte> got(length);
-        read_dequantized(f, to, offset, got, read_blocks);
+        read_dequantized(f, false, to, offset, got, read_blocks);
         REQUIRE(std::memcmp(got.data(), whole.data() + offset, length) == 0);
       }
       std::vector<std::byte> all(whole.size());
       reads = 0;
-      read_dequantized(f, to, 0, all, read_blocks);
+      read_dequantized(f, false, to, 0, all, read_blocks);
       CHECK(all == whole);
       // Whole staging buffers: one read per 64 KiB of float32 values.
       CHECK(reads == static_cast<int>((values.size() * 4 + dequantize_staging_bytes - 1) /

@@ -34,6 +34,14 @@ bool dequantizable(BlockFormat format) noexcept;
 void dequantize(BlockFormat format, const std::byte* in, std::byte* out,
                 std::size_t blocks) noexcept;
 
+// Big-endian blocks (of a GGUF file written big-endian): the formats whose layout is known, those
+// gguf-py's gguf-convert-endian converts, swapping each block's float16 fields (Q4_0, Q8_0, Q4_K,
+// Q6_K, TQ2_0) or nothing (MXFP4, NVFP4, whose fields are bytes).
+bool big_endian_dequantizable(BlockFormat format) noexcept;
+// Makes `count` big-endian blocks of `format` at `blocks` little-endian in place: the inverse of
+// gguf-convert-endian. Precondition: big_endian_dequantizable(format).
+void swap_block_fields(BlockFormat format, std::byte* blocks, std::size_t count) noexcept;
+
 // The staging buffers of read_dequantized(): this thread's, dequantize_staging_bytes each,
 // 64-byte aligned, allocated on the thread's first call (throws std::bad_alloc if they cannot
 // be) and freed when the thread ends. The first holds stored blocks, the second their values
@@ -54,12 +62,14 @@ void convert_dequantized(DType to, const std::byte* in, std::byte* out, std::siz
 // served: dequantized to float32, then converted to `to` (float32, float16 or bfloat16: -o
 // dtype) as convert() converts float32. Only the blocks the range touches are read, with
 // `read_blocks(stored_offset, std::span<std::byte> into)` (stored_offset relative to the
-// tensor's first block; it fills `into` or throws), at most dequantize_staging_bytes at a time.
-// Precondition: dequantizable(format), the range inside the tensor. Throws what read_blocks
-// throws and std::bad_alloc. Not reentrant within one thread (read_blocks must not call it).
+// tensor's first block; it fills `into` or throws), at most dequantize_staging_bytes at a time;
+// `big_endian`: they are big-endian (swap_block_fields()). Precondition: dequantizable(format)
+// (and big_endian_dequantizable() for big-endian blocks), the range inside the tensor. Throws
+// what read_blocks throws and std::bad_alloc. Not reentrant within one thread (read_blocks must
+// not call it).
 template <class ReadBlocks>
-void read_dequantized(BlockFormat format, DType to, std::uint64_t offset, std::span<std::byte> out,
-                      ReadBlocks&& read_blocks) {
+void read_dequantized(BlockFormat format, bool big_endian, DType to, std::uint64_t offset,
+                      std::span<std::byte> out, ReadBlocks&& read_blocks) {
   if (out.empty()) return;
   const BlockFormatInfo& b = info(format);
   const std::uint64_t value_size = info(to).element_size;
@@ -79,6 +89,7 @@ void read_dequantized(BlockFormat format, DType to, std::uint64_t offset, std::s
     const bool through_values = partial || to != DType::float32;
     read_blocks(block * b.block_bytes,
                 staging.blocks.first(static_cast<std::size_t>(n * b.block_bytes)));
+    if (big_endian) swap_block_fields(format, staging.blocks.data(), n);
     const std::uint64_t chunk_end = std::min(end, chunk_begin + n * served_block);
     const auto length = static_cast<std::size_t>(chunk_end - at);
     if (through_values) {

@@ -32,7 +32,8 @@ struct ServedTensor {
   std::uint64_t nbytes = 0;
   std::size_t storage = 0;  // contiguous: the storage (index into Model::storages)...
   std::uint64_t begin = 0;  // ...and where the tensor's bytes start in it
-  BlockFormat blocks = BlockFormat::none;  // Way::dequantize: the blocks' format
+  BlockFormat blocks = BlockFormat::none;  // Way::dequantize: the blocks' format...
+  bool blocks_big_endian = false;          // ...and byte order (the values are little-endian)
 };
 
 // The byte order a tensor's bytes must be served in: the checkpoint's (data, tensor.npy and

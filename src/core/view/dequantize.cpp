@@ -12,6 +12,8 @@
 #include <cmath>
 #include <memory>
 #include <new>
+#include <optional>
+#include <utility>
 
 namespace ckptfs {
 namespace detail {
@@ -481,6 +483,51 @@ bool dequantizable(BlockFormat format) noexcept {
 void dequantize(BlockFormat format, const std::byte* in, std::byte* out,
                 std::size_t blocks) noexcept {
   detail::dequantize_with(detail::dequantize_best_path(), format, in, out, blocks);
+}
+
+namespace {
+
+// The offsets of the 16-bit fields gguf-convert-endian swaps in a block, at most two.
+struct SwappedFields {
+  int count;
+  std::size_t at[2];
+};
+
+std::optional<SwappedFields> swapped_fields(BlockFormat format) noexcept {
+  switch (format) {
+    case BlockFormat::q4_0:
+    case BlockFormat::q8_0:
+      return SwappedFields{1, {0, 0}};
+    case BlockFormat::q4_k:
+      return SwappedFields{2, {0, 2}};
+    case BlockFormat::q6_k:
+      return SwappedFields{1, {208, 0}};
+    case BlockFormat::tq2_0:
+      return SwappedFields{1, {64, 0}};
+    case BlockFormat::mxfp4:
+    case BlockFormat::nvfp4:
+      return SwappedFields{0, {0, 0}};
+    default:
+      return std::nullopt;
+  }
+}
+
+}  // namespace
+
+bool big_endian_dequantizable(BlockFormat format) noexcept {
+  return dequantizable(format) && swapped_fields(format).has_value();
+}
+
+void swap_block_fields(BlockFormat format, std::byte* blocks, std::size_t count) noexcept {
+  const auto fields = swapped_fields(format);
+  if (!fields) return;
+  const std::size_t size = info(format).block_bytes;
+  for (std::size_t i = 0; i < count; ++i) {
+    for (int f = 0; f < fields->count; ++f) {
+      std::byte* p = blocks + i * size + fields->at[f];
+      std::swap(p[0], p[1]);
+    }
+  }
 }
 
 void convert_dequantized(DType to, const std::byte* in, std::byte* out,

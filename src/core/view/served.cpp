@@ -105,13 +105,18 @@ ServedTensor serve_blocks(const Model& model, const Tensor& tensor,
                           std::optional<DType> convert_to) {
   ServedTensor s;
   s.dtype = s.stored = tensor.dtype;
+  s.big_endian = big_endian(model, tensor);
   const auto begin = model.offset_in_storage(tensor);
   if (!tensor.broken.empty() || !begin || !values_not_served(model, tensor).empty()) return s;
+  // Values are served little-endian, whatever the blocks'.
+  const bool big_endian_blocks = s.big_endian;
+  s.big_endian = false;
   if (convert_to && convertible(DType::float32, *convert_to)) s.dtype = *convert_to;
   s.contiguous = true;
   s.storage = *tensor.storage;
   s.begin = *begin;
   s.blocks = tensor.blocks;
+  s.blocks_big_endian = big_endian_blocks;
   s.nbytes = tensor.numel() * info(s.dtype).element_size;  // float32's fits (Tensor::blocks)
   if (s.nbytes != 0) s.way = ServedTensor::Way::dequantize;
   return s;
@@ -122,9 +127,10 @@ ServedTensor serve_blocks(const Model& model, const Tensor& tensor,
 std::string_view values_not_served(const Model& model, const Tensor& tensor) {
   if (tensor.blocks == BlockFormat::none) return {};
   if (!dequantizable(tensor.blocks)) return info(tensor.blocks).not_dequantized;
-  if (big_endian(model, tensor)) {
-    return "big-endian blocks, whose fields no reference says the byte order of: served as "
-           "data only";
+  if (big_endian(model, tensor) && !big_endian_dequantizable(tensor.blocks)) {
+    return "big-endian blocks of a type gguf-convert-endian (which writes big-endian GGUF "
+           "files) does not convert: the byte order of their fields is unknown, they are "
+           "served as data only";
   }
   return {};
 }
@@ -242,11 +248,11 @@ void read_served(const Model& model, const Tensor& tensor, const ServedTensor& s
       const Storage& storage = model.storages[served.storage];
       const std::span<char> into = out.add_staged(length, storage.source);
       // Only the blocks the range touches, a staging buffer at a time.
-      read_dequantized(served.blocks, served.dtype, offset, std::as_writable_bytes(into),
-                       [&](std::uint64_t at, std::span<std::byte> blocks) {
-                         sources[storage.source]->read(data_offset(storage) + served.begin + at,
-                                                       blocks);
-                       });
+      read_dequantized(
+          served.blocks, served.blocks_big_endian, served.dtype, offset,
+          std::as_writable_bytes(into), [&](std::uint64_t at, std::span<std::byte> blocks) {
+            sources[storage.source]->read(data_offset(storage) + served.begin + at, blocks);
+          });
       return;
     }
   }
