@@ -21,11 +21,14 @@ namespace {
 
 using u8 = std::uint8_t;
 
-// x × -1 or x × 1 by bit `j` of a sign byte, as numpy multiplies them: exact, a NaN (quiet, the
-// product of two floats) returned as it is. Written out, since the compiler makes x × -1 a
-// negation, which flips a NaN's sign.
-inline float signed_by(float x, unsigned byte, unsigned j) noexcept {
-  return (byte >> j & 1u) != 0 && !std::isnan(x) ? -x : x;
+// The IQ formats' values are (db × grid) × ±1, the sign from bit j of a sign byte. numpy's
+// product by -1 is exact: the sign flipped, except for a NaN, returned as it is (quiet: the
+// product of two floats). Written out as a flip of the sign bit (the compiler would make × -1 a
+// negation, which flips a NaN's sign too). The grids' values are positive, so db × grid is NaN
+// only when db is: `flip` is sign_flip(db), once per scale.
+inline std::uint32_t sign_flip(float db) noexcept { return std::isnan(db) ? 0u : 0x80000000u; }
+inline float signed_by(float x, unsigned byte, unsigned j, std::uint32_t flip) noexcept {
+  return std::bit_cast<float>(std::bit_cast<std::uint32_t>(x) ^ ((byte >> j & 1u) * flip));
 }
 
 // (d × q) + m as numpy adds them when both may be NaN: its add returns the first NaN operand, so
@@ -261,7 +264,10 @@ inline float iq2_scale(float d, unsigned s) { return d * (0.5f + static_cast<flo
 
 // Eight values of a grid row, scaled and signed: (db × grid) × sign.
 inline void grid8(float db, const std::array<std::int8_t, 8>& row, unsigned signs, float* y) {
-  for (unsigned j = 0; j < 8; ++j) y[j] = signed_by(db * static_cast<float>(row[j]), signs, j);
+  const std::uint32_t flip = sign_flip(db);
+  for (unsigned j = 0; j < 8; ++j) {
+    y[j] = signed_by(db * static_cast<float>(row[j]), signs, j, flip);
+  }
 }
 
 void iq2_xxs(const u8* x, float* y) {
@@ -306,11 +312,12 @@ void iq3_xxs(const u8* x, float* y) {
   for (int g = 0; g < 8; ++g) {
     const std::uint32_t aux = le32(x + 66 + 4 * g);
     const float db = d * (0.5f + static_cast<float>(aux >> 28)) * 0.5f;
+    const std::uint32_t flip = sign_flip(db);
     for (unsigned l = 0; l < 4; ++l) {
       const unsigned signs = ksigns[(aux >> (7 * l)) & 0x7f];
       for (unsigned j = 0; j < 8; ++j) {
         const std::int8_t value = iq3xxs_grid[qs[g * 8 + l * 2 + j / 4]][j % 4];
-        y[g * 32 + l * 8 + j] = signed_by(db * static_cast<float>(value), signs, j);
+        y[g * 32 + l * 8 + j] = signed_by(db * static_cast<float>(value), signs, j, flip);
       }
     }
   }
@@ -325,12 +332,13 @@ void iq3_s(const u8* x, float* y) {
   for (unsigned g = 0; g < 8; ++g) {
     const unsigned s = (scales[g / 2] >> (4 * (g % 2))) & 0xfu;
     const float db = d * static_cast<float>(1 + 2 * s);
+    const std::uint32_t flip = sign_flip(db);
     for (unsigned r = 0; r < 8; ++r) {
       const unsigned i = g * 8 + r;  // the grid row's index in the block
       const unsigned row = qs[i] | ((qh[i / 8] >> (i % 8)) & 1u) << 8;
       for (unsigned c = 0; c < 4; ++c) {
         const unsigned v = i * 4 + c;
-        y[v] = signed_by(db * static_cast<float>(iq3s_grid[row][c]), signs[v / 8], v % 8);
+        y[v] = signed_by(db * static_cast<float>(iq3s_grid[row][c]), signs[v / 8], v % 8, flip);
       }
     }
   }
