@@ -4,6 +4,7 @@
 #pragma once
 
 #include <ckptfs/format/gguf/gguf_reader.hpp>
+#include <ckptfs/format/npz/npz_reader.hpp>
 #include <ckptfs/format/safetensors/safetensors_reader.hpp>
 #include <ckptfs/format/safetensors/sharded_reader.hpp>
 #include <ckptfs/format/split/rfc_reader.hpp>
@@ -34,6 +35,7 @@ struct OpenOptions {
   SplitLimits split;              // split directories
   RfcLimits rfc;                  // RFC directories (their files: `limits`)
   GgufLimits gguf;                // GGUF files
+  NpzLimits npz;                  // .npz files
   SourceOpener open = open_local_file;
 };
 
@@ -79,6 +81,7 @@ class OpenedModel {
 //   - a file named like a GGUF split set's ("<prefix>-00002-of-00005.gguf"): every file of the
 //     set, opened and read in parallel as the shards above, combined by combine_gguf_splits();
 //   - a file starting with "GGUF": read_gguf();
+//   - a file named *.npz, or a zip whose first member is named *.npy: read_npz();
 //   - a zip: torch.save's (TorchScript and torch.package are refused); a file starting with '{':
 //     an index; anything else: the legacy torch stream (read_torch()).
 // Model::sources are relative to the directory of what was named (for a single file, its name).

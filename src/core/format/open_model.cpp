@@ -3,6 +3,7 @@
 // directory by the files in it, a sharded set by its index, its shards opened in parallel.
 #include <ckptfs/base/error.hpp>
 #include <ckptfs/format/open_model.hpp>
+#include <ckptfs/source/inflated_source.hpp>
 #include <ckptfs/source/location.hpp>
 #include <ckptfs/source/open_file.hpp>
 
@@ -47,7 +48,8 @@ bool is_zip(const ByteSource& source) {
   return source.size() >= 4 && source.read_string(0, 4) == std::string_view("PK\x03\x04", 4);
 }
 
-// A model file (never an index): safetensors, GGUF or torch.save. `name` is its name in
+// A model file (never an index, never an .npz: open_file() opens those): safetensors, GGUF or
+// torch.save. `name` is its name in
 // Model::sources.
 Model read_model_file(const ByteSource& source, const std::string& location, std::string name,
                       const OpenOptions& options) {
@@ -144,6 +146,19 @@ OpenedModel open_file(const std::string& location, const OpenOptions& options) {
     return open_gguf_split(location, *split, options);
   }
   std::unique_ptr<ByteSource> source = options.open(location);
+  if (name.ends_with(".npz") || looks_like_npz(*source)) {
+    // numpy.savez_compressed's members are served inflated on read, each its own source.
+    std::vector<DeflatedMember> deflated;
+    Model model = read_npz(*source, name, options.npz, &deflated);
+    std::vector<std::unique_ptr<ByteSource>> sources;
+    sources.push_back(std::move(source));
+    for (std::size_t i = 0; i < deflated.size(); ++i) {
+      sources.push_back(std::make_unique<InflatedSource>(*sources.front(), deflated[i].offset,
+                                                         deflated[i].compressed_size,
+                                                         deflated[i].size, model.sources[i + 1]));
+    }
+    return OpenedModel(std::move(sources), std::move(model));
+  }
   if (name.ends_with(".json") ||
       (!name.ends_with(".safetensors") && !looks_like_safetensors(*source) && !is_zip(*source) &&
        starts_like_json(*source))) {
