@@ -48,7 +48,7 @@ import torch
 DTYPE_SIZES = {
     "float32": 4, "float64": 8, "float16": 2, "bfloat16": 2,
     "int64": 8, "int32": 4, "int16": 2, "int8": 1, "uint8": 1, "bool": 1,
-    "complex64": 8, "complex128": 16, "complex32": 4,
+    "complex64": 8, "complex128": 16, "complex32": 4, "bcomplex32": 4,
     "float8_e5m2": 1, "float8_e4m3fn": 1, "float8_e5m2fnuz": 1, "float8_e4m3fnuz": 1,
     "float8_e8m0fnu": 1, "float4_e2m1fn_x2": 1, "uint16": 2, "uint32": 4, "uint64": 8,
     "bits8": 1,
@@ -61,14 +61,14 @@ NUMPY_KIND = {
     "float32": "f4", "float64": "f8", "float16": "f2", "int8": "i1", "uint8": "u1",
     "int16": "i2", "int32": "i4", "int64": "i8", "uint16": "u2", "uint32": "u4", "uint64": "u8",
     "bool": "b1", "complex64": "c8", "complex128": "c16",
-    "bfloat16": "u2", "complex32": "u4", "bits8": "u1",
+    "bfloat16": "u2", "complex32": "u4", "bcomplex32": "u4", "bits8": "u1",
     "float8_e5m2": "u1", "float8_e4m3fn": "u1", "float8_e5m2fnuz": "u1", "float8_e4m3fnuz": "u1",
     "float8_e8m0fnu": "u1", "float4_e2m1fn_x2": "u1",
     "qint8": "i1", "quint8": "u1", "qint32": "i4",  # the integer representation
 }
 
 # Byte swapping is per element, complex numbers per half (their real and imaginary parts).
-SWAP_UNIT = {"complex64": 4, "complex128": 8, "complex32": 2}
+SWAP_UNIT = {"complex64": 4, "complex128": 8, "complex32": 2, "bcomplex32": 2}
 
 
 def dtype_name(dt):

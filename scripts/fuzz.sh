@@ -8,12 +8,12 @@
 #                                                        committed tests/fuzz/corpus/TARGET/
 #
 # TARGET runs at nice 19 on one core, from build-fuzz/corpus/TARGET/ (seeded on first use with
-# the committed corpus, the fixtures, tests/data/sample.pth, the small files of ../shared/corpus
-# and the C++-built hostile cases of tests/fuzz/seeds.cpp), with tests/fuzz/TARGET.dict. A
-# crash, leak, timeout (> 10 s) or out-of-memory (> 2 GB) input lands in
-# build-fuzz/artifacts/TARGET/: copy it to tests/fuzz/crashes/TARGET/ (it then runs under ctest
-# as fuzz_replay_TARGET) and fix the bug. The log is build-fuzz/logs/TARGET.log; its last lines
-# give executions, exec/s and coverage (cov: edges, ft: features).
+# the committed corpus, the fixtures, tests/data/sample.pth, the small files of $CKPTFS_CORPUS
+# (default ../shared/corpus) and the C++-built hostile cases of tests/fuzz/seeds.cpp), with
+# tests/fuzz/TARGET.dict. A crash, leak, timeout (> 10 s) or out-of-memory (> 2 GB) input lands
+# in build-fuzz/artifacts/TARGET/: copy it to tests/fuzz/crashes/TARGET/ (it then runs under
+# ctest as fuzz_replay_TARGET) and fix the bug. The log is build-fuzz/logs/TARGET.log; its last
+# lines give executions, exec/s and coverage (cov: edges, ft: features).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -41,7 +41,7 @@ seed() {
   if [ ! -f "$build/fixtures/convnet.pth" ]; then
     /usr/bin/python3 scripts/make_fixtures.py "$build/fixtures" >/dev/null
   fi
-  local corpus=$root/../shared/corpus
+  local corpus=${CKPTFS_CORPUS:-$root/../shared/corpus}
   /usr/bin/python3 - "$build/seeds" "$build/fixtures" tests/data "$corpus" <<'PY'
 import io, pickletools, sys, zipfile
 from pathlib import Path

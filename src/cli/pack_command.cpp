@@ -32,7 +32,8 @@ SRC  anything ckptfs reads (a .pth/.pt/.bin file, a safetensors file, a sharded 
      value.json), with or without the mount's index.json, e.g. after
      rsync -a /mnt/model/decoder.* dest/
      an RFC directory: map.pt (torch.save of the list of keys) and one <name>.pt per key
-OUT  its suffix picks the format:
+OUT  gets SRC's permission bits under the umask, as cp gives them; its suffix picks the
+     format:
      .pth .pt .bin   torch.save's zip format: a flat OrderedDict of the keys in order, shared
                      storages shared, views kept, plain values kept, a byteorder record
      .safetensors    safetensors: the tensors, each its own contiguous bytes (tied ones too),
@@ -41,12 +42,12 @@ OUT  its suffix picks the format:
   --keys GLOB   pack only the keys GLOB matches (fnmatch: * ? [seq] [!seq]; '*' takes '.' too);
                 repeatable: a key any of them matches; a GLOB matching no key is an error
   --dtype NAME  float16, bfloat16 or float32: floating-point tensors converted as torch's .to()
-  --force       replace OUT if it exists (else: refused, exit 1)
+  --force       replace OUT if it exists (else: refused, exit 1); it keeps its mode bits
   -o OPT,...    remote options for a URL (timeout=, cache_size=, cacert=, insecure...)
 
 Left out, each said on stderr: values that are no plain Python value (objects ckptfs never
-builds), quantized tensors torch does not save, and for safetensors every value and every
-tensor of a dtype it lacks. A broken tensor is an error (leave it out with --keys).
+builds), quantized tensors ckptfs does not write (quint4x2, quint2x4), and for safetensors
+every value and every tensor of a dtype it lacks. A broken tensor is an error (leave it out with --keys).
 
 exit status: 0 written; 1 usage (the command line, OUT's suffix, OUT exists, a GLOB matching
 nothing); 2 SRC, a file in it, or OUT cannot be opened, read or written; 3 an invalid zip;

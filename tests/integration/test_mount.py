@@ -59,8 +59,8 @@ from ckptfs_mounts import (fusermount_u, index_readable, is_mounted, mount_count
                            mount_points, unmount, wait_for_mount)
 from ckptfs_reference import ROOT_FILES, directory_name, entry_names, fnv1a64  # noqa: E402
 from fixtures import (CKPTFS, CORPUS, FIXTURE_NAMES, NOT_TORCH_LOADABLE, REPO,  # noqa: E402
-                      corpus_files, expected_doc, fixture_path, processes_with_arg,
-                      torchscript_corpus_files, wait_until)
+                      corpus_files, expected_doc, fixture_path, needs_corpus,
+                      processes_with_arg, torchscript_corpus_files, wait_until)
 from test_inspect import inspect_json  # noqa: E402
 
 warnings.filterwarnings("ignore")
@@ -316,6 +316,7 @@ for _name in FIXTURE_NAMES:
             lambda self, n=_name: self.check_fixture(n))
 
 
+@needs_corpus
 class CorpusMountTests(MountTestCase):
     def test_corpus_present(self):
         self.assertTrue(corpus_files(), f"no checkpoints in {CORPUS} (set CKPTFS_CORPUS)")

@@ -26,7 +26,9 @@ import hashlib
 import json
 import math
 import os
+import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -51,7 +53,8 @@ import ckptfs_safetensors as st  # noqa: E402
 import make_fixtures  # noqa: E402
 from fixtures import (CKPTFS, CORPUS, FIXTURE_NAMES, NOT_TORCH_LOADABLE,  # noqa: E402
                       SAFETENSORS_FIXTURES, SHARDED_FIXTURES, TORCHSCRIPT_FIXTURES, corpus_files,
-                      expected_doc, fixture_path, formats_corpus, model_fixture_path)
+                      expected_doc, fixture_path, formats_corpus, model_fixture_path,
+                      needs_corpus)
 from test_writers import data_offsets  # noqa: E402
 
 warnings.filterwarnings("ignore")
@@ -59,10 +62,10 @@ warnings.filterwarnings("ignore")
 TIMEOUT = 300  # seconds for one ckptfs run; generous for sanitizer builds
 EXIT = {"ok": 0, "usage": 1, "io": 2, "zip": 3, "checkpoint": 4, "unsupported": 5}
 
-# torch dtype name -> safetensors dtype, for the dtypes ckptfs writes to safetensors (its F4
-# elements are counted otherwise, and ckptfs leaves float4_e2m1fn_x2 out).
+# torch dtype name -> safetensors dtype, for the dtypes ckptfs writes to safetensors
+# (float4_e2m1fn_x2 as F4, but a 0-d one: half a byte), as the mount's export does.
 SAFETENSORS_DTYPE = {torch_name: name for name, (torch_name, _) in st.DTYPES.items()
-                     if torch_name is not None and name != "F4"}
+                     if torch_name is not None}
 # What value_json() writes, first in an object, for what ckptfs never evaluates.
 OPAQUE_MARKERS = ("__class__", "__global__", "__persistent_id__", "__truncated__",
                   "__recursion__")
@@ -155,7 +158,8 @@ def safetensors_plan(doc, dtype=None):
     """The same for `pack OUT.safetensors`: the tensors of a dtype safetensors has."""
     entries = doc["entries"]
     want = [i for i, e in enumerate(entries)
-            if e["kind"] == "tensor" and converted(e["dtype"], dtype) in SAFETENSORS_DTYPE]
+            if e["kind"] == "tensor" and converted(e["dtype"], dtype) in SAFETENSORS_DTYPE
+            and not (e["dtype"] == "float4_e2m1fn_x2" and e["shape"] == [])]
     return list(zip(want, unique_keys([entries[i]["key"] for i in want])))
 
 
@@ -203,6 +207,20 @@ class PackTestCase(unittest.TestCase):
 
     def new_dir(self, name):
         d = Path(tempfile.mkdtemp(prefix=name + "-", dir=self.tmp))
+        return d
+
+    def split_dir(self, name):
+        """A valid split directory of two tensors and a value, as a mount shows them."""
+        d = self.new_dir(name)
+        w = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+        for key, t in (("w", w), ("b", torch.ones(4, dtype=torch.float64))):
+            (d / key).mkdir()
+            data = ref.tensor_bytes(t, "little")
+            (d / key / "meta.json").write_text(
+                meta_json(key, ref.dtype_name(t.dtype), list(t.shape), len(data)))
+            (d / key / "data").write_bytes(data)
+        (d / "epoch").mkdir()
+        (d / "epoch" / "value.json").write_text("7\n")
         return d
 
     def pack(self, src, out, *args):
@@ -323,7 +341,7 @@ class PackTestCase(unittest.TestCase):
             e = doc["entries"][index]
             with self.subTest(key=key):
                 self.assertEqual(t.dtype, SAFETENSORS_DTYPE[converted(e["dtype"], dtype)])
-                self.assertEqual(t.shape, e["shape"])
+                self.assertEqual(st.torch_view(t)[1], e["shape"])  # F4: [..., 2n] for [..., n]
                 data = t.read(out)
                 if check is not None:
                     self.assertTrue(check(index, e, data), "bytes differ")
@@ -452,6 +470,7 @@ class FixtureRoundTrips(PackTestCase):
         self.assertIn("(safetensors has no dtype complex128)", err)
 
 
+@needs_corpus
 class CorpusRoundTrips(PackTestCase):
     def test_corpus_present(self):
         self.assertTrue(corpus_files(), f"no corpus in {CORPUS}")
@@ -577,6 +596,50 @@ class Options(PackTestCase):
         self.assertTrue(torch.equal(torch.load(out)["tensor"], ref.torch_load(src)))
         self.assertEqual(os.listdir(self.tmp), ["bare.pth"])
 
+    def test_permissions_as_cp_gives_them(self):
+        """OUT gets the source's permission bits masked by the umask (a 0600 checkpoint is not
+        packed into a 0644 file), every source's for a model of many files (a split directory:
+        the bits all of them grant); an existing OUT replaced with --force keeps its own."""
+        def mode(path):
+            return stat.S_IMODE(os.stat(path).st_mode)
+
+        def pack_with_umask(mask, *args):
+            old = os.umask(mask)
+            try:
+                return self.pack(*args)
+            finally:
+                os.umask(old)
+
+        bare = self.tmp / "bare.pth"
+        shutil.copy(fixture_path("bare"), bare)
+        for source_mode, mask, want in ((0o600, 0o022, 0o600), (0o640, 0o022, 0o640),
+                                        (0o644, 0o077, 0o600), (0o444, 0o002, 0o444),
+                                        (0o666, 0o002, 0o664)):
+            os.chmod(bare, source_mode)
+            for suffix in ("pth", "safetensors"):
+                with self.subTest(source=oct(source_mode), umask=oct(mask), out=suffix):
+                    out = self.new_dir("mode") / f"out.{suffix}"
+                    pack_with_umask(mask, bare, out)
+                    self.assertEqual(oct(mode(out)), oct(want))
+        # --force over an existing file: its mode stays, whatever the source's and the umask.
+        os.chmod(bare, 0o644)
+        for existing in (0o600, 0o640, 0o444):
+            with self.subTest(existing=oct(existing)):
+                out = self.new_dir("force") / "out.pth"
+                out.write_bytes(b"old")
+                os.chmod(out, existing)
+                pack_with_umask(0o022, bare, out, "--force")
+                self.assertEqual(oct(mode(out)), oct(existing))
+                self.assertTrue(torch.equal(torch.load(out)["tensor"], ref.torch_load(bare)))
+        # A split directory: one data file of 0600 among 0644 ones makes OUT 0600.
+        d = self.split_dir("modes")
+        for f in d.glob("*/data"):
+            os.chmod(f, 0o644)
+        os.chmod(d / "w" / "data", 0o600)
+        out = self.new_dir("split") / "out.pth"
+        pack_with_umask(0o022, d, out)
+        self.assertEqual(oct(mode(out)), oct(0o600))
+
     def test_usage_errors(self):
         src = fixture_path("bare")
         cases = [(["pack"], r"needs SRC and OUT"),
@@ -633,20 +696,6 @@ def meta_json(key, dtype, shape, nbytes, **extra):
 
 
 class HostileSplitDirectories(PackTestCase):
-    def split_dir(self, name):
-        """A valid split directory of two tensors and a value, as a mount shows them."""
-        d = self.new_dir(name)
-        w = torch.arange(12, dtype=torch.float32).reshape(3, 4)
-        for key, t in (("w", w), ("b", torch.ones(4, dtype=torch.float64))):
-            (d / key).mkdir()
-            data = ref.tensor_bytes(t, "little")
-            (d / key / "meta.json").write_text(
-                meta_json(key, ref.dtype_name(t.dtype), list(t.shape), len(data)))
-            (d / key / "data").write_bytes(data)
-        (d / "epoch").mkdir()
-        (d / "epoch" / "value.json").write_text("7\n")
-        return d
-
     def out(self):
         return self.new_dir("out") / "model.pth"
 

@@ -32,7 +32,8 @@ from fixtures import require  # noqa: E402
 
 require("fuse", "torch")  # else the module exits 77: skipped, with the reason
 
-from fixtures import CKPTFS, CORPUS, FIXTURE_NAMES, FIXTURES, corpus_files, fixture_path  # noqa: E402
+from fixtures import (CKPTFS, CORPUS, FIXTURE_NAMES, FIXTURES, corpus_files,  # noqa: E402
+                      fixture_path, needs_corpus)
 from remote_servers import FaultProxy, Nginx, S3Server  # noqa: E402
 from test_hostile import SANITIZED  # noqa: E402
 from test_mount import MountTestCase, run  # noqa: E402
@@ -177,12 +178,20 @@ class HttpTests(RemoteTestCase):
             self.unmount(lm, lp)
             self.unmount(rm, rp)
 
-    def test_fixtures_and_corpus_same_tree(self):
-        """Every fixture and every corpus file: the same tree by URL as from the file, or the
-        same exit status and message when the file cannot be mounted."""
-        files = [("fixtures", fixture_path(n)) for n in FIXTURE_NAMES]
-        files += [("corpus", p) for p in corpus_files()]
-        self.assertGreater(len(files), len(FIXTURE_NAMES), "the corpus is missing")
+    def test_fixtures_same_tree(self):
+        """Every fixture: the same tree by URL as from the file, or the same exit status and
+        message when the file cannot be mounted."""
+        self.check_same_tree([("fixtures", fixture_path(n)) for n in FIXTURE_NAMES])
+
+    @needs_corpus
+    def test_corpus_same_tree(self):
+        """Every corpus file likewise."""
+        self.assertTrue(corpus_files(), f"no checkpoints in {CORPUS}")
+        self.check_same_tree([("corpus", p) for p in corpus_files()])
+
+    def check_same_tree(self, files):
+        """Each (server folder, local path) of `files`: the same inspect --json and tree by URL
+        as from the file, or the same exit status and message."""
         for folder, path in files:
             url = self.nginx.url(f"{folder}/{path.name}")
             with self.subTest(path=path.name):
@@ -199,27 +208,13 @@ class HttpTests(RemoteTestCase):
     def test_safetensors_and_sharded_sets_same_tree(self):
         """A safetensors file, and a sharded set by its index's URL (its shards fetched beside
         it, in parallel): the same inspect --json and the same tree as from the files."""
-        from fixtures import SAFETENSORS_FIXTURES, SHARDED_FIXTURES, formats_corpus
+        from fixtures import SAFETENSORS_FIXTURES, SHARDED_FIXTURES
         cases = [(FIXTURES / f"{n}.safetensors", f"fixtures/{n}.safetensors")
                  for n in SAFETENSORS_FIXTURES]
         for n in SHARDED_FIXTURES:
             index = next((FIXTURES / n).glob("*.index.json"))
             cases.append((index, f"fixtures/{n}/{index.name}"))
-        for p in formats_corpus():
-            if p.is_dir():
-                index = next(p.glob("*.index.json"))
-                cases.append((index, f"corpus/formats/{p.name}/{index.name}"))
-            else:
-                cases.append((p, f"corpus/formats/{p.name}"))
-        self.assertGreater(len(cases), len(SAFETENSORS_FIXTURES) + len(SHARDED_FIXTURES))
-        for local, rel in cases:
-            url = self.nginx.url(rel)
-            with self.subTest(rel):
-                want = self.ckptfs("inspect", "--json", local)
-                got = self.ckptfs("inspect", "--json", url)
-                self.assertEqual(got.returncode, 0, got.stderr)
-                self.assertEqual(json.loads(got.stdout), json.loads(want.stdout))
-                self.assert_same_as_local(local, url)
+        self.check_models_same_tree(cases)
         # A shard missing on the server: one line naming it, the URL's error.
         missing = self.ckptfs("inspect", self.nginx.url("fixtures/sharded_st/nope.index.json"))
         self.assertNotEqual(missing.returncode, 0)
@@ -230,6 +225,31 @@ class HttpTests(RemoteTestCase):
         self.assertEqual(r.returncode, 2, r.stderr)
         self.assertRegex(r.stderr.decode(), r'shard "model-00001-of-00002.safetensors" \(named by '
                                             r"the index\): ")
+
+    @needs_corpus
+    def test_corpus_formats_same_tree(self):
+        """The safetensors files and sharded sets of the corpus likewise."""
+        from fixtures import formats_corpus
+        cases = []
+        for p in formats_corpus():
+            if p.is_dir():
+                index = next(p.glob("*.index.json"))
+                cases.append((index, f"corpus/formats/{p.name}/{index.name}"))
+            else:
+                cases.append((p, f"corpus/formats/{p.name}"))
+        self.assertTrue(cases, f"no safetensors file in {CORPUS / 'formats'}")
+        self.check_models_same_tree(cases)
+
+    def check_models_same_tree(self, cases):
+        """Each (local path, path on the server) of `cases`: the same inspect --json and tree."""
+        for local, rel in cases:
+            url = self.nginx.url(rel)
+            with self.subTest(rel):
+                want = self.ckptfs("inspect", "--json", local)
+                got = self.ckptfs("inspect", "--json", url)
+                self.assertEqual(got.returncode, 0, got.stderr)
+                self.assertEqual(json.loads(got.stdout), json.loads(want.stdout))
+                self.assert_same_as_local(local, url)
 
     def test_direct_io(self):
         """-o direct_io: the same tree as a page-cached mount of the local file, by URL and

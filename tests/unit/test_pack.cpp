@@ -14,8 +14,12 @@
 #include <ckptfs/pack/pack.hpp>
 #include <ckptfs/pack/selection.hpp>
 #include <ckptfs/pack/torch_pack.hpp>
+#include <ckptfs/view/safetensors_export.hpp>
 
 #include <doctest/doctest.h>
+
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -153,6 +157,85 @@ TEST_CASE("the output has no name until commit, and never replaces a file unaske
   // A source shorter than the range asked.
   OutputFile out(t.path("short.pth"), Overwrite::no);
   CHECK(refusal([&] { out.copy(file, 10, 4u << 20); }).first == ExitCode::bad_checkpoint);
+}
+
+TEST_CASE("the output's mode: the sources' bits under the umask; a replaced file keeps its own") {
+  TempDir t;
+  auto mode_of = [](const std::string& path) {
+    struct stat st {};
+    REQUIRE(::stat(path.c_str(), &st) == 0);
+    return st.st_mode & 07777;
+  };
+  // permissions_of(): the bits every local source grants; 0666 without a local file.
+  const std::string a = t.write("a", "a"), b = t.write("b", "b");
+  ::chmod(a.c_str(), 0640);
+  ::chmod(b.c_str(), 0604);
+  const FileSource fa(a), fb(b);
+  const MemorySource memory("m");
+  CHECK(permissions_of(std::vector<const ByteSource*>{&fa}) == 0640);
+  CHECK(permissions_of(std::vector<const ByteSource*>{&fa, &memory, &fb}) == 0600);
+  CHECK(permissions_of(std::vector<const ByteSource*>{&memory}) == 0666);
+  ::chmod(a.c_str(), 04755);  // setuid is never passed on
+  const FileSource setuid(a);
+  CHECK(permissions_of(std::vector<const ByteSource*>{&setuid}) == 0755);
+
+  const mode_t old_mask = ::umask(022);
+  auto made = [&](const std::string& name, mode_t mode, Overwrite overwrite) {
+    OutputFile out(t.path(name), overwrite, mode);
+    out.write("x");
+    out.commit();
+    return mode_of(t.path(name));
+  };
+  CHECK(made("new-0600", 0600, Overwrite::no) == 0600);
+  CHECK(made("new-0666", 0666, Overwrite::no) == 0644);  // the umask applies to a new file
+  ::umask(077);
+  CHECK(made("new-0644", 0644, Overwrite::no) == 0600);
+  ::umask(022);
+  // A file replaced keeps its mode bits, owner and group, whatever `mode` and the umask say.
+  for (const mode_t existing : {mode_t{0600}, mode_t{0640}, mode_t{0444}, mode_t{0664}}) {
+    const std::string path = t.write("existing", "old");
+    ::chmod(path.c_str(), existing);
+    CHECK(made("existing", 0666, Overwrite::yes) == existing);
+    CHECK(contents(path) == "x");
+  }
+  if (::geteuid() == 0) {  // only root may give a file to another owner
+    const std::string path = t.write("theirs", "old");
+    REQUIRE(::chown(path.c_str(), 4242, 4343) == 0);
+    ::chmod(path.c_str(), 0640);
+    CHECK(made("theirs", 0666, Overwrite::yes) == 0640);
+    struct stat st {};
+    REQUIRE(::stat(path.c_str(), &st) == 0);
+    CHECK(st.st_uid == 4242);
+    CHECK(st.st_gid == 4343);
+  }
+  ::umask(old_mask);
+}
+
+TEST_CASE(
+    "selection for safetensors: float4_e2m1fn_x2 as the mount's export has it (F4), but 0-d") {
+  // A 2-D and a 0-d float4_e2m1fn_x2 over storage 0's bytes (one byte each: a pair of F4).
+  Fixture f;
+  Tensor pairs;
+  pairs.dtype = DType::float4_e2m1fn_x2;
+  pairs.shape = {2, 4};
+  pairs.stride = {4, 1};
+  pairs.storage = 0;
+  Tensor half = pairs;
+  half.shape = {};
+  half.stride = {};
+  f.model.tensors.push_back(pairs);
+  f.model.tensors.push_back(half);
+  f.model.entries = {{"pairs", "", Entry::Kind::tensor, 3, ""},
+                     {"half", "", Entry::Kind::tensor, 4, ""}};
+  const Selection st = select_entries(f.model, {}, PackFormat::safetensors, std::nullopt);
+  CHECK(st.entries == std::vector<std::size_t>{0});
+  REQUIRE(st.left_out.size() == 1);
+  CHECK(st.left_out[0].entry == 1);
+  CHECK(st.left_out[0].why == "a 0-d float4_e2m1fn_x2: safetensors' F4 holds no half byte");
+  // The one rule, which the export's layout follows too.
+  CHECK(safetensors_dtype(pairs, DType::float4_e2m1fn_x2) == "F4");
+  CHECK(safetensors_dtype(half, DType::float4_e2m1fn_x2).empty());
+  CHECK(SafetensorsExport(f.model, 0).tensors().size() == 1);
 }
 
 TEST_CASE("selection: patterns, what each format leaves out, broken tensors, unique keys") {

@@ -79,7 +79,8 @@ const DType non_quantized[] = {DType::float32,
                                DType::bits16,
                                DType::bits1x8,
                                DType::bits2x4,
-                               DType::bits4x2};
+                               DType::bits4x2,
+                               DType::bcomplex32};
 
 }  // namespace
 

@@ -5,7 +5,7 @@
 // go by copy_file_range (sendfile where it cannot), never through this process when no CRC is
 // needed; anything else through one bounded buffer.
 //
-//   OutputFile out("/data/model.pth", Overwrite::no);   // Error(usage) if it exists
+//   OutputFile out("/data/model.pth", Overwrite::no, 0600);  // Error(usage) if it exists
 //   out.write(header);
 //   out.copy(source, offset, length);                   // in-kernel copy
 //   std::uint32_t crc = out.copy_with_crc(source, offset, length);
@@ -16,6 +16,8 @@
 #include <ckptfs/source/byte_source.hpp>
 #include <ckptfs/source/open_file.hpp>
 
+#include <sys/stat.h>
+#include <sys/types.h>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -25,6 +27,12 @@
 namespace ckptfs {
 
 enum class Overwrite : bool { no, yes };
+
+// The permission bits (07777 without the setuid, setgid and sticky bits) that every one of
+// `sources` grants, for the file made of them: those of a file each (fstat of its descriptor),
+// ANDed, so that the output opens to nobody whom one source was closed to; 0666 when none is a
+// local file (remote objects have no mode).
+mode_t permissions_of(std::span<const ByteSource* const> sources);
 
 // A failure of the output itself (it cannot be created, written, synced or named), as opposed
 // to one of the sources it is copied from: the command line names the output for these.
@@ -39,11 +47,15 @@ class OutputFile {
   static constexpr std::size_t buffer_bytes = 1 << 20;
 
   // Opens an unnamed file (O_TMPFILE) in the directory of `path`, or, where the file system
-  // has none, a temporary file ".<name>.ckptfs-pack-XXXXXX" beside it. Throws
+  // has none, a temporary file ".<name>.ckptfs-pack-XXXXXX" beside it. Its permission bits are
+  // those of cp: `mode` (the source's, see permissions_of()) masked by the umask for a new file;
+  // an existing file replaced (Overwrite::yes) keeps its own mode bits, owner and group (the
+  // owner and group when this process may set them: a group it cannot keep gets no group bits,
+  // so the file is never open to more people than the one it replaces). Throws
   // OutputError(usage) when `path` exists and `overwrite` is no ("exists: pack does not
   // overwrite it without --force"), OutputError(io) when the directory cannot take a file
   // (missing, read-only...). Every OutputError's message leaves `path` out: the caller names it.
-  OutputFile(std::string path, Overwrite overwrite);
+  OutputFile(std::string path, Overwrite overwrite, mode_t mode = 0666);
   // Without commit(), the file is gone: the unnamed one with its descriptor, the temporary
   // one unlinked.
   ~OutputFile();
@@ -75,6 +87,8 @@ class OutputFile {
 
  private:
   void discard() noexcept;
+  // Gives the new file the mode bits, owner and group of `replaced`, as far as it may.
+  void keep_mode_of(const struct stat& replaced);
 
   std::string path_;
   std::string directory_;  // of path_, for the temporary name and the fsync

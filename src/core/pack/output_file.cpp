@@ -50,14 +50,32 @@ std::string temporary_name(const std::string& directory, const std::string& base
 
 }  // namespace
 
-OutputFile::OutputFile(std::string path, Overwrite overwrite)
+mode_t permissions_of(std::span<const ByteSource* const> sources) {
+  mode_t mode = 0666;
+  bool any = false;
+  for (const ByteSource* source : sources) {
+    struct stat st {};
+    if (source && source->fd() >= 0 && ::fstat(source->fd(), &st) == 0) {
+      mode = any ? mode & st.st_mode : st.st_mode;
+      any = true;
+    }
+  }
+  return mode & 0777;
+}
+
+OutputFile::OutputFile(std::string path, Overwrite overwrite, mode_t mode)
     : path_(std::move(path)), overwrite_(overwrite), buffer_(buffer_bytes) {
   const auto slash = path_.rfind('/');
   directory_ = slash == std::string::npos ? "." : slash == 0 ? "/" : path_.substr(0, slash);
   const std::string base = slash == std::string::npos ? path_ : path_.substr(slash + 1);
   struct stat st {};
   if (::lstat(path_.c_str(), &st) == 0 && overwrite_ == Overwrite::no) exists();
-  int fd = ::open(directory_.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0666);
+  // The file this one replaces (through a symbolic link: the file it names, whose mode cp
+  // would keep), whose mode, owner and group it takes.
+  struct stat replaced {};
+  const bool replacing = overwrite_ == Overwrite::yes && ::stat(path_.c_str(), &replaced) == 0;
+  mode &= 0777;
+  int fd = ::open(directory_.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, mode);
   if (fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
     // No unnamed files here (an older kernel, some network and FUSE file systems).
     temporary_ = temporary_name(directory_, base);
@@ -66,7 +84,7 @@ OutputFile::OutputFile(std::string path, Overwrite overwrite)
     if (fd >= 0) {
       temporary_ = pattern;
       ::fcntl(fd, F_SETFD, FD_CLOEXEC);
-      if (::fchmod(fd, 0666 & ~current_umask()) != 0) {
+      if (::fchmod(fd, mode & ~current_umask()) != 0) {
         const int error = errno;
         ::close(fd);
         ::unlink(temporary_.c_str());
@@ -77,6 +95,24 @@ OutputFile::OutputFile(std::string path, Overwrite overwrite)
   }
   if (fd < 0) fail_errno("cannot create it");
   fd_ = UniqueFd(fd);
+  if (replacing) keep_mode_of(replaced);
+}
+
+void OutputFile::keep_mode_of(const struct stat& replaced) {
+  struct stat mine {};
+  if (::fstat(fd_.get(), &mine) != 0) fail_errno("cannot create it");
+  mode_t mode = replaced.st_mode & 0777;
+  if (mine.st_uid != replaced.st_uid || mine.st_gid != replaced.st_gid) {
+    // Only root may give a file away; a group may be set by its members. Each is tried alone.
+    if (mine.st_uid != replaced.st_uid && ::fchown(fd_.get(), replaced.st_uid, -1) == 0) {
+      mine.st_uid = replaced.st_uid;
+    }
+    if (mine.st_gid != replaced.st_gid && ::fchown(fd_.get(), -1, replaced.st_gid) == 0) {
+      mine.st_gid = replaced.st_gid;
+    }
+    if (mine.st_gid != replaced.st_gid) mode &= ~mode_t{0070};  // not that group's file
+  }
+  if (::fchmod(fd_.get(), mode) != 0) fail_errno("cannot create it");
 }
 
 OutputFile::~OutputFile() {

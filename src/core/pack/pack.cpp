@@ -105,7 +105,7 @@ PackResult pack(const Model& model, Sources sources, const PackOptions& options)
   } else {
     sub = selected_model(model, selection);
   }
-  OutputFile out(options.output, options.overwrite);
+  OutputFile out(options.output, options.overwrite, permissions_of(sources));
   if (torch) {
     torch->write(model, sources, out);
   } else {

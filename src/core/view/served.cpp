@@ -185,8 +185,8 @@ ServedTensor serve(const Model& model, const Tensor& tensor, std::optional<DType
 
 std::size_t swap_unit(DType dtype) noexcept {
   const std::size_t size = info(dtype).element_size;
-  const bool complex =
-      dtype == DType::complex32 || dtype == DType::complex64 || dtype == DType::complex128;
+  const bool complex = dtype == DType::complex32 || dtype == DType::bcomplex32 ||
+                       dtype == DType::complex64 || dtype == DType::complex128;
   return complex ? size / 2 : size;
 }
 
