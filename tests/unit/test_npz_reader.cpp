@@ -8,6 +8,7 @@
 #include <ckptfs/format/npz/npy_format.hpp>
 #include <ckptfs/format/npz/npz_reader.hpp>
 #include <ckptfs/source/inflated_source.hpp>
+#include <ckptfs/view/tree.hpp>
 
 #include <doctest/doctest.h>
 #include <zlib.h>
@@ -173,6 +174,41 @@ TEST_CASE("read_npz: a deflated member, with its own inflated source or broken w
                           m.sources[1]);
   CHECK(inflated.read_string(s.file_offset, 48) == std::string(48, '\5'));
   CHECK(m.storages[*m.tensors[1].storage].source == 0);
+}
+
+TEST_CASE("tensor.pt of a big-endian uint16 array: little-endian, as torch.load never swaps it") {
+  ZipBuilder z;
+  z.add("u.npy", npy(dict(">u2", false, "(3,)"), std::string("\0\1\0\2\0\3", 6)));
+  z.add("i.npy", npy(dict(">i2", false, "(3,)"), std::string("\0\1\0\2\0\3", 6)));
+  const std::string bytes = z.build();
+  MemorySource source(bytes, "be.npz");
+  Tree tree(read_npz(source, "be.npz"), {});
+  const ByteSource* sources[] = {&source};
+  auto file_of = [&](const char* key) {
+    ReadBuffer buffer;
+    tree.read(tree.lookup(tree.lookup(Tree::root_ino, key), "tensor.pt"), 0, 1 << 20, sources,
+              buffer);
+    std::string got;
+    for (const ReadPiece& p : buffer.pieces()) {
+      got += p.memory ? std::string(p.memory, p.length)
+                      : source.read_string(p.source_offset, p.length);
+    }
+    return got;
+  };
+  for (const char* key : {"u", "i"}) {
+    CAPTURE(key);
+    MemorySource pt(file_of(key), "tensor.pt");
+    ZipArchive archive(pt);
+    const ZipEntry* order = archive.find("tensor/byteorder");
+    const ZipEntry* data = archive.find("tensor/data/0");
+    REQUIRE(order != nullptr);
+    REQUIRE(data != nullptr);
+    const bool uint16 = std::string_view(key) == "u";
+    // uint16 is saved untyped: its bytes little-endian; int16 (ShortStorage) as stored.
+    CHECK(pt.read_string(order->data_offset, order->size) == (uint16 ? "little" : "big"));
+    CHECK(pt.read_string(data->data_offset, 6) ==
+          (uint16 ? std::string("\1\0\2\0\3\0", 6) : std::string("\0\1\0\2\0\3", 6)));
+  }
 }
 
 TEST_CASE("InflatedSource: sequential, skipping and backward reads; corrupt and short streams") {

@@ -64,6 +64,14 @@ constexpr const char* entry_file_names[] = {"data", "meta.json", "tensor.npy", "
 constexpr Tree::Kind entry_file_kinds[] = {Tree::Kind::data, Tree::Kind::meta_json,
                                            Tree::Kind::tensor_npy, Tree::Kind::tensor_pt};
 
+// The byte order of a tensor's bytes in its tensor.pt. torch.load byte-swaps a big-endian file's
+// storage by the element size of its typed storage class; a dtype without one (uint16-64,
+// complex32, bcomplex32: torch.storage.UntypedStorage, as torch 2.x saves them) it swaps as
+// bytes, that is not at all (measured with torch 2.14): those are written little-endian.
+ByteOrder torch_file_order(DType dtype) {
+  return info(dtype).storage_class.empty() ? ByteOrder::little : ByteOrder::as_stored;
+}
+
 // The archive tensor.pt holds for a tensor served as `served`; nullopt when torch cannot hold it
 // (a quantization scheme torch does not save, more elements than a pickle may describe).
 std::optional<TorchArchive> torch_file_of(const Model& model, const Tensor& tensor,
@@ -102,7 +110,7 @@ bool Tree::has_rfc_file(std::size_t entry) const {
   if (e.kind == Entry::Kind::value) return value_file_of(e.value_json).has_value();
   const Tensor& t = model_.tensors[e.tensor];
   return t.broken.empty() && values_not_served(model_, t).empty() &&
-         torch_file_of(model_, t, serve(model_, t, options_.dtype));
+         torch_file_of(model_, t, serve(model_, t, options_.dtype, torch_file_order(t.dtype)));
 }
 
 Tree::Tree(Model model, TreeOptions options)
@@ -353,7 +361,8 @@ const Tree::EntryFiles& Tree::entry_files(std::size_t entry) const {
     if (t.broken.empty() && values_not_served(model_, t).empty()) {
       const ServedTensor served = serve(model_, t, options_.dtype);
       f.npy_header = npy_header(numpy_descr(served.dtype, served.big_endian), t.shape);
-      f.archive = torch_file_of(model_, t, served);
+      f.archive =
+          torch_file_of(model_, t, serve(model_, t, options_.dtype, torch_file_order(t.dtype)));
       if (f.archive) {
         f.segments = f.archive->plan().segments();
         for (std::size_t i = 0; i < f.archive->records().size(); ++i) {
@@ -561,7 +570,8 @@ std::uint32_t Tree::storage_crc(std::size_t entry, const EntryFiles& files, std:
   if (cached & known) return static_cast<std::uint32_t>(cached);
   const Tensor& t = tensor_of_storage(entry, storage);
   // Only the tensor itself is converted; the quantization parameters are served as stored.
-  const ServedTensor served = serve(model_, t, storage == 0 ? options_.dtype : std::nullopt);
+  const ServedTensor served =
+      serve(model_, t, storage == 0 ? options_.dtype : std::nullopt, torch_file_order(t.dtype));
   std::uint32_t crc = 0;
   const Storage* whole = t.storage ? &model_.storages[*t.storage] : nullptr;
   if (served.way == ServedTensor::Way::range && whole && whole->record_crc32 && served.begin == 0 &&
@@ -621,7 +631,8 @@ void Tree::read_torch_file(std::size_t entry, std::uint64_t offset, std::size_t 
         } else {
           const Tensor& t = tensor_of_storage(entry, record.storage);
           const auto convert_to = record.storage == 0 ? options_.dtype : std::nullopt;
-          read_served(model_, t, serve(model_, t, convert_to), a, n, sources, out);
+          read_served(model_, t, serve(model_, t, convert_to, torch_file_order(t.dtype)), a, n,
+                      sources, out);
         }
         break;
       }

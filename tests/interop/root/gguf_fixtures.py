@@ -1,11 +1,11 @@
 # SPDX-License-Identifier: MIT
-"""gguf_make: the GGUF fixtures of test_gguf.py, written by the real tools. Runs INSIDE the sid
-interop root (its python3 has gguf-py and numpy; llama-quantize is on its PATH), never in the
-test environment: test_gguf.py runs it there through sid_root.run().
+"""Runs in the interop root: the GGUF fixtures of tests/interop/test_interop_gguf.py, written by
+the real tools (gguf-py's GGUFWriter, llama-quantize, gguf-convert-endian).
 
-usage: python3 gguf_make.py OUT_DIR
+    write(out_dir)                 the files below; returns the manifest
+    random_blocks(out_dir, types)  random blocks of each type, and gguf-py's values of them
 
-Writes into OUT_DIR:
+write() writes into OUT_DIR:
   llama-f32.gguf        a tiny Llama (2 layers, every dimension a multiple of 256) written by
                         gguf-py's GGUFWriter: F32 weights, an F16 and a BF16 tensor, a vocabulary;
   llama-<TYPE>.gguf     that model quantized by llama-quantize to each type it offers (--pure:
@@ -17,12 +17,12 @@ Writes into OUT_DIR:
   split-0000k-of-00003.gguf  the f32 model written by GGUFWriter in three files (split_max_tensors);
   llama-be.gguf         llama-Q4_K_M.gguf converted big-endian by gguf-convert-endian;
   vocab150k.gguf        a tensorless file with a 150,000-token vocabulary and merges;
-  manifest.json         {"quantized": [[file, type]...], "raw": [...], "skipped": {type: why}}.
+and returns {"quantized": [[file, type]...], "raw": [file], "split": [files], "big_endian": file,
+"skipped": {type: why}} (paths relative to OUT_DIR). Seeded; a minute or two (llama-quantize).
 """
 
-import json
 import subprocess
-import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -164,8 +164,8 @@ def write_vocab(path, n=150_000):
     w.close()
 
 
-def main():
-    out = Path(sys.argv[1])
+def write(out_dir):
+    out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     f32 = out / "llama-f32.gguf"
     write_llama(f32)
@@ -195,8 +195,23 @@ def main():
     if r.returncode != 0:
         manifest["skipped"]["big-endian"] = r.stderr.strip()[-300:]
     write_vocab(out / "vocab150k.gguf")
-    (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    return manifest
 
 
-if __name__ == "__main__":
-    main()
+def random_blocks(out_dir, types):
+    """OUT_DIR/<TYPE>.blocks of random bytes (scales NaN, infinite, subnormal at times) and
+    OUT_DIR/<TYPE>.values, gguf.quants.dequantize's float32 values of them, for each GGML type
+    name in `types`. 37 rows of 9 blocks: numpy arrays of more than one block (see dequantize()'s
+    contract for one block). Returns the number of blocks of each."""
+    rng = np.random.default_rng(5)
+    counts = {}
+    for name in types:
+        t = T[name]
+        _, size = gguf.GGML_QUANT_SIZES[t]
+        raw = rng.integers(0, 256, size=(37, size * 9), dtype=np.uint8)
+        raw.tofile(f"{out_dir}/{name}.blocks")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # NaN scales: numpy warns as it computes them
+            gguf.quants.dequantize(raw, t).astype(np.float32).tofile(f"{out_dir}/{name}.values")
+        counts[name] = 37 * 9
+    return counts

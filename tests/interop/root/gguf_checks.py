@@ -1,34 +1,29 @@
 # SPDX-License-Identifier: MIT
-"""gguf_check: a mounted GGUF (or split set) against the reference reader, gguf-py. Runs INSIDE
-the sid interop root (gguf-py, numpy 2, torch, safetensors), through sid_root.run(), on a mount
-made from outside.
+"""Runs in the interop root: a mounted GGUF (or split set) against the reference reader,
+gguf-py, and the files `ckptfs pack` writes of one.
 
-usage: python3 gguf_check.py SPEC_JSON
-
-SPEC_JSON: [{"mount": DIR, "files": [GGUF...], "dtype": null|"float16"|"bfloat16",
-             "views": DIR (where index.json and model.safetensors are),
-             "twins": [GGUF...] (of a big-endian file: the little-endian file it was converted
-                                 from, whose values its blocks must give)}
-           or {"packed": FILE (.safetensors or .pth, from `ckptfs pack`), "files": [GGUF...],
-               "dtype": ...}: every tensor whose values are served, in order, bit for bit}, ...]
+    check_mount(spec)   spec: {"mount": DIR, "files": [GGUF...], "dtype": null|"float16"|...,
+                               "views": DIR (index.json, model.safetensors; default: mount),
+                               "twins": [GGUF...] (of a big-endian file: the little-endian file
+                                        it was converted from, whose values its blocks give)}
+    check_packed(spec)  spec: {"packed": FILE (.safetensors or .pth), "files": [GGUF...],
+                               "dtype": ...}: every tensor whose values are served, in order
 
 For every tensor of every file, in order, against gguf.GGUFReader and gguf.quants.dequantize:
   - its directory's meta.json: key, shape (ne reversed), dtype served, and "ggml": type name and
     number, block size and bytes, nbytes and file_offset (the reader's n_bytes and data_offset);
-  - data: the reader's bytes of the tensor, as stored (blocks too);
+  - data: the reader's bytes of the tensor, as stored (blocks too; -o dtype converts plain ones);
   - tensor.npy: a block-quantized tensor's values, element by element bit for bit with
-    dequantize() (converted to DTYPE with torch when given); a plain tensor's values as stored;
+    dequantize() (converted to DTYPE with torch's Tensor.to when given); a plain tensor's values;
   - tensor.pt (torch.load, weights_only) the same values as tensor.npy;
   - model.safetensors (or its shards, through the index): safe_open's tensor, bit for bit the same
     values; the tensors whose values are not served are not in it.
 index.json's metadata and metadata_types against the reader's fields: every key in order, its
-type, its value (FLOAT32 compared as float32 bits). Prints a JSON summary; raises on the first
-difference, saying where.
+type, its value (FLOAT32 compared as float32 bits). Each returns {"tensors", "dequantized",
+"data_only", "values", "problems": [one line each, the first per tensor]}.
 """
 
 import json
-import os
-import sys
 import warnings
 from pathlib import Path
 
@@ -43,8 +38,12 @@ PLAIN = {T.F32: "float32", T.F16: "float16", T.BF16: "bfloat16", T.F64: "float64
 NOT_DEQUANTIZED = {T.Q8_1, T.Q8_K, T.Q1_0, T.Q2_0}
 
 
+class Problem(Exception):
+    """A difference: the check of that tensor (or of the metadata) stops there."""
+
+
 def fail(where, what):
-    raise AssertionError(f"{where}: {what}")
+    raise Problem(f"{where}: {what}")
 
 
 def bits(a):
@@ -179,73 +178,92 @@ class Exports:
         return as_numpy(self.open[path].get_tensor(key))
 
 
-def check(spec):
+def check_mount(spec):
     import torch
     mount = Path(spec["mount"])
     views = Path(spec.get("views") or mount)
     dtype = spec.get("dtype")
     index = json.loads((views / "index.json").read_text())
     exports = Exports(views)
-    summary = {"tensors": 0, "dequantized": 0, "data_only": 0, "values": 0}
+    summary = {"tensors": 0, "dequantized": 0, "data_only": 0, "values": 0, "problems": []}
     for n, file in enumerate(spec["files"]):
         reader = gguf.GGUFReader(file)
         twins = gguf.GGUFReader(spec["twins"][n]).tensors if spec.get("twins") else None
         if n == 0:
-            check_metadata(reader, index, file)
+            try:
+                check_metadata(reader, index, file)
+            except Problem as p:
+                summary["problems"].append(str(p))
         for i, t in enumerate(reader.tensors):
-            where = f"{file}: {t.name!r}"
-            d = mount / t.name
-            meta = json.loads((d / "meta.json").read_text())
-            shape = [int(x) for x in reversed(t.shape.tolist())]
-            if meta["key"] != t.name or meta["shape"] != shape:
-                fail(where, f"meta.json key {meta['key']!r} shape {meta['shape']}, want {shape}")
-            block, size = gguf.GGML_QUANT_SIZES[t.tensor_type]
-            want_ggml = {"type": t.tensor_type.name, "type_id": int(t.tensor_type),
-                         "block_elements": block, "block_bytes": size, "nbytes": int(t.n_bytes),
-                         "file_offset": int(t.data_offset)}
-            got_ggml = {k: meta["ggml"].get(k) for k in want_ggml}
-            if got_ggml != want_ggml:
-                fail(where, f"meta.json ggml {got_ggml}, want {want_ggml}")
-            want = expected_values(t, dtype)
-            # data: the blocks as stored; a plain tensor's bytes as tensor.npy's (-o dtype
-            # converts them).
-            stored = np.asarray(t.data).tobytes()
-            if t.tensor_type in PLAIN and want is not None:
-                stored = np.ascontiguousarray(want).tobytes()
-            if (d / "data").read_bytes() != stored:
-                fail(where, "data is not the tensor's bytes as stored")
-            if twins and t.tensor_type not in PLAIN and want is not None:
-                want = expected_values(twins[i], dtype)  # gguf-py dequantizes little-endian
-            summary["tensors"] += 1
-            if want is None:
-                summary["data_only"] += 1
-                if meta["ggml"].get("dequantized") is not False or (d / "tensor.npy").exists():
-                    fail(where, "values served for a type without a reference dequantization")
-                if exports.get(t.name) is not None:
-                    fail(where, "in model.safetensors, without values")
-                continue
-            if t.tensor_type not in PLAIN:
-                summary["dequantized"] += 1
-                want_dtype = dtype or "float32"
-                if meta["dtype"] != want_dtype or meta["ggml"]["dequantized"] is not True:
-                    fail(where, f"meta.json dtype {meta['dtype']}, dequantized "
-                                f"{meta['ggml'].get('dequantized')}")
-            got = read_npy(d / "tensor.npy")
-            same_bits(f"{where}: tensor.npy", got, want)
-            # torch loads a big-endian file's tensors in this machine's order; safetensors is
-            # little-endian.
-            pt = as_numpy(torch.load(d / "tensor.pt", weights_only=True))
-            same_bits(f"{where}: tensor.pt", pt, native(want))
-            exported = exports.get(t.name)
-            if exported is None:
-                fail(where, "not in model.safetensors")
-            same_bits(f"{where}: model.safetensors", exported, native(want))
-            summary["values"] += int(np.asarray(want).size)
+            try:
+                check_tensor(file, t, twins[i] if twins else None, mount, dtype, exports, summary)
+            except Problem as p:
+                summary["problems"].append(str(p))
     return summary
+
+
+def check_tensor(file, t, twin, mount, dtype, exports, summary):
+    """Tensor `t` of `file`'s reader against the mount; counts into `summary`."""
+    import torch
+    where = f"{Path(file).name}: {t.name!r}"
+    d = mount / t.name
+    meta = json.loads((d / "meta.json").read_text())
+    shape = [int(x) for x in reversed(t.shape.tolist())]
+    if meta["key"] != t.name or meta["shape"] != shape:
+        fail(where, f"meta.json key {meta['key']!r} shape {meta['shape']}, want {shape}")
+    block, size = gguf.GGML_QUANT_SIZES[t.tensor_type]
+    want_ggml = {"type": t.tensor_type.name, "type_id": int(t.tensor_type),
+                 "block_elements": block, "block_bytes": size, "nbytes": int(t.n_bytes),
+                 "file_offset": int(t.data_offset)}
+    got_ggml = {k: meta["ggml"].get(k) for k in want_ggml}
+    if got_ggml != want_ggml:
+        fail(where, f"meta.json ggml {got_ggml}, want {want_ggml}")
+    want = expected_values(t, dtype)
+    # data: the blocks as stored; a plain tensor's bytes as tensor.npy's (-o dtype
+    # converts them).
+    stored = np.asarray(t.data).tobytes()
+    if t.tensor_type in PLAIN and want is not None:
+        stored = np.ascontiguousarray(want).tobytes()
+    if (d / "data").read_bytes() != stored:
+        fail(where, "data is not the tensor's bytes as stored")
+    if twin is not None and t.tensor_type not in PLAIN and want is not None:
+        want = expected_values(twin, dtype)  # gguf-py dequantizes little-endian
+    summary["tensors"] += 1
+    if want is None:
+        summary["data_only"] += 1
+        if meta["ggml"].get("dequantized") is not False or (d / "tensor.npy").exists():
+            fail(where, "values served for a type without a reference dequantization")
+        if exports.get(t.name) is not None:
+            fail(where, "in model.safetensors, without values")
+        return
+    if t.tensor_type not in PLAIN:
+        summary["dequantized"] += 1
+        want_dtype = dtype or "float32"
+        if meta["dtype"] != want_dtype or meta["ggml"]["dequantized"] is not True:
+            fail(where, f"meta.json dtype {meta['dtype']}, dequantized "
+                        f"{meta['ggml'].get('dequantized')}")
+    got = read_npy(d / "tensor.npy")
+    same_bits(f"{where}: tensor.npy", got, want)
+    # torch loads a big-endian file's tensors in this machine's order; safetensors is
+    # little-endian.
+    pt = as_numpy(torch.load(d / "tensor.pt", weights_only=True))
+    same_bits(f"{where}: tensor.pt", pt, native(want))
+    exported = exports.get(t.name)
+    if exported is None:
+        fail(where, "not in model.safetensors")
+    same_bits(f"{where}: model.safetensors", exported, native(want))
+    summary["values"] += int(np.asarray(want).size)
 
 
 def check_packed(spec):
     """A file `ckptfs pack` wrote of the GGUF files: the tensors with values, in order."""
+    try:
+        return check_packed_file(spec)
+    except Problem as p:
+        return {"tensors": 0, "problems": [str(p)]}
+
+
+def check_packed_file(spec):
     import torch
     packed = spec["packed"]
     if packed.endswith(".safetensors"):
@@ -270,13 +288,4 @@ def check_packed(spec):
         fail(packed, f"keys {order[:5]}..., want {want_keys[:5]}...")
     if sorted(order) != sorted(want_keys):
         fail(packed, f"{len(order)} tensors, want {len(want_keys)}")
-    return {"tensors": len(order)}
-
-
-def main():
-    specs = json.loads(Path(sys.argv[1]).read_text())
-    print(json.dumps([check_packed(s) if "packed" in s else check(s) for s in specs]))
-
-
-if __name__ == "__main__":
-    main()
+    return {"tensors": len(order), "problems": []}
