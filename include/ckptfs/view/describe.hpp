@@ -37,7 +37,8 @@ inline constexpr std::size_t max_shared_with_bytes = 2048;
 // convert or which may be dequantized (see serve()); file_offset is then null, as they are no
 // range of the file. "ggml" describes the `data` file: {"type": "Q4_K", "type_id": 12,
 // "block_elements", "block_bytes", "nbytes", "file_offset"}, and for block-quantized tensors
-// "dequantized" (whether tensor.npy serves their values) and "not_dequantized" (why not).
+// "byteorder" (the blocks'), "dequantized" (whether tensor.npy serves their values) and
+// "not_dequantized" (why not). A split directory copied out of the mount reads "ggml" back.
 void write_tensor_fields(JsonWriter& json, const Model& model, std::size_t entry_index,
                          const SharingIndex& sharing,
                          std::optional<DType> convert_to = std::nullopt);

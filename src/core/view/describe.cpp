@@ -19,8 +19,8 @@ namespace {
 
 // "ggml": the tensor's GGML type as a GGUF file stores it, and where its `data` is in the file:
 // {"type": "Q4_K", "type_id": 12, "block_elements": 256, "block_bytes": 144, "nbytes",
-// "file_offset"}, and for a block-quantized tensor whether its values are served
-// ("dequantized") and why not ("not_dequantized").
+// "file_offset"}, and for a block-quantized tensor its blocks' "byteorder", whether its values
+// are served ("dequantized") and why not ("not_dequantized").
 void write_ggml_fields(JsonWriter& j, const Model& c, const Tensor& t) {
   const ServedTensor data = serve_data(c, t);
   j.key("ggml").begin_object();
@@ -45,6 +45,8 @@ void write_ggml_fields(JsonWriter& j, const Model& c, const Tensor& t) {
   }
   if (t.blocks != BlockFormat::none) {
     const std::string_view why = values_not_served(c, t);
+    // The blocks' own byte order (their values are served little-endian).
+    j.key("byteorder").string(big_endian(c, t) ? "big" : "little");
     j.key("dequantized").boolean(why.empty());
     j.key("not_dequantized");
     if (why.empty()) {
