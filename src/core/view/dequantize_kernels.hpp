@@ -3,6 +3,8 @@
 // numbers, the value tables of the formats, and one entry point per path.
 #pragma once
 
+#include "iq_grids.hpp"
+
 #include <ckptfs/model/block_format.hpp>
 
 #include <array>
@@ -64,10 +66,7 @@ inline constexpr std::array<std::int8_t, 16> iq4nl_values = {
 inline constexpr std::array<std::int8_t, 16> e2m1_values = {0, 1,  2,  3,  4,  6,  8,  12,
                                                             0, -1, -2, -3, -4, -6, -8, -12};
 
-// The lattices of the IQ formats, one row of values per index (iq_grids.inc: gguf-py's grids).
-namespace grids {
-#include "iq_grids.inc"
-}  // namespace grids
+// The lattices of the IQ formats, one row of values per index (iq_grids.hpp: gguf-py's grids).
 
 template <std::size_t Rows, std::size_t Columns>
 using Grid = std::array<std::array<std::int8_t, Columns>, Rows>;
