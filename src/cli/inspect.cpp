@@ -71,11 +71,14 @@ void print_inspect_table(const Model& c, std::FILE* out) {
                blocked ? info(t.blocks).name : info(t.dtype).name, shape_text(t.shape),
                t.broken.empty() ? t.stored_nbytes() : 0, where, source);
   }
-  fmt::print(out, "{} tensors ({}), {} values, {} storages, format {}, byteorder {}{}{}\n", tensors,
-             human_bytes(tensor_bytes), values, c.storages.size(), format_name(c.format),
+  fmt::print(out, "{} tensors ({}), {} values, {} storages, format {}, byteorder {}{}{}{}\n",
+             tensors, human_bytes(tensor_bytes), values, c.storages.size(), format_name(c.format),
              c.byteorder(),
              sources_column ? fmt::format(", {} files", c.sources.size()) : std::string(),
-             broken ? fmt::format(", {} broken", broken) : std::string());
+             broken ? fmt::format(", {} broken", broken) : std::string(),
+             // A GGUF's key-value pairs (a vocabulary file has nothing else): --json shows them.
+             c.json_metadata.empty() ? std::string()
+                                     : fmt::format(", {} metadata keys", c.json_metadata.size()));
 }
 
 void print_inspect_json(const Model& c, std::FILE* out) {
