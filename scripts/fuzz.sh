@@ -2,7 +2,7 @@
 # Fuzzes ckptfs with libFuzzer (clang, ASan+UBSan), in build-fuzz/ (-DCKPTFS_FUZZ=ON).
 #
 #   scripts/fuzz.sh TARGET SECONDS [LIBFUZZER_ARGS...]  fuzz TARGET (zip, pickle, checkpoint,
-#                                                        safetensors, zero)
+#                                                        safetensors, dcp, zero, gguf)
 #   scripts/fuzz.sh seed                                 (re)build the seeds: build-fuzz/seeds/
 #   scripts/fuzz.sh merge TARGET                         minimize the work corpus into the
 #                                                        committed tests/fuzz/corpus/TARGET/
@@ -18,7 +18,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 build=$root/build-fuzz
-targets=(zip pickle checkpoint safetensors zero)
+targets=(zip pickle checkpoint safetensors dcp zero gguf)
 
 usage() { sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 1; }
 
@@ -28,7 +28,8 @@ configure() {
       -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DCKPTFS_FUZZ=ON >/dev/null
   fi
   nice -n 19 cmake --build "$build" -j"$(nproc)" \
-    --target fuzz_zip fuzz_pickle fuzz_checkpoint fuzz_safetensors fuzz_zero fuzz_seeds >/dev/null
+    --target fuzz_zip fuzz_pickle fuzz_checkpoint fuzz_safetensors fuzz_dcp fuzz_zero fuzz_gguf \
+    fuzz_seeds >/dev/null
 }
 
 # Seeds: real checkpoints (zip and checkpoint targets), their pickles (pickle target), and the

@@ -14,6 +14,7 @@
 #include <ckptfs/source/byte_source.hpp>
 #include <ckptfs/source/location.hpp>
 #include <ckptfs/source/remote.hpp>
+#include <ckptfs/view/served.hpp>
 #include <ckptfs/view/tree.hpp>
 
 #include <fmt/format.h>
@@ -42,8 +43,9 @@ constexpr const char* usage_text = R"(usage: ckptfs [options] CHECKPOINT MOUNTPO
 
 Mounts a checkpoint read-only: a PyTorch file written by torch.save or torch.jit.save
 (.pth/.pt/.ckpt/.bin), a safetensors file, a Hugging Face sharded set (its directory or its
-*.index.json), or a PyTorch Distributed Checkpoint (DCP). Every key becomes a directory with
-the tensor's raw `data`, a `meta.json`, a `tensor.npy` and a `tensor.pt`; the whole-checkpoint
+*.index.json), a PyTorch Distributed Checkpoint (DCP), a DeepSpeed ZeRO checkpoint, a GGUF
+file or split set (llama.cpp, Ollama), or a numpy .npz. Every key becomes a directory with the
+tensor's raw `data`, a `meta.json`, a `tensor.npy` and a `tensor.pt`; the whole-checkpoint
 views (index.json, model.safetensors) are in the hidden folder .ckptfs. Every read is an offset
 read inside the file that holds the tensor. No pickle is ever executed.
 
@@ -73,7 +75,8 @@ options (before or after CHECKPOINT MOUNTPOINT):
                            kernel's own limit, less where pipes are limited to 1 MiB, so
                            that every reply is spliced whole)
        dtype=NAME          serve every floating-point tensor as float16, bfloat16 or float32,
-                           converted on read as torch's .to() converts
+                           converted on read as torch's .to() converts (a GGUF's quantized
+                           tensors: their dequantized values)
        direct_io           reads bypass the mount's page cache: for one-pass copies of a
                            remote checkpoint (rsync, cp); a shared mmap of a file fails
                            unless libfuse >= 3.16 and Linux >= 6.6 allow it
@@ -142,6 +145,14 @@ CHECKPOINT, besides a torch.save file:
                                   does: zero_to_fp32's state dict, each fp32 parameter
                                   assembled from the ranks' *_optim_states.pt on read (a URL
                                   ending in / or /latest too: its files by DeepSpeed's names)
+  FILE.gguf                       a GGUF file (v1-v3, either byte order): each tensor a key, its
+                                  metadata in index.json; quantized tensors (Q4_K...) have their
+                                  blocks in `data` and their values, dequantized on read as
+                                  gguf-py does, in tensor.npy, tensor.pt and model.safetensors
+  NAME-0000K-of-0000N.gguf        a GGUF split set, from any of its files (or its directory,
+                                  when it holds one *.gguf file or set)
+  FILE.npz                        numpy.savez and savez_compressed (inflated on read): each
+                                  .npy member a key; object arrays are never unpickled
 
 the tree (layout=split): the root holds the key directories and the hidden .ckptfs only
   MOUNTPOINT/<key>/data           a tensor's bytes in C order, as stored
@@ -170,9 +181,11 @@ exit status:
   2  the checkpoint or a shard cannot be opened or read (or is not a regular file); pack:
      a file of SRC is missing, or OUT cannot be written
   3  the zip container is invalid
-  4  the pickle, safetensors header or index is invalid, or the checkpoint is inconsistent
+  4  the pickle, safetensors or GGUF header, .npy header or index is invalid, or the
+     checkpoint is inconsistent
      (pack: a meta.json that disagrees with its data, a link leading out of SRC)
-  5  a valid file ckptfs does not serve (compressed record, tar format, no tensors, F6 dtype)
+  5  a valid file ckptfs does not serve (compressed record, tar format, no tensors, F6 dtype,
+     a GGUF header past ckptfs's limits)
   6  the mount failed or never came up (mountpoint, /dev/fuse, permissions, INIT refused)
   7  a server refused access (HTTP 401 or 403: credentials, S3 signature)
   8  a server could not be reached or did not answer (connection, TLS, timeout, HTTP 5xx)
@@ -288,7 +301,7 @@ std::string ready_line(const ckptfs::Model& c, const std::string& checkpoint,
     if (e.kind != ckptfs::Entry::Kind::tensor) continue;
     ++tensors;
     const auto& t = c.tensors[e.tensor];
-    if (t.broken.empty()) bytes += t.nbytes();
+    if (t.broken.empty() && ckptfs::values_not_served(c, t).empty()) bytes += t.nbytes();
   }
   return fmt::format("ckptfs: mounted {} on {} ({} tensors, {} values, {} bytes)", checkpoint,
                      mountpoint, tensors, c.entries.size() - tensors, ckptfs::decimal(bytes));

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <ckptfs/format/dcp/dcp_reader.hpp>
+#include <ckptfs/format/gguf/gguf_reader.hpp>
+#include <ckptfs/format/npz/npz_reader.hpp>
 #include <ckptfs/format/safetensors/safetensors_reader.hpp>
 #include <ckptfs/format/safetensors/sharded_reader.hpp>
 #include <ckptfs/format/split/rfc_reader.hpp>
@@ -36,6 +38,8 @@ struct OpenOptions {
   RfcLimits rfc;                  // RFC directories (their files: `limits`)
   DcpLimits dcp;                  // PyTorch DCP checkpoints (their items: `limits`)
   ZeroLimits zero;                // DeepSpeed ZeRO checkpoints (their files: `limits`)
+  GgufLimits gguf;                // GGUF files
+  NpzLimits npz;                  // .npz files
   SourceOpener open = open_local_file;
 };
 
@@ -75,7 +79,7 @@ class OpenedModel {
 //     files or a `latest` naming a directory that does (read_zero_directory(); a Hugging Face
 //     Trainer's checkpoint-N/ with a model.safetensors mounts that file: name its
 //     global_stepN/ for the ZeRO checkpoint); else its one *.index.json; else, without any,
-//     its one *.safetensors. Several candidates and none of those names (two *.index.json,
+//     its one *.safetensors; else its one *.gguf file or GGUF split set. Several candidates and none of those names (two *.index.json,
 //     say) is an error asking to name the one to mount;
 //   - a file or URL named .metadata: a PyTorch DCP checkpoint (read_dcp()), the files it names
 //     its siblings (sibling_location()), opened with options.open as their items are read;
@@ -88,6 +92,10 @@ class OpenedModel {
 //     below; the first that fails, in the index's order, is the error, naming it;
 //   - a file named *.safetensors or whose first bytes are a safetensors header length and '{':
 //     read_safetensors();
+//   - a file named like a GGUF split set's ("<prefix>-00002-of-00005.gguf"): every file of the
+//     set, opened and read in parallel as the shards above, combined by combine_gguf_splits();
+//   - a file starting with "GGUF": read_gguf();
+//   - a file named *.npz, or a zip whose first member is named *.npy: read_npz();
 //   - a zip: torch.save's (TorchScript and torch.package are refused); a file starting with '{':
 //     an index; anything else: the legacy torch stream (read_torch()).
 // Model::sources are relative to the directory of what was named (for a single file, its name).

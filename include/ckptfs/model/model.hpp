@@ -6,6 +6,7 @@
 #pragma once
 
 #include <ckptfs/base/boxed_optional.hpp>
+#include <ckptfs/model/block_format.hpp>
 #include <ckptfs/model/dtype.hpp>
 
 #include <cstdint>
@@ -30,6 +31,8 @@ enum class Format : std::uint8_t {
   rfc,          // the RFC's split layout: map.pt (the keys in order) and one <name>.pt per key
   dcp,          // PyTorch Distributed Checkpoint: .metadata and __<rank>_<n>.distcp files
   zero,         // DeepSpeed ZeRO (stages 1-3): *_model_states.pt and per-rank *_optim_states.pt
+  gguf,         // llama.cpp's GGUF: typed key-value metadata, then tensors (block-quantized too)
+  npz,          // numpy.savez: a zip of .npy members
 };
 std::string_view format_name(Format format);
 
@@ -171,8 +174,14 @@ struct Tensor {
   std::uint64_t nbytes() const noexcept;  // numel × element size: the logical tensor in C order
   DType stored() const noexcept { return stored_dtype.value_or(dtype); }
   std::size_t stored_element_size() const noexcept { return info(stored()).element_size; }
-  // The bytes of the tensor as stored, in C order: numel × the stored element size (nbytes()
-  // unless stored_dtype says otherwise); 0 on overflow.
+  // A block-quantized tensor (GGUF's Q4_K...): its storage holds, from its first byte, the
+  // blocks of its values in C order (stored_nbytes() bytes), its last dimension a whole number
+  // of blocks; `dtype` is float32, what they dequantize to, stride C order, storage_offset 0.
+  // BlockFormat::none for every other tensor.
+  BlockFormat blocks = BlockFormat::none;
+
+  // The bytes of the tensor as stored: its blocks when block-quantized, else in C order numel ×
+  // the stored element size (nbytes() unless stored_dtype says otherwise); 0 on overflow.
   std::uint64_t stored_nbytes() const noexcept;
   // True when the tensor's bytes in C order are one range of its storage (empty tensors too).
   bool contiguous() const noexcept;
@@ -202,10 +211,19 @@ struct Model {
   std::vector<Entry> entries;        // in the model's order
   // String metadata of the file (safetensors' __metadata__), in the file's order.
   std::vector<std::pair<std::string, std::string>> metadata;
+  // Metadata whose values are not all strings (a GGUF file's typed key-value pairs), in the
+  // file's order, after `metadata`: each key, its type as the file names it ("UINT32",
+  // "ARRAY[STRING]") and its value as compact JSON.
+  struct JsonMetadata {
+    std::string key;
+    std::string type;
+    std::string value_json;
+  };
+  std::vector<JsonMetadata> json_metadata;
 
   // Where the tensor's first byte is in its storage, when the tensor is servable, its bytes in C
-  // order (as stored: stored_nbytes()) are one range of its storage, and that range lies inside
-  // the storage (never for an assembled tensor). No I/O.
+  // order (as stored: stored_nbytes(); a block-quantized tensor's: its blocks) are one range of
+  // its storage, and that range lies inside the storage (never for an assembled tensor). No I/O.
   std::optional<std::uint64_t> offset_in_storage(const Tensor& tensor) const;
   // The same as an absolute offset in the storage's source: it may ask the storage's locator,
   // and so read the source and throw what data_offset() throws.

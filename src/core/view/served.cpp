@@ -4,6 +4,7 @@
 #include <ckptfs/model/assembly.hpp>
 #include <ckptfs/source/byte_source.hpp>
 #include <ckptfs/view/convert.hpp>
+#include <ckptfs/view/dequantize.hpp>
 #include <ckptfs/view/served.hpp>
 
 #include <algorithm>
@@ -138,6 +139,28 @@ std::uint64_t contiguous_offset(const StridedView& view, std::uint64_t offset) {
          static_cast<std::uint64_t>(view.storage_offset) * view.element_size + offset;
 }
 
+// serve() of a block-quantized tensor: its values, dequantized on read.
+ServedTensor serve_blocks(const Model& model, const Tensor& tensor,
+                          std::optional<DType> convert_to) {
+  ServedTensor s;
+  s.dtype = s.stored = tensor.dtype;
+  s.big_endian = big_endian(model, tensor);
+  const auto begin = model.offset_in_storage(tensor);
+  if (!tensor.broken.empty() || !begin || !values_not_served(model, tensor).empty()) return s;
+  // Values are served little-endian, whatever the blocks'.
+  const bool big_endian_blocks = s.big_endian;
+  s.big_endian = false;
+  if (convert_to && convertible(DType::float32, *convert_to)) s.dtype = *convert_to;
+  s.contiguous = true;
+  s.storage = *tensor.storage;
+  s.begin = *begin;
+  s.blocks = tensor.blocks;
+  s.blocks_big_endian = big_endian_blocks;
+  s.nbytes = tensor.numel() * info(s.dtype).element_size;  // float32's fits (Tensor::blocks)
+  if (s.nbytes != 0) s.way = ServedTensor::Way::dequantize;
+  return s;
+}
+
 }  // namespace
 
 void read_stored(const Model& model, const Tensor& tensor, std::uint64_t offset, Sources sources,
@@ -168,8 +191,36 @@ void read_stored(const Model& model, const Tensor& tensor, std::uint64_t offset,
   gather_view(view_of(model, tensor), offset, sources, out);
 }
 
+std::string_view values_not_served(const Model& model, const Tensor& tensor) {
+  if (tensor.blocks == BlockFormat::none) return {};
+  if (!dequantizable(tensor.blocks)) return info(tensor.blocks).not_dequantized;
+  if (big_endian(model, tensor) && !big_endian_dequantizable(tensor.blocks)) {
+    return "big-endian blocks of a type gguf-convert-endian (which writes big-endian GGUF "
+           "files) does not convert: the byte order of their fields is unknown, they are "
+           "served as data only";
+  }
+  return {};
+}
+
+ServedTensor serve_data(const Model& model, const Tensor& tensor, std::optional<DType> convert_to) {
+  if (tensor.blocks == BlockFormat::none) return serve(model, tensor, convert_to);
+  ServedTensor s;
+  s.dtype = s.stored = DType::uint8;
+  s.big_endian = big_endian(model, tensor);
+  const auto begin = model.offset_in_storage(tensor);
+  if (!tensor.broken.empty() || !begin) return s;
+  s.contiguous = true;
+  s.storage = *tensor.storage;
+  s.begin = *begin;
+  s.blocks = tensor.blocks;
+  s.nbytes = tensor.stored_nbytes();
+  if (s.nbytes != 0) s.way = ServedTensor::Way::range;
+  return s;
+}
+
 ServedTensor serve(const Model& model, const Tensor& tensor, std::optional<DType> convert_to,
                    ByteOrder order) {
+  if (tensor.blocks != BlockFormat::none) return serve_blocks(model, tensor, convert_to);
   ServedTensor s;
   s.dtype = tensor.dtype;
   s.stored = tensor.stored();
@@ -292,6 +343,17 @@ void read_served(const Model& model, const Tensor& tensor, const ServedTensor& s
                        read_stored(model, tensor, at, sources,
                                    {reinterpret_cast<char*>(stored.data()), stored.size()});
                      });
+      return;
+    }
+    case ServedTensor::Way::dequantize: {
+      const Storage& storage = model.storages[served.storage];
+      const std::span<char> into = out.add_staged(length, storage.source);
+      // Only the blocks the range touches, a staging buffer at a time.
+      read_dequantized(
+          served.blocks, served.blocks_big_endian, served.dtype, offset,
+          std::as_writable_bytes(into), [&](std::uint64_t at, std::span<std::byte> blocks) {
+            sources[storage.source]->read(data_offset(storage) + served.begin + at, blocks);
+          });
       return;
     }
   }
