@@ -79,8 +79,9 @@ class OpenedModel {
 //     files or a `latest` naming a directory that does (read_zero_directory(); a Hugging Face
 //     Trainer's checkpoint-N/ with a model.safetensors mounts that file: name its
 //     global_stepN/ for the ZeRO checkpoint); else its one *.index.json; else, without any,
-//     its one *.safetensors; else its one *.gguf file or GGUF split set. Several candidates and none of those names (two *.index.json,
-//     say) is an error asking to name the one to mount;
+//     its one *.safetensors; else its one *.gguf file or GGUF split set. Several candidates
+//     and none of those names (two *.index.json, say) is an error asking to name the one to
+//     mount;
 //   - a file or URL named .metadata: a PyTorch DCP checkpoint (read_dcp()), the files it names
 //     its siblings (sibling_location()), opened with options.open as their items are read;
 //   - a URL whose path ends in '/' or "/latest": a DeepSpeed ZeRO checkpoint

@@ -286,7 +286,8 @@ OpenedModel open_model(const std::string& location, const OpenOptions& options) 
     throw Error(ExitCode::io,
                 "a directory without model.safetensors, pytorch_model.bin, an *.index.json, a "
                 "*.safetensors file, a *.gguf file or split set, map.pt (an RFC directory), key "
-                "directories (a split directory), .metadata (a PyTorch DCP checkpoint) or *_model_states.pt (a "
+                "directories (a split directory), .metadata (a PyTorch DCP checkpoint) or "
+                "*_model_states.pt (a "
                 "DeepSpeed checkpoint): nothing to mount");
   }
   if (is_url(location) && looks_like_zero_location(location)) {

@@ -38,23 +38,13 @@
 
 #include <ckptfs/format/directory_model.hpp>
 #include <ckptfs/format/read_limits.hpp>
+#include <ckptfs/format/zero/zero_limits.hpp>
 #include <ckptfs/source/byte_source.hpp>
 
 #include <cstdint>
-#include <functional>
-#include <memory>
 #include <string>
 
 namespace ckptfs {
-
-struct ZeroLimits {
-  std::uint64_t max_ranks = 65'536;                 // model or optimizer states files
-  std::uint64_t max_directory_entries = 1'000'000;  // names in the tag directory
-  std::uint64_t max_parameters = 4'000'000;         // names in param_shapes and frozen_param_shapes
-  std::uint64_t max_groups = 1'000'000;             // param groups, in all
-  std::uint64_t max_pieces = 16'000'000;  // pieces of all parameters (stage 3: params × ranks)
-  std::uint64_t max_latest_bytes = 4096;  // the `latest` file
-};
 
 // Whether the local directory `directory` is a ZeRO checkpoint: a tag directory (it holds a
 // regular *_model_states.pt file), or the directory above one (it holds a regular file `latest`
@@ -73,9 +63,6 @@ bool looks_like_zero_directory(const std::string& directory);
 // `zero` limits; and what read_torch() throws for the first model states file.
 DirectoryModel read_zero_directory(const std::string& directory, const ReadLimits& limits = {},
                                    const ZeroLimits& zero = {});
-
-// Opens one location (a URL) as a source; throws Error when it cannot (io for "not found").
-using ZeroOpener = std::function<std::unique_ptr<ByteSource>(const std::string& location)>;
 
 // Whether `location` (a URL) names a ZeRO checkpoint that read_zero_remote() reads: its path
 // ends in '/' (a directory) or in "/latest". No I/O.

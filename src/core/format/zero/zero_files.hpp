@@ -4,7 +4,7 @@
 // local directory, or by DeepSpeed's names beside a URL.
 #pragma once
 
-#include <ckptfs/format/zero/zero_reader.hpp>
+#include <ckptfs/format/zero/zero_limits.hpp>
 #include <ckptfs/source/byte_source.hpp>
 #include <ckptfs/source/directory.hpp>
 

@@ -6,7 +6,7 @@
 #pragma once
 
 #include <ckptfs/format/read_limits.hpp>
-#include <ckptfs/format/zero/zero_reader.hpp>
+#include <ckptfs/format/zero/zero_limits.hpp>
 #include <ckptfs/model/model.hpp>
 #include <ckptfs/source/byte_source.hpp>
 
