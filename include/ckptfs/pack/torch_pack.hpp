@@ -49,8 +49,11 @@ struct StoragePayload {
 // The same tensor under two keys (tied weights saved as one object) is pickled once and got
 // from the memo the second time, as torch writes it. Values are pickled as write_value() does.
 // The zip's records are named "<prefix>/...", with a byteorder record: "big" when the storages
-// are big-endian. Throws Error(unsupported) when they are of both byte orders (a sharded set
-// with shards of each, or big-endian storages beside converted ones): torch's zip has one.
+// are big-endian, unless a big-endian tensor of a dtype torch saves in an untyped storage
+// (uint16-64, complex32, bcomplex32) is packed: torch.load never swaps those, so the whole file is
+// then written little-endian, each big-endian tensor in a record of its own, swapped. Throws
+// Error(unsupported) when they are of both byte orders (a sharded set with shards of each, or
+// big-endian storages beside converted ones): torch's zip has one.
 class TorchPack {
  public:
   TorchPack(const Model& model, const Selection& selection, std::string prefix,

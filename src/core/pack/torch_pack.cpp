@@ -34,9 +34,23 @@ TorchPack::TorchPack(const Model& model, const Selection& selection, std::string
   TorchPickler torch(w);
   std::map<std::pair<std::size_t, DType>, std::uint64_t> by_storage;
 
+  // torch.load swaps a big-endian file's untyped storages (uint16-64, complex32...: dtypes
+  // without a storage class) as bytes, that is not at all (torch 2.14): when one is packed, the
+  // whole file is written little-endian, each big-endian tensor's bytes swapped in a record of
+  // its own (a file has one byte order).
+  ByteOrder order = ByteOrder::as_stored;
+  for (const std::size_t entry : selection.entries) {
+    const Entry& e = model.entries[entry];
+    if (e.kind != Entry::Kind::tensor) continue;
+    const Tensor& t = model.tensors[e.tensor];
+    if (big_endian(model, t) && info(t.dtype).storage_class.empty() && swap_unit(t.dtype) > 1) {
+      order = ByteOrder::little;
+    }
+  }
+
   // A record of the tensor's own bytes as served (converted, or in C order).
   auto own_record = [&](std::size_t index, std::optional<DType> convert) {
-    const ServedTensor served = serve(model, model.tensors[index], convert);
+    const ServedTensor served = serve(model, model.tensors[index], convert, order);
     payloads_.push_back(
         {StoragePayload::Way::tensor, 0, index, convert, served.nbytes, served.big_endian});
     return TensorArgs{served.dtype,
@@ -49,8 +63,11 @@ TorchPack::TorchPack(const Model& model, const Selection& selection, std::string
   };
   auto args_of = [&](std::size_t index, std::optional<DType> convert) {
     const Tensor& t = model.tensors[index];
-    const ServedTensor served = serve(model, t, convert);
-    if (served.way == ServedTensor::Way::convert || !t.storage) return own_record(index, convert);
+    const ServedTensor served = serve(model, t, convert, order);
+    if (served.way == ServedTensor::Way::convert || served.way == ServedTensor::Way::dequantize ||
+        served.way == ServedTensor::Way::swap || !t.storage || t.stored_dtype) {
+      return own_record(index, convert);
+    }
     const Storage& s = model.storages[*t.storage];
     const bool typed = !info(t.dtype).storage_class.empty();
     if (typed && s.nbytes % t.element_size() != 0) return own_record(index, convert);
@@ -151,7 +168,9 @@ void TorchPack::write(const Model& model, Sources sources, OutputFile& out) cons
           break;
         }
         const Tensor& t = model.tensors[p.tensor];
-        const ServedTensor served = serve(model, t, p.convert_to);
+        // Swapped when its bytes are written little-endian (see the constructor).
+        const ServedTensor served =
+            serve(model, t, p.convert_to, p.big_endian ? ByteOrder::as_stored : ByteOrder::little);
         std::uint32_t crc = 0;
         for (std::uint64_t at = 0; at < served.nbytes; at += chunk_bytes) {
           const auto n =

@@ -61,13 +61,21 @@ const T& once(std::atomic<const T*>& slot, Make make) {
   return *expected;
 }
 
-// A tensor's files, by slot (bit i of file_slots() is slot i; inode: the directory's + 1 + i).
+// A tensor's files, by slot (KeyFile bit i is slot i; inode: the directory's + 1 + i).
 constexpr std::string_view entry_file_names[] = {"data", "meta.json", "tensor.npy", "tensor.pt"};
 constexpr Tree::Kind entry_file_kinds[] = {Tree::Kind::data, Tree::Kind::meta_json,
                                            Tree::Kind::tensor_npy, Tree::Kind::tensor_pt};
 // file_slots() with this bit set is known; a value's value.json and a broken tensor's meta.json
 // are slot 0.
 constexpr std::uint8_t known_slots = 0x80;
+
+// The byte order of a tensor's bytes in its tensor.pt. torch.load byte-swaps a big-endian file's
+// storage by the element size of its typed storage class; a dtype without one (uint16-64,
+// complex32, bcomplex32: torch.storage.UntypedStorage, as torch 2.x saves them) it swaps as
+// bytes, that is not at all (measured with torch 2.14): those are written little-endian.
+ByteOrder torch_file_order(DType dtype) {
+  return info(dtype).storage_class.empty() ? ByteOrder::little : ByteOrder::as_stored;
+}
 
 // The archive tensor.pt holds for a tensor served as `served`; nullopt when torch cannot hold it
 // (a quantization scheme torch does not save, more elements than a pickle may describe).
@@ -96,6 +104,26 @@ std::optional<std::string> value_file_of(const std::string& value_json) {
 
 }  // namespace
 
+std::optional<std::uint8_t> key_file_bit(std::string_view name) {
+  for (std::size_t i = 0; i < std::size(entry_file_names); ++i) {
+    if (name == entry_file_names[i]) return static_cast<std::uint8_t>(1u << i);
+  }
+  if (name == "npy") return key_tensor_npy;
+  if (name == "pt") return key_tensor_pt;
+  if (name == "value.json") return 0;
+  return std::nullopt;
+}
+
+std::string key_files_text(std::uint8_t files) {
+  std::string out;
+  for (std::size_t i = 0; i < std::size(entry_file_names); ++i) {
+    if ((files & (1u << i)) == 0) continue;
+    if (!out.empty()) out += ',';
+    out += entry_file_names[i];
+  }
+  return out;
+}
+
 Modes modes_following(mode_t mode) noexcept {
   const mode_t file = mode & 0666;
   mode_t directory = file | S_IWUSR;
@@ -119,7 +147,8 @@ bool Tree::has_rfc_file(std::size_t entry) const {
   }
   if (e.kind == Entry::Kind::value) return value_file_of(e.value_json).has_value();
   const Tensor& t = model_.tensors[e.tensor];
-  return t.broken.empty() && torch_file_of(model_, t, serve(model_, t, options_.dtype));
+  return t.broken.empty() && values_not_served(model_, t).empty() &&
+         torch_file_of(model_, t, serve(model_, t, options_.dtype, torch_file_order(t.dtype)));
 }
 
 Tree::Tree(Model model, TreeOptions options)
@@ -244,10 +273,12 @@ std::uint8_t Tree::file_slots(std::size_t entry) const {
   const Entry& e = model_.entries[entry];
   if (e.kind == Entry::Kind::value || !model_.tensors[e.tensor].broken.empty()) {
     slots = 1;  // value.json, or a broken tensor's meta.json
+  } else if (!values_not_served(model_, model_.tensors[e.tensor]).empty()) {
+    slots = options_.files & (key_data | key_meta_json);  // blocks whose values are not served
   } else {
-    // data, meta.json, tensor.npy, and tensor.pt when torch can hold the tensor (known once its
-    // archive is planned)
-    slots = entry_files(entry).archive ? 0xf : 0x7;
+    slots = options_.files;
+    // tensor.pt when torch can hold the tensor (known once its archive is planned)
+    if ((slots & key_tensor_pt) && !entry_files(entry).archive) slots &= ~key_tensor_pt;
   }
   file_slots_[entry].store(slots | known_slots, std::memory_order_relaxed);
   return slots;
@@ -390,10 +421,11 @@ const Tree::EntryFiles& Tree::entry_files(std::size_t entry) const {
       return made;
     }
     const Tensor& t = model_.tensors[e.tensor];
-    if (t.broken.empty()) {
+    if (t.broken.empty() && values_not_served(model_, t).empty()) {
       const ServedTensor served = serve(model_, t, options_.dtype);
       f.npy_header = npy_header(numpy_descr(served.dtype, served.big_endian), t.shape);
-      f.archive = torch_file_of(model_, t, served);
+      f.archive =
+          torch_file_of(model_, t, serve(model_, t, options_.dtype, torch_file_order(t.dtype)));
       if (f.archive) {
         f.segments = f.archive->plan().segments();
         for (std::size_t i = 0; i < f.archive->records().size(); ++i) {
@@ -418,7 +450,8 @@ std::uint64_t Tree::size(const Node& n) const {
     case Kind::safetensors_file:
       return safetensors_file_size(n.index);
     case Kind::data:
-      return serve(model_, model_.tensors[model_.entries[n.index].tensor], options_.dtype).nbytes;
+      return serve_data(model_, model_.tensors[model_.entries[n.index].tensor], options_.dtype)
+          .nbytes;
     case Kind::meta_json:
       return meta_json(n.index).size();
     case Kind::tensor_npy:
@@ -530,7 +563,7 @@ void Tree::write_index_json(std::string& out, Flush flush) const {
       j.key("dtype").string(info(served.dtype).name);
       j.key("shape").numbers(t.shape);
       j.key("nbytes");
-      if (t.broken.empty()) {
+      if (t.broken.empty() && values_not_served(model_, t).empty()) {
         j.number(served.nbytes);
       } else {
         j.null();
@@ -605,7 +638,8 @@ std::uint32_t Tree::storage_crc(std::size_t entry, const EntryFiles& files, std:
   if (cached & known) return static_cast<std::uint32_t>(cached);
   const Tensor& t = tensor_of_storage(entry, storage);
   // Only the tensor itself is converted; the quantization parameters are served as stored.
-  const ServedTensor served = serve(model_, t, storage == 0 ? options_.dtype : std::nullopt);
+  const ServedTensor served =
+      serve(model_, t, storage == 0 ? options_.dtype : std::nullopt, torch_file_order(t.dtype));
   std::uint32_t crc = 0;
   const Storage* whole = t.storage ? &model_.storages[*t.storage] : nullptr;
   if (served.way == ServedTensor::Way::range && whole && whole->record_crc32 && served.begin == 0 &&
@@ -665,7 +699,8 @@ void Tree::read_torch_file(std::size_t entry, std::uint64_t offset, std::size_t 
         } else {
           const Tensor& t = tensor_of_storage(entry, record.storage);
           const auto convert_to = record.storage == 0 ? options_.dtype : std::nullopt;
-          read_served(model_, t, serve(model_, t, convert_to), a, n, sources, out);
+          read_served(model_, t, serve(model_, t, convert_to, torch_file_order(t.dtype)), a, n,
+                      sources, out);
         }
         break;
       }
@@ -753,7 +788,11 @@ void Tree::read(Ino ino, std::uint64_t offset, std::size_t length, Sources sourc
         }
         at -= std::min<std::uint64_t>(at, header.size());
       }
-      if (left) read_served(model_, t, serve(model_, t, options_.dtype), at, left, sources, out);
+      if (left == 0) return;
+      // `data` holds a block-quantized tensor's blocks, tensor.npy its values.
+      const ServedTensor served = n->kind == Kind::data ? serve_data(model_, t, options_.dtype)
+                                                        : serve(model_, t, options_.dtype);
+      read_served(model_, t, served, at, left, sources, out);
       return;
     }
   }
