@@ -152,27 +152,36 @@ class ReadmeRecipes(unittest.TestCase):
 
     # -- running blocks ----------------------------------------------------------------------
 
-    def run_block(self, block, check=""):
-        """Runs one block in the recipe's directory; `check` (python blocks) is run after it in
-        the same process. Returns its stdout."""
-        if block.lang == "sh":
-            args = ["bash", "-euo", "pipefail", "-c", self.prelude + block.code]
-        elif block.lang == "python":
-            # Blank lines first, so that a traceback gives the README's line.
-            source = "\n" * (block.line - 1) + block.code + "\n" + check
-            script = self.tmp / f"{block.name}-{block.line}.py"
-            script.write_text(source)
-            args = ["/usr/bin/python3", "-c",
-                    f"import sys; __file__ = 'README.md'; "
-                    f"exec(compile(open({str(script)!r}).read(), 'README.md', 'exec'))"]
-        elif block.lang == "console":
+    def run_block(self, block):
+        """Runs one sh or console block in the recipe's directory. Returns its stdout."""
+        if block.lang == "console":
             return self.run_console(block)
-        else:
+        if block.lang != "sh":
             raise AssertionError(f"{block.where()}: no runner for {block.lang!r} blocks")
+        return self.run_process(["bash", "-euo", "pipefail", "-c", self.prelude + block.code],
+                                block.where())
+
+    def run_python(self, blocks):
+        """Consecutive python blocks, in one process as a reader runs them one after the other,
+        each followed by its check (test code, given with the block). A traceback names the
+        README's lines."""
+        steps = []
+        for block, check in blocks:
+            steps.append(("\n" * (block.line - 1) + block.code, "README.md"))
+            if check:
+                steps.append((check, f"<check after README.md:{block.line}>"))
+        script = self.tmp / f"{blocks[0][0].name}-{blocks[0][0].line}.py"
+        script.write_text(f"import json\nns = {{'__name__': '__main__'}}\n"
+                          f"for code, name in json.loads({json.dumps(json.dumps(steps))}):\n"
+                          f"    exec(compile(code, name, 'exec'), ns)\n")
+        return self.run_process(["/usr/bin/python3", str(script)],
+                                " + ".join(b.where() for b, _ in blocks))
+
+    def run_process(self, args, where):
         r = subprocess.run(args, cwd=self.dir, env=self.env, capture_output=True,
                            timeout=BLOCK_TIMEOUT)
         self.assertEqual(r.returncode, 0,
-                         f"{block.where()} failed (exit {r.returncode}):\n--- stdout\n"
+                         f"{where} failed (exit {r.returncode}):\n--- stdout\n"
                          f"{r.stdout.decode(errors='replace')[-3000:]}\n--- stderr\n"
                          f"{r.stderr.decode(errors='replace')[-3000:]}")
         return r.stdout.decode()
@@ -196,10 +205,20 @@ class ReadmeRecipes(unittest.TestCase):
         return "".join(out)
 
     def run_recipe(self, name, checks=None):
-        """Every block of recipe `name`, in order; `checks` maps a block's index to the python
-        run after it. Returns the blocks' stdout."""
-        return "".join(self.run_block(b, (checks or {}).get(i, ""))
-                       for i, b in enumerate(recipe(name)))
+        """Every block of recipe `name`, in order (consecutive python blocks in one process);
+        `checks` maps a block's index in the recipe to the python run after it. Returns the
+        blocks' stdout."""
+        out, python = [], []
+        for i, b in enumerate(recipe(name) + [None]):
+            if b is not None and b.lang == "python":
+                python.append((b, (checks or {}).get(i, "")))
+                continue
+            if python:
+                out.append(self.run_python(python))
+                python = []
+            if b is not None:
+                out.append(self.run_block(b))
+        return "".join(out)
 
     def assert_nothing_mounted(self):
         left = [p for p in mount_points() if Path(p).is_relative_to(self.tmp)]
@@ -296,18 +315,20 @@ scp() {{ local a args=(); for a in "$@"; do args+=("$(to_gpu_box "$a")"); done; 
         self.assert_nothing_mounted()
 
     def test_load(self):
-        # After the python block: what the README's `model` holds, saved for the check below,
-        # and the first loop's result (the second overwrites the same parameters).
-        check = ("torch.save(model.state_dict(), 'loaded.pt')\n"
-                 "torch.save(state, 'state.pt')\n")
-        self.run_recipe("load", checks={1: check})
+        """Both ways load the checkpoint's model. tensor.pt's: what the first block's `model`
+        holds, saved after it; then the test zeroes the parameters, so that what the second
+        block's `model` holds is tensor.npy's doing."""
+        after_pt = ("torch.save(model.state_dict(), 'by-tensor-pt.pt')\n"
+                    "with torch.no_grad():\n"
+                    "    for p in model.state_dict().values(): p.zero_()\n")
+        after_npy = "torch.save(model.state_dict(), 'by-tensor-npy.pt')\n"
+        self.run_recipe("load", checks={1: after_pt, 2: after_npy})
         expected = torch.load(self.dir / "train.pth")["model"]
-        for what in ("loaded.pt", "state.pt"):
+        for what in ("by-tensor-pt.pt", "by-tensor-npy.pt"):
             got = torch.load(self.dir / what)
             self.assertEqual(list(got), list(expected), what)
             for k, t in expected.items():
                 self.assertTrue(torch.equal(got[k], t), f"{what}: {k}")
-        self.assertNotEqual(list(expected)[0][:6], "model.")  # the prefix was stripped
         self.assert_nothing_mounted()
 
     def test_convert(self):
