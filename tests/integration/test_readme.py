@@ -22,9 +22,8 @@ A tagged recipe without a test here, or a test whose recipe is gone, fails
 (test_every_recipe_is_run).
 
 Run by ctest as `/usr/bin/python3 -m unittest -v test_readme` with CKPTFS (see fixtures.py).
-Needs /dev/fuse, fusermount3, rsync, jq, torch; the copy recipe sshd (package openssh-server;
-skipped with the reason without it), the remote one nginx and the S3 server that
-scripts/install-deps.sh installs.
+Needs /dev/fuse, fusermount3, torch, and what scripts/install-deps.sh installs: rsync, jq, sshd
+(the copy recipe; skipped with the reason without it), nginx and the S3 server (the remote one).
 """
 
 import json
