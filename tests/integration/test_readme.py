@@ -199,7 +199,8 @@ class ReadmeRecipes(unittest.TestCase):
                                  f"{block.where()}: `{command}` lists other names than the README")
             else:
                 self.assertEqual(got.split(), shown.split(),
-                                 f"{block.where()}: `{command}` prints other than the README:\n{got}")
+                                 f"{block.where()}: `{command}` prints other than the "
+                                 f"README:\n{got}")
             out.append(got)
         return "".join(out)
 
@@ -373,7 +374,8 @@ scp() {{ local a args=(); for a in "$@"; do args+=("$(to_gpu_box "$a")"); done; 
         out = "".join(self.run_block(b) for b in blocks)
         self.assertTrue(nginx.since(mark), "nginx served nothing: the URL was not substituted")
         sample = self.sample()
-        self.assertEqual(sorted(os.listdir(self.dir / "encoder")), ["encoder.bias", "encoder.weight"])
+        self.assertEqual(sorted(os.listdir(self.dir / "encoder")),
+                         ["encoder.bias", "encoder.weight"])
         for k in ("encoder.weight", "encoder.bias"):
             self.assertEqual((self.dir / "encoder" / k / "data").read_bytes(),
                              sample[k].numpy().tobytes(), k)
