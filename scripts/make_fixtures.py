@@ -529,7 +529,8 @@ class _RefUnpickler(pickle.Unpickler):
         if module == "torch" and (name in ref.DTYPE_SIZES or name.startswith("per_")
                                   or name in ref.SPARSE_PARTS):
             return name  # a dtype, a qscheme or a layout, by its name
-        if module in ("builtins", "__builtin__", "_codecs", "argparse"):
+        if module in ("builtins", "__builtin__", "_codecs", "argparse") or (
+                (module, name) in (("numpy", "dtype"), ("numpy.core.multiarray", "scalar"))):
             return super().find_class(module, name)
         return ref.stub_class(module, name)
 
@@ -749,6 +750,38 @@ def fixture_training():
         "ema": ema,  # an object with a tensor below: its state is walked
         "rng_state": torch.get_rng_state(),
         "best": 0.125,
+    }
+
+
+def fixture_values():
+    """Every kind of value the restricted pickle machine reads, each a value entry beside one
+    tensor: what pack and the RFC layout must write back as torch.load gives it, types and all
+    (tuples, int keys, sets, bytearrays, OrderedDicts, torch.Size, numpy scalars), what value.json
+    says by its rule, and real dict keys that look like value.json's markers."""
+    shared = [1, 2]
+    be = np.array([2.0], dtype=">f8")[0]  # a big-endian numpy scalar: described only
+    return {
+        "weight": torch.arange(4.0),
+        "betas": (0.9, 0.999),
+        "id2label": {0: "cat", 1: "dog"},
+        "keys": {0: "int", "0": "str", 1.5: "float", None: "none", b"k": "bytes",
+                 (1, "a"): "tuple", frozenset({2}): "frozenset", True: "bool"},
+        "sets": [set(), {1, 2, 3}, frozenset(), frozenset({4, 5}), {(1, 2)}],
+        "bytes": [b"", b"\x00\xff", bytearray(), bytearray(b"\x00ab")],
+        "nested": {"a": [(1, (2, [3, {4: (5,)}]))], "b": {"c": ({"d": {6}},)}},
+        "ordered": collections.OrderedDict([("b", 1), ("a", (2,)), (3, "x")]),
+        "size": torch.Size([2, 3]),
+        "numpy": [np.float64(0.5), np.float32(0.25), np.int64(-3), np.int32(7), np.uint8(255),
+                  np.bool_(True)],
+        "numpy_described": [np.float16(1.5), be],
+        "ints": [2**70, -2**70, 2**(8 * 5000), -(2**(8 * 5000))],
+        "floats": [float("nan"), float("inf"), -float("inf"), -0.0, 1e-300],
+        "strings": ["", "é 层", "lone \udcff surrogate"],
+        "like_markers": [{"__float__": "nan"}, {"__bytes__": "00ff"},
+                         {"__class__": "os.system", "args": ["rm -rf /"]},
+                         {"__tuple__": [1]}, {"a": 1, "__dict__": 2}, {"__": 0}],
+        "shared": (shared, shared),
+        "empty": [[], (), {}, "", collections.OrderedDict()],
     }
 
 
@@ -1312,6 +1345,7 @@ def make_all(outdir):
     torch_fixture("dtypes", fixture_dtypes())
     torch_fixture("views", fixture_views(), to_path=False)
     torch_fixture("training", fixture_training())
+    torch_fixture("values", fixture_values())
     torch_fixture("keys", fixture_keys())
     torch_fixture("collisions", fixture_collisions())
     torch_fixture("quantized", fixture_quantized())

@@ -8,6 +8,7 @@
 #include <ckptfs/pack/key_glob.hpp>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -28,9 +29,9 @@ std::optional<PackFormat> pack_format_of(std::string_view path);
 struct Selection {
   std::vector<std::size_t> entries;  // into Model::entries, in the model's order
   std::vector<std::string> keys;     // each one's key in the output: unique (see below)
-  // For each value entry, the plain value it holds (format/pickle/plain_value.hpp); none for
-  // tensors.
-  std::vector<pickle::Value> values;
+  // For each value entry, the plain value it holds (entry_value(), format/pickle/
+  // read_plain_value.hpp); null for tensors.
+  std::vector<std::shared_ptr<const PlainValue>> values;
   struct LeftOut {
     std::size_t entry;
     std::string why;
@@ -42,7 +43,7 @@ struct Selection {
 //   - a broken tensor is refused: Error(bad_checkpoint) naming its key and why it is broken
 //     (torch.load could not read it either);
 //   - a pattern that selects no key is Error(usage) naming it (a typo would pack nothing);
-//   - left out, with why: for torch, values that are not plain (plain_value.hpp: objects
+//   - left out, with why: for torch, values that are not plain (read_plain_value.hpp: objects
 //     ckptfs never builds) and quantized tensors torch does not save (quint4x2, quint2x4,
 //     schemes other than per-tensor and per-channel affine); for safetensors, every value and
 //     every tensor whose dtype (converted by `convert_to`, as serve() does) safetensors lacks;

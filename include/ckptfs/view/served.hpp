@@ -40,8 +40,8 @@ enum class ByteOrder : std::uint8_t { as_stored, little };
 // tensor that convert() handles (a float16/bfloat16/float32/float64 tensor; not integers, bool,
 // complex, float8 or quantized ones) and its converted bytes fit a file. An identity conversion
 // of little-endian bytes is no conversion. ByteOrder::little: a big-endian tensor that is not
-// converted is swapped (Way::swap; one-byte elements need nothing). Way::none with nbytes 0 for
-// a broken tensor.
+// converted is swapped (Way::swap; one-byte elements need nothing), and big_endian is false
+// whatever the tensor. Way::none with nbytes 0 for a broken tensor.
 ServedTensor serve(const Model& model, const Tensor& tensor,
                    std::optional<DType> convert_to = std::nullopt,
                    ByteOrder order = ByteOrder::as_stored);
