@@ -15,6 +15,7 @@ path itself), since a mount whose daemon is stopped or dead does not answer.
 import os
 import subprocess
 import time
+from pathlib import Path
 from typing import NamedTuple
 
 
@@ -106,12 +107,25 @@ def unmount(path, attempts=50, lazy_after=10, delay=0.05):
     return not is_mounted(path)
 
 
+# The hidden folder at a mount's root that holds the whole-checkpoint views: index.json and
+# model.safetensors (or, with -o shard_size, model-0000N-of-0000M.safetensors and
+# model.safetensors.index.json). The root lists key directories only (in -o layout=rfc: map.pt
+# and the <name>.pt files) and this folder. Every tool and test finds the views through
+# views_dir(), the one place that knows where they are.
+VIEWS_FOLDER = ".ckptfs"
+
+
+def views_dir(mnt):
+    """The folder of the whole-checkpoint views of the mount on `mnt`, as a Path."""
+    return Path(mnt) / VIEWS_FOLDER
+
+
 def index_readable(path):
     """Whether `path` is mounted and its index.json (ckptfs's) gives a first byte."""
     if not is_mounted(path):
         return False
     try:
-        with open(os.path.join(path, "index.json"), "rb") as f:
+        with open(views_dir(path) / "index.json", "rb") as f:
             return bool(f.read(1))
     except OSError:
         return False

@@ -20,8 +20,8 @@ integration tests (tests/integration/) share:
     values      simple_json, NOT_JSON, value_from_json, same_value, value_entry, has_opaque,
                 json_equal: value.json's rule (docs/VALUES.md) both ways, a value's entry, and
                 how ckptfs's JSON and values compare with torch's
-    names       directory_name, entry_names, rfc_file_names, fnv1a64, ROOT_FILES: the names of
-                keys in the mount
+    names       directory_name, entry_names, rfc_file_names, fnv1a64, VIEW_FILES: the names of
+                keys in the mount, and of the views in its .ckptfs folder
 
 (Mounts, /proc/self/mountinfo and unmounting are ckptfs_mounts.py's, beside this file.)
 
@@ -49,7 +49,7 @@ import torch
 DTYPE_SIZES = {
     "float32": 4, "float64": 8, "float16": 2, "bfloat16": 2,
     "int64": 8, "int32": 4, "int16": 2, "int8": 1, "uint8": 1, "bool": 1,
-    "complex64": 8, "complex128": 16, "complex32": 4,
+    "complex64": 8, "complex128": 16, "complex32": 4, "bcomplex32": 4,
     "float8_e5m2": 1, "float8_e4m3fn": 1, "float8_e5m2fnuz": 1, "float8_e4m3fnuz": 1,
     "float8_e8m0fnu": 1, "float4_e2m1fn_x2": 1, "uint16": 2, "uint32": 4, "uint64": 8,
     "bits8": 1,
@@ -62,14 +62,14 @@ NUMPY_KIND = {
     "float32": "f4", "float64": "f8", "float16": "f2", "int8": "i1", "uint8": "u1",
     "int16": "i2", "int32": "i4", "int64": "i8", "uint16": "u2", "uint32": "u4", "uint64": "u8",
     "bool": "b1", "complex64": "c8", "complex128": "c16",
-    "bfloat16": "u2", "complex32": "u4", "bits8": "u1",
+    "bfloat16": "u2", "complex32": "u4", "bcomplex32": "u4", "bits8": "u1",
     "float8_e5m2": "u1", "float8_e4m3fn": "u1", "float8_e5m2fnuz": "u1", "float8_e4m3fnuz": "u1",
     "float8_e8m0fnu": "u1", "float4_e2m1fn_x2": "u1",
     "qint8": "i1", "quint8": "u1", "qint32": "i4",  # the integer representation
 }
 
 # Byte swapping is per element, complex numbers per half (their real and imaginary parts).
-SWAP_UNIT = {"complex64": 4, "complex128": 8, "complex32": 2}
+SWAP_UNIT = {"complex64": 4, "complex128": 8, "complex32": 2, "bcomplex32": 2}
 
 
 def dtype_name(dt):
@@ -855,16 +855,16 @@ def fnv1a64(data):
     return h
 
 
-# The files at the root of a mount (the default layout, one model.safetensors).
-ROOT_FILES = ("index.json", "model.safetensors")
+# The files of a mount's .ckptfs folder (the default layout, one model.safetensors).
+VIEW_FILES = ("index.json", "model.safetensors")
 
-_RESERVED = {b"", b".", b"..", b"index.json", b"map", b"model.safetensors",
-             b"model.safetensors.index.json"}
+_RESERVED = {b"", b"index.json", b"map", b"model.safetensors", b"model.safetensors.index.json"}
 
 
 def _reserved(raw):
-    """Whether a key's name is one the mount's root uses itself (in any layout or view)."""
-    if raw in _RESERVED:
+    """Whether a key's name gets a '%' in front: a hidden name (".", "..", ".ckptfs"...), the
+    empty one, map.pt's, or a name the root's views had before they moved into .ckptfs."""
+    if raw in _RESERVED or raw.startswith(b"."):
         return True
     m = re.fullmatch(rb"model-([0-9]+)-of-([0-9]+)\.safetensors", raw)
     return m is not None
@@ -888,10 +888,11 @@ def _cut(name, cut, raw):
 
 
 def directory_name(key):
-    """The directory name of a key: '%' -> %25, '/' -> %2F, NUL -> %00; the root's own names
-    ('', '.', '..', 'index.json', 'map', 'model.safetensors', 'model.safetensors.index.json',
-    'model-N-of-M.safetensors') get a '%' in front; past 255 bytes: the first 200 bytes (cut
-    where a character starts) + '%~' + FNV-1a 64 of the key in 16 hex digits."""
+    """The directory name of a key: '%' -> %25, '/' -> %2F, NUL -> %00; a name starting with
+    '.' and the names '', 'index.json', 'map', 'model.safetensors',
+    'model.safetensors.index.json', 'model-N-of-M.safetensors' get a '%' in front; past 255
+    bytes: the first 200 bytes (cut where a character starts) + '%~' + FNV-1a 64 of the key in
+    16 hex digits."""
     raw = key.encode("utf-8", "surrogatepass")
     name, cut = _escaped(raw)
     if len(name) > 255:

@@ -8,7 +8,7 @@ trap 'mountpoint -q "$mnt" && fusermount3 -u "$mnt"; rmdir "$mnt"' EXIT
 set -x
 build/ckptfs inspect "$sample"
 build/ckptfs "$sample" "$mnt"
-ls -l "$mnt" "$mnt/encoder.weight"
+ls -l "$mnt" "$mnt/encoder.weight" "$mnt/.ckptfs"
 cat "$mnt/encoder.weight/meta.json"
 /usr/bin/python3 -c "import numpy; print(numpy.load('$mnt/encoder.weight/tensor.npy'))"
 fusermount3 -u "$mnt"

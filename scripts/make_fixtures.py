@@ -797,6 +797,8 @@ def fixture_keys():
         "a.b": t(3),
         ".": t(1),
         "..": t(1),
+        ".ckptfs": t(1),  # the views' folder's name: a key's is %.ckptfs
+        ".hidden.weight": t(2),  # no key is hidden from `*`: %.hidden.weight
         "": t(2),
         "poids.ünïcødé.层": t(2, 2),
         "emoji 🔥🧠": t(1),

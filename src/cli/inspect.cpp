@@ -59,7 +59,12 @@ void print_inspect_table(const Model& c, std::FILE* out) {
       where = "broken: " + t.broken;
     } else {
       tensor_bytes += t.nbytes();
-      if (!t.contiguous()) where = "strided";
+      if (t.assembly) {
+        const std::size_t pieces = c.assemblies[*t.assembly].size();
+        where = fmt::format("{} piece{}", pieces, pieces == 1 ? "" : "s");
+      } else if (!t.contiguous()) {
+        where = "strided";
+      }
     }
     std::string source;
     if (sources_column && t.storage) {

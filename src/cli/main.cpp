@@ -20,6 +20,7 @@
 
 #include <malloc.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <climits>
 #include <cstdlib>
@@ -40,9 +41,10 @@ constexpr const char* usage_text = R"(usage: ckptfs [options] CHECKPOINT MOUNTPO
 
 Mounts a checkpoint read-only: a PyTorch file written by torch.save or torch.jit.save
 (.pth/.pt/.ckpt/.bin), a safetensors file, or a Hugging Face sharded set (its directory or its
-*.index.json). Every key becomes a directory with the tensor's raw `data`, a `meta.json` and a
-`tensor.npy`, and every read is an offset read inside the file that holds the tensor. No pickle
-is ever executed.
+*.index.json). Every key becomes a directory with the tensor's raw `data`, a `meta.json`, a
+`tensor.npy` and a `tensor.pt`; the whole-checkpoint views (index.json, model.safetensors) are in
+the hidden folder .ckptfs. Every read is an offset read inside the file that holds the tensor.
+No pickle is ever executed.
 
 CHECKPOINT is a file or a directory (see below), or a URL: http://, https:// (presigned URLs
 too) or s3://BUCKET/KEY (credentials, region and endpoint from AWS_ACCESS_KEY_ID,
@@ -55,7 +57,9 @@ options (before or after CHECKPOINT MOUNTPOINT):
   -d, --debug            foreground, with libfuse's debug output
   -o OPT[,OPT...]        mount options:
        uid=N, gid=N        owner of every file (default: the user who mounts)
-       umask=OCTAL         permission bits to clear (default 0222: files 0444, dirs 0555)
+       umask=OCTAL         files 0666 & ~umask, dirs 0777 & ~umask (default: the
+                           checkpoint's own mode: 0644 gives files 0644, dirs 0755; 0600
+                           gives 0600, 0700; a URL 0644, 0755); writes fail (EROFS) anyway
        allow_other         let other users read the mount (needs user_allow_other for non-root)
        allow_root          let root read it too, and no other user
        auto_unmount        unmount even when ckptfs is killed (fusermount3 watches it)
@@ -72,13 +76,12 @@ options (before or after CHECKPOINT MOUNTPOINT):
        direct_io           reads bypass the mount's page cache: for one-pass copies of a
                            remote checkpoint (rsync, cp); a shared mmap of a file fails
                            unless libfuse >= 3.16 and Linux >= 6.6 allow it
-       shard_size=SIZE     the root holds the sharded set save_pretrained would write
+       shard_size=SIZE     .ckptfs holds the sharded set save_pretrained would write
                            (model-0000N-of-0000M.safetensors, model.safetensors.index.json)
                            instead of model.safetensors; SIZE like 5GB, 500MB, 2GiB
        layout=rfc          the root holds the transformers RFC's split layout instead:
-                           index.json, map.pt (torch.save of the keys, in order) and one
-                           <key>.pt per entry that torch.load reads alone (layout=split: the
-                           default, below)
+                           map.pt (torch.save of the keys, in order) and one <key>.pt per
+                           entry that torch.load reads alone (layout=split: the default, below)
        fsname=NAME         the source shown in /proc/mounts (default: the checkpoint's path)
        subtype=NAME        the type shown, fuse.NAME (default: fuse.ckptfs)
      remote checkpoints (URLs):
@@ -123,19 +126,23 @@ CHECKPOINT, besides a torch.save file:
   DIR/NAME.index.json             a sharded set: each key from the shard its weight_map names
                                   (a URL too: the shards beside it)
 
-the tree (layout=split):
-  MOUNTPOINT/index.json           every entry: key, path, kind, dtype, shape, nbytes; the
-                                  files read (sources) and the file's metadata
-  MOUNTPOINT/model.safetensors    every tensor as one safetensors file (see shard_size=)
+the tree (layout=split): the root holds the key directories and the hidden .ckptfs only
   MOUNTPOINT/<key>/data           a tensor's bytes in C order, as stored
   MOUNTPOINT/<key>/meta.json      dtype, shape, stride, source file, offsets, storage, sharing
   MOUNTPOINT/<key>/tensor.npy     the same bytes behind a .npy header
   MOUNTPOINT/<key>/tensor.pt      the tensor alone, as torch.save writes it (torch.load reads it)
   MOUNTPOINT/<key>/value.json     a non-tensor value as JSON
+  MOUNTPOINT/.ckptfs/index.json   every entry: key, path, kind, dtype, shape, nbytes; the
+                                  files read (sources) and the file's metadata
+  MOUNTPOINT/.ckptfs/model.safetensors  every tensor as one safetensors file (see shard_size=)
 the tree (layout=rfc):
-  MOUNTPOINT/index.json           as above; an entry's path is its file, or null without one
   MOUNTPOINT/map.pt               torch.save of the list of keys that have a file, in order
+                                  (beside the <key>.pt files, where the RFC's loaders look)
   MOUNTPOINT/<key>.pt             a tensor (its tensor.pt), or a value JSON describes whole
+  MOUNTPOINT/.ckptfs/index.json   as above; an entry's path is its file, or null without one
+<key> is the key, with '%' written %25 and '/' %2F; a key that starts with '.' (or is named
+like a view: index.json, map, model.safetensors) gets a '%' in front, so that MOUNTPOINT/P*
+matches key directories only
 
 mount from fstab or mount(8): mount -t fuse.ckptfs CHECKPOINT MOUNTPOINT -o ro,allow_other
 unmount with: fusermount3 -u MOUNTPOINT (or umount as root)
@@ -221,6 +228,18 @@ std::string escaped_fsname(const std::string& path) {
   return out;
 }
 
+// The modes of the mount's files and directories: -o umask= when given, else those that follow
+// the checkpoint's own mode (the file's, or the directory's when a directory is mounted); a URL
+// has none, and is shown as a file downloaded with the usual umask 022 would be (0644, 0755).
+ckptfs::Modes mount_modes(const ckptfs::cli::MountOptions& o) {
+  if (o.umask) return ckptfs::modes_from_umask(*o.umask);
+  struct stat st {};
+  if (ckptfs::is_url(o.checkpoint) || ::stat(o.checkpoint.c_str(), &st) != 0) {
+    return ckptfs::modes_following(0644);
+  }
+  return ckptfs::modes_following(st.st_mode);
+}
+
 // "ckptfs: mounted CHECKPOINT on MOUNTPOINT (N tensors, M values, X bytes)": X counts the bytes
 // of the tensors that are served, as index.json's total_bytes.
 std::string ready_line(const ckptfs::Model& c, const std::string& checkpoint,
@@ -281,7 +300,7 @@ int run_mount(const std::vector<std::string>& args) {
     tree_options.source_path = absolute;
     tree_options.uid = o.uid.value_or(::getuid());
     tree_options.gid = o.gid.value_or(::getgid());
-    tree_options.umask = o.umask.value_or(0222);
+    tree_options.modes = mount_modes(o);
     tree_options.times = opened->times();
     tree_options.dtype = o.dtype;
     tree_options.shard_size = o.shard_size;

@@ -29,8 +29,8 @@ once complete (a failed or killed pack leaves nothing under its name).
 SRC  anything ckptfs reads (a .pth/.pt/.bin file, a safetensors file, a sharded set, a
      TorchScript archive, a URL), or
      a split directory: key directories copied out of a mount (meta.json and data, or
-     value.json), with or without the mount's index.json, e.g. after
-     rsync -a /mnt/model/decoder.* dest/
+     value.json), with or without the mount's .ckptfs/index.json, e.g. after
+     rsync -a /mnt/model/decoder.* dest/  (or a whole mount: rsync -a /mnt/model/ dest/)
      an RFC directory: map.pt (torch.save of the list of keys) and one <name>.pt per key
 OUT  gets SRC's permission bits under the umask, as cp gives them; its suffix picks the
      format:
@@ -46,8 +46,8 @@ OUT  gets SRC's permission bits under the umask, as cp gives them; its suffix pi
   -o OPT,...    remote options for a URL (timeout=, cache_size=, cacert=, insecure...)
 
 Left out, each said on stderr: values that are no plain Python value (objects ckptfs never
-builds), quantized tensors torch does not save, and for safetensors every value and every
-tensor of a dtype it lacks. A broken tensor is an error (leave it out with --keys).
+builds), quantized tensors ckptfs does not write (quint4x2, quint2x4), and for safetensors
+every value and every tensor of a dtype it lacks. A broken tensor is an error (leave it out with --keys).
 
 exit status: 0 written; 1 usage (the command line, OUT's suffix, OUT exists, a GLOB matching
 nothing); 2 SRC, a file in it, or OUT cannot be opened, read or written; 3 an invalid zip;

@@ -160,7 +160,7 @@ bool any_source_changed(const Context& ctx, bool check_path) {
 
 // Whether the source a file shows or describes changed (Tree::source_of(): a tensor entry's
 // files, its storage's source; in a sharded set only the changed shard's tensors fail), or any
-// source for the rest (index.json, the export, values).
+// source for the rest (.ckptfs's views, values).
 bool file_sources_changed(const Context& ctx, const Tree::Node& n, bool check_path) {
   const std::uint32_t source = ctx.tree.source_of(n);
   if (source == Tree::every_source || source >= ctx.sources.size()) {
@@ -232,7 +232,8 @@ fuse_entry_param entry_of(const Tree& tree, Tree::Ino ino) {
 }
 
 bool is_directory(const Tree::Node& n) {
-  return n.kind == Tree::Kind::root || n.kind == Tree::Kind::entry_dir;
+  return n.kind == Tree::Kind::root || n.kind == Tree::Kind::views_dir ||
+         n.kind == Tree::Kind::entry_dir;
 }
 
 void op_init(void* userdata, fuse_conn_info* conn) {
@@ -437,7 +438,7 @@ void list_directory(Reply& reply, const Tree& tree, fuse_ino_t ino, size_t size,
                                     &e, next);
     } else if (plus) {
       // Node id 0: the kernel takes the name and type only, and looks the file up when it is
-      // stat'ed; a listing of the root does not count index.json and model.safetensors.
+      // stat'ed; a listing of .ckptfs does not count index.json and model.safetensors.
       fuse_entry_param e{};
       e.attr.st_ino = child;
       e.attr.st_mode = S_IFREG;

@@ -9,6 +9,9 @@
     CKPTFS_FUSE_DEVICE the FUSE device require() checks      (default: /dev/fuse; a missing path
                                                               shows what a machine without FUSE
                                                               does: every module that mounts skips)
+    CKPTFS_INTEROP_ROOT the interop root (scripts/interop-root; default /var/cache/ckptfs/sid-root):
+                       the tests of tests/interop/ need it
+    CKPTFS_INTEROP_REQUIRED=1  a missing interop root fails those tests instead (.ci/run)
 
 what each test module needs from the machine (require(): skipped as a whole, exit 77, when it is
 missing), which fixtures there are (a missing fixture is a failure, never a skip), and how they
@@ -30,6 +33,12 @@ import unittest
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+if str(REPO / "scripts") not in sys.path:
+    sys.path.insert(0, str(REPO / "scripts"))
+
+# Where a mount keeps its whole-checkpoint views (index.json, model.safetensors, the shard set):
+# MNT/.ckptfs. Tests find them through views_dir(mnt), never by a path of their own.
+from ckptfs_mounts import VIEWS_FOLDER, views_dir  # noqa: E402,F401
 CKPTFS = Path(os.environ.get("CKPTFS", REPO / "build" / "ckptfs")).absolute()
 FIXTURES = Path(os.environ.get("CKPTFS_FIXTURES", REPO / "build" / "fixtures")).absolute()
 
@@ -67,12 +76,16 @@ needs_corpus = unittest.skipIf(corpus_absent() is not None, corpus_absent() or "
 # (SKIP_RETURN_CODE in tests/CMakeLists.txt), not as passed or failed.
 SKIP_EXIT_STATUS = 77
 FUSE_DEVICE = os.environ.get("CKPTFS_FUSE_DEVICE", "/dev/fuse")
+INTEROP_ROOT = Path(os.environ.get("CKPTFS_INTEROP_ROOT", "/var/cache/ckptfs/sid-root"))
+# What scripts/interop-root writes last, once every package of the root is installed.
+INTEROP_STAMP = "etc/ckptfs-interop"
 
 
 def missing(*needs):
     """Why this machine lacks what `needs` names ("fuse": a FUSE device that opens read-write
     and fusermount3; "torch": torch and numpy for this Python; "corpus": the corpus, see
-    corpus_absent()): a list of reasons, empty when nothing is missing."""
+    corpus_absent(); "interop": the interop root, complete, and root's rights to chroot into
+    it): a list of reasons, empty when nothing is missing."""
     reasons = []
     if "fuse" in needs:
         try:
@@ -89,14 +102,27 @@ def missing(*needs):
                 reasons.append(f"{sys.executable} cannot import {module} ({e})")
     if "corpus" in needs and corpus_absent() is not None:
         reasons.append(corpus_absent())
+    if "interop" in needs:
+        if not (INTEROP_ROOT / INTEROP_STAMP).is_file():
+            made = "is not complete" if INTEROP_ROOT.exists() else "does not exist"
+            reasons.append(f"the interop root {INTEROP_ROOT} {made} (make it: "
+                           f"scripts/interop-root; CKPTFS_INTEROP_ROOT names another)")
+        elif os.geteuid() != 0:
+            reasons.append("the interop tests chroot into the interop root: they need root")
     return reasons
 
 
 def require(*needs):
     """Called by a test module before it imports what it needs: when missing() finds anything,
     prints "SKIPPED: reasons" and exits SKIP_EXIT_STATUS, so that the whole module is reported
-    skipped with its reason instead of failing on a machine without FUSE or torch."""
+    skipped with its reason instead of failing on a machine without FUSE or torch.
+    With CKPTFS_INTEROP_REQUIRED=1 (CI, which makes the root), a missing "interop" need is a
+    failure (exit 1) instead."""
     reasons = missing(*needs)
+    if reasons and "interop" in needs and os.environ.get("CKPTFS_INTEROP_REQUIRED") == "1":
+        print(f"FAILED (CKPTFS_INTEROP_REQUIRED=1): {'; '.join(reasons)}", file=sys.stderr,
+              flush=True)
+        sys.exit(1)
     if reasons:
         print(f"SKIPPED: {'; '.join(reasons)}", file=sys.stderr, flush=True)
         sys.exit(SKIP_EXIT_STATUS)

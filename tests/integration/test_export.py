@@ -29,6 +29,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1] / "scripts"))
 sys.path.insert(0, str(HERE))
 
+from fixtures import VIEWS_FOLDER, views_dir  # noqa: E402,F401
 from fixtures import require  # noqa: E402
 
 require("fuse", "torch")  # else the module exits 77: skipped, with the reason
@@ -274,10 +275,10 @@ class ExportTestCase(MountTestCase):
             options = ("-o", f"dtype={target}") if target else ()
             mnt, proc = self.mount(path, *options)
             try:
-                index = self.read_json(mnt / "index.json")
+                index = self.read_json(views_dir(mnt) / "index.json")
                 want = expected_export(index, wants, source_metadata, target)
-                self.assertNotIn("model.safetensors.index.json", os.listdir(mnt))
-                self.assert_file(mnt / "model.safetensors", want.tensors, want.metadata,
+                self.assertNotIn("model.safetensors.index.json", os.listdir(views_dir(mnt)))
+                self.assert_file(views_dir(mnt) / "model.safetensors", want.tensors, want.metadata,
                                  f"{where} dtype={target}")
             finally:
                 self.unmount(mnt, proc)
@@ -413,7 +414,7 @@ class EdgeTests(ExportTestCase):
         # What the rule above gives, spelled out once.
         mnt, proc = self.mount(tmp / "edge.pth")
         try:
-            _, tensors = st.read_safetensors(mnt / "model.safetensors", strict=True)
+            _, tensors = st.read_safetensors(views_dir(mnt) / "model.safetensors", strict=True)
             # pickle writes U+DCFF as 3 bytes, none of which starts a UTF-8 sequence
             bad = "bad\ufffd\ufffd\ufffd.weight"
             self.assertEqual([t.name for t in tensors], [
@@ -439,11 +440,11 @@ class EdgeTests(ExportTestCase):
             self.check_export(tmp / "be.pth", wants, {}, f"be.pth dtype={target}")
         mnt, proc = self.mount(tmp / "be.pth")
         try:
-            index = self.read_json(mnt / "index.json")
+            index = self.read_json(views_dir(mnt) / "index.json")
             self.assertEqual(index["byteorder"], "big")
             want = expected_export(index, torch_wants(tmp / "le.pth", False), {})
-            full = self.assert_file(mnt / "model.safetensors", want.tensors, want.metadata, "be")
-            random_reads(self, mnt / "model.safetensors", full, boundaries(full),
+            full = self.assert_file(views_dir(mnt) / "model.safetensors", want.tensors, want.metadata, "be")
+            random_reads(self, views_dir(mnt) / "model.safetensors", full, boundaries(full),
                          random.Random(3), "be.pth model.safetensors")
         finally:
             self.unmount(mnt, proc)
@@ -463,7 +464,7 @@ class ShardTests(ExportTestCase):
         and 1 byte (every tensor alone). Returns nothing; asserts everything."""
         mnt, proc = self.mount(path)
         try:
-            plain = expected_export(self.read_json(mnt / "index.json"), wants, metadata, target)
+            plain = expected_export(self.read_json(views_dir(mnt) / "index.json"), wants, metadata, target)
         finally:
             self.unmount(mnt, proc)
         sizes = [len(d) for _, _, _, d in plain.tensors]
@@ -482,15 +483,17 @@ class ShardTests(ExportTestCase):
                     self.unmount(mnt, proc)
 
     def check_set(self, mnt, want, split, limit, where):
-        names = sorted(n for n in os.listdir(mnt) if EXPORT_NAME.fullmatch(n))
+        names = sorted(n for n in os.listdir(views_dir(mnt)) if EXPORT_NAME.fullmatch(n))
+        self.assertFalse([n for n in os.listdir(mnt) if EXPORT_NAME.fullmatch(n)],
+                         f"{where}: export files at the root, not in .ckptfs")
         if len(split) == 1:
             # save_pretrained writes one model.safetensors, and no index, for one shard.
             self.assertEqual(names, ["model.safetensors"], f"{where}: one file")
-            self.assert_file(mnt / "model.safetensors", want.tensors, want.metadata, where)
+            self.assert_file(views_dir(mnt) / "model.safetensors", want.tensors, want.metadata, where)
             return
         files = shard_names(len(split))
         self.assertEqual(names, files + ["model.safetensors.index.json"], f"{where}: files")
-        index = json.loads((mnt / "model.safetensors.index.json").read_bytes(),
+        index = json.loads((views_dir(mnt) / "model.safetensors.index.json").read_bytes(),
                            object_pairs_hook=st._unique_pairs)  # a key twice fails
         self.assertEqual(set(index), {"metadata", "weight_map"}, where)
         self.assertEqual(index["metadata"], {"total_size": want.total}, f"{where}: total_size")
@@ -504,9 +507,10 @@ class ShardTests(ExportTestCase):
             data = sum(len(d) for _, _, _, d in shard_tensors)
             self.assertTrue(data <= limit or len(shard_tensors) == 1,
                             f"{where}: {name} holds {data} bytes of {len(shard_tensors)} tensors")
-            full = self.assert_file(mnt / name, shard_tensors, want.metadata, f"{where}: {name}")
+            full = self.assert_file(views_dir(mnt) / name, shard_tensors, want.metadata,
+                                    f"{where}: {name}")
             if i in (0, len(files) - 1):
-                random_reads(self, mnt / name, full, boundaries(full), random.Random(i),
+                random_reads(self, views_dir(mnt) / name, full, boundaries(full), random.Random(i),
                              f"{where}: {name}", count=60)
 
     def test_fixtures_and_sets(self):
@@ -541,7 +545,7 @@ class ShardTests(ExportTestCase):
         path = fixture_path("convnet")
         mnt, proc = self.mount(path)
         try:
-            want = expected_export(self.read_json(mnt / "index.json"),
+            want = expected_export(self.read_json(views_dir(mnt) / "index.json"),
                                    torch_wants(path, False), {})
         finally:
             self.unmount(mnt, proc)
@@ -632,7 +636,7 @@ class RandomReadTests(ExportTestCase):
     def reference_file(self, mnt, want, where):
         """The export as the test builds it: the header the mount serves, once checked against
         `want` by the strict reader (assert_file), then the oracle's bytes."""
-        full = self.assert_file(mnt / "model.safetensors", want.tensors, want.metadata, where)
+        full = self.assert_file(views_dir(mnt) / "model.safetensors", want.tensors, want.metadata, where)
         n = int.from_bytes(full[:8], "little")
         built = full[:8 + n] + b"".join(d for _, _, _, d in want.tensors)
         self.assertEqual(built, full, f"{where}: the file is not its header and the bytes")
@@ -643,11 +647,11 @@ class RandomReadTests(ExportTestCase):
             options = ("-o", f"dtype={target}") if target else ()
             mnt, proc = self.mount(self.path, *options)
             try:
-                index = self.read_json(mnt / "index.json")
+                index = self.read_json(views_dir(mnt) / "index.json")
                 want = expected_export(index, self.wants, {}, target)
                 where = f"model.safetensors dtype={target}"
                 built = self.reference_file(mnt, want, where)
-                random_reads(self, mnt / "model.safetensors", built, boundaries(built),
+                random_reads(self, views_dir(mnt) / "model.safetensors", built, boundaries(built),
                              random.Random(f"st{target}"), where)
                 if target:
                     self.check_converted_files(mnt, index, target)
@@ -685,7 +689,7 @@ class RandomReadTests(ExportTestCase):
     def test_sharded(self):
         mnt, proc = self.mount(self.path)
         try:
-            want = expected_export(self.read_json(mnt / "index.json"), self.wants, {})
+            want = expected_export(self.read_json(views_dir(mnt) / "index.json"), self.wants, {})
         finally:
             self.unmount(mnt, proc)
         sizes = [len(d) for _, _, _, d in want.tensors]
@@ -697,11 +701,11 @@ class RandomReadTests(ExportTestCase):
             files = shard_names(len(split))
             for i, (name, members) in enumerate(zip(files, split)):
                 shard = Expected([want.tensors[j] for j in members], want.metadata)
-                full = self.assert_file(mnt / name, shard.tensors, shard.metadata, name)
+                full = self.assert_file(views_dir(mnt) / name, shard.tensors, shard.metadata, name)
                 n = int.from_bytes(full[:8], "little")
                 built = full[:8 + n] + b"".join(d for _, _, _, d in shard.tensors)
                 self.assertEqual(built, full, name)
-                random_reads(self, mnt / name, built, boundaries(built), random.Random(name),
+                random_reads(self, views_dir(mnt) / name, built, boundaries(built), random.Random(name),
                              name, count=100)
         finally:
             self.unmount(mnt, proc)

@@ -35,6 +35,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1] / "scripts"))
 sys.path.insert(0, str(HERE))
 
+from fixtures import VIEWS_FOLDER, views_dir  # noqa: E402,F401
 from fixtures import CKPTFS, require  # noqa: E402
 
 require("fuse", "torch")  # else the module exits 77: skipped, with the reason
@@ -181,7 +182,8 @@ class FaultTestCase(MountTestCase):
             for name in ("data", "tensor.npy", "meta.json"):
                 self.assert_eio(lambda: open(self.data(mnt, key, name), "rb").close(),
                                 f"open {key}/{name}")
-        self.assert_eio(lambda: open(mnt / "index.json", "rb").close(), "open index.json")
+        self.assert_eio(lambda: open(views_dir(mnt) / "index.json", "rb").close(),
+                        "open index.json")
         self.assert_eio(lambda: open(mnt / "epoch" / "value.json", "rb").close(), "value.json")
         for key, fd in fds.items():
             want = self.expected[key]

@@ -31,6 +31,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1] / "scripts"))
 sys.path.insert(0, str(HERE))
 
+from fixtures import VIEWS_FOLDER, views_dir  # noqa: E402,F401
 from fixtures import require  # noqa: E402
 
 require("fuse", "torch")  # else the module exits 77: skipped, with the reason
@@ -470,7 +471,7 @@ class InconsistentCheckpointTests(HostileTestCase):
         for key, data in fine.items():
             self.assertEqual((mnt / key / "data").read_bytes(), data, key)
             self.assertIsNone(json.loads((mnt / key / "meta.json").read_bytes())["broken"])
-        index = json.loads((mnt / "index.json").read_bytes())
+        index = json.loads((views_dir(mnt) / "index.json").read_bytes())
         self.assertEqual(index["total_bytes"], sum(len(d) for d in fine.values()))
         self.unmount(mnt, proc)
 
@@ -592,7 +593,7 @@ class HostilePickleTests(HostileTestCase):
         (entry,) = json.loads(r.stdout)["entries"]
         self.assertEqual(entry["key"], ".".join(["0"] * n))
         mnt, proc = self.mount(path)
-        index = json.loads((mnt / "index.json").read_bytes())
+        index = json.loads((views_dir(mnt) / "index.json").read_bytes())
         name = index["entries"][0]["path"]
         self.assertLessEqual(len(os.fsencode(name)), 255)
         self.assertEqual((mnt / name / "data").read_bytes(), floats(4))
@@ -690,7 +691,7 @@ class HugeSizeTests(HostileTestCase):
         self.assertEqual(doc["fits"]["nbytes"], 1 << 62)
         self.assertIsNone(doc["empty_far"]["file_offset"])
         mnt, proc = self.mount(path)
-        index = json.loads((mnt / "index.json").read_bytes())
+        index = json.loads((views_dir(mnt) / "index.json").read_bytes())
         # 9 tensors of 2^62 bytes: more than 2^64 in all, written exactly.
         self.assertEqual(index["total_bytes"], 9 * (1 << 62))
         for entry in os.listdir(mnt):
@@ -1271,13 +1272,13 @@ class HostileIndexTests(HostileTestCase):
         r = self.inspect(index)
         self.assertEqual(r.returncode, 0, r.stderr)
         mnt, proc = self.mount(d)
-        self.assertEqual(sorted(os.listdir(mnt)), ["a", "ghost", "index.json",
-                                                   "model.safetensors"])  # b: unlisted
+        self.assertEqual(sorted(os.listdir(mnt)), [VIEWS_FOLDER, "a", "ghost"])  # b: unlisted
         self.assertEqual((mnt / "a" / "data").read_bytes(), floats(4))
         self.assertEqual(os.listdir(mnt / "ghost"), ["meta.json"])
         self.assertRegex(json.loads((mnt / "ghost" / "meta.json").read_bytes())["broken"],
                          r'the index puts it in "model-1.safetensors", which has no tensor')
-        self.assertEqual(json.loads((mnt / "index.json").read_bytes())["total_bytes"], 16)
+        index = json.loads((views_dir(mnt) / "index.json").read_bytes())
+        self.assertEqual(index["total_bytes"], 16)
         self.unmount(mnt, proc)
 
     def test_huge_weight_map(self):

@@ -23,6 +23,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1] / "scripts"))
 sys.path.insert(0, str(HERE))
 
+from fixtures import VIEWS_FOLDER, views_dir  # noqa: E402,F401
 from fixtures import require  # noqa: E402
 
 require("fuse", "torch")  # else the module exits 77: skipped, with the reason
@@ -97,7 +98,7 @@ class RelativePathTests(LifecycleTestCase):
 
     def assert_serves(self, mnt):
         """index.json and a tensor's data read (an open checks the checkpoint by its path)."""
-        index = self.read_json(mnt / "index.json")
+        index = self.read_json(views_dir(mnt) / "index.json")
         self.assertEqual(index["source"], str(self.work / "model.pth"))
         entry = next(e for e in index["entries"] if e["kind"] == "tensor")
         self.assertEqual(len((mnt / entry["path"] / "data").read_bytes()), entry["nbytes"])
@@ -202,7 +203,7 @@ class ReadinessTests(LifecycleTestCase):
         self.addCleanup(unmount, mnt)
         r, notified = self.run_ckptfs([fixture_path("bare"), mnt], notify=True)
         self.assertEqual((r.returncode, r.stderr, notified), (0, b"", b"1\n"))
-        self.assertEqual(self.read_json(mnt / "index.json")["tensors"], 1)
+        self.assertEqual(self.read_json(views_dir(mnt) / "index.json")["tensors"], 1)
         self.unmount(mnt, None)
         self.assert_nothing_left(mnt, "fusermount3 -u")
 
@@ -262,7 +263,7 @@ class MountOptionTests(LifecycleTestCase):
                 self.assertEqual(m.source, os.path.realpath(fixture_path("convnet")))
                 self.assertGreaterEqual(m.options, shown | {"ro"})
                 self.assertNotIn("rw", m.options)
-                self.assertEqual(self.read_json(mnt / "index.json")["tensors"], 16)
+                self.assertEqual(self.read_json(views_dir(mnt) / "index.json")["tensors"], 16)
                 self.unmount(mnt, proc)
         with self.subTest("fsname and subtype"):
             mnt, proc = self.mount(fixture_path("bare"), "-o", "fsname=my-model,subtype=weights")
@@ -272,13 +273,13 @@ class MountOptionTests(LifecycleTestCase):
 
     def test_who_may_read(self):
         """Without allow_other only the mounting user reads; allow_other lets everyone (the
-        files being 0444); allow_root lets root and the mounting user only."""
+        files being 0644, as the fixture is); allow_root lets root and the mounting user only."""
         want = {(): b"errno 13", ("-o", "allow_other"): b"ok {", ("-o", "allow_root"): b"errno 13"}
         os.chmod(self.tmp, 0o755)  # the mountpoint's path must be searchable by nobody
         for options, expected in want.items():
             with self.subTest(options=options):
                 mnt, proc = self.mount(fixture_path("bare"), *options)
-                got = read_as_nobody(mnt / "index.json")
+                got = read_as_nobody(views_dir(mnt) / "index.json")
                 self.assertTrue(got.startswith(expected), got)
                 self.unmount(mnt, proc)
 

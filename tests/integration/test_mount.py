@@ -42,6 +42,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1] / "scripts"))
 sys.path.insert(0, str(HERE))
 
+from fixtures import VIEWS_FOLDER, views_dir  # noqa: E402,F401
 from fixtures import require  # noqa: E402
 
 require("fuse", "torch")  # else the module exits 77: skipped, with the reason
@@ -57,7 +58,7 @@ import ckptfs_reference as ref  # noqa: E402
 import make_fixtures  # noqa: E402
 from ckptfs_mounts import (fusermount_u, index_readable, is_mounted, mount_count,  # noqa: E402
                            mount_points, unmount, wait_for_mount)
-from ckptfs_reference import ROOT_FILES, directory_name, entry_names, fnv1a64  # noqa: E402
+from ckptfs_reference import VIEW_FILES, directory_name, entry_names, fnv1a64  # noqa: E402
 from fixtures import (CKPTFS, CORPUS, FIXTURE_NAMES, NOT_TORCH_LOADABLE, REPO,  # noqa: E402
                       corpus_files, expected_doc, fixture_path, needs_corpus,
                       processes_with_arg, torchscript_corpus_files, wait_until)
@@ -240,7 +241,7 @@ class FixtureMountTests(MountTestCase):
     def check_fixture(self, name):
         path, want = fixture_path(name), expected_doc(name)
         mnt, proc = self.mount(path)
-        index = self.read_json(mnt / "index.json")
+        index = self.read_json(views_dir(mnt) / "index.json")
         self.assertEqual(index.get("format"), want["format"], f"{name}: format")
         self.assertEqual(index.get("byteorder"), want["byteorder"], f"{name}: byteorder")
         entries = index["entries"]
@@ -254,8 +255,10 @@ class FixtureMountTests(MountTestCase):
         self.assertEqual(index.get("values"), len(want_keys) - len(tensors), f"{name}: values")
         self.assertEqual(index.get("total_bytes"), sum(w["nbytes"] for w in tensors),
                          f"{name}: total_bytes")
-        self.assertEqual(set(os.listdir(mnt)), set(ROOT_FILES) | {e["path"] for e in entries},
+        self.assertEqual(set(os.listdir(mnt)), {VIEWS_FOLDER} | {e["path"] for e in entries},
                          f"{name}: root listing")
+        self.assertEqual(sorted(os.listdir(views_dir(mnt))), sorted(VIEW_FILES),
+                         f"{name}: .ckptfs listing")
         for e, w, path_name in zip(entries, want["entries"], entry_names(want_keys)):
             at = f"{name}: {w['key']!r}"
             self.assertEqual(e["path"], path_name, f"{at}: path")
@@ -327,12 +330,12 @@ class CorpusMountTests(MountTestCase):
         for path in corpus_files():
             with self.subTest(path.name):
                 mnt, proc = self.mount(path)
-                index = self.read_json(mnt / "index.json")
+                index = self.read_json(views_dir(mnt) / "index.json")
                 doc = inspect_json(path)
                 self.assertEqual([e["key"] for e in index["entries"]],
                                  [e["key"] for e in doc["entries"]], "keys vs inspect --json")
                 self.assertEqual(set(os.listdir(mnt)),
-                                 set(ROOT_FILES) | {e["path"] for e in index["entries"]})
+                                 {VIEWS_FOLDER} | {e["path"] for e in index["entries"]})
                 with open(path, "rb") as f:
                     for e, g in zip(index["entries"], doc["entries"]):
                         d = mnt / e["path"]
@@ -357,7 +360,7 @@ class CorpusMountTests(MountTestCase):
         for path in files:
             with self.subTest(path.name):
                 mnt, proc = self.mount(path)
-                index = self.read_json(mnt / "index.json")
+                index = self.read_json(views_dir(mnt) / "index.json")
                 self.assertEqual(index["format"], "torchscript")
                 self.assertEqual(index["tensors"], len(index["entries"]))
                 self.unmount(mnt, proc)
@@ -539,7 +542,7 @@ class ToolTests(MountTestCase):
         path, want = fixture_path(name), expected_doc(name)
         mnt, proc = self.mount(path)
         names = [directory_name(w["key"]) for w in want["entries"]]
-        n_files = len(ROOT_FILES) + sum(4 if w["kind"] == "tensor" else 1 for w in want["entries"])
+        n_files = len(VIEW_FILES) + sum(4 if w["kind"] == "tensor" else 1 for w in want["entries"])
 
         with self.subTest("glob"):
             for pattern in ("model.bn1.*", "optimizer.state.*.exp_avg", "*.running_var"):
@@ -628,24 +631,26 @@ class AttributeTests(MountTestCase):
             self.assertEqual(st.st_ctime_ns, src.st_ctime_ns, f"{at}: ctime")
 
     def test_default_modes_and_times(self):
+        """The modes follow the checkpoint's (test_tree.ModeTests has the other cases)."""
         path = self.tmp / "convnet.pth"
         path.write_bytes(fixture_path("convnet").read_bytes())
+        os.chmod(path, 0o644)
         os.utime(path, ns=(1_600_000_000_123_456_789, 1_500_000_000_987_654_321))
         mnt, proc = self.mount(path)
-        self.check_modes(mnt, path, 0o444, 0o555, os.getuid(), os.getgid())
+        self.check_modes(mnt, path, 0o644, 0o755, os.getuid(), os.getgid())
         self.unmount(mnt, proc)
 
     def test_umask_uid_gid(self):
         path = fixture_path("convnet")
         mnt, proc = self.mount(path, "-o", "umask=027,uid=1234,gid=5678")
-        self.check_modes(mnt, path, 0o440, 0o550, 1234, 5678)
+        self.check_modes(mnt, path, 0o640, 0o750, 1234, 5678)
         self.unmount(mnt, proc)
 
     def test_writes_refused(self):
         path = fixture_path("convnet")
         mnt, proc = self.mount(path)
         d = mnt / directory_name("conv1.weight")
-        data, index = d / "data", mnt / "index.json"
+        data, index = d / "data", views_dir(mnt) / "index.json"
         before = self.tree_digest(mnt)
         attempts = {
             "open r+b": lambda: open(data, "r+b").close(),
@@ -733,7 +738,7 @@ class ProcessTests(MountTestCase):
         self.assertEqual(r.returncode, 0, r.stderr.decode(errors="replace"))
         self.assertEqual(r.stderr, b"", "ckptfs printed on stderr")
         self.assertTrue(is_mounted(mnt), "not mounted when ckptfs returned")
-        index = self.read_json(mnt / "index.json")
+        index = self.read_json(views_dir(mnt) / "index.json")
         self.assertEqual(index["tensors"], 16)
         daemons = processes_with_arg(mnt)
         self.assertTrue(daemons, "no ckptfs daemon serves the mount")
@@ -798,7 +803,7 @@ class ProcessTests(MountTestCase):
             mnt, proc = self.mount(fixture_path("bare"))
             for foreground in ([], ["-f"]):
                 self.run_rejected([*foreground, path, mnt], {6}, "an already mounted mountpoint")
-            self.assertEqual(self.read_json(mnt / "index.json")["tensors"], 1,
+            self.assertEqual(self.read_json(views_dir(mnt) / "index.json")["tensors"], 1,
                              "the first mount was disturbed")
             self.unmount(mnt, proc)
 
@@ -891,23 +896,28 @@ class ServingTests(MountTestCase):
             self.assertNotRegex(log, rf"opcode: READ \(15\), nodeid: {ino},")
 
     def test_listing_leaves_whole_model_files_to_their_lookup(self):
-        """A listing of the root does not count the files made from every entry (index.json,
-        model.safetensors, map.pt): it gives their names and types only, and the kernel looks
-        each up when it is stat'ed, with the size its bytes have."""
-        cases = [((), ["index.json", "model.safetensors"]),
-                 (("-o", "layout=rfc"), ["index.json", "map.pt"])]
-        for options, names in cases:
-            with self.subTest(options=options):
-                mnt, proc = self.start(fixture_path("convnet"), "-d", *options)
+        """A listing does not count the files made from every entry (.ckptfs's index.json and
+        model.safetensors, the RFC layout's map.pt at the root): it gives their names and types
+        only, and the kernel looks each up when it is stat'ed, with the size its bytes have."""
+        cases = [((), VIEWS_FOLDER, ["index.json", "model.safetensors"]),
+                 (("-o", "layout=rfc"), ".", ["map.pt"]),
+                 (("-o", "layout=rfc"), VIEWS_FOLDER, ["index.json"])]
+        for options, folder, names in cases:
+            with self.subTest(options=options, folder=folder):
+                mnt = self.new_dir()
+                where = mnt / folder
+                # Without waiting for index.json: nothing reads a view before the listing.
+                mnt, proc = self.start(fixture_path("convnet"), "-d", *options, mnt=mnt)
                 why = wait_for_mount(mnt, proc, MOUNT_TIMEOUT)
                 self.assertIsNone(why, self.output(proc))
-                listed = os.listdir(mnt)
+                parent = os.stat(where).st_ino if folder != "." else 1
+                listed = os.listdir(where)
                 for name in names:
                     self.assertIn(name, listed)
-                sizes = [(mnt / name).stat().st_size for name in names]
-                self.assertEqual(sizes, [len((mnt / name).read_bytes()) for name in names])
+                sizes = [(where / name).stat().st_size for name in names]
+                self.assertEqual(sizes, [len((where / name).read_bytes()) for name in names])
                 self.unmount(mnt, proc)
-                lookups = re.findall(r"opcode: LOOKUP \(1\), nodeid: 1,", self.output(proc))
+                lookups = re.findall(rf"opcode: LOOKUP \(1\), nodeid: {parent},", self.output(proc))
                 self.assertEqual(len(lookups), len(names), "one LOOKUP per file stat'ed")
 
 
@@ -924,6 +934,8 @@ class NameTests(MountTestCase):
         self.assertEqual(directory_name(""), "%")
         self.assertEqual(directory_name("."), "%.")
         self.assertEqual(directory_name(".."), "%..")
+        self.assertEqual(directory_name(".ckptfs"), "%.ckptfs")
+        self.assertEqual(directory_name(".hidden"), "%.hidden")
         self.assertEqual(directory_name("index.json"), "%index.json")
         self.assertEqual(directory_name("x\0y"), "x%00y")
         self.assertEqual(directory_name("index.json.x"), "index.json.x")
@@ -952,12 +964,12 @@ class NameTests(MountTestCase):
         name = "collisions"
         want = expected_doc(name)
         mnt, proc = self.mount(fixture_path(name))
-        index = self.read_json(mnt / "index.json")
+        index = self.read_json(views_dir(mnt) / "index.json")
         keys = [w["key"] for w in want["entries"]]
         names = entry_names(keys)
         self.assertEqual(len(index["entries"]), len(want["entries"]), "an entry was lost")
         self.assertEqual([e["path"] for e in index["entries"]], names)
-        self.assertEqual(sorted(os.listdir(mnt)), sorted([*ROOT_FILES, *names]), "listing")
+        self.assertEqual(sorted(os.listdir(mnt)), sorted([VIEWS_FOLDER, *names]), "listing")
         by_name = dict(zip(names, want["entries"]))
         self.assertEqual(by_name["0"]["key_path"], [0])
         self.assertEqual(by_name["0%#2"]["key_path"], ["0"])
@@ -980,13 +992,13 @@ class NameTests(MountTestCase):
         name = "keys"
         want = expected_doc(name)
         mnt, proc = self.mount(fixture_path(name))
-        index = self.read_json(mnt / "index.json")
+        index = self.read_json(views_dir(mnt) / "index.json")
         keys = [w["key"] for w in want["entries"]]
         names = [directory_name(k) for k in keys]
         self.assertEqual(len(set(names)), len(names), "the expected names collide")
         self.assertEqual({e["key"]: e["path"] for e in index["entries"]}, dict(zip(keys, names)),
                          "index.json key -> path")
-        self.assertEqual(sorted(os.listdir(mnt)), sorted([*ROOT_FILES, *names]), "listing")
+        self.assertEqual(sorted(os.listdir(mnt)), sorted([VIEWS_FOLDER, *names]), "listing")
         for w, n in zip(want["entries"], names):
             with self.subTest(w["key"]):
                 self.assertLessEqual(len(n.encode()), 255)
@@ -998,7 +1010,8 @@ class NameTests(MountTestCase):
                 else:
                     self.assertEqual(self.read_json(d / "value.json"), w["value"])
         self.assertIn("k" * 200 + "%~" + f"{fnv1a64(b'k' * 300):016x}", os.listdir(mnt))
-        for n in ("%", "%.", "%..", "%index.json", "a%2Fb", "100%25", "nested.x%2Fy"):
+        for n in ("%", "%.", "%..", "%.ckptfs", "%.hidden.weight", "%index.json", "a%2Fb",
+                  "100%25", "nested.x%2Fy"):
             self.assertTrue((mnt / n).is_dir(), n)
         self.unmount(mnt, proc)
 

@@ -1,11 +1,11 @@
 # SPDX-License-Identifier: MIT
 """Integration tests of `ckptfs pack` on what a mount gives: every fixture (and some corpus files)
-mounted, a subset of its key directories copied out with `rsync -a` (with the mount's index.json
-or without), packed back into one file, which must hold exactly that subset: the same keys, the
+mounted, a subset of its key directories copied out with `rsync -a` (with the mount's
+.ckptfs/index.json, in dest/.ckptfs/ or at dest's root, or without), packed back into one file, which must hold exactly that subset: the same keys, the
 bytes of the checkpoint (expected.json's sha256 of each tensor as stored, made by
 scripts/make_fixtures.py), dtypes, shapes, requires_grad and values; in index.json's order when it
-was copied along, else sorted by key. Also: a whole mount copied (its model.safetensors too) packs
-everything; an `-o layout=rfc` mount copied out (index.json, map.pt, <name>.pt) packs back to what
+was copied along, else sorted by key. Also: a whole mount copied (its .ckptfs too) packs
+everything; an `-o layout=rfc` mount copied out (map.pt, <name>.pt, .ckptfs) packs back to what
 torch.load reads in the source, every key that has a file, in map.pt's order; a split directory
 mounts, and `ckptfs inspect` reads it.
 
@@ -26,6 +26,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1] / "scripts"))
 sys.path.insert(0, str(HERE))
 
+from fixtures import VIEWS_FOLDER, views_dir  # noqa: E402,F401
 from fixtures import require  # noqa: E402
 
 require("fuse", "torch")  # else the module exits 77: skipped, with the reason
@@ -65,12 +66,22 @@ class PackFromMount(unittest.TestCase):
         return mnt
 
     def copy_out(self, mnt, names, with_index):
-        """`rsync -a` of the named key directories (and index.json) into a fresh directory."""
+        """`rsync -a` of the named key directories into a fresh directory, and with `with_index`
+        the mount's index.json: "views" in dest/.ckptfs/ as the mount has it (rsync -R, the
+        path after /./ kept), "root" at dest's root (`rsync -a MNT/k... MNT/.ckptfs/index.json
+        dest/`, and copies made before the views moved into .ckptfs)."""
         dest = Path(tempfile.mkdtemp(prefix="split-", dir=self.tmp))
-        sources = [str(mnt / n) for n in names] + ([str(mnt / "index.json")] if with_index else [])
+        sources = [f"{mnt}/./{n}" for n in names]
+        if with_index == "views":
+            sources.append(f"{mnt}/./{VIEWS_FOLDER}/index.json")
+        elif with_index:
+            sources.append(str(views_dir(mnt) / "index.json"))
         if sources:
-            r = subprocess.run(["rsync", "-a", *sources, str(dest) + "/"], capture_output=True,
-                               timeout=TIMEOUT)
+            relative = ["--relative"] if with_index == "views" else []
+            if not relative:
+                sources = [s.replace("/./", "/", 1) for s in sources]
+            r = subprocess.run(["rsync", "-a", *relative, *sources, str(dest) + "/"],
+                               capture_output=True, timeout=TIMEOUT)
             self.assertEqual(r.returncode, 0, r.stderr)
         return dest
 
@@ -98,7 +109,7 @@ class PackFromMount(unittest.TestCase):
 
     def check(self, name, checkpoint, expected, pick, with_index):
         mnt = self.mount(checkpoint)
-        index = json.loads((mnt / "index.json").read_text())
+        index = json.loads((views_dir(mnt) / "index.json").read_text())
         entries = index["entries"]
         chosen = self.chosen_entries(mnt, entries, with_index, pick)
         dest = self.copy_out(mnt, [entries[i]["path"] for i in chosen], with_index)
@@ -154,7 +165,8 @@ class PackFromMount(unittest.TestCase):
 
     def test_every_fixture_subset_with_and_without_index(self):
         for n, name in enumerate(FIXTURE_NAMES):
-            for with_index in (True, False):
+            # index.json where the mount has it, and at the root as copies made before had it.
+            for with_index in ("views" if n % 2 else "root", None):
                 with self.subTest(name=name, with_index=with_index):
                     expected = expected_doc(name)["entries"]
                     # Every other entry, starting with the first or the second.
@@ -168,7 +180,8 @@ class PackFromMount(unittest.TestCase):
         r = subprocess.run(["rsync", "-a", f"{mnt}/", f"{dest}/"], capture_output=True,
                            timeout=TIMEOUT)
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertTrue((dest / "model.safetensors").is_file())
+        self.assertTrue((dest / VIEWS_FOLDER / "model.safetensors").is_file())
+        self.assertTrue((dest / VIEWS_FOLDER / "index.json").is_file())
         out = self.tmp / "whole.pth"
         r = run("pack", dest, out)
         self.assertEqual(r.returncode, 0, r.stderr)
@@ -190,7 +203,7 @@ class PackFromMount(unittest.TestCase):
                 expected = expected_doc(name)["entries"]
                 described = inspect(src)["entries"]
                 mnt = self.mount(src, "-o", "layout=rfc")
-                entries = json.loads((mnt / "index.json").read_text())["entries"]
+                entries = json.loads((views_dir(mnt) / "index.json").read_text())["entries"]
                 dest = Path(tempfile.mkdtemp(prefix="rfc-", dir=self.tmp))
                 r = subprocess.run(["rsync", "-a", f"{mnt}/", f"{dest}/"], capture_output=True,
                                    timeout=TIMEOUT)
@@ -251,11 +264,11 @@ class PackFromMount(unittest.TestCase):
     def test_a_split_directory_mounts(self):
         src = fixture_path("views")
         mnt = self.mount(src)
-        index = json.loads((mnt / "index.json").read_text())
+        index = json.loads((views_dir(mnt) / "index.json").read_text())
         names = [e["path"] for e in index["entries"]]
-        dest = self.copy_out(mnt, names, with_index=True)
+        dest = self.copy_out(mnt, names, with_index="views")
         again = self.mount(dest)
-        back = json.loads((again / "index.json").read_text())
+        back = json.loads((views_dir(again) / "index.json").read_text())
         self.assertEqual(back["format"], "split")
         self.assertEqual([e["key"] for e in back["entries"]], [e["key"] for e in index["entries"]])
         for e in index["entries"]:

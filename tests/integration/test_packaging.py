@@ -32,6 +32,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 sys.path.insert(0, str(HERE))
+from fixtures import VIEWS_FOLDER, views_dir  # noqa: E402,F401
 from fixtures import require  # noqa: E402
 
 # The mounts need FUSE, and the install tests run ckptfs-verify (torch): the module exits 77
@@ -274,7 +275,7 @@ class ManPageTests(TempDirTestCase):
         r = run([CKPTFS, SAMPLE, mnt])
         self.assertEqual(r.returncode, 0, text(r))
         try:
-            index = json.loads((mnt / "index.json").read_text())
+            index = json.loads((views_dir(mnt) / "index.json").read_text())
             meta = json.loads((mnt / index["entries"][0]["path"] / "meta.json").read_text())
         finally:
             force_unmount(mnt)
@@ -282,8 +283,8 @@ class ManPageTests(TempDirTestCase):
         fields = set(index) | set(index["entries"][0]) | set(meta) | set(meta["storage"])
         for field in sorted(fields):
             self.assertRegex(tree, rf"(?<!\w){field}(?!\w)", f"field {field!r} undocumented")
-        for name in ["index.json", "data", "meta.json", "tensor.npy", "tensor.pt", "value.json", "%25",
-                     "%2F", "%00", "FNV-1a"]:
+        for name in [VIEWS_FOLDER, "index.json", "data", "meta.json", "tensor.npy", "tensor.pt",
+                     "value.json", "%25", "%2F", "%00", "FNV-1a"]:
             self.assertTrue(name in tree, f"{name!r} is not in THE TREE")
 
 
@@ -436,7 +437,7 @@ class DebianPackageTests(TempDirTestCase):
 
 class ReadinessTests(TempDirTestCase):
     def counts(self, mnt):
-        index = json.loads((mnt / "index.json").read_text())
+        index = json.loads((views_dir(mnt) / "index.json").read_text())
         return index["tensors"], index["values"], index["total_bytes"]
 
     def start(self, args, mnt, **kwargs):
@@ -610,7 +611,7 @@ class MountHelperConventionTests(TempDirTestCase):
                     self.assertIn("ro", point.options)
                     self.assertNotIn("rw", point.options)
                     with self.assertRaises(OSError):
-                        (mnt / "index.json").write_text("x")
+                        (views_dir(mnt) / "index.json").write_text("x")
                 finally:
                     force_unmount(mnt)
         with self.subTest("nodev,nosuid,noexec reach the kernel"):
@@ -657,10 +658,10 @@ wait_gone() {  # until no ckptfs process serves $1
 }
 check() {  # NAME: what a user sees on $MNT, into $OUT/NAME.*
     findmnt -n -o FSTYPE,SOURCE,OPTIONS --mountpoint "$MNT" > "$OUT/$1.findmnt" || return 1
-    stat -c '%u %g %a' "$MNT/index.json" > "$OUT/$1.stat" || return 1
-    cp "$MNT/index.json" "$OUT/$1.index.json" || return 1
+    stat -c '%u %g %a' "$MNT/@VIEWS@/index.json" > "$OUT/$1.stat" || return 1
+    cp "$MNT/@VIEWS@/index.json" "$OUT/$1.index.json" || return 1
 }
-""" + "\n"
+""".replace("@VIEWS@", VIEWS_FOLDER) + "\n"
 
 
 class MountCommandTests(TempDirTestCase):
@@ -689,6 +690,7 @@ class MountCommandTests(TempDirTestCase):
         self.mnt = self.new_dir("mnt")
         self.source = self.tmp / "model.pth"
         shutil.copyfile(SAMPLE, self.source)
+        os.chmod(self.source, 0o644)  # the mount's modes follow it: files 0644
 
     def namespace(self, script):
         env = {**os.environ, "BIN": str(self.bin), "OUT": str(self.out), "MNT": str(self.mnt),
@@ -730,7 +732,7 @@ class MountCommandTests(TempDirTestCase):
         fstype, source, options, owner, index = self.result("plain")
         self.assertIn("ro", options, "mount.fuse3's default rw made a writable mount")
         self.assertNotIn("allow_other", options)
-        self.assertEqual(owner, ["0", "0", "444"])
+        self.assertEqual(owner, ["0", "0", "644"])
         _, _, options, _, _ = self.result("notify")
         self.assertGreaterEqual(options, {"ro", "nodev", "noexec"})
         self.assertEqual((self.out / "notify").read_bytes(), b"1\n")
@@ -764,7 +766,7 @@ class MountCommandTests(TempDirTestCase):
         self.assertEqual(owner, ["1234", "4321", "440"])
         fstype, source, options, owner, index = self.result("defaults")
         self.assertIn("ro", options)
-        self.assertEqual(owner, ["0", "0", "444"])
+        self.assertEqual(owner, ["0", "0", "644"])
 
     def test_drop_privileges(self):
         """mount.fuse3 -o drop_privileges mounts itself and hands ckptfs /dev/fd/N."""

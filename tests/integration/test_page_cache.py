@@ -22,6 +22,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1] / "scripts"))
 sys.path.insert(0, str(HERE))
 
+from fixtures import VIEWS_FOLDER, views_dir  # noqa: E402,F401
 from fixtures import require  # noqa: E402
 
 require("fuse", "torch")  # else the module exits 77: skipped, with the reason
@@ -226,7 +227,7 @@ class SpliceTests(SixTensorsTestCase):
             return n
 
         def safetensors(mnt):
-            with open(mnt / "model.safetensors", "rb", buffering=0) as f:
+            with open(views_dir(mnt) / "model.safetensors", "rb", buffering=0) as f:
                 os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)
                 n = 0
                 while chunk := f.read(MiB):

@@ -18,6 +18,7 @@ import json
 import mmap
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -28,6 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from fixtures import VIEWS_FOLDER, views_dir  # noqa: E402,F401
 from fixtures import require  # noqa: E402
 
 require("fuse", "torch")  # else the module exits 77: skipped, with the reason
@@ -67,8 +69,8 @@ TENSORS = {"head.bias": (1, 1024), **{f"layer{i}.weight": (256, 1024) for i in r
 
 
 def tree(root):
-    """{relative path: sha256 of the bytes} of every file under `root`, and index.json without
-    its "source" (the path or URL named on the command line)."""
+    """{relative path: sha256 of the bytes} of every file under `root`, and .ckptfs/index.json
+    without its "source" (the path or URL named on the command line)."""
     out = {}
     for directory, dirs, files in os.walk(root):
         dirs.sort()
@@ -76,7 +78,7 @@ def tree(root):
             path = Path(directory) / name
             data = path.read_bytes()
             rel = str(path.relative_to(root))
-            if rel == "index.json":
+            if rel == f"{VIEWS_FOLDER}/index.json":
                 doc = json.loads(data)
                 doc.pop("source", None)
                 data = json.dumps(doc, sort_keys=True).encode()
@@ -86,7 +88,7 @@ def tree(root):
 
 def read_all(mnt):
     """Every tensor's data, {key directory: bytes}, in file order (by file_offset)."""
-    index = json.loads((Path(mnt) / "index.json").read_bytes())
+    index = json.loads((views_dir(mnt) / "index.json").read_bytes())
     out = {}
     for e in index["entries"]:
         if e["kind"] == "tensor":
@@ -169,11 +171,17 @@ class RemoteTestCase(MountTestCase):
 
 class HttpTests(RemoteTestCase):
     def assert_same_as_local(self, local, url, *options):
-        """The mount of `url` has the tree of the mount of `local`, byte for byte."""
+        """The mount of `url` has the tree of the mount of `local`, byte for byte; a URL's
+        modes are those of a file downloaded with the usual umask (files 0644, dirs 0755)."""
         lm, lp = self.mount(local)
         rm, rp = self.mount(url, *options)
         try:
             self.assertEqual(tree(rm), tree(lm), f"{url}: tree differs from {local}'s")
+            for directory, _, files in os.walk(rm):
+                self.assertEqual(stat.S_IMODE(os.stat(directory).st_mode), 0o755, directory)
+                for name in files:
+                    path = os.path.join(directory, name)
+                    self.assertEqual(stat.S_IMODE(os.stat(path).st_mode), 0o644, path)
         finally:
             self.unmount(lm, lp)
             self.unmount(rm, rp)
@@ -400,7 +408,7 @@ class HttpTests(RemoteTestCase):
             self.unmount(lm, lp)
             mounts = Path("/proc/mounts").read_text()
             cmdline = Path(f"/proc/{proc.pid}/cmdline").read_bytes().decode()
-            index = json.loads((mnt / "index.json").read_bytes())
+            index = json.loads((views_dir(mnt) / "index.json").read_bytes())
             for text in (mounts, cmdline, index["source"]):
                 self.assertNotIn(Nginx.PASSWORD, text)
                 self.assertNotIn("hunter2pw", text)
@@ -432,7 +440,7 @@ class HttpTests(RemoteTestCase):
             print(f"\nlayers.pth ({size} bytes, {len(TENSORS)} tensors): "
                   f"{len(mount_requests)} requests at mount", file=sys.stderr)
             self.assertLessEqual(len(mount_requests), 4, mount_requests)
-            index = json.loads((mnt / "index.json").read_bytes())
+            index = json.loads((views_dir(mnt) / "index.json").read_bytes())
             by_key = {e["key"]: e for e in index["entries"]}
             for key, limit in (("head.bias", 2 * BLOCK),
                                ("layer5.weight", 2**20 + FIRST_WINDOW + 2 * BLOCK)):
@@ -493,7 +501,7 @@ class HttpTests(RemoteTestCase):
         try:
             for _ in range(3):
                 read_all(mnt)
-                for e in json.loads((mnt / "index.json").read_bytes())["entries"]:
+                for e in json.loads((views_dir(mnt) / "index.json").read_bytes())["entries"]:
                     # Out of the kernel's page cache, so that the next pass asks the daemon.
                     fd = os.open(mnt / e["path"] / "data", os.O_RDONLY)
                     os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
@@ -619,8 +627,8 @@ class S3Tests(RemoteTestCase):
                     self.assertEqual(r.returncode, 0, r.stderr)
                     self.assertEqual(json.loads(r.stdout),
                                      json.loads(self.ckptfs("inspect", "--json", local).stdout))
-                    self.assertEqual(json.loads((rm / "index.json").read_bytes())["source"],
-                                     f"s3://models/ckpt/{name}.pth")
+                    index = json.loads((views_dir(rm) / "index.json").read_bytes())
+                    self.assertEqual(index["source"], f"s3://models/ckpt/{name}.pth")
                 finally:
                     self.unmount(rm, rp)
                     self.unmount(lm, lp)
@@ -652,7 +660,7 @@ class S3Tests(RemoteTestCase):
                 self.assertEqual(tree(rm), tree(lm))
                 for text in (Path("/proc/mounts").read_text(),
                              Path(f"/proc/{rp.pid}/cmdline").read_bytes().decode(),
-                             (rm / "index.json").read_text()):
+                             (views_dir(rm) / "index.json").read_text()):
                     self.assertNotIn(signature, text)
                     self.assertNotIn("X-Amz-Credential", text)
             finally:
@@ -701,7 +709,8 @@ class FaultTests(RemoteTestCase):
     def mount_layers(self, url=None):
         mnt, proc = self.mount(url or self.proxy.url("layers.pth"),
                                "-o", f"timeout={FAULT_TIMEOUT:g}")
-        self.index = {e["key"]: e for e in json.loads((mnt / "index.json").read_bytes())["entries"]}
+        index = json.loads((views_dir(mnt) / "index.json").read_bytes())
+        self.index = {e["key"]: e for e in index["entries"]}
         return mnt, proc
 
     def data(self, mnt, key):

@@ -12,6 +12,7 @@ import unittest
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fixtures import VIEWS_FOLDER, views_dir  # noqa: E402,F401
 from fixtures import (FIXTURE_NAMES, NOT_TORCH_LOADABLE, TORCHSCRIPT_FIXTURES,  # noqa: E402
                       fixture_path, require)
 
@@ -75,9 +76,11 @@ class RfcLayoutTests(MountTestCase):
         flat = source_entries(name, path)
         self.assertTrue(not flat or len(flat) == len(entries), name)
         with_files = [e for e in entries if e["path"] is not None]
-        # The root: index.json, map.pt, one file per entry that has one; nothing else.
+        # The root: map.pt (where the RFC's loaders look for it, beside the files), one file per
+        # entry that has one, and .ckptfs, which holds index.json; nothing else.
         self.assertEqual(sorted(os.listdir(mnt)),
-                         sorted(["index.json", "map.pt"] + [e["path"] for e in with_files]))
+                         sorted([VIEWS_FOLDER, "map.pt"] + [e["path"] for e in with_files]))
+        self.assertEqual(os.listdir(views_dir(mnt)), ["index.json"])
         # The names: the naming rule within 252 bytes among the keys with a file (map.pt's), then
         # ".pt".
         names = ref.rfc_file_names([e["key"] for e in with_files])
@@ -134,7 +137,7 @@ class RfcLayoutTests(MountTestCase):
             described = self.inspect(path)["entries"]
             mnt, proc = self.mount(path, "-o", "layout=rfc")
             try:
-                index = json.loads((mnt / "index.json").read_bytes())
+                index = json.loads((views_dir(mnt) / "index.json").read_bytes())
                 self.assertEqual(len(index["entries"]), len(described))
                 with_files = self.check_mount(name, mnt, index, described)
                 # The RFC's own loader, where every key is a file name as it is.
@@ -175,7 +178,7 @@ class RfcLayoutTests(MountTestCase):
         for name in ("collisions", "keys"):
             mnt, proc = self.mount(fixture_path(name), "-o", "layout=rfc")
             try:
-                index = json.loads((mnt / "index.json").read_bytes())
+                index = json.loads((views_dir(mnt) / "index.json").read_bytes())
                 paths = {e["key"]: e["path"] for e in index["entries"]}
                 if name == "collisions":
                     self.assertEqual(paths["map"], "%map.pt")

@@ -25,6 +25,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1] / "scripts"))
 sys.path.insert(0, str(HERE))
 
+from fixtures import VIEWS_FOLDER, views_dir  # noqa: E402,F401
 from fixtures import require  # noqa: E402
 
 require("fuse", "torch")  # else the module exits 77: skipped, with the reason
@@ -42,7 +43,8 @@ ALL_FIXTURES = SAFETENSORS_FIXTURES + SHARDED_FIXTURES
 # The fields of a tensor's meta.json and inspect --json entry (after "key").
 TENSOR_FIELDS = ["dtype", "stored_dtype", "shape", "stride", "storage_offset", "contiguous",
                  "nbytes", "source", "file_offset", "numpy", "byteorder", "requires_grad",
-                 "quantization", "storage", "shared_with", "shared_with_count", "broken"]
+                 "quantization", "storage", "shared_with", "shared_with_count", "pieces",
+                 "broken"]
 TENSOR_FILES = ["data", "meta.json", "tensor.npy", "tensor.pt"]
 
 
@@ -179,7 +181,7 @@ class MountTests(MountTestCase, Checks):
         mnt, proc = self.mount(location)
         doc = inspect_json(location)
         want = self.assert_model(doc, location, where)
-        index = self.read_json(mnt / "index.json")
+        index = self.read_json(views_dir(mnt) / "index.json")
         self.assertEqual(index["source"], os.path.realpath(location), where)
         for field in ("format", "sources", "metadata", "byteorder"):
             self.assertEqual(index[field], doc[field], f"{where}: index.json {field}")
@@ -189,9 +191,9 @@ class MountTests(MountTestCase, Checks):
         self.assertEqual(index["total_bytes"],
                          sum(w["nbytes"] for w in tensors if not w["broken"]), where)
         self.assertEqual([e["key"] for e in index["entries"]], [w["key"] for w in want["entries"]])
-        self.assertEqual(set(os.listdir(mnt)),
-                         set(ref.ROOT_FILES) | {e["path"] for e in index["entries"]},
+        self.assertEqual(set(os.listdir(mnt)), {VIEWS_FOLDER} | {e["path"] for e in index["entries"]},
                          f"{where}: root listing")
+        self.assertEqual(sorted(os.listdir(views_dir(mnt))), sorted(ref.VIEW_FILES), where)
         names = ref.entry_names([w["key"] for w in want["entries"]])
         for e, g, w, name in zip(index["entries"], doc["entries"], want["entries"], names):
             at = f"{where}: {w['key']!r}"
@@ -259,7 +261,7 @@ class MountTests(MountTestCase, Checks):
             os.utime(p, (1_600_000_000 + i, 1_600_000_000 + i * 1000))
         newest = max(p.stat().st_mtime for p in d.iterdir())
         mnt, proc = self.mount(d)
-        for p in (mnt, mnt / "index.json", mnt / "lm_head.weight" / "data"):
+        for p in (mnt, views_dir(mnt) / "index.json", mnt / "lm_head.weight" / "data"):
             self.assertEqual(os.stat(p).st_mtime, newest, p)
         self.unmount(mnt, proc)
 
@@ -279,9 +281,9 @@ class MountTests(MountTestCase, Checks):
                 with self.assertRaises(OSError) as caught:
                     open(mnt / ref.directory_name(key) / name, "rb").close()
                 self.assertEqual(caught.exception.errno, errno.EIO, f"{key}/{name}")
-        for name in ref.ROOT_FILES:  # index.json and the export describe or read every shard
+        for name in ref.VIEW_FILES:  # index.json and the export describe or read every shard
             with self.assertRaises(OSError) as caught:
-                open(mnt / name, "rb").close()
+                open(views_dir(mnt) / name, "rb").close()
             self.assertEqual(caught.exception.errno, errno.EIO, name)
         for key in kept:
             self.assertEqual((mnt / ref.directory_name(key) / "data").read_bytes(),

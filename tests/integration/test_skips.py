@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
-"""The test suite on a machine without FUSE or without torch: every module that needs one says
-so at import (fixtures.require) and exits 77, which ctest reports as skipped, with the reason.
+"""The test suite on a machine without FUSE, without torch or without the interop root: every
+module that needs one says so at import (fixtures.require) and exits 77, which ctest reports as
+skipped, with the reason (a missing interop root fails instead with CKPTFS_INTEROP_REQUIRED=1).
 And in a clone with no corpus beside it: every test that reads the corpus is skipped with the
 reason, never failed (unless CKPTFS_CORPUS names it: then they fail).
 
@@ -32,12 +33,19 @@ require()  # needs nothing: it runs everywhere
 TIMEOUT = 120.0
 MODULES = sorted(p.stem for p in HERE.glob("test_*.py") if p.stem != "test_skips")
 DECLARING = [*MODULES, "test_skips"]  # every module calls require(), with no needs here
+INTEROP = HERE.parent / "interop"
+INTEROP_MODULES = sorted(p.stem for p in INTEROP.glob("test_*.py"))
 HIDDEN = "hidden by test_skips.py"
+
+
+def module_dir(module):
+    return INTEROP if module in INTEROP_MODULES else HERE
 
 
 def needs_of(module):
     """The needs a module declares: the arguments of its require(...) call, or None."""
-    m = re.search(r"^require\(([^)]*)\)", (HERE / f"{module}.py").read_text(), re.M)
+    m = re.search(r"^require\(([^)]*)\)", (module_dir(module) / f"{module}.py").read_text(),
+                  re.M)
     return None if m is None else set(re.findall(r'"(\w+)"', m.group(1)))
 
 
@@ -51,9 +59,12 @@ class SkipTests(unittest.TestCase):
         for name in ("torch", "numpy"):
             (self.no_torch / f"{name}.py").write_text(f"raise ImportError({HIDDEN!r})\n")
 
-    def run_python(self, args, env):
-        return subprocess.run([sys.executable, *args], cwd=HERE, capture_output=True,
-                              timeout=TIMEOUT, env={**os.environ, **env},
+    def run_python(self, args, env, cwd=HERE):
+        # CI exports CKPTFS_INTEROP_REQUIRED=1 (a missing interop root fails there): the skip
+        # checks start from a user's environment, where it is unset, unless a check sets it.
+        base = {k: v for k, v in os.environ.items() if k != "CKPTFS_INTEROP_REQUIRED"}
+        return subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True,
+                              timeout=TIMEOUT, env={**base, **env},
                               stdin=subprocess.DEVNULL)
 
     def assert_skipped(self, r, reason, where):
@@ -71,15 +82,43 @@ class SkipTests(unittest.TestCase):
                 self.assertLessEqual(needs, {"fuse", "torch", "corpus"})
                 if module not in ("test_skips", "test_corpus"):
                     self.assertIn("torch", needs, "every module reads fixtures made with torch")
+        # The interop modules mount, and run the real tools in the root (no torch here).
+        self.assertTrue(INTEROP_MODULES)
+        for module in INTEROP_MODULES:
+            with self.subTest(module):
+                self.assertEqual(needs_of(module), {"fuse", "interop"})
 
     def test_without_fuse(self):
         device = self.tmp / "no-fuse"
-        for module in MODULES:
+        for module in [*MODULES, *INTEROP_MODULES]:
             if "fuse" not in (needs_of(module) or ()):
                 continue
             with self.subTest(module):
-                r = self.run_python(["-m", "unittest", module], {"CKPTFS_FUSE_DEVICE": str(device)})
+                r = self.run_python(["-m", "unittest", module], {"CKPTFS_FUSE_DEVICE": str(device)},
+                                    cwd=module_dir(module))
                 self.assert_skipped(r, re.escape(f"{device} cannot be opened"), module)
+
+    def test_without_interop_root(self):
+        root = self.tmp / "no-root"
+        for module in INTEROP_MODULES:
+            with self.subTest(module):
+                r = self.run_python(["-m", "unittest", module], {"CKPTFS_INTEROP_ROOT": str(root)},
+                                    cwd=INTEROP)
+                self.assert_skipped(r, re.escape(f"the interop root {root} does not exist (make "
+                                                 f"it: scripts/interop-root"), module)
+            with self.subTest(module, required=True):
+                r = self.run_python(["-m", "unittest", module], {"CKPTFS_INTEROP_ROOT": str(root),
+                                                                 "CKPTFS_INTEROP_REQUIRED": "1"},
+                                    cwd=INTEROP)
+                err = r.stderr.decode("utf-8", "replace")
+                self.assertEqual(r.returncode, 1, err)
+                self.assertRegex(err,
+                                 r"(?m)^FAILED \(CKPTFS_INTEROP_REQUIRED=1\): the interop root")
+        with self.subTest("half-made root"):
+            root.mkdir()  # exists, without the stamp interop-root writes last
+            r = self.run_python(["-m", "unittest", INTEROP_MODULES[0]],
+                                {"CKPTFS_INTEROP_ROOT": str(root)}, cwd=INTEROP)
+            self.assert_skipped(r, re.escape(f"the interop root {root} is not complete"), "root")
 
     def test_without_torch(self):
         path = os.pathsep.join(filter(None, [str(self.no_torch), os.environ.get("PYTHONPATH")]))
@@ -154,10 +193,13 @@ class SkipTests(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         tests = {t["name"]: {p["name"]: p["value"] for p in t.get("properties", [])}
                  for t in json.loads(r.stdout)["tests"]}
-        for name in ["make_fixtures", *MODULES, "test_skips"]:
+        for name in ["make_fixtures", *MODULES, "test_skips", *INTEROP_MODULES]:
             with self.subTest(name):
                 self.assertIn(name, tests)
                 self.assertEqual(tests[name].get("SKIP_RETURN_CODE"), SKIP_EXIT_STATUS)
+                # The interop group is its label's, and only its.
+                self.assertEqual("interop" in tests[name].get("LABELS", []),
+                                 name in INTEROP_MODULES)
 
 
 if __name__ == "__main__":

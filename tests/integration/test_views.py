@@ -18,6 +18,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1] / "scripts"))
 sys.path.insert(0, str(HERE))
 
+from fixtures import VIEWS_FOLDER, views_dir  # noqa: E402,F401
 from fixtures import (FIXTURE_NAMES, NOT_TORCH_LOADABLE, TORCHSCRIPT_FIXTURES, fixture_path,
                       require)  # noqa: E402
 
@@ -172,7 +173,7 @@ class TensorFileTests(MountTestCase):
             path = fixture_path(name)
             mnt, proc = self.mount(path)
             try:
-                index = json.loads((mnt / "index.json").read_bytes())
+                index = json.loads((views_dir(mnt) / "index.json").read_bytes())
                 # Entries pair by position: two may share a key's text.
                 if name in TORCHSCRIPT_FIXTURES:
                     flat = [(key, t) for key, t, _, _ in ref.torchscript_flatten(path)]
@@ -251,7 +252,7 @@ class TensorFileTests(MountTestCase):
                           "alignment it needs is checked by test_every_fixture")
         mnt, proc = self.mount(fixture_path("convnet"))
         try:
-            index = json.loads((mnt / "index.json").read_bytes())
+            index = json.loads((views_dir(mnt) / "index.json").read_bytes())
             for e in index["entries"]:
                 if e["kind"] == "tensor":
                     t = torch.load(mnt / e["path"] / "tensor.pt", mmap=True, weights_only=True)

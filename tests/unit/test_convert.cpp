@@ -142,8 +142,9 @@ TEST_CASE("convertible: the floating dtypes to float16, bfloat16 and float32") {
     for (DType to : targets) CHECK(convertible(from, to));
     CHECK_FALSE(convertible(from, f64));
   }
-  for (DType other : {DType::int8, DType::int32, DType::int64, DType::uint8, DType::boolean,
-                      DType::complex64, DType::complex32, DType::float8_e4m3fn, DType::qint8}) {
+  for (DType other :
+       {DType::int8, DType::int32, DType::int64, DType::uint8, DType::boolean, DType::complex64,
+        DType::complex32, DType::bcomplex32, DType::float8_e4m3fn, DType::qint8}) {
     CHECK_FALSE(convertible(other, f32));
     CHECK_FALSE(convertible(f32, other));
   }

@@ -9,7 +9,7 @@ using namespace ckptfs;
 TEST_SUITE_BEGIN("dtype");
 
 TEST_CASE("the table is indexed by the enum and names round-trip") {
-  for (int i = 0; i <= static_cast<int>(DType::bits4x2); ++i) {
+  for (int i = 0; i <= static_cast<int>(DType::bcomplex32); ++i) {
     auto d = static_cast<DType>(i);
     CHECK(info(d).dtype == d);
     CHECK(dtype_from_name(info(d).name) == d);
@@ -37,6 +37,8 @@ TEST_CASE("numpy descrs: byte order, one-byte types, stand-ins for types numpy l
   CHECK(numpy_descr(DType::bfloat16, false) == "<u2");
   CHECK(numpy_descr(DType::float8_e4m3fn, false) == "|u1");
   CHECK(numpy_descr(DType::complex32, false) == "<u4");
+  CHECK(numpy_descr(DType::bcomplex32, false) == "<u4");
+  CHECK(dtype_from_name("bcomplex32") == DType::bcomplex32);
   CHECK(numpy_descr(DType::uint64, false) == "<u8");
   CHECK(info(DType::bfloat16).safetensors == "BF16");
   CHECK(dtype_from_safetensors("F8_E4M3") == DType::float8_e4m3fn);

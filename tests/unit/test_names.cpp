@@ -27,8 +27,16 @@ TEST_CASE("names that cannot be directories get a percent in front") {
   CHECK(directory_name(".") == "%.");
   CHECK(directory_name("..") == "%..");
   CHECK(directory_name("index.json") == "%index.json");
-  CHECK(directory_name("...") == "...");
   CHECK(directory_name("%index.json") == "%25index.json");
+  // Hidden names: no key's name starts with '.', so `*` shows every key and `P*` for a key
+  // prefix P never matches the mount's .ckptfs folder.
+  CHECK(directory_name("...") == "%...");
+  CHECK(directory_name(".ckptfs") == "%.ckptfs");
+  CHECK(directory_name(".hidden.weight") == "%.hidden.weight");
+  CHECK(directory_name("./x") == "%.%2Fx");
+  CHECK(directory_name("a.") == "a.");
+  CHECK(ckptfs::is_own_name("a.b"));
+  CHECK_FALSE(ckptfs::is_own_name(".a"));
   // The root's own files in every layout and view.
   CHECK(directory_name("map") == "%map");
   CHECK(directory_name("model.safetensors") == "%model.safetensors");
@@ -102,9 +110,9 @@ TEST_CASE("suffixed names stay within 255 bytes") {
 
 TEST_CASE("key_of_name reverses the rule for names that say their key") {
   using ckptfs::key_of_name;
-  for (std::string key :
-       {"decoder.weight", "a/b", "100%", "%2F", "", ".", "..", "index.json", "map",
-        "model.safetensors", "model-00001-of-00002.safetensors", "%index.json", "poids.层"}) {
+  for (std::string key : {"decoder.weight", "a/b", "100%", "%2F", "", ".", "..", "index.json",
+                          "map", "model.safetensors", "model-00001-of-00002.safetensors",
+                          "%index.json", "poids.层", ".ckptfs", ".hidden", "./x", ".%", "%.x"}) {
     CAPTURE(key);
     CHECK(key_of_name(directory_name(key)) == key);
   }
@@ -116,7 +124,9 @@ TEST_CASE("key_of_name reverses the rule for names that say their key") {
   CHECK_FALSE(key_of_name("a%2"));
   CHECK_FALSE(key_of_name("%weight"));     // a '%' in front of a name that is not reserved
   CHECK_FALSE(key_of_name("index.json"));  // reserved: the rule writes it "%index.json"
-  CHECK_FALSE(key_of_name("a%2f"));        // escapes are upper-case
+  CHECK_FALSE(key_of_name(".hidden"));     // hidden: the rule writes it "%.hidden"
+  CHECK_FALSE(key_of_name(".ckptfs"));
+  CHECK_FALSE(key_of_name("a%2f"));  // escapes are upper-case
   // Within the RFC layout's 252 bytes: a 253-byte name is a directory's, never a <name>.pt's.
   const std::string long_key(253, 'y');
   CHECK(key_of_name(long_key) == long_key);

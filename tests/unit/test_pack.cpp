@@ -14,6 +14,7 @@
 #include <ckptfs/pack/pack.hpp>
 #include <ckptfs/pack/selection.hpp>
 #include <ckptfs/pack/torch_pack.hpp>
+#include <ckptfs/view/safetensors_export.hpp>
 
 #include <doctest/doctest.h>
 
@@ -208,6 +209,33 @@ TEST_CASE("the output's mode: the sources' bits under the umask; a replaced file
     CHECK(st.st_gid == 4343);
   }
   ::umask(old_mask);
+}
+
+TEST_CASE(
+    "selection for safetensors: float4_e2m1fn_x2 as the mount's export has it (F4), but 0-d") {
+  // A 2-D and a 0-d float4_e2m1fn_x2 over storage 0's bytes (one byte each: a pair of F4).
+  Fixture f;
+  Tensor pairs;
+  pairs.dtype = DType::float4_e2m1fn_x2;
+  pairs.shape = {2, 4};
+  pairs.stride = {4, 1};
+  pairs.storage = 0;
+  Tensor half = pairs;
+  half.shape = {};
+  half.stride = {};
+  f.model.tensors.push_back(pairs);
+  f.model.tensors.push_back(half);
+  f.model.entries = {{"pairs", "", Entry::Kind::tensor, 3, "", nullptr},
+                     {"half", "", Entry::Kind::tensor, 4, "", nullptr}};
+  const Selection st = select_entries(f.model, {}, PackFormat::safetensors, std::nullopt);
+  CHECK(st.entries == std::vector<std::size_t>{0});
+  REQUIRE(st.left_out.size() == 1);
+  CHECK(st.left_out[0].entry == 1);
+  CHECK(st.left_out[0].why == "a 0-d float4_e2m1fn_x2: safetensors' F4 holds no half byte");
+  // The one rule, which the export's layout follows too.
+  CHECK(safetensors_dtype(pairs, DType::float4_e2m1fn_x2) == "F4");
+  CHECK(safetensors_dtype(half, DType::float4_e2m1fn_x2).empty());
+  CHECK(SafetensorsExport(f.model, 0).tensors().size() == 1);
 }
 
 TEST_CASE("selection: patterns, what each format leaves out, broken tensors, unique keys") {

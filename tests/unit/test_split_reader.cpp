@@ -117,6 +117,89 @@ TEST_CASE("index.json gives the order and the keys of values; more directories g
   CHECK(m.tensors[m.entries[1].tensor].storage);
 }
 
+TEST_CASE(".ckptfs/index.json of a whole mount copied; index.json at the root of older copies") {
+  // Entries in an order that is not the keys', and a value whose cut name needs the index.
+  const std::string long_key(300, 'v');
+  const std::string long_name = std::string(200, 'v') + "%~0123456789abcdef";
+  auto index = [&](const std::string& first) {
+    return fmt::format(R"({{"entries": [{{"key": "{}", "path": "{}", "kind": "tensor"}},
+      {{"key": "{}", "path": "{}", "kind": "value"}},
+      {{"key": "a", "path": "a", "kind": "tensor"}}]}})",
+                       first, first, long_key, long_name);
+  };
+  auto copy = [&](TempDir& t) {
+    tensor_dir(t, "w", "w", "float32", "[1]", "abcd");
+    tensor_dir(t, "a", "a", "float32", "[1]", "efgh");
+    t.write(long_name + "/value.json", "7");
+  };
+  {
+    TempDir t;  // rsync -a MNT/ dest/: the views' folder with the rest of its files
+    copy(t);
+    t.write(".ckptfs/index.json", index("w"));
+    t.write(".ckptfs/model.safetensors", "copied along: ignored");
+    t.write(".ckptfs/model.safetensors.index.json", "ignored");
+    const Model m = read_split_directory(t.path()).model;
+    CHECK(keys(m) == std::vector<std::string>{"w", long_key, "a"});
+    CHECK(keys(open_model(t.path()).model()) == keys(m));
+    CHECK(looks_like_split_directory(t.path()));
+  }
+  {
+    TempDir t;  // a copy made before the views moved: index.json at the root
+    copy(t);
+    t.write("index.json", index("w"));
+    CHECK(keys(read_split_directory(t.path()).model) ==
+          std::vector<std::string>{"w", long_key, "a"});
+  }
+  {
+    TempDir t;  // both: .ckptfs's is the mount's own
+    copy(t);
+    t.write(".ckptfs/index.json", index("w"));
+    t.write("index.json", R"({"entries": []})");
+    CHECK(keys(read_split_directory(t.path()).model) ==
+          std::vector<std::string>{"w", long_key, "a"});
+  }
+  {
+    TempDir t;  // .ckptfs without index.json (only the export copied): the root's, or none
+    copy(t);
+    t.write(".ckptfs/model.safetensors", "ignored");
+    CHECK(has(refusal(t.path()).second, "copy the mount's index.json along"));
+    t.write("index.json", index("w"));
+    CHECK(keys(read_split_directory(t.path()).model) ==
+          std::vector<std::string>{"w", long_key, "a"});
+  }
+  {
+    TempDir t;  // only .ckptfs/index.json tells a directory of values alone for a split one
+    t.write(long_name + "/value.json", "7");
+    t.write(".ckptfs/index.json",
+            fmt::format(R"({{"entries": [{{"key": "{}", "path": "{}", "kind": "value"}}]}})",
+                        long_key, long_name));
+    CHECK(looks_like_split_directory(t.path()));
+    CHECK(keys(open_model(t.path()).model()) == std::vector<std::string>{long_key});
+  }
+  {
+    TempDir t;  // its errors name it
+    copy(t);
+    t.write(".ckptfs/index.json", "{");
+    CHECK(has(refusal(t.path()).second, "\".ckptfs/index.json\": "));
+  }
+  {
+    TempDir outside;
+    outside.write("index.json", index("w"));
+    TempDir t;  // a .ckptfs/index.json or a .ckptfs that leads out is refused, never read
+    copy(t);
+    t.mkdir(".ckptfs");
+    t.symlink(outside.path("index.json"), ".ckptfs/index.json");
+    auto [code, message] = refusal(t.path());
+    CHECK(code == ExitCode::bad_checkpoint);
+    CHECK(message ==
+          "\".ckptfs/index.json\": leads out of the directory (a symbolic link or \"..\")");
+    TempDir u;
+    copy(u);
+    u.symlink(outside.path(), ".ckptfs");
+    CHECK(refusal(u.path()).second == "\".ckptfs\": leads out of the directory (a symbolic link)");
+  }
+}
+
 TEST_CASE("byte order, requires_grad, broken tensors and quantization come from meta.json") {
   TempDir t;
   tensor_dir(t, "big", "big", "float32", "[1]", "abcd",

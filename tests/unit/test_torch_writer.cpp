@@ -79,7 +79,8 @@ const DType non_quantized[] = {DType::float32,
                                DType::bits16,
                                DType::bits1x8,
                                DType::bits2x4,
-                               DType::bits4x2};
+                               DType::bits4x2,
+                               DType::bcomplex32};
 
 }  // namespace
 
@@ -220,9 +221,12 @@ TEST_CASE("quantized tensors: per tensor and per channel, their parameters as to
                          false,
                          std::nullopt,
                          Quantization{"per_channel_affine", 0, 0, 1, 1, 2},
-                         {}});
-    m.tensors.push_back({DType::float64, {3}, {1}, 0, false, std::nullopt, std::nullopt, {}});
-    m.tensors.push_back({DType::int64, {3}, {1}, 0, false, std::nullopt, std::nullopt, {}});
+                         {},
+                         std::nullopt});
+    m.tensors.push_back(
+        {DType::float64, {3}, {1}, 0, false, std::nullopt, std::nullopt, {}, std::nullopt});
+    m.tensors.push_back(
+        {DType::int64, {3}, {1}, 0, false, std::nullopt, std::nullopt, {}, std::nullopt});
     const TensorFileSpec again = tensor_file_spec(m, m.tensors[0]);
     CHECK(again.dtype == DType::qint8);
     REQUIRE(again.quantization.has_value());

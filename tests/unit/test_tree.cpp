@@ -60,6 +60,12 @@ struct Mounted {
     Tree::Ino d = tree.lookup(Tree::root_ino, dir);
     return file.empty() || d == 0 ? d : tree.lookup(d, file);
   }
+  // A file of .ckptfs, the whole-checkpoint views.
+  Tree::Ino view(std::string_view file) {
+    const Tree::Ino d = tree.lookup(Tree::root_ino, ".ckptfs");
+    REQUIRE(d == Tree::views_ino);
+    return tree.lookup(d, file);
+  }
   std::vector<std::string> list(Tree::Ino dir) {
     std::vector<std::string> names;
     for (std::size_t i = 0; i < tree.child_count(dir); ++i)
@@ -90,10 +96,17 @@ std::string floats_at(std::initializer_list<int> values) {
 
 TEST_SUITE_BEGIN("tree");
 
-TEST_CASE("the tree: index.json, model.safetensors, a directory per entry, files per kind") {
-  Mounted m(checkpoint_with_views(), {.source_path = "x.pth", .uid = 7, .gid = 8, .umask = 0222});
-  CHECK(m.list(Tree::root_ino) == std::vector<std::string>{"index.json", "model.safetensors", "w",
-                                                           "w.T", "a%2Fb", "x", "bad"});
+TEST_CASE("the tree: a directory per entry, files per kind, and .ckptfs's views") {
+  Mounted m(checkpoint_with_views(),
+            {.source_path = "x.pth", .uid = 7, .gid = 8, .modes = {0640, 0750}});
+  CHECK(m.list(Tree::root_ino) ==
+        std::vector<std::string>{".ckptfs", "w", "w.T", "a%2Fb", "x", "bad"});
+  CHECK(m.list(Tree::views_ino) == std::vector<std::string>{"index.json", "model.safetensors"});
+  CHECK(m.tree.parent(m.view("index.json")) == Tree::views_ino);
+  CHECK(m.tree.parent(Tree::views_ino) == Tree::root_ino);
+  CHECK(m.path("index.json") == 0);  // the views are in .ckptfs only
+  CHECK(m.path("model.safetensors") == 0);
+  CHECK(m.view("w") == 0);
   CHECK(m.list(m.path("w")) ==
         std::vector<std::string>{"data", "meta.json", "tensor.npy", "tensor.pt"});
   CHECK(m.list(m.path("bad")) == std::vector<std::string>{"meta.json"});  // broken: no bytes
@@ -114,23 +127,61 @@ TEST_CASE("the tree: index.json, model.safetensors, a directory per entry, files
 
   struct stat st {};
   REQUIRE(m.tree.stat(m.path("w", "data"), st));
-  CHECK(st.st_mode == (S_IFREG | 0444));
+  CHECK(st.st_mode == (S_IFREG | 0640));
   CHECK(st.st_size == 48);
   CHECK(st.st_blocks == 1);
   CHECK(st.st_uid == 7);
   CHECK(st.st_gid == 8);
   CHECK(st.st_mtim.tv_sec == 1234);
   REQUIRE(m.tree.stat(m.path("w"), st));
-  CHECK(st.st_mode == (S_IFDIR | 0555));
+  CHECK(st.st_mode == (S_IFDIR | 0750));
+  CHECK(st.st_nlink == 2);
+  for (Tree::Ino dir : {Tree::root_ino, Tree::views_ino}) {
+    REQUIRE(m.tree.stat(dir, st));
+    CHECK(st.st_mode == (S_IFDIR | 0750));
+  }
+  CHECK(st.st_nlink == 2);  // .ckptfs
+  REQUIRE(m.tree.stat(m.view("index.json"), st));
+  CHECK(st.st_mode == (S_IFREG | 0640));
+  REQUIRE(m.tree.stat(Tree::root_ino, st));
+  CHECK(st.st_nlink == 2 + 1 + 5);  // ".", "..", .ckptfs's and each entry's ".."
   CHECK_FALSE(m.tree.stat(0, st));
   CHECK_FALSE(m.tree.stat(m.tree.node_count_hint() + 1, st));
   CHECK_FALSE(m.tree.stat(m.path("bad") + 2, st));  // past the broken entry's one file
 
-  auto index = nlohmann::json::parse(m.read_all(m.path("index.json")));
+  auto index = nlohmann::json::parse(m.read_all(m.view("index.json")));
   CHECK(index["tensors"] == 5);
   CHECK(index["entries"][2]["key"] == "a/b");
   CHECK(index["entries"][2]["path"] == "a%2Fb");
   CHECK(index["entries"][4]["nbytes"].is_null());
+}
+
+TEST_CASE("modes follow the checkpoint's; umask= overrides") {
+  auto modes = [](Modes m) { return std::pair{m.file, m.directory}; };
+  CHECK(modes(modes_following(0644)) == std::pair<mode_t, mode_t>{0644, 0755});
+  CHECK(modes(modes_following(0600)) == std::pair<mode_t, mode_t>{0600, 0700});
+  CHECK(modes(modes_following(0640)) == std::pair<mode_t, mode_t>{0640, 0750});
+  CHECK(modes(modes_following(0664)) == std::pair<mode_t, mode_t>{0664, 0775});
+  // Read-only: copies' directories stay removable by their owner.
+  CHECK(modes(modes_following(0444)) == std::pair<mode_t, mode_t>{0444, 0755});
+  CHECK(modes(modes_following(0400)) == std::pair<mode_t, mode_t>{0400, 0700});
+  // Never an execute bit on a file, nor a special bit anywhere; a directory's own mode (0755)
+  // gives 0644 and 0755.
+  CHECK(modes(modes_following(S_IFDIR | 0755)) == std::pair<mode_t, mode_t>{0644, 0755});
+  CHECK(modes(modes_following(S_IFREG | 04777)) == std::pair<mode_t, mode_t>{0666, 0777});
+  CHECK(modes(modes_from_umask(0222)) == std::pair<mode_t, mode_t>{0444, 0555});
+  CHECK(modes(modes_from_umask(022)) == std::pair<mode_t, mode_t>{0644, 0755});
+  CHECK(modes(modes_from_umask(0227)) == std::pair<mode_t, mode_t>{0440, 0550});
+  CHECK(modes(modes_from_umask(0)) == std::pair<mode_t, mode_t>{0666, 0777});
+  // The tree shows them, nothing else.
+  Mounted m(checkpoint_with_views(), {.modes = modes_following(0600)});
+  struct stat st {};
+  REQUIRE(m.tree.stat(m.path("w", "tensor.pt"), st));
+  CHECK(st.st_mode == (S_IFREG | 0600));
+  REQUIRE(m.tree.stat(m.path("w"), st));
+  CHECK(st.st_mode == (S_IFDIR | 0700));
+  REQUIRE(m.tree.stat(Tree::views_ino, st));
+  CHECK(st.st_mode == (S_IFDIR | 0700));
 }
 
 TEST_CASE("entries with the same text each get their name; literal keys keep the rule's") {
@@ -138,8 +189,8 @@ TEST_CASE("entries with the same text each get their name; literal keys keep the
                                          {"a.b#2", "0", 2, 0, {2}, {1}},
                                          {"model.safetensors", "0", 2, 0, {2}, {1}}}),
                       {{"0", floats(2)}}));
-  CHECK(m.list(Tree::root_ino) == std::vector<std::string>{"index.json", "model.safetensors", "a.b",
-                                                           "a.b#2", "%model.safetensors"});
+  CHECK(m.list(Tree::root_ino) ==
+        std::vector<std::string>{".ckptfs", "a.b", "a.b#2", "%model.safetensors"});
 }
 
 TEST_CASE("contiguous data is a range of the checkpoint; tensor.npy adds a header") {
@@ -190,9 +241,9 @@ TEST_CASE("meta.json describes the view and its sharing") {
 
 TEST_CASE("model.safetensors: every tensor, valid by the format's rules, bytes exact") {
   Mounted m(checkpoint_with_views());
-  std::string file = m.read_all(m.path("model.safetensors"));
+  std::string file = m.read_all(m.view("model.safetensors"));
   struct stat st {};
-  REQUIRE(m.tree.stat(m.path("model.safetensors"), st));
+  REQUIRE(m.tree.stat(m.view("model.safetensors"), st));
   CHECK(static_cast<std::size_t>(st.st_size) == file.size());
   std::uint64_t n = 0;
   std::memcpy(&n, file.data(), 8);
@@ -217,7 +268,7 @@ TEST_CASE("model.safetensors: every tensor, valid by the format's rules, bytes e
   SUBCASE("any slice reads the same bytes") {
     for (std::size_t off = 0; off < file.size(); off += 13) {
       for (std::size_t len : {1, 7, 100, 4096}) {
-        CHECK(m.read_all(m.path("model.safetensors"), off, len) == file.substr(off, len));
+        CHECK(m.read_all(m.view("model.safetensors"), off, len) == file.substr(off, len));
       }
     }
   }
@@ -227,29 +278,34 @@ TEST_CASE("size_known: false for a root file made from every entry until it is c
   auto known = [](Mounted& m, std::string_view dir, std::string_view file = {}) {
     return m.tree.size_known(*m.tree.node(m.path(dir, file)));
   };
+  auto view_known = [](Mounted& m, std::string_view file) {
+    return m.tree.size_known(*m.tree.node(m.view(file)));
+  };
   struct stat st {};
   SUBCASE("split layout") {
     Mounted m(checkpoint_with_views());
-    CHECK_FALSE(known(m, "index.json"));
-    CHECK_FALSE(known(m, "model.safetensors"));
+    CHECK_FALSE(view_known(m, "index.json"));
+    CHECK_FALSE(view_known(m, "model.safetensors"));
+    CHECK(known(m, ".ckptfs"));
     CHECK(known(m, "w"));
     CHECK(known(m, "w", "data"));
     CHECK(known(m, "w", "tensor.npy"));  // one entry's own work, made for its stat
-    REQUIRE(m.tree.stat(m.path("index.json"), st));
-    CHECK(known(m, "index.json"));
-    CHECK_FALSE(known(m, "model.safetensors"));
-    m.read_all(m.path("model.safetensors"));
-    CHECK(known(m, "model.safetensors"));
+    REQUIRE(m.tree.stat(m.view("index.json"), st));
+    CHECK(view_known(m, "index.json"));
+    CHECK_FALSE(view_known(m, "model.safetensors"));
+    m.read_all(m.view("model.safetensors"));
+    CHECK(view_known(m, "model.safetensors"));
   }
   SUBCASE("shards: laid out at mount") {
     Mounted m(checkpoint_with_views(), {.shard_size = 64});
-    CHECK(known(m, "model.safetensors.index.json"));
-    CHECK(known(m, "model-00001-of-00003.safetensors"));
-    CHECK_FALSE(known(m, "index.json"));
+    CHECK(view_known(m, "model.safetensors.index.json"));
+    CHECK(view_known(m, "model-00001-of-00003.safetensors"));
+    CHECK_FALSE(view_known(m, "index.json"));
   }
   SUBCASE("layout=rfc: map.pt") {
     Mounted m(checkpoint_with_views(), {.layout = Layout::rfc});
     CHECK_FALSE(known(m, "map.pt"));
+    CHECK_FALSE(view_known(m, "index.json"));
     REQUIRE(m.tree.stat(m.path("map.pt"), st));
     CHECK(known(m, "map.pt"));
   }
@@ -259,17 +315,29 @@ TEST_CASE("shard_size: the sharded set as save_pretrained splits it") {
   // Tensors of 48, 48, 16, 24 bytes in shards of at most 64 bytes: [w], [w.T, a/b], [x].
   Mounted m(checkpoint_with_views(), {.shard_size = 64});
   CHECK(m.list(Tree::root_ino) ==
-        std::vector<std::string>{
-            "index.json", "model.safetensors.index.json", "model-00001-of-00003.safetensors",
-            "model-00002-of-00003.safetensors", "model-00003-of-00003.safetensors", "w", "w.T",
-            "a%2Fb", "x", "bad"});
-  auto index = nlohmann::json::parse(m.read_all(m.path("model.safetensors.index.json")));
+        std::vector<std::string>{".ckptfs", "w", "w.T", "a%2Fb", "x", "bad"});
+  const std::vector<std::string> views{
+      "index.json", "model.safetensors.index.json", "model-00001-of-00003.safetensors",
+      "model-00002-of-00003.safetensors", "model-00003-of-00003.safetensors"};
+  CHECK(m.list(Tree::views_ino) == views);
+  for (std::size_t i = 0; i < views.size(); ++i) {
+    CHECK(m.view(views[i]) == child_of(m.tree, Tree::views_ino, i).second);
+  }
+  // Names like a shard's that are none: found by place, checked by name.
+  for (const char* absent :
+       {"model-00004-of-00003.safetensors", "model-00000-of-00003.safetensors",
+        "model-2-of-00003.safetensors", "model-00002-of-00004.safetensors",
+        "model-99999999999999999999999-of-00003.safetensors", "model-", "model.safetensors", "w"}) {
+    CAPTURE(absent);
+    CHECK(m.view(absent) == 0);
+  }
+  auto index = nlohmann::json::parse(m.read_all(m.view("model.safetensors.index.json")));
   CHECK(index["metadata"]["total_size"] == 48 + 48 + 16 + 24);
   CHECK(index["weight_map"] == nlohmann::json({{"w", "model-00001-of-00003.safetensors"},
                                                {"w.T", "model-00002-of-00003.safetensors"},
                                                {"a/b", "model-00002-of-00003.safetensors"},
                                                {"x", "model-00003-of-00003.safetensors"}}));
-  std::string second = m.read_all(m.path("model-00002-of-00003.safetensors"));
+  std::string second = m.read_all(m.view("model-00002-of-00003.safetensors"));
   std::uint64_t n = 0;
   std::memcpy(&n, second.data(), 8);
   auto header = nlohmann::json::parse(second.substr(8, n));
@@ -314,7 +382,7 @@ TEST_CASE("dtype=float16: floating tensors served converted, described as served
   CHECK(meta["dtype"] == "int64");
   CHECK_FALSE(meta["file_offset"].is_null());
   // model.safetensors holds the converted bytes, as F16.
-  const std::string st = half.read_all(half.path("model.safetensors"));
+  const std::string st = half.read_all(half.view("model.safetensors"));
   std::uint64_t n = 0;
   std::memcpy(&n, st.data(), 8);
   auto header = nlohmann::json::parse(st.substr(8, n));
@@ -363,20 +431,20 @@ TEST_CASE("tensor.pt: the writer's archive, data spliced or gathered, CRCs made 
   CHECK(m.path("bad", "tensor.pt") == 0);  // broken: no tensor to hold
 }
 
-TEST_CASE("root files: sizes counted before their content is made, equal to it") {
-  // A tree stats index.json and model.safetensors before anything is read (a listing of the
-  // root), another reads them first: the sizes are the contents'.
+TEST_CASE("views: sizes counted before their content is made, equal to it") {
+  // A tree stats index.json and model.safetensors before anything is read (a listing of
+  // .ckptfs), another reads them first: the sizes are the contents'.
   auto check = [](const std::string& file, TreeOptions options) {
     Mounted counted(file, options);
     Mounted built(file, options);
     for (const char* name : {"index.json", "model.safetensors"}) {
       CAPTURE(name);
       struct stat st {};
-      REQUIRE(counted.tree.stat(counted.path(name), st));
-      const std::string content = built.read_all(built.path(name), 0, 64 << 20);
+      REQUIRE(counted.tree.stat(counted.view(name), st));
+      const std::string content = built.read_all(built.view(name), 0, 64 << 20);
       CHECK(static_cast<std::size_t>(st.st_size) == content.size());
-      CHECK(counted.read_all(counted.path(name), 0, 64 << 20) == content);
-      REQUIRE(counted.tree.stat(counted.path(name), st));
+      CHECK(counted.read_all(counted.view(name), 0, 64 << 20) == content);
+      REQUIRE(counted.tree.stat(counted.view(name), st));
       CHECK(static_cast<std::size_t>(st.st_size) == content.size());
     }
   };
@@ -412,19 +480,20 @@ TEST_CASE("root names: the entries' keys where the rule keeps them, found by loo
   }
   p.setitems().stop();
   Mounted m(torch_zip(p.bytes(), {{"0", floats(4)}}));
-  REQUIRE(m.tree.child_count(Tree::root_ino) == 502);
+  REQUIRE(m.tree.child_count(Tree::root_ino) == 501);
   for (int i = 0; i < 500; ++i) {
     const std::string name = (i % 3 == 0 ? "w%2F" : "w.") + std::to_string(i);
     CAPTURE(name);
     CHECK(m.tree.entry_name(static_cast<std::size_t>(i)) == name);
-    CHECK(child_of(m.tree, Tree::root_ino, 2 + static_cast<std::size_t>(i)).first == name);
+    CHECK(child_of(m.tree, Tree::root_ino, 1 + static_cast<std::size_t>(i)).first == name);
     CHECK(m.tree.lookup(Tree::root_ino, name) ==
-          child_of(m.tree, Tree::root_ino, 2 + static_cast<std::size_t>(i)).second);
+          child_of(m.tree, Tree::root_ino, 1 + static_cast<std::size_t>(i)).second);
   }
   CHECK(m.tree.lookup(Tree::root_ino, "w/0") == 0);  // the key, not its name
   CHECK(m.tree.lookup(Tree::root_ino, "w.500") == 0);
   CHECK(m.tree.lookup(Tree::root_ino, "") == 0);
-  CHECK(m.tree.lookup(Tree::root_ino, "index.json") != 0);
+  CHECK(m.tree.lookup(Tree::root_ino, "index.json") == 0);  // in .ckptfs
+  CHECK(m.tree.lookup(Tree::root_ino, ".ckptfs") == Tree::views_ino);
 }
 
 TEST_CASE("entry names are NameAllocator's, collisions and cut names included") {
@@ -456,13 +525,13 @@ TEST_CASE("entry names are NameAllocator's, collisions and cut names included") 
     const std::string want = names.name(key);
     CHECK(m.tree.entry_name(i) == want);
     CHECK(m.tree.lookup(Tree::root_ino, want) ==
-          child_of(m.tree, Tree::root_ino, 2 + static_cast<std::size_t>(i)).second);
+          child_of(m.tree, Tree::root_ino, 1 + static_cast<std::size_t>(i)).second);
   }
   CHECK(m.tree.entry_name(2) == "1%#2");
   CHECK(m.tree.entry_name(10).ends_with("%#2"));
 }
 
-TEST_CASE("layout=rfc: index.json, map.pt, a <name>.pt per entry torch can load alone") {
+TEST_CASE("layout=rfc: map.pt, a <name>.pt per entry torch can load alone, .ckptfs/index.json") {
   const std::string long_key(260, 'k');
   auto tensor = [](PickleBuilder& p, std::int64_t offset = 0) {
     p.tensor_v2("FloatStorage", "0", "cpu", 4, offset, {2}, {1});
@@ -483,10 +552,11 @@ TEST_CASE("layout=rfc: index.json, map.pt, a <name>.pt per entry torch can load 
   const std::string cut = directory_name(long_key, rfc_name_bytes) + ".pt";
   CHECK(cut.size() <= 255);
   CHECK(cut.find("%~") != std::string::npos);
-  CHECK(m.list(Tree::root_ino) == std::vector<std::string>{"index.json", "map.pt", "w.pt",
-                                                           "%map.pt", "map.pt.pt", "epoch.pt", cut,
+  CHECK(m.list(Tree::root_ino) == std::vector<std::string>{".ckptfs", "map.pt", "w.pt", "%map.pt",
+                                                           "map.pt.pt", "epoch.pt", cut,
                                                            std::string(252, 'x') + ".pt"});
-  for (std::size_t i = 0; i < m.tree.child_count(Tree::root_ino); ++i) {
+  CHECK(m.list(Tree::views_ino) == std::vector<std::string>{"index.json"});
+  for (std::size_t i = 1; i < m.tree.child_count(Tree::root_ino); ++i) {
     const auto child = child_of(m.tree, Tree::root_ino, i);
     const auto& [name, ino] = child;
     CAPTURE(child.first);
@@ -499,13 +569,14 @@ TEST_CASE("layout=rfc: index.json, map.pt, a <name>.pt per entry torch can load 
     CHECK(static_cast<std::size_t>(st.st_size) == m.read_all(ino).size());
   }
   // Names without ".pt", entries without a file, and the split layout's names are not there.
-  for (const char* absent : {"w", "bad.pt", "opaque.pt", "model.safetensors", "w.pt/data", "map"}) {
+  for (const char* absent :
+       {"w", "bad.pt", "opaque.pt", "model.safetensors", "w.pt/data", "map", "index.json"}) {
     CAPTURE(absent);
     CHECK(m.tree.lookup(Tree::root_ino, absent) == 0);
   }
   struct stat st {};
   REQUIRE(m.tree.stat(Tree::root_ino, st));
-  CHECK(st.st_nlink == 2);  // no subdirectories
+  CHECK(st.st_nlink == 3);  // one subdirectory: .ckptfs
 
   // A tensor's file is its tensor.pt (the same archive); a value's is torch.save of the value;
   // map.pt holds the keys with a file, in order.
@@ -521,7 +592,7 @@ TEST_CASE("layout=rfc: index.json, map.pt, a <name>.pt per entry torch can load 
   CHECK(m.read_all(m.tree.lookup(Tree::root_ino, "map.pt")) ==
         keys_file(keys, {.prefix = "map"}).bytes());
 
-  auto index = nlohmann::json::parse(m.read_all(m.tree.lookup(Tree::root_ino, "index.json")));
+  auto index = nlohmann::json::parse(m.read_all(m.view("index.json")));
   std::vector<nlohmann::json> paths;
   for (const auto& e : index["entries"]) paths.push_back(e["path"]);
   CHECK(paths == std::vector<nlohmann::json>{"w.pt", "%map.pt", "map.pt.pt", nullptr, "epoch.pt",
@@ -537,7 +608,7 @@ TEST_CASE("layout=rfc: names are given among the keys map.pt lists, so its keys 
   p.setitems().stop();
   Mounted m(torch_zip(p.bytes(), {{"0", floats(4)}}), {.layout = Layout::rfc});
   REQUIRE(m.tree.model().entries.size() == 2);
-  CHECK(m.list(Tree::root_ino) == std::vector<std::string>{"index.json", "map.pt", "None.pt"});
+  CHECK(m.list(Tree::root_ino) == std::vector<std::string>{".ckptfs", "map.pt", "None.pt"});
   CHECK(m.tree.lookup(Tree::root_ino, "None.pt") != 0);
   CHECK(m.tree.lookup(Tree::root_ino, "None%#2.pt") == 0);
   // The split layout names both: the directory of the first key is the one without a suffix.
@@ -571,6 +642,7 @@ TEST_CASE("sources: meta.json and index.json name each tensor's file; nodes know
   const ByteSource* sources[] = {&first, &second};
   auto ino_of = [&](std::string_view dir, std::string_view file) {
     Tree::Ino ino = tree.lookup(Tree::root_ino, dir);
+    if (ino == 0) ino = tree.lookup(tree.lookup(Tree::root_ino, ".ckptfs"), dir);
     if (!file.empty()) ino = tree.lookup(ino, file);
     REQUIRE(ino != 0);
     return ino;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -29,8 +30,11 @@ class JsonWriter {
   JsonWriter& number(std::uint64_t value);
   JsonWriter& boolean(bool value);
   JsonWriter& null();
-  JsonWriter& raw(std::string_view json);                        // an already serialized value
-  JsonWriter& numbers(const std::vector<std::int64_t>& values);  // on one line
+  JsonWriter& raw(std::string_view json);                     // an already serialized value
+  JsonWriter& numbers(std::span<const std::int64_t> values);  // on one line
+  JsonWriter& numbers(const std::vector<std::int64_t>& values) {
+    return numbers(std::span<const std::int64_t>(values));
+  }
 
  private:
   void before_value();

@@ -15,14 +15,25 @@
 namespace ckptfs {
 
 // The name of a key (its directory; in the RFC layout its file, before ".pt"): its UTF-8 bytes
-// with '%' written "%25", '/' "%2F" and NUL "%00". A name the mount's root uses itself gets a
-// '%' in front: "", ".", "..", "index.json", "map" (map.pt), "model.safetensors",
-// "model.safetensors.index.json" and "model-<digits>-of-<digits>.safetensors". A name longer
+// with '%' written "%25", '/' "%2F" and NUL "%00". A name that is not a key's to take gets a '%'
+// in front: one starting with '.' (".", "..", ".ckptfs", ".hidden"), so that no key's name is
+// hidden from a shell's `*` and a glob of key names (`model.*`) never matches the mount's
+// .ckptfs folder; "" and "map" (map.pt, beside the keys in the RFC layout); and the names the
+// root's views had before they moved into .ckptfs, "index.json", "model.safetensors",
+// "model.safetensors.index.json" and "model-<digits>-of-<digits>.safetensors", kept so that a
+// key's name is the same in every version (copies made before read alike). A name longer
 // than `max_bytes` keeps its first 200 bytes (cut at a character boundary, never inside an
 // escape), then "%~" and the 16 lower-case hex digits of the FNV-1a 64-bit hash of the whole key.
 // Escaping never makes "%~" nor "%#": those names are never another key's. `max_bytes` is 255,
 // NAME_MAX; 252 in the RFC layout, whose files add ".pt" (rfc_name_bytes).
 inline constexpr std::size_t max_name_bytes = 255;
+
+// The hidden folder at a mount's root that holds the whole-checkpoint views (index.json, the
+// safetensors export), as ZFS keeps its snapshots in .zfs; a copy of a whole mount has it too.
+// No key's name is this one, nor starts with '.' (below), so that the root's `*` and `P*` for a
+// key prefix P match key directories only.
+inline constexpr std::string_view views_folder = ".ckptfs";
+
 inline constexpr std::size_t rfc_name_bytes = max_name_bytes - 3;
 std::string directory_name(std::string_view key, std::size_t max_bytes = max_name_bytes);
 
@@ -39,7 +50,7 @@ std::string suffixed_name(std::string_view key, std::uint64_t n,
 // for any name the rule never makes ("a%zz"), including one longer than `max_bytes` (the rule
 // would have cut it). An RFC directory's "<name>.pt" files give their <name> with rfc_name_bytes.
 //   "decoder.weight" -> "decoder.weight", "a%2Fb" -> "a/b", "%index.json" -> "index.json",
-//   "%" -> "" (the empty key)
+//   "%.hidden" -> ".hidden", "%" -> "" (the empty key)
 std::optional<std::string> key_of_name(std::string_view name,
                                        std::size_t max_bytes = max_name_bytes);
 

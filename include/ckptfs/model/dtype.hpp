@@ -42,6 +42,7 @@ enum class DType : std::uint8_t {
   bits1x8,
   bits2x4,
   bits4x2,
+  bcomplex32,  // complex of two bfloat16 (torch 2.x; written by torch 2.14, see tests/interop)
 };
 
 struct DTypeInfo {

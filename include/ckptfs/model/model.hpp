@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // The model every format reader produces and every view is built on: storages (byte runs in one
-// of the model's sources), tensors (typed, strided views of a storage) and flattened entries
-// (keyed tensors and values), with every offset validated. It knows no file format and no FUSE.
+// of the model's sources), tensors (typed, strided views of a storage, or assembled from pieces
+// of several: see assembly.hpp) and flattened entries (keyed tensors and values), with every
+// offset validated. It knows no file format and no FUSE.
 #pragma once
 
 #include <ckptfs/base/boxed_optional.hpp>
@@ -11,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -78,15 +80,85 @@ struct Quantization {
 inline constexpr std::uint64_t max_tensor_bytes =
     (std::uint64_t{1} << 63) - (std::uint64_t{1} << 24);
 
+struct Model;
+struct Tensor;
+
+// A tensor assembled from pieces: a PyTorch DCP tensor's chunks (n-dimensional boxes of it, each
+// in some .distcp file), a DeepSpeed ZeRO parameter's ranges of flat partitions (one per rank).
+// Each piece is a strided view of one storage placed at a box of the tensor: of its shape, or of
+// its elements in C order taken as one dimension. assembly.hpp validates and reads them.
+// Where one piece's elements are; its box and strides are in Assembly::numbers.
+struct Piece {
+  std::size_t storage = 0;          // index into Model::storages
+  std::int64_t storage_offset = 0;  // of the piece's first element, in elements
+};
+
+struct Assembly {
+  // The space the boxes are in.
+  enum class Grid : std::uint8_t {
+    shape,  // the tensor's shape, one box edge per dimension (DCP's chunks)
+    flat,   // its elements in C order as one dimension (ZeRO's ranges of flat partitions)
+  };
+
+  Assembly() = default;
+  Assembly(Grid grid, std::size_t rank) : grid_(grid), rank_(grid == Grid::flat ? 1 : rank) {}
+
+  Grid grid() const noexcept { return grid_; }
+  // Dimensions of the grid: 1 when flat, else the tensor's.
+  std::size_t rank() const noexcept { return rank_; }
+
+  // Adds a piece whose elements, in its box's C order, are the view of `piece.storage` with
+  // these strides (in elements) from piece.storage_offset. Each span has rank() numbers; no
+  // check here: index_assembly() checks everything.
+  void add(Piece piece, std::span<const std::int64_t> offset, std::span<const std::int64_t> length,
+           std::span<const std::int64_t> stride);
+  // The same for a piece that is one contiguous range of its storage (its strides in C order).
+  void add_contiguous(Piece piece, std::span<const std::int64_t> offset,
+                      std::span<const std::int64_t> length);
+
+  std::size_t size() const noexcept { return pieces_.size(); }
+  const Piece& piece(std::size_t i) const { return pieces_[i]; }
+  std::span<const std::int64_t> offset(std::size_t i) const { return part(i, 0); }
+  std::span<const std::int64_t> length(std::size_t i) const { return part(i, 1); }
+  std::span<const std::int64_t> stride(std::size_t i) const { return part(i, 2); }
+  std::uint64_t elements(std::size_t i) const noexcept;  // of the box (valid once indexed)
+  // Whether piece i's elements are one range of its storage in the box's C order.
+  bool contiguous(std::size_t i) const noexcept;
+
+  // Made by index_assembly(): whether it succeeded, and the grid's cuts per dimension (sorted
+  // distinct box edges, 0 and the size included) and the piece of each cell, row-major.
+  bool indexed() const noexcept { return indexed_; }
+  const std::vector<std::vector<std::int64_t>>& cuts() const noexcept { return cuts_; }
+  std::uint32_t piece_of_cell(std::size_t cell) const { return cells_[cell]; }
+
+ private:
+  friend std::string index_assembly(const Model& model, const Tensor& tensor, Assembly& assembly);
+  std::span<const std::int64_t> part(std::size_t i, std::size_t which) const {
+    return {numbers_.data() + (i * 3 + which) * rank_, rank_};
+  }
+
+  Grid grid_ = Grid::shape;
+  std::size_t rank_ = 0;
+  std::vector<Piece> pieces_;
+  // Per piece, 3 × rank numbers: its box's offsets, then its lengths, then its strides.
+  std::vector<std::int64_t> numbers_;
+  bool indexed_ = false;
+  std::vector<std::vector<std::int64_t>> cuts_;
+  std::vector<std::uint32_t> cells_;
+};
+
 struct Tensor {
   DType dtype = DType::float32;
   std::vector<std::int64_t> shape;
-  std::vector<std::int64_t> stride;  // in elements, as stored
-  std::int64_t storage_offset = 0;   // in elements, as stored
+  std::vector<std::int64_t> stride;  // in elements, as stored (assembled: C order)
+  std::int64_t storage_offset = 0;   // in elements, as stored (assembled: 0)
   bool requires_grad = false;
   std::optional<std::size_t> storage;        // index into Model::storages; none for meta tensors
   BoxedOptional<Quantization> quantization;  // few tensors have one: boxed (8 bytes, not 96)
   std::string broken;                        // why the bytes cannot be served; empty when fine
+  // Index into Model::assemblies when the tensor is made of pieces (storage is then none, and
+  // a tensor whose assembly index_assembly() refused is broken).
+  std::optional<std::size_t> assembly;
 
   std::uint64_t numel() const noexcept;   // valid when !broken (checked for overflow)
   std::uint64_t nbytes() const noexcept;  // numel × element size: the logical tensor in C order
@@ -119,12 +191,14 @@ struct Model {
   std::vector<std::string> sources;
   std::vector<Storage> storages;
   std::vector<Tensor> tensors;
-  std::vector<Entry> entries;  // in the model's order
+  std::vector<Assembly> assemblies;  // of the assembled tensors (Tensor::assembly)
+  std::vector<Entry> entries;        // in the model's order
   // String metadata of the file (safetensors' __metadata__), in the file's order.
   std::vector<std::pair<std::string, std::string>> metadata;
 
   // Where the tensor's first byte is in its storage, when the tensor is servable, its bytes in C
-  // order are one range of its storage, and that range lies inside the storage. No I/O.
+  // order are one range of its storage, and that range lies inside the storage (never for an
+  // assembled tensor). No I/O.
   std::optional<std::uint64_t> offset_in_storage(const Tensor& tensor) const;
   // The same as an absolute offset in the storage's source: it may ask the storage's locator,
   // and so read the source and throw what data_offset() throws.
@@ -140,9 +214,8 @@ inline std::uint64_t data_offset(const Storage& storage) {
                          : storage.file_offset;
 }
 
-// The byte order of a tensor's elements: its storage's.
-inline bool big_endian(const Model& model, const Tensor& tensor) {
-  return tensor.storage && model.storages[*tensor.storage].big_endian;
-}
+// The byte order of a tensor's elements: its storage's (an assembled tensor's: its pieces', which
+// index_assembly() makes sure are all one).
+bool big_endian(const Model& model, const Tensor& tensor) noexcept;
 
 }  // namespace ckptfs

@@ -44,9 +44,11 @@ struct Selection {
 //     (torch.load could not read it either);
 //   - a pattern that selects no key is Error(usage) naming it (a typo would pack nothing);
 //   - left out, with why: for torch, values that are not plain (read_plain_value.hpp: objects
-//     ckptfs never builds) and quantized tensors torch does not save (quint4x2, quint2x4,
-//     schemes other than per-tensor and per-channel affine); for safetensors, every value and
-//     every tensor whose dtype (converted by `convert_to`, as serve() does) safetensors lacks;
+//     ckptfs never builds) and quantized tensors ckptfs does not write (quint4x2 and quint2x4,
+//     which torch 2.x saves packed, 2 or 4 elements a byte, and which ckptfs does not serve
+//     either; schemes other than per-tensor and per-channel affine, which torch does not save); for
+//     safetensors, every value and every tensor safetensors_dtype() finds no dtype for (its dtype
+//     converted by `convert_to`, as serve() does): the rule of the mount's export;
 //   - for torch, the entries of a per-channel quantized tensor's scales and zero points
 //     (KEY.q_per_channel_scales, KEY.q_per_channel_zero_points) are not written when KEY is: they
 //     go inside it, as torch saves them.

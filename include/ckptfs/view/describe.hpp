@@ -28,11 +28,16 @@ class SharingIndex {
 inline constexpr std::size_t max_shared_with = 100;
 inline constexpr std::size_t max_shared_with_bytes = 2048;
 
+// At most this many pieces of an assembled tensor are listed in its "pieces"; "count" has them all.
+inline constexpr std::size_t max_listed_pieces = 1024;
+
 // Writes, into an open JSON object, the fields that describe tensor entry `entry_index` after its
 // key (and key_path): dtype, stored_dtype, shape, stride, storage_offset, contiguous, nbytes,
-// source (the file holding its bytes, as Model::sources names it; null without a storage),
-// file_offset (in that file), numpy, byteorder, requires_grad, quantization, storage,
-// shared_with, shared_with_count, broken. dtype, nbytes, numpy and byteorder describe the bytes
+// source (the file holding its bytes, as Model::sources names it; null without a storage: an
+// assembled tensor's are its pieces'), file_offset (in that file), numpy, byteorder,
+// requires_grad, quantization, storage, shared_with, shared_with_count, pieces (null, or an
+// assembled tensor's {"grid", "count", "list": [{"source", "file_offset", "nbytes", "offsets",
+// "lengths"}...]}), broken. dtype, nbytes, numpy and byteorder describe the bytes
 // served, which `convert_to` may convert (see serve()); file_offset is then null, as they are
 // no range of the file.
 void write_tensor_fields(JsonWriter& json, const Model& model, std::size_t entry_index,

@@ -9,9 +9,17 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace ckptfs {
+
+// safetensors' name of the dtype a tensor is served as (`served`: serve()'s dtype, after any
+// -o dtype conversion), or "" when the format has none for it: "F32", "BF16"..., and "F4" for
+// torch's float4_e2m1fn_x2, whose bytes each hold a pair of F4 (its header shape then has twice
+// the last dimension; a 0-d one, half a byte, has none). The one rule of what a safetensors
+// file of ckptfs holds: the mount's export and `ckptfs pack OUT.safetensors` both use it.
+std::string_view safetensors_dtype(const Tensor& tensor, DType served);
 
 class SafetensorsExport {
  public:

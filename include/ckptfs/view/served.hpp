@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // A tensor's bytes as the mount serves them (in data, tensor.npy, tensor.pt, model.safetensors):
-// its elements in C order, read as one range of a source, gathered from a strided view, or
-// converted to another floating-point dtype on the way (-o dtype).
+// its elements in C order, read as one range of a source, gathered from a strided view, taken
+// piece by piece from an assembled tensor's pieces, or converted to another floating-point dtype
+// on the way (-o dtype).
 #pragma once
 
 #include <ckptfs/model/model.hpp>
@@ -18,9 +19,12 @@ struct ServedTensor {
     none,     // no bytes: empty, or broken
     range,    // one range of its storage: bytes [begin, begin + nbytes)
     gather,   // a strided view, gathered in C order on read
-    convert,  // converted from `stored` on read, from one range of its storage or gathered
-    swap,     // big-endian elements served little-endian: read as stored (one range or
-              // gathered), each element's bytes reversed (a complex number's two halves each)
+    pieces,   // assembled from pieces (assembly.hpp): each run of a piece spliced from its source
+              // when the piece is contiguous there, gathered otherwise
+    convert,  // converted from `stored` on read, from one range of its storage, gathered or
+              // from its pieces
+    swap,     // big-endian elements served little-endian: read as stored (one range, gathered
+              // or from its pieces), each element's bytes reversed (a complex number's halves)
   };
   Way way = Way::none;
   DType dtype = DType::float32;   // of the bytes served
@@ -51,14 +55,30 @@ ServedTensor serve(const Model& model, const Tensor& tensor,
 std::size_t swap_unit(DType dtype) noexcept;
 
 // Appends to `out` the pieces of bytes [offset, offset + length) of the served tensor (the caller
-// keeps the range inside nbytes): a source range, or staged gathered bytes. Throws Error(io)
-// when a source cannot be read.
+// keeps the range inside nbytes): source ranges, or staged bytes (gathered, converted, swapped).
+// An assembled tensor's read touches only the pieces that hold the range. Throws Error(io) when
+// a source cannot be read.
 void read_served(const Model& model, const Tensor& tensor, const ServedTensor& served,
                  std::uint64_t offset, std::size_t length, Sources sources, ReadBuffer& out);
 
-// Bytes [offset, offset + out.size()) of a tensor's logical C-order bytes, gathered from its
-// storage with few large preads (never the whole storage at once).
-void gather_tensor(const Model& model, const Tensor& tensor, std::uint64_t offset, Sources sources,
-                   std::span<char> out);
+// Bytes [offset, offset + out.size()) of a servable tensor's C-order bytes as stored, read into
+// `out`: one read of a contiguous tensor, gathered from a strided view with few large preads
+// (never the whole storage at once), or piece by piece from an assembled tensor's pieces.
+void read_stored(const Model& model, const Tensor& tensor, std::uint64_t offset, Sources sources,
+                 std::span<char> out);
+
+// A strided view of one storage: a tensor's, or a piece's of an assembled tensor.
+struct StridedView {
+  const Storage* storage = nullptr;
+  std::int64_t storage_offset = 0;  // in elements
+  std::span<const std::int64_t> shape;
+  std::span<const std::int64_t> stride;  // in elements
+  std::size_t element_size = 1;
+};
+
+// Bytes [offset, offset + out.size()) of a view's C-order bytes, gathered from its storage with
+// few large preads (never the whole storage at once). The view lies inside its storage.
+void gather_view(const StridedView& view, std::uint64_t offset, Sources sources,
+                 std::span<char> out);
 
 }  // namespace ckptfs

@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: MIT
-// The tree of a mounted model: the root's files and one directory per entry (or, in the RFC
-// layout, one file per entry). Immutable once built: only what is derived from the model
-// (meta.json, .npy headers, index.json, the safetensors export) is made, once, on first use, so
-// that a mount costs its parsing and lookups, attributes and reads are safe from many threads.
+// The tree of a mounted model: one directory per entry (or, in the RFC layout, one file per
+// entry and map.pt) and the .ckptfs folder of whole-checkpoint views at the root. Immutable once
+// built: only what is derived from the model (meta.json, .npy headers, index.json, the
+// safetensors export) is made, once, on first use, so that a mount costs its parsing and lookups,
+// attributes and reads are safe from many threads.
 #pragma once
 
 #include <ckptfs/base/hash.hpp>
+#include <ckptfs/base/names.hpp>
 #include <ckptfs/model/model.hpp>
 #include <ckptfs/source/byte_source.hpp>
 #include <ckptfs/view/read_buffer.hpp>
@@ -24,24 +26,42 @@ namespace ckptfs {
 class SafetensorsExport;
 class SharingIndex;
 
-// What the root holds.
+// What the root holds besides views_folder (.ckptfs, names.hpp), which holds the views. The root
+// lists keys only, so that a glob of key names (`rsync -a MNT/model.* dest/`) selects keys and
+// nothing else.
 enum class Layout : std::uint8_t {
-  // index.json, model.safetensors (or its shards), and a directory per entry: data, meta.json,
-  // tensor.npy, tensor.pt (a tensor), or value.json (a value).
+  // A directory per entry: data, meta.json, tensor.npy, tensor.pt (a tensor), or value.json (a
+  // value). .ckptfs holds index.json and model.safetensors (or its shards).
   split,
-  // The transformers RFC's layout (transformers#13548): index.json, map.pt (the keys, in
-  // order) and one <name>.pt per entry that torch can load alone: a tensor's tensor.pt, or a
-  // value JSON describes whole (plain_value()).
+  // The transformers RFC's layout (transformers#13548): map.pt (the keys, in order) and one
+  // <name>.pt per entry that torch can load alone: a tensor's tensor.pt, or a value JSON
+  // describes whole (plain_value()). map.pt stays at the root, where the RFC's loaders look for
+  // it beside the <name>.pt files; .ckptfs holds index.json.
   rfc,
 };
+
+// The permission bits of a mount's files and directories.
+struct Modes {
+  mode_t file = 0444;
+  mode_t directory = 0555;
+};
+// The modes that follow a checkpoint whose own permission bits are `mode`: files get its read
+// and write bits (0644 -> 0644, 0600 -> 0600; never an execute bit), directories the same with
+// an execute bit wherever a read bit is, and the owner's write bit always, so that a copy made
+// with `rsync -a` or `cp -a` can be removed by the user who made it (0644 -> 0755, 0600 ->
+// 0700, 0444 -> 0755). Writes fail with EROFS whatever the bits say: the mount is read-only.
+Modes modes_following(mode_t mode) noexcept;
+// The modes of -o umask=OCTAL, as other FUSE file systems take it: files 0666 & ~umask,
+// directories 0777 & ~umask (0222: 0444 and 0555).
+Modes modes_from_umask(mode_t umask) noexcept;
 
 struct TreeOptions {
   std::string source_path = {};  // shown in index.json as "source"
   uid_t uid = 0;
   gid_t gid = 0;
-  mode_t umask = 0222;     // files 0444, directories 0555
+  Modes modes = {};        // of every file and directory
   SourceTimes times = {};  // of every node: the sources' own, so that rsync -a twice copies once
-  // The safetensors export at the root: one model.safetensors (0), or the sharded set of files
+  // The safetensors export in .ckptfs: one model.safetensors (0), or the sharded set of files
   // of at most this many bytes of tensors and model.safetensors.index.json.
   std::uint64_t shard_size = 0;
   // Serve every floating-point tensor converted to this dtype (see serve()); none: as stored.
@@ -53,13 +73,15 @@ class Tree {
  public:
   using Ino = std::uint64_t;  // inode numbers; the root is 1, every other derives from its place
   static constexpr Ino root_ino = 1;
+  static constexpr Ino views_ino = 2;  // .ckptfs
 
-  // What a node is. Files of an entry's directory, and of the root, in listing order.
+  // What a node is. Files of an entry's directory, and of .ckptfs, in listing order.
   enum class Kind : std::uint8_t {
     root,
-    index_json,         // root: index.json
-    safetensors_index,  // root, sharded export: model.safetensors.index.json
-    safetensors_file,   // root: model.safetensors, or a shard
+    views_dir,          // .ckptfs
+    index_json,         // .ckptfs/index.json
+    safetensors_index,  // .ckptfs/model.safetensors.index.json (a sharded export)
+    safetensors_file,   // .ckptfs/model.safetensors, or a shard
     entry_dir,          // an entry's directory
     data,               // a tensor's bytes
     meta_json,          // what the tensor is
@@ -89,8 +111,8 @@ class Tree {
   // source_of() of the nodes that show or describe every source.
   static constexpr std::uint32_t every_source = 0xffffffff;
   // The source whose bytes `node` shows or describes: a tensor entry's directory and files, its
-  // storage's source; every_source for the rest (the root and its files, values). When that
-  // source changes while mounted, opens of the node fail (in a sharded set, only the changed
+  // storage's source; every_source for the rest (the root, .ckptfs and its files, values). When
+  // that source changes while mounted, opens of the node fail (in a sharded set, only the changed
   // shard's tensors).
   std::uint32_t source_of(const Node& node) const noexcept;
   // The child of directory `parent` named `name`, or 0.
@@ -105,9 +127,9 @@ class Tree {
   // (its size depends on it). Throws std::bad_alloc.
   bool stat(Ino ino, struct stat& st) const;
   std::uint64_t size(const Node& node) const;
-  // Whether size(node) is known without making or counting a file of the root that is made from
-  // every entry (index.json, model.safetensors unsharded, map.pt): false until it is made or
-  // counted. A listing leaves those files' attributes to their lookup.
+  // Whether size(node) is known without making or counting a file that is made from every entry
+  // (index.json, model.safetensors unsharded, map.pt): false until it is made or counted. A
+  // listing leaves those files' attributes to their lookup.
   bool size_known(const Node& node) const noexcept;
 
   // Appends to `out` the pieces of [offset, offset + length) of file `ino`, clipped to its size.
@@ -127,10 +149,11 @@ class Tree {
 
  private:
   struct EntryFiles;  // meta.json and the .npy header of a tensor entry, made on first use
-  struct RootFile {
+  // A node at a fixed place: .ckptfs and map.pt (the root's), the views (.ckptfs's).
+  struct FixedNode {
     std::string name;
     Kind kind;
-    std::size_t index;
+    std::size_t index;  // the export's file
   };
 
   const EntryFiles& entry_files(std::size_t entry) const;
@@ -148,41 +171,45 @@ class Tree {
   std::uint64_t safetensors_file_size(std::size_t file) const;
   const SafetensorsExport& safetensors() const;
   const SharingIndex& sharing() const;
-  std::size_t files_of_entry(std::size_t entry) const;
+  std::uint8_t file_slots(std::size_t entry) const;
   Ino entry_ino(std::size_t entry) const noexcept { return first_entry_ino_ + entry * stride; }
-  static constexpr Ino stride = 5;  // an entry's directory, then up to four files
+  static constexpr Ino stride = 5;  // an entry's directory, then its four file slots
 
-  std::optional<std::size_t> find_root_child(std::string_view name) const;
-  std::string_view root_child_name(std::size_t child) const;
-  std::size_t root_entry(std::size_t child) const;  // the entry of a root child past the files
+  std::optional<std::size_t> find_entry(std::string_view name) const;
+  Ino lookup_view(std::string_view name) const;
+  std::size_t root_entry(std::size_t child) const;  // the entry of a root child past fixed ones
   bool has_rfc_file(std::size_t entry) const;
 
   static constexpr std::uint64_t unknown_size = ~std::uint64_t{0};
 
   Model model_;
   TreeOptions options_;
-  std::vector<RootFile> root_files_;
+  // Inode root_ino + 1 + i: the root's first (.ckptfs at views_ino, then map.pt in the RFC
+  // layout), then .ckptfs's.
+  std::vector<FixedNode> fixed_;
+  std::size_t root_fixed_ = 0;  // how many of fixed_ are the root's
   Ino first_entry_ino_ = 0;
   // The names that are not their entry's key, by entry (the naming rule changes few): a mount
   // keeps no second copy of its keys.
   std::vector<std::pair<std::size_t, std::string>> renamed_;
   bool keys_unique_ = true;  // no two entries have the same key text
   // The RFC layout: which entries have a file, and those entries in order (the root's children
-  // after its files). Empty in the split layout, where every entry is a child.
+  // after map.pt). Empty in the split layout, where every entry is a child.
   std::vector<bool> has_file_;
   std::vector<std::uint32_t> root_entries_;
-  // The root's children by name: an open-addressing table of child index + 1 (0: empty), at
-  // most half full, hashed by name with KeyedHash (a hostile checkpoint's keys cannot be made to
+  // The entries at the root by name: an open-addressing table of entry + 1 (0: empty), at most
+  // half full, hashed by name with KeyedHash (a hostile checkpoint's keys cannot be made to
   // collide).
   std::vector<std::uint32_t> root_slots_;
-  // Sizes of root files, known before (or without) their content: a listing of the root stats
-  // them, and building index.json or the safetensors header for that would keep megabytes.
+  // Sizes of the views, known before (or without) their content: a listing stats them, and
+  // building index.json or the safetensors header for that would keep megabytes.
   mutable std::atomic<std::uint64_t> index_json_size_{unknown_size};
   mutable std::atomic<std::uint64_t> safetensors_size_{unknown_size};
   // Made once, on first use (see entry_files(), index_json(), safetensors()).
   mutable std::unique_ptr<std::atomic<const EntryFiles*>[]> entry_files_;
-  // Files in each entry's directory, 0 until first known (whether tensor.pt can be made).
-  mutable std::unique_ptr<std::atomic<std::uint8_t>[]> file_counts_;
+  // Each entry's file_slots() with known_slots set, 0 until first known (whether tensor.pt can
+  // be made).
+  mutable std::unique_ptr<std::atomic<std::uint8_t>[]> file_slots_;
   mutable std::atomic<const std::string*> index_json_{nullptr};
   mutable std::atomic<const std::string*> keys_file_{nullptr};
   mutable std::atomic<const SafetensorsExport*> safetensors_{nullptr};

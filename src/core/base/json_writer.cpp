@@ -98,7 +98,7 @@ JsonWriter& JsonWriter::raw(std::string_view json) {
   return *this;
 }
 
-JsonWriter& JsonWriter::numbers(const std::vector<std::int64_t>& values) {
+JsonWriter& JsonWriter::numbers(std::span<const std::int64_t> values) {
   before_value();
   out_ += '[';
   for (std::size_t i = 0; i < values.size(); ++i) {

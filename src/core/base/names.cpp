@@ -25,8 +25,10 @@ bool is_shard_name(std::string_view name) {
   return digits(name.substr(0, at)) && digits(name.substr(at + middle.size()));
 }
 
+// Names that get a '%' in front (names.hpp): hidden ones (".", ".." and .ckptfs among them),
+// the empty one, map.pt's, and the root views' names of old.
 bool reserved(std::string_view key) {
-  return key.empty() || key == "." || key == ".." || key == "index.json" || key == "map" ||
+  return key.empty() || key.front() == '.' || key == "index.json" || key == "map" ||
          key == "model.safetensors" || key == "model.safetensors.index.json" || is_shard_name(key);
 }
 

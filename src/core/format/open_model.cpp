@@ -183,9 +183,10 @@ OpenedModel open_model(const std::string& location, const OpenOptions& options) 
     auto opened = [](DirectoryModel d) {
       return OpenedModel(std::move(d.sources), std::move(d.model), d.times);
     };
-    // A mount's own layouts first: map.pt is the RFC layout's; index.json or key directories
-    // make a split directory, whatever else was copied along (`rsync -a /mnt/m/model.* dest/`
-    // copies the mount's model.safetensors too, which holds no values).
+    // A mount's own layouts first: map.pt is the RFC layout's; .ckptfs/index.json, index.json
+    // or key directories make a split directory, whatever else was copied along (`rsync -a
+    // /mnt/m/ dest/` copies .ckptfs/model.safetensors too, which holds no values; a copy made
+    // before the views moved into .ckptfs has model.safetensors at its root).
     if (looks_like_rfc_directory(location)) {
       return opened(read_rfc_directory(location, options.limits, options.rfc));
     }

@@ -8,10 +8,11 @@
 namespace ckptfs {
 namespace {
 
-// numpy has no bfloat16, float8, complex32, quantized or bits types: those are shown as the
-// unsigned integer of the same width, bit for bit, and meta.json carries the true dtype.
-// safetensors has no complex32/128, quantized, bits or float4 (sub-byte, counted otherwise).
-constexpr std::array<DTypeInfo, 32> table{{
+// numpy has no bfloat16, float8, complex32, bcomplex32, quantized or bits types: those are shown as
+// the unsigned integer of the same width, bit for bit, and meta.json carries the true dtype.
+// safetensors has no complex32/128, bcomplex32, quantized, bits or float4 (sub-byte, counted
+// otherwise).
+constexpr std::array<DTypeInfo, 33> table{{
     {DType::float32, "float32", 4, "f4", "FloatStorage", "F32"},
     {DType::float64, "float64", 8, "f8", "DoubleStorage", "F64"},
     {DType::float16, "float16", 2, "f2", "HalfStorage", "F16"},
@@ -44,6 +45,7 @@ constexpr std::array<DTypeInfo, 32> table{{
     {DType::bits1x8, "bits1x8", 1, "u1", "", ""},
     {DType::bits2x4, "bits2x4", 1, "u1", "", ""},
     {DType::bits4x2, "bits4x2", 1, "u1", "", ""},
+    {DType::bcomplex32, "bcomplex32", 4, "u4", "", ""},
 }};
 
 struct Alias {

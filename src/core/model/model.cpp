@@ -69,6 +69,13 @@ std::optional<std::uint64_t> Model::file_offset(const Tensor& t) const {
   return data_offset(storages[*t.storage]) + *begin;
 }
 
+bool big_endian(const Model& model, const Tensor& tensor) noexcept {
+  if (tensor.storage) return model.storages[*tensor.storage].big_endian;
+  if (!tensor.assembly) return false;
+  const Assembly& a = model.assemblies[*tensor.assembly];
+  return a.size() != 0 && model.storages[a.piece(0).storage].big_endian;
+}
+
 std::string_view Model::byteorder() const {
   bool little = false, big = false;
   for (const Storage& s : storages) (s.big_endian ? big : little) = true;

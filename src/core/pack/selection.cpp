@@ -8,6 +8,7 @@
 #include <ckptfs/format/pickle/read_plain_value.hpp>
 #include <ckptfs/format/pickle/value_json.hpp>
 #include <ckptfs/pack/selection.hpp>
+#include <ckptfs/view/safetensors_export.hpp>
 #include <ckptfs/view/served.hpp>
 
 #include <fmt/format.h>
@@ -27,7 +28,8 @@ bool per_channel(const Tensor& t) {
 // Why torch's writer cannot write a quantized tensor; empty when it can.
 std::string quantized_problem(const Model& model, const Tensor& t) {
   if (t.dtype != DType::qint8 && t.dtype != DType::quint8 && t.dtype != DType::qint32) {
-    return fmt::format("torch saves no quantized tensor of dtype {}", info(t.dtype).name);
+    return fmt::format("ckptfs writes no quantized tensor of dtype {} (packed below a byte)",
+                       info(t.dtype).name);
   }
   if (!t.quantization) return "a quantized tensor without its quantization";
   const std::string& scheme = t.quantization->scheme;
@@ -150,9 +152,11 @@ Selection select_entries(const Model& model, std::span<const KeyGlob> globs, Pac
       }
       if (format == PackFormat::safetensors) {
         const DType served = serve(model, t, convert_to).dtype;
-        if (info(served).safetensors.empty()) {
+        if (safetensors_dtype(t, served).empty()) {
           out.left_out.push_back(
-              {i, fmt::format("safetensors has no dtype {}", info(served).name)});
+              {i, served == DType::float4_e2m1fn_x2
+                      ? std::string("a 0-d float4_e2m1fn_x2: safetensors' F4 holds no half byte")
+                      : fmt::format("safetensors has no dtype {}", info(served).name)});
           continue;
         }
       } else if (quantized(t.dtype)) {

@@ -15,6 +15,53 @@ SharingIndex::SharingIndex(const Model& c) : by_storage_(c.storages.size()) {
   }
 }
 
+namespace {
+
+// An assembled tensor's pieces: the grid their boxes are in, how many there are, and the first
+// max_listed_pieces of them, each with its file, where its bytes start there (null when they are
+// no one range), its size in bytes and its box.
+void write_pieces(JsonWriter& j, const Model& c, const Tensor& t) {
+  const Assembly& a = c.assemblies[*t.assembly];
+  j.begin_object();
+  j.key("grid").string(a.grid() == Assembly::Grid::flat ? "flat" : "shape");
+  j.key("count").number(std::uint64_t{a.size()});
+  j.key("list").begin_array();
+  for (std::size_t i = 0; i < a.size() && i < max_listed_pieces; ++i) {
+    const Piece& p = a.piece(i);
+    const bool valid = p.storage < c.storages.size();
+    j.begin_object();
+    j.key("source");
+    if (valid) {
+      j.string(c.sources[c.storages[p.storage].source]);
+    } else {
+      j.null();
+    }
+    j.key("file_offset");
+    std::uint64_t begin = 0;
+    if (valid && a.contiguous(i) && p.storage_offset >= 0 &&
+        !__builtin_mul_overflow(static_cast<std::uint64_t>(p.storage_offset), t.element_size(),
+                                &begin)) {
+      try {
+        j.number(data_offset(c.storages[p.storage]) + begin);
+      } catch (const std::exception&) {
+        j.null();  // a remote record's header that cannot be read now
+      }
+    } else {
+      j.null();
+    }
+    std::uint64_t nbytes = 0;
+    if (t.broken.empty()) nbytes = a.elements(i) * t.element_size();
+    j.key("nbytes").number(nbytes);
+    j.key("offsets").numbers(a.offset(i));
+    j.key("lengths").numbers(a.length(i));
+    j.end_object();
+  }
+  j.end_array();
+  j.end_object();
+}
+
+}  // namespace
+
 void write_tensor_fields(JsonWriter& j, const Model& c, std::size_t entry_index,
                          const SharingIndex& sharing, std::optional<DType> convert_to) {
   const Entry& e = c.entries[entry_index];
@@ -26,7 +73,7 @@ void write_tensor_fields(JsonWriter& j, const Model& c, std::size_t entry_index,
   j.key("shape").numbers(t.shape);
   j.key("stride").numbers(t.stride);
   j.key("storage_offset").number(t.storage_offset);
-  j.key("contiguous").boolean(t.broken.empty() && t.contiguous() && !converted);
+  j.key("contiguous").boolean(t.broken.empty() && !t.assembly && t.contiguous() && !converted);
   j.key("nbytes").number(served.nbytes);
   j.key("source");
   if (t.storage) {
@@ -95,6 +142,12 @@ void write_tensor_fields(JsonWriter& j, const Model& c, std::size_t entry_index,
     j.key("shared_with").begin_array().end_array();
   }
   j.key("shared_with_count").number(others);
+  j.key("pieces");
+  if (t.assembly) {
+    write_pieces(j, c, t);
+  } else {
+    j.null();
+  }
   j.key("broken");
   if (t.broken.empty()) {
     j.null();

@@ -20,13 +20,6 @@ ServedTensor served_of(const Model& model, const Tensor& tensor, std::optional<D
   return serve(model, tensor, convert_to, ByteOrder::little);
 }
 
-// The format's name of the served dtype; "" when the format has none. torch's float4_e2m1fn_x2
-// holds a pair of F4 a byte, so an F4 tensor has twice its last dimension (a 0-d one has none).
-std::string_view format_dtype(const Tensor& tensor, DType served) {
-  if (served == DType::float4_e2m1fn_x2) return tensor.shape.empty() ? "" : "F4";
-  return info(served).safetensors;
-}
-
 // Whether a key is UTF-8, which a header's JSON must be: the safetensors library refuses the lone
 // surrogate escapes ckptfs writes elsewhere for bytes that are not.
 bool is_utf8(std::string_view key) {
@@ -74,7 +67,7 @@ class HeaderJson {
   void tensor(std::size_t entry, std::string_view key, std::uint64_t begin, std::uint64_t nbytes) {
     const Tensor& tensor = model_.tensors[model_.entries[entry].tensor];
     const std::string_view dtype =
-        format_dtype(tensor, served_of(model_, tensor, convert_to_).dtype);
+        safetensors_dtype(tensor, served_of(model_, tensor, convert_to_).dtype);
     j_.key(key).begin_object();
     j_.key("dtype").string(dtype);
     j_.key("shape").begin_array();
@@ -116,10 +109,15 @@ std::string header_of(const Model& model, const std::vector<SafetensorsExport::T
 // Whether a tensor entry is in the export, served as `served`.
 bool exported(const Model& model, const Entry& e, const ServedTensor& served) {
   return e.kind == Entry::Kind::tensor && model.tensors[e.tensor].broken.empty() &&
-         !format_dtype(model.tensors[e.tensor], served.dtype).empty();
+         !safetensors_dtype(model.tensors[e.tensor], served.dtype).empty();
 }
 
 }  // namespace
+
+std::string_view safetensors_dtype(const Tensor& tensor, DType served) {
+  if (served == DType::float4_e2m1fn_x2) return tensor.shape.empty() ? "" : "F4";
+  return info(served).safetensors;
+}
 
 SafetensorsExport::SafetensorsExport(const Model& model, std::uint64_t shard_size,
                                      std::optional<DType> convert_to)

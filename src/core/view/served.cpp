@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
-// serve(), read_served() and gather_tensor(): a tensor's bytes as served, a strided view's read
-// from its storage in coalesced windows.
+// serve(), read_served() and read_stored(): a tensor's bytes as served; a strided view's read
+// from its storage in coalesced windows; an assembled tensor's, piece by piece.
+#include <ckptfs/model/assembly.hpp>
 #include <ckptfs/source/byte_source.hpp>
 #include <ckptfs/view/convert.hpp>
 #include <ckptfs/view/served.hpp>
@@ -25,26 +26,26 @@ constexpr std::uint64_t max_window = 1 << 20;
 
 }  // namespace
 
-void gather_tensor(const Model& c, const Tensor& t, std::uint64_t offset, Sources sources,
-                   std::span<char> out) {
+void gather_view(const StridedView& view, std::uint64_t offset, Sources sources,
+                 std::span<char> out) {
   const std::size_t length = out.size();
   if (length == 0) return;
-  const std::uint64_t es = t.element_size();
-  const Storage& storage = c.storages[*t.storage];
-  const ByteSource& source = *sources[storage.source];
-  const std::uint64_t base = data_offset(storage);
-  const std::size_t dims = t.shape.size();
+  const std::uint64_t es = view.element_size;
+  const ByteSource& source = *sources[view.storage->source];
+  const std::uint64_t base = data_offset(*view.storage);
+  const std::size_t dims = view.shape.size();
   const std::uint64_t first = offset / es;
   const std::uint64_t last = (offset + length + es - 1) / es;  // one past the last element
   // Runs of elements adjacent in the storage: the innermost dimension when its stride is 1.
-  const bool inner_contiguous = dims > 0 && t.stride[dims - 1] == 1;
-  const std::uint64_t inner = dims > 0 ? static_cast<std::uint64_t>(t.shape[dims - 1]) : 1;
+  const bool inner_contiguous = dims > 0 && view.stride[dims - 1] == 1;
+  const std::uint64_t inner = dims > 0 ? static_cast<std::uint64_t>(view.shape[dims - 1]) : 1;
 
   // The multi-index of element `first`.
-  std::vector<std::uint64_t> index(dims, 0);
+  thread_local std::vector<std::uint64_t> index;
+  index.assign(dims, 0);
   std::uint64_t rest = first;
   for (std::size_t d = dims; d-- > 0;) {
-    auto size = static_cast<std::uint64_t>(t.shape[d]);
+    auto size = static_cast<std::uint64_t>(view.shape[d]);
     index[d] = rest % size;
     rest /= size;
   }
@@ -53,9 +54,9 @@ void gather_tensor(const Model& c, const Tensor& t, std::uint64_t offset, Source
   runs.clear();
   std::uint64_t element = first;
   while (element < last) {
-    std::uint64_t storage_element = static_cast<std::uint64_t>(t.storage_offset);
+    std::uint64_t storage_element = static_cast<std::uint64_t>(view.storage_offset);
     for (std::size_t d = 0; d < dims; ++d) {
-      storage_element += index[d] * static_cast<std::uint64_t>(t.stride[d]);
+      storage_element += index[d] * static_cast<std::uint64_t>(view.stride[d]);
     }
     std::uint64_t count = 1;
     if (inner_contiguous) count = std::min(inner - index[dims - 1], last - element);
@@ -64,7 +65,8 @@ void gather_tensor(const Model& c, const Tensor& t, std::uint64_t offset, Source
     // Advance the multi-index by `count` elements (count only spans the innermost dimension).
     if (dims > 0) {
       index[dims - 1] += count;
-      for (std::size_t d = dims; d-- > 1 && index[d] >= static_cast<std::uint64_t>(t.shape[d]);) {
+      for (std::size_t d = dims;
+           d-- > 1 && index[d] >= static_cast<std::uint64_t>(view.shape[d]);) {
         index[d] = 0;
         ++index[d - 1];
       }
@@ -95,6 +97,75 @@ void gather_tensor(const Model& c, const Tensor& t, std::uint64_t offset, Source
     i = j;
   }
   std::memcpy(out.data(), elements.data() + (offset - first * es), length);
+}
+
+namespace {
+
+StridedView view_of(const Model& model, const Tensor& tensor) {
+  return {&model.storages[*tensor.storage], tensor.storage_offset, tensor.shape, tensor.stride,
+          tensor.element_size()};
+}
+
+StridedView view_of_piece(const Model& model, const Assembly& a, std::size_t piece,
+                          std::size_t element_size) {
+  const Piece& p = a.piece(piece);
+  return {&model.storages[p.storage], p.storage_offset, a.length(piece), a.stride(piece),
+          element_size};
+}
+
+// Calls visit(storage, piece view, its contiguity, offset in the piece's C-order bytes,
+// length) for each part of bytes [offset, offset + length) of an assembled tensor, in order.
+template <typename Visit>
+void for_each_piece_part(const Model& model, const Tensor& tensor, std::uint64_t offset,
+                         std::uint64_t length, Visit visit) {
+  const Assembly& a = model.assemblies[*tensor.assembly];
+  const std::uint64_t es = tensor.element_size();
+  const std::uint64_t end = offset + length;
+  const std::uint64_t last = (end + es - 1) / es;  // one past the last element touched
+  for (std::uint64_t at = offset; at < end;) {
+    const std::uint64_t first = at / es;
+    const PieceRun run = run_at(tensor, a, first, last - first);
+    const std::uint64_t n = std::min(end, (first + run.count) * es) - at;
+    visit(view_of_piece(model, a, run.piece, es), a.contiguous(run.piece),
+          run.local * es + (at - first * es), n);
+    at += n;
+  }
+}
+
+// The source range of bytes [offset, offset + length) of a view that is contiguous.
+std::uint64_t contiguous_offset(const StridedView& view, std::uint64_t offset) {
+  return data_offset(*view.storage) +
+         static_cast<std::uint64_t>(view.storage_offset) * view.element_size + offset;
+}
+
+}  // namespace
+
+void read_stored(const Model& model, const Tensor& tensor, std::uint64_t offset, Sources sources,
+                 std::span<char> out) {
+  if (out.empty()) return;
+  if (tensor.assembly) {
+    std::size_t done = 0;
+    for_each_piece_part(
+        model, tensor, offset, out.size(),
+        [&](const StridedView& view, bool contiguous, std::uint64_t at, std::uint64_t n) {
+          const std::span<char> into = out.subspan(done, n);
+          if (contiguous) {
+            sources[view.storage->source]->read(contiguous_offset(view, at),
+                                                std::as_writable_bytes(into));
+          } else {
+            gather_view(view, at, sources, into);
+          }
+          done += n;
+        });
+    return;
+  }
+  if (const auto begin = model.offset_in_storage(tensor)) {
+    const Storage& storage = model.storages[*tensor.storage];
+    sources[storage.source]->read(data_offset(storage) + *begin + offset,
+                                  std::as_writable_bytes(out));
+    return;
+  }
+  gather_view(view_of(model, tensor), offset, sources, out);
 }
 
 ServedTensor serve(const Model& model, const Tensor& tensor, std::optional<DType> convert_to,
@@ -128,16 +199,32 @@ ServedTensor serve(const Model& model, const Tensor& tensor, std::optional<DType
     }
   }
   if (s.nbytes == 0) return s;
-  s.way = begin ? ServedTensor::Way::range : ServedTensor::Way::gather;
+  s.way = begin             ? ServedTensor::Way::range
+          : tensor.assembly ? ServedTensor::Way::pieces
+                            : ServedTensor::Way::gather;
   return s;
 }
 
 std::size_t swap_unit(DType dtype) noexcept {
   const std::size_t size = info(dtype).element_size;
-  const bool complex =
-      dtype == DType::complex32 || dtype == DType::complex64 || dtype == DType::complex128;
+  const bool complex = dtype == DType::complex32 || dtype == DType::bcomplex32 ||
+                       dtype == DType::complex64 || dtype == DType::complex128;
   return complex ? size / 2 : size;
 }
+
+namespace {
+
+// The source a tensor's staged bytes are said to come from (a read checks that it did not
+// change): its storage's, or the source of the piece of an assembled tensor's first element.
+std::uint32_t staged_source(const Model& model, const Tensor& tensor, std::uint64_t offset) {
+  if (tensor.storage) return model.storages[*tensor.storage].source;
+  if (!tensor.assembly) return ReadPiece::generated;
+  const Assembly& a = model.assemblies[*tensor.assembly];
+  const PieceRun run = run_at(tensor, a, offset / tensor.element_size(), 1);
+  return model.storages[a.piece(run.piece).storage].source;
+}
+
+}  // namespace
 
 void read_served(const Model& model, const Tensor& tensor, const ServedTensor& served,
                  std::uint64_t offset, std::size_t length, Sources sources, ReadBuffer& out) {
@@ -151,7 +238,22 @@ void read_served(const Model& model, const Tensor& tensor, const ServedTensor& s
     }
     case ServedTensor::Way::gather: {
       const std::uint32_t source = model.storages[*tensor.storage].source;
-      gather_tensor(model, tensor, offset, sources, out.add_staged(length, source));
+      gather_view(view_of(model, tensor), offset, sources, out.add_staged(length, source));
+      return;
+    }
+    case ServedTensor::Way::pieces: {
+      // Runs of a contiguous piece are ranges of its source, joined where they meet; the rest
+      // is gathered, a piece's run at a time.
+      for_each_piece_part(
+          model, tensor, offset, length,
+          [&](const StridedView& view, bool contiguous, std::uint64_t at, std::uint64_t n) {
+            const std::uint32_t source = view.storage->source;
+            if (contiguous) {
+              out.add_source(source, contiguous_offset(view, at), n);
+            } else {
+              gather_view(view, at, sources, out.add_staged(n, source));
+            }
+          });
       return;
     }
     case ServedTensor::Way::swap: {
@@ -161,36 +263,24 @@ void read_served(const Model& model, const Tensor& tensor, const ServedTensor& s
       const std::uint64_t last = (offset + length + unit - 1) / unit * unit;
       thread_local std::vector<char> stored;
       stored.resize(static_cast<std::size_t>(last - first));
-      if (served.contiguous) {
-        const Storage& storage = model.storages[served.storage];
-        sources[storage.source]->read(data_offset(storage) + served.begin + first,
-                                      std::as_writable_bytes(std::span(stored)));
-      } else {
-        gather_tensor(model, tensor, first, sources, stored);
-      }
+      read_stored(model, tensor, first, sources, stored);
       for (std::size_t i = 0; i < stored.size(); i += unit) {
         std::reverse(stored.begin() + static_cast<std::ptrdiff_t>(i),
                      stored.begin() + static_cast<std::ptrdiff_t>(i + unit));
       }
-      const std::uint32_t source = model.storages[*tensor.storage].source;
-      std::memcpy(out.add_staged(length, source).data(), stored.data() + (offset - first), length);
+      std::memcpy(out.add_staged(length, staged_source(model, tensor, first)).data(),
+                  stored.data() + (offset - first), length);
       return;
     }
     case ServedTensor::Way::convert: {
-      const std::uint32_t source = model.storages[*tensor.storage].source;
-      const std::span<char> into = out.add_staged(length, source);
+      const std::span<char> into = out.add_staged(length, staged_source(model, tensor, 0));
       // The stored elements a staging buffer at a time: never the whole tensor in memory.
-      read_converted(
-          served.stored, served.dtype, big_endian(model, tensor), offset,
-          std::as_writable_bytes(into), [&](std::uint64_t at, std::span<std::byte> stored) {
-            if (served.contiguous) {
-              const Storage& storage = model.storages[served.storage];
-              sources[storage.source]->read(data_offset(storage) + served.begin + at, stored);
-            } else {
-              gather_tensor(model, tensor, at, sources,
-                            {reinterpret_cast<char*>(stored.data()), stored.size()});
-            }
-          });
+      read_converted(served.stored, served.dtype, big_endian(model, tensor), offset,
+                     std::as_writable_bytes(into),
+                     [&](std::uint64_t at, std::span<std::byte> stored) {
+                       read_stored(model, tensor, at, sources,
+                                   {reinterpret_cast<char*>(stored.data()), stored.size()});
+                     });
       return;
     }
   }

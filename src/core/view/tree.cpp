@@ -15,6 +15,7 @@
 #include <ckptfs/view/tree.hpp>
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <type_traits>
 
@@ -60,9 +61,13 @@ const T& once(std::atomic<const T*>& slot, Make make) {
   return *expected;
 }
 
-constexpr const char* entry_file_names[] = {"data", "meta.json", "tensor.npy", "tensor.pt"};
+// A tensor's files, by slot (bit i of file_slots() is slot i; inode: the directory's + 1 + i).
+constexpr std::string_view entry_file_names[] = {"data", "meta.json", "tensor.npy", "tensor.pt"};
 constexpr Tree::Kind entry_file_kinds[] = {Tree::Kind::data, Tree::Kind::meta_json,
                                            Tree::Kind::tensor_npy, Tree::Kind::tensor_pt};
+// file_slots() with this bit set is known; a value's value.json and a broken tensor's meta.json
+// are slot 0.
+constexpr std::uint8_t known_slots = 0x80;
 
 // How a tensor's bytes are served in tensor.pt (and the RFC layout's <key>.pt): little-endian
 // whatever the checkpoint's byte order, as torch before 2.1 ignores the byteorder record and
@@ -101,6 +106,19 @@ std::optional<std::string> value_file_of(const Entry& e) {
 
 }  // namespace
 
+Modes modes_following(mode_t mode) noexcept {
+  const mode_t file = mode & 0666;
+  mode_t directory = file | S_IWUSR;
+  if (file & S_IRUSR) directory |= S_IXUSR;
+  if (file & S_IRGRP) directory |= S_IXGRP;
+  if (file & S_IROTH) directory |= S_IXOTH;
+  return {file, directory};
+}
+
+Modes modes_from_umask(mode_t umask) noexcept {
+  return {static_cast<mode_t>(0666 & ~umask), static_cast<mode_t>(0777 & ~umask)};
+}
+
 bool Tree::has_rfc_file(std::size_t entry) const {
   const Entry& e = model_.entries[entry];
   try {
@@ -117,23 +135,26 @@ bool Tree::has_rfc_file(std::size_t entry) const {
 Tree::Tree(Model model, TreeOptions options)
     : model_(std::move(model)), options_(std::move(options)) {
   const bool rfc = options_.layout == Layout::rfc;
-  root_files_.push_back({"index.json", Kind::index_json, 0});
+  fixed_.push_back({std::string(views_folder), Kind::views_dir, 0});
+  if (rfc) fixed_.push_back({"map.pt", Kind::keys_pt, 0});
+  root_fixed_ = fixed_.size();
+  fixed_.push_back({"index.json", Kind::index_json, 0});
   if (rfc) {
-    root_files_.push_back({"map.pt", Kind::keys_pt, 0});
+    // no safetensors export: the RFC's files are the tensors
   } else if (options_.shard_size == 0) {
-    root_files_.push_back({"model.safetensors", Kind::safetensors_file, 0});
+    fixed_.push_back({"model.safetensors", Kind::safetensors_file, 0});
   } else {
     // The shards' names say how many there are: the export is laid out now. A model that fits
     // one shard is one model.safetensors, without an index.
     const SafetensorsExport& files = safetensors();
     if (!files.index_json().empty()) {
-      root_files_.push_back({"model.safetensors.index.json", Kind::safetensors_index, 0});
+      fixed_.push_back({"model.safetensors.index.json", Kind::safetensors_index, 0});
     }
     for (std::size_t i = 0; i < files.files().size(); ++i) {
-      root_files_.push_back({files.files()[i].name, Kind::safetensors_file, i});
+      fixed_.push_back({files.files()[i].name, Kind::safetensors_file, i});
     }
   }
-  first_entry_ino_ = root_ino + 1 + root_files_.size();
+  first_entry_ino_ = root_ino + 1 + fixed_.size();
   const std::size_t entries = model_.entries.size();
   if (rfc) {
     // Which entries have a file decides the listing and map.pt; their content is made on use.
@@ -147,40 +168,34 @@ Tree::Tree(Model model, TreeOptions options)
     root_entries_.shrink_to_fit();
   }
   // Names as NameAllocator gives them, with the root's lookup table as the set of names taken:
-  // no second copy of the keys. Root files' names are no key's (the naming rule reserves them).
-  // In the RFC layout the table holds the names, without ".pt", of the entries with a file only:
-  // those map.pt lists, so that a loader finds the file of each key of map.pt by the rule applied
-  // to map.pt's keys alone. The root's two files are found apart.
+  // no second copy of the keys. The root's fixed names (.ckptfs; map.pt, whose "map" the rule
+  // reserves) are no key's name, and are found apart. In the RFC layout the table holds the
+  // names, without ".pt", of the entries with a file only: those map.pt lists, so that a loader
+  // finds the file of each key of map.pt by the rule applied to map.pt's keys alone.
   const std::size_t max_bytes = rfc ? rfc_name_bytes : max_name_bytes;
-  const std::size_t children = (rfc ? 0 : root_files_.size()) + entries;
   std::size_t slots = 16;
-  while (slots < 2 * children) slots *= 2;
+  while (slots < 2 * entries) slots *= 2;
   root_slots_.assign(slots, 0);
-  auto insert = [&](std::size_t child) {
-    std::size_t at = KeyedHash{}(root_child_name(child)) & (slots - 1);
-    while (root_slots_[at] != 0) at = (at + 1) & (slots - 1);
-    root_slots_[at] = static_cast<std::uint32_t>(child + 1);
-  };
-  if (!rfc) {
-    for (std::size_t f = 0; f < root_files_.size(); ++f) insert(f);
-  }
   for (std::size_t i = 0; i < entries; ++i) {
     if (rfc && !has_file_[i]) continue;
     const std::string& key = model_.entries[i].key;
     std::string name = is_own_name(key, max_bytes) ? std::string() : directory_name(key, max_bytes);
-    if (find_root_child(name.empty() ? std::string_view(key) : name)) {
+    if (find_entry(name.empty() ? std::string_view(key) : name)) {
       keys_unique_ = false;  // an earlier key has this name: the same text
       for (std::uint64_t n = 2;; ++n) {
         name = suffixed_name(key, n, max_bytes);
-        if (!find_root_child(name)) break;
+        if (!find_entry(name)) break;
       }
     }
     if (!name.empty()) renamed_.emplace_back(i, std::move(name));
-    insert(root_files_.size() + i);
+    // Inserted once named: entry_name() finds the new name.
+    std::size_t at = KeyedHash{}(entry_name(i)) & (slots - 1);
+    while (root_slots_[at] != 0) at = (at + 1) & (slots - 1);
+    root_slots_[at] = static_cast<std::uint32_t>(i + 1);
   }
   renamed_.shrink_to_fit();
   entry_files_ = std::make_unique<std::atomic<const EntryFiles*>[]>(entries);
-  file_counts_ = std::make_unique<std::atomic<std::uint8_t>[]>(entries);
+  file_slots_ = std::make_unique<std::atomic<std::uint8_t>[]>(entries);
 }
 
 Tree::~Tree() {
@@ -204,38 +219,54 @@ std::size_t Tree::root_entry(std::size_t child) const {
   return options_.layout == Layout::rfc ? root_entries_[child] : child;
 }
 
-std::string_view Tree::root_child_name(std::size_t child) const {
-  if (child < root_files_.size()) return root_files_[child].name;
-  return entry_name(child - root_files_.size());
-}
-
-std::optional<std::size_t> Tree::find_root_child(std::string_view name) const {
+std::optional<std::size_t> Tree::find_entry(std::string_view name) const {
   const std::size_t mask = root_slots_.size() - 1;
   for (std::size_t at = KeyedHash{}(name)&mask;; at = (at + 1) & mask) {
     const std::uint32_t slot = root_slots_[at];
     if (slot == 0) return std::nullopt;
-    if (root_child_name(slot - 1) == name) return slot - 1;
+    if (entry_name(slot - 1) == name) return slot - 1;
   }
 }
 
-std::size_t Tree::files_of_entry(std::size_t entry) const {
-  std::uint8_t count = file_counts_[entry].load(std::memory_order_relaxed);
-  if (count != 0) return count;
+Tree::Ino Tree::lookup_view(std::string_view name) const {
+  // A shard's name says its place ("model-00002-of-00005.safetensors": the second shard).
+  std::size_t first_shard = root_fixed_;
+  while (first_shard < fixed_.size() && fixed_[first_shard].kind != Kind::safetensors_file) {
+    if (fixed_[first_shard].name == name) return root_ino + 1 + first_shard;
+    ++first_shard;
+  }
+  constexpr std::string_view prefix = "model-";
+  std::size_t shard = 0;
+  if (name.starts_with(prefix)) {
+    for (std::size_t i = prefix.size(); i < name.size() && name[i] >= '0' && name[i] <= '9'; ++i) {
+      if (shard > fixed_.size()) break;  // past every shard: no need to count on
+      shard = shard * 10 + static_cast<std::size_t>(name[i] - '0');
+    }
+  }
+  const std::size_t at = first_shard + (shard == 0 ? 0 : shard - 1);
+  if (at < fixed_.size() && fixed_[at].name == name) return root_ino + 1 + at;
+  return 0;
+}
+
+std::uint8_t Tree::file_slots(std::size_t entry) const {
+  std::uint8_t slots = file_slots_[entry].load(std::memory_order_relaxed);
+  if (slots != 0) return slots & ~known_slots;
   const Entry& e = model_.entries[entry];
   if (e.kind == Entry::Kind::value || !model_.tensors[e.tensor].broken.empty()) {
-    count = 1;  // value.json, or a broken tensor's meta.json
+    slots = 1;  // value.json, or a broken tensor's meta.json
   } else {
-    // data, meta.json, tensor.npy, and tensor.pt when torch can hold the tensor
-    count = entry_files(entry).archive ? 4 : 3;
+    // data, meta.json, tensor.npy, and tensor.pt when torch can hold the tensor (known once its
+    // archive is planned)
+    slots = entry_files(entry).archive ? 0xf : 0x7;
   }
-  file_counts_[entry].store(count, std::memory_order_relaxed);
-  return count;
+  file_slots_[entry].store(slots | known_slots, std::memory_order_relaxed);
+  return slots;
 }
 
 std::optional<Tree::Node> Tree::node(Ino ino) const {
   if (ino == root_ino) return Node{Kind::root, 0};
   if (ino > root_ino && ino < first_entry_ino_) {
-    const RootFile& f = root_files_[ino - root_ino - 1];
+    const FixedNode& f = fixed_[ino - root_ino - 1];
     return Node{f.kind, f.index};
   }
   if (ino < first_entry_ino_) return std::nullopt;
@@ -249,7 +280,7 @@ std::optional<Tree::Node> Tree::node(Ino ino) const {
     return Node{value ? Kind::value_pt : Kind::tensor_pt, entry};
   }
   if (part == 0) return Node{Kind::entry_dir, entry};
-  if (part > files_of_entry(entry)) return std::nullopt;
+  if ((file_slots(entry) & (1u << (part - 1))) == 0) return std::nullopt;
   const Entry& e = model_.entries[entry];
   if (e.kind == Entry::Kind::value) return Node{Kind::value_json, entry};
   if (!model_.tensors[e.tensor].broken.empty()) return Node{Kind::meta_json, entry};
@@ -274,7 +305,7 @@ std::uint32_t Tree::source_of(const Node& n) const noexcept {
 }
 
 Tree::Ino Tree::parent(Ino ino) const noexcept {
-  if (ino < first_entry_ino_) return root_ino;
+  if (ino < first_entry_ino_) return ino <= root_ino + root_fixed_ ? root_ino : views_ino;
   const std::uint64_t part = (ino - first_entry_ino_) % stride;
   return part == 0 ? root_ino : ino - part;
 }
@@ -282,21 +313,27 @@ Tree::Ino Tree::parent(Ino ino) const noexcept {
 std::size_t Tree::child_count(Ino dir) const {
   auto n = node(dir);
   if (!n) return 0;
-  if (n->kind == Kind::root) {
-    const bool rfc = options_.layout == Layout::rfc;
-    return root_files_.size() + (rfc ? root_entries_.size() : model_.entries.size());
+  switch (n->kind) {
+    case Kind::root:
+      return root_fixed_ +
+             (options_.layout == Layout::rfc ? root_entries_.size() : model_.entries.size());
+    case Kind::views_dir:
+      return fixed_.size() - root_fixed_;
+    case Kind::entry_dir:
+      return static_cast<std::size_t>(std::popcount(file_slots(n->index)));
+    default:
+      return 0;
   }
-  if (n->kind == Kind::entry_dir) return files_of_entry(n->index);
-  return 0;
 }
 
 Tree::Ino Tree::child(Ino dir, std::size_t i, std::string& name) const {
-  if (dir == root_ino) {
-    if (i < root_files_.size()) {
-      name = root_files_[i].name;
-      return root_ino + 1 + i;
+  if (dir == root_ino || dir == views_ino) {
+    const std::size_t fixed = dir == root_ino ? i : root_fixed_ + i;
+    if (dir == views_ino || i < root_fixed_) {
+      name = fixed_[fixed].name;
+      return root_ino + 1 + fixed;
     }
-    const std::size_t entry = root_entry(i - root_files_.size());
+    const std::size_t entry = root_entry(i - root_fixed_);
     name = entry_name(entry);
     if (options_.layout == Layout::rfc) name += ".pt";
     return entry_ino(entry);
@@ -305,39 +342,45 @@ Tree::Ino Tree::child(Ino dir, std::size_t i, std::string& name) const {
   const Entry& e = model_.entries[n->index];
   if (e.kind == Entry::Kind::value) {
     name = "value.json";
-  } else if (!model_.tensors[e.tensor].broken.empty()) {
-    name = "meta.json";
-  } else {
-    name = entry_file_names[i];
+    return dir + 1;
   }
-  return dir + 1 + i;
+  if (!model_.tensors[e.tensor].broken.empty()) {
+    name = "meta.json";
+    return dir + 1;
+  }
+  // The i-th slot that holds a file.
+  const std::uint8_t slots = file_slots(n->index);
+  std::size_t slot = 0;
+  for (std::size_t seen = 0;; ++slot) {
+    if ((slots & (1u << slot)) && seen++ == i) break;
+  }
+  name = entry_file_names[slot];
+  return dir + 1 + slot;
 }
 
 Tree::Ino Tree::lookup(Ino parent, std::string_view name) const {
-  if (parent == root_ino && options_.layout == Layout::rfc) {
-    for (std::size_t f = 0; f < root_files_.size(); ++f) {
-      if (name == root_files_[f].name) return root_ino + 1 + f;
-    }
-    constexpr std::string_view suffix = ".pt";
-    if (!name.ends_with(suffix)) return 0;
-    const auto found = find_root_child(name.substr(0, name.size() - suffix.size()));
-    if (!found) return 0;
-    const std::size_t entry = *found - root_files_.size();
-    return has_file_[entry] ? entry_ino(entry) : 0;
-  }
   if (parent == root_ino) {
-    const auto found = find_root_child(name);
-    if (!found) return 0;
-    return *found < root_files_.size() ? root_ino + 1 + *found
-                                       : entry_ino(*found - root_files_.size());
+    for (std::size_t f = 0; f < root_fixed_; ++f) {
+      if (name == fixed_[f].name) return root_ino + 1 + f;
+    }
+    if (options_.layout == Layout::rfc) {
+      constexpr std::string_view suffix = ".pt";
+      if (!name.ends_with(suffix)) return 0;
+      const auto found = find_entry(name.substr(0, name.size() - suffix.size()));
+      return found && has_file_[*found] ? entry_ino(*found) : 0;
+    }
+    const auto found = find_entry(name);
+    return found ? entry_ino(*found) : 0;
   }
+  if (parent == views_ino) return lookup_view(name);
   auto n = node(parent);
   if (!n || n->kind != Kind::entry_dir) return 0;
   const Entry& e = model_.entries[n->index];
   if (e.kind == Entry::Kind::value) return name == "value.json" ? parent + 1 : 0;
   if (!model_.tensors[e.tensor].broken.empty()) return name == "meta.json" ? parent + 1 : 0;
-  for (std::size_t i = 0, count = files_of_entry(n->index); i < count; ++i) {
-    if (name == entry_file_names[i]) return parent + 1 + i;
+  const std::uint8_t slots = file_slots(n->index);
+  for (std::size_t slot = 0; slot < std::size(entry_file_names); ++slot) {
+    if ((slots & (1u << slot)) && name == entry_file_names[slot]) return parent + 1 + slot;
   }
   return 0;
 }
@@ -375,6 +418,7 @@ const Tree::EntryFiles& Tree::entry_files(std::size_t entry) const {
 std::uint64_t Tree::size(const Node& n) const {
   switch (n.kind) {
     case Kind::root:
+    case Kind::views_dir:
     case Kind::entry_dir:
       return 0;
     case Kind::index_json:
@@ -424,15 +468,19 @@ bool Tree::stat(Ino ino, struct stat& st) const {
   st.st_ino = ino;
   st.st_uid = options_.uid;
   st.st_gid = options_.gid;
-  const bool directory = n->kind == Kind::root || n->kind == Kind::entry_dir;
+  const bool directory =
+      n->kind == Kind::root || n->kind == Kind::views_dir || n->kind == Kind::entry_dir;
   const std::uint64_t bytes = size(*n);
   if (directory) {
-    st.st_mode = S_IFDIR | (0555 & ~options_.umask);
-    // "." and the parent's link, plus each subdirectory's "..".
-    const bool subdirectories = ino == root_ino && options_.layout == Layout::split;
-    st.st_nlink = subdirectories ? 2 + model_.entries.size() : 2;
+    st.st_mode = S_IFDIR | (options_.modes.directory & 07777);
+    // "." and the parent's link, plus each subdirectory's "..": the root's are .ckptfs and, in
+    // the split layout, the entries'.
+    st.st_nlink = 2;
+    if (ino == root_ino) {
+      st.st_nlink += 1 + (options_.layout == Layout::split ? model_.entries.size() : 0);
+    }
   } else {
-    st.st_mode = S_IFREG | (0444 & ~options_.umask);
+    st.st_mode = S_IFREG | (options_.modes.file & 07777);
     st.st_nlink = 1;
     st.st_size = static_cast<off_t>(bytes);  // every file fits off_t (max_tensor_bytes)
   }
@@ -445,7 +493,7 @@ bool Tree::stat(Ino ino, struct stat& st) const {
 }
 
 std::size_t Tree::node_count_hint() const noexcept {
-  return 1 + root_files_.size() + model_.entries.size() * stride;
+  return 1 + fixed_.size() + model_.entries.size() * stride;
 }
 
 // index.json, written into `out`; `flush` is called whenever `out` holds more than a few KiB
@@ -674,6 +722,7 @@ void Tree::read(Ino ino, std::uint64_t offset, std::size_t length, Sources sourc
   auto literal = [&](const std::string& text) { out.add_memory(text.data() + offset, length); };
   switch (n->kind) {
     case Kind::root:
+    case Kind::views_dir:
     case Kind::entry_dir:
       return;
     case Kind::index_json:

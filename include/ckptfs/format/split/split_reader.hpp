@@ -4,7 +4,9 @@
 // the mount's index.json, read into a Model in which every tensor is its own data file.
 //
 //   dest/
-//     index.json                 optional: the mount's; only its order and value keys are used
+//     .ckptfs/index.json         optional: the mount's (index.json at the root in copies made
+//                                before the views moved into .ckptfs); only its order and value
+//                                keys are used
 //     decoder.weight/meta.json   {"key", "key_path"?, "dtype", "shape", "nbytes", ...}
 //     decoder.weight/data        the tensor's nbytes bytes in C order
 //     epoch/value.json           a value
@@ -36,12 +38,13 @@ struct SplitLimits {
 
 // Reads the split directory `directory`.
 //
-// Entries: every subdirectory of the root is a key directory and must hold meta.json (a tensor)
-// or value.json (a value), not both. A tensor's key is meta.json's "key" (and "key_path"); a
-// value's key is what index.json says for its directory, else the key whose name (the mount's
-// naming rule, base/names.hpp) is the directory's, which a cut or suffixed name ("%~", "%#2")
-// does not say: such a value needs index.json. Regular files of the root besides index.json
-// (model.safetensors, map.pt of a whole mount copied) are ignored.
+// index.json: .ckptfs/index.json when there is one, else index.json at the root.
+// Entries: every subdirectory of the root but .ckptfs is a key directory and must hold meta.json
+// (a tensor) or value.json (a value), not both. A tensor's key is meta.json's "key" (and
+// "key_path"); a value's key is what index.json says for its directory, else the key whose name
+// (the mount's naming rule, base/names.hpp) is the directory's, which a cut or suffixed name
+// ("%~", "%#2") does not say: such a value needs index.json. .ckptfs's other files and regular
+// files of the root (model.safetensors of an older mount, map.pt) are ignored.
 // Order: index.json's, for the directories it names (it may name more: a subset copied with it);
 // the other directories after them, and all of them without index.json, sorted by key (its
 // UTF-8 bytes), then key path.
@@ -66,8 +69,9 @@ struct SplitLimits {
 // symbolic link to elsewhere); unsupported past `limits`.
 DirectoryModel read_split_directory(const std::string& directory, const SplitLimits& limits = {});
 
-// Whether `directory` looks like a split directory: it holds index.json, or a subdirectory
-// holding meta.json or value.json. Never throws (false when it cannot be listed).
+// Whether `directory` looks like a split directory: it holds .ckptfs/index.json or index.json,
+// or a subdirectory holding meta.json or value.json. Never throws (false when it cannot be
+// listed).
 bool looks_like_split_directory(const std::string& directory);
 
 }  // namespace ckptfs

@@ -29,7 +29,8 @@
 //   writes them: 1.13 refuses the GLOBAL (ran). float8_e5m2/e4m3fn(uz) and complex32 are in
 //   the allowlist of early 2024 (2.3; 2.2 perhaps), bits* from 2.4 (PR #124330), uint16/32/64
 //   from 2.6 (PR #137184 made them savable), float8_e8m0fnu and float4_e2m1fn_x2 from the
-//   releases that brought those dtypes.
+//   releases that brought those dtypes; every one of them, and bcomplex32, loads with torch
+//   2.14's weights_only=True and mmap=True (ran: tests/interop/test_interop_torch.py).
 //   quantized tensors (_rebuild_qtensor; the scale is a float) ... torch >= 2.4 (PR #124330);
 //   1.13 refuses (ran), its weights_only=False loads them.
 //   byteorder "big": torch >= 2.1 swaps to the host's order; 1.13 ignores the record and

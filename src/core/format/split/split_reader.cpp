@@ -119,8 +119,32 @@ bool is_single_component(std::string_view name) {
          name.find('\0') == std::string_view::npos;
 }
 
-Index read_index(const Directory& dir, const SplitLimits& limits, SourceTimes& times) {
-  const std::string name = "index.json";
+// Where a copy keeps the mount's index.json: .ckptfs/index.json (the views' folder of a mount),
+// else index.json at the root (copies made before the views moved there); nullopt for neither.
+// A .ckptfs or a .ckptfs/index.json that leads out of the directory is refused, as a key
+// directory would be.
+std::optional<std::string> find_index(const Directory& dir,
+                                      const std::vector<DirectoryEntry>& listed,
+                                      const SplitLimits& limits) {
+  const std::string in_views = std::string(views_folder) + "/index.json";
+  for (const DirectoryEntry& e : listed) {
+    if (e.name != views_folder || !e.directory) continue;
+    for (const DirectoryEntry& inner : dir.list(views_folder, limits.max_entries)) {
+      if (inner.name != "index.json") continue;
+      if (inner.error == EXDEV || inner.error == ELOOP) {
+        naming(in_views, [&] { (void)dir.open(in_views, FileKind::regular); });
+      }
+      if (inner.regular) return in_views;
+    }
+  }
+  for (const DirectoryEntry& e : listed) {
+    if (e.name == "index.json" && e.regular) return std::string("index.json");
+  }
+  return std::nullopt;
+}
+
+Index read_index(const Directory& dir, const std::string& name, const SplitLimits& limits,
+                 SourceTimes& times) {
   OpenedFile file = naming(name, [&] { return dir.open(name, FileKind::regular); });
   const auto size = static_cast<std::uint64_t>(file.st.st_size);
   if (size > limits.max_index_bytes) {
@@ -463,7 +487,10 @@ void link_quantization(std::vector<Found>& found, Model& m) {
 bool looks_like_split_directory(const std::string& directory) {
   try {
     const Directory dir(directory);
-    if (dir.has("index.json", FileKind::regular)) return true;
+    if (dir.has(std::string(views_folder) + "/index.json", FileKind::regular) ||
+        dir.has("index.json", FileKind::regular)) {
+      return true;
+    }
     for (const DirectoryEntry& e : dir.list("", SplitLimits{}.max_entries)) {
       if (e.directory && (dir.has(e.name + "/meta.json", FileKind::regular) ||
                           dir.has(e.name + "/value.json", FileKind::regular))) {
@@ -486,10 +513,9 @@ DirectoryModel read_split_directory(const std::string& directory, const SplitLim
   std::sort(listed.begin(), listed.end(),
             [](const DirectoryEntry& a, const DirectoryEntry& b) { return a.name < b.name; });
   Index index;
-  const bool has_index = std::any_of(listed.begin(), listed.end(), [](const DirectoryEntry& e) {
-    return e.name == "index.json" && e.regular;
-  });
-  if (has_index) index = read_index(*dir, limits, out.times);
+  if (auto found = find_index(*dir, listed, limits)) {
+    index = read_index(*dir, *found, limits, out.times);
+  }
 
   std::vector<Found> found;
   std::uint64_t json_bytes = 0;
@@ -507,7 +533,9 @@ DirectoryModel read_split_directory(const std::string& directory, const SplitLim
            e.error == EXDEV ? "leads out of the directory (a symbolic link)"
                             : "leads through a loop of symbolic links");
     }
-    if (!e.directory) continue;  // index.json, and files copied along (model.safetensors...)
+    // index.json, files copied along (an old mount's model.safetensors...), and the views'
+    // folder of a whole mount copied (no key's name is .ckptfs)
+    if (!e.directory || e.name == views_folder) continue;
     const std::string meta_name = e.name + "/meta.json";
     const std::string value_name = e.name + "/value.json";
     const bool is_tensor = dir->has(meta_name, FileKind::regular);
