@@ -453,20 +453,22 @@ def raw_keys(x):
 
 
 def key_part_json(k):
-    """A Python key as ckptfs writes it in a key path: str, int, bool and None as JSON does,
-    a float as a number or {"__float__": ...}, bytes as {"__bytes__": hex}, a tuple as
-    {"__tuple__": repr}."""
+    """A Python key as ckptfs writes it in a key path: str, int, bool and None as JSON does (a
+    str by json_text's rule), a float as a number or {"__float__": ...}, bytes as
+    {"__bytes__": hex}, a tuple as {"__tuple__": repr}."""
     if isinstance(k, Part):
         return {"__part__": str(k)}
-    if type(k) in (str, int, bool) or k is None:
+    if type(k) is str:
+        return json_text(k)
+    if type(k) in (int, bool) or k is None:
         return k
     if type(k) is float:
         return k if np.isfinite(k) else {"__float__": repr(k)}
     if type(k) is bytes:
         return {"__bytes__": k.hex()}
     if type(k) is tuple:
-        return {"__tuple__": repr(k)}
-    return {"__key__": str(k)}
+        return {"__tuple__": json_text(repr(k))}
+    return {"__key__": json_text(str(k))}
 
 
 def key_paths(flat):
@@ -902,8 +904,10 @@ def directory_name(key):
 
 def entry_names(keys, max_bytes=255):
     """The names of the keys of a mount, in order: directory_name(), and for a name an earlier
-    key already has, '%#2', '%#3'... (the smallest number free), cut when it passes `max_bytes`
-    (255; 252 in the RFC layout, whose files add ".pt": see rfc_file_names())."""
+    key already has, '%#2', '%#3'... (the smallest number free for which "<key>%#<n>" is no
+    key's own text, as pack's keys: docs/NAMES.md), cut when it passes `max_bytes` (255; 252 in
+    the RFC layout, whose files add ".pt": see rfc_file_names())."""
+    own = set(keys)
     taken, out = set(), []
     for key in keys:
         raw = key.encode("utf-8", "surrogatepass")
@@ -912,6 +916,8 @@ def entry_names(keys, max_bytes=255):
         n, candidate = 1, plain
         while candidate in taken:
             n += 1
+            if f"{key}%#{n}" in own:
+                continue
             suffix = f"%#{n}".encode()
             candidate = (plain + suffix if len(plain) + len(suffix) <= max_bytes
                          else _cut(name, cut, raw) + suffix)

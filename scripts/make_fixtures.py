@@ -71,6 +71,7 @@ assembler reproduce torch's own output byte for byte.
 import argparse
 import collections
 import copy
+import functools
 import hashlib
 import io
 import json
@@ -201,6 +202,7 @@ def describe(root, fmt, byteorder):
     entries, idents = [], []
     flat = ref.flatten(root, is_tensor, with_parts=True)
     for (key, obj, _), key_path in zip(flat, ref.key_paths(flat)):
+        key = ref.json_text(key)  # as ckptfs's JSON holds it (the \udcXX rule)
         if is_tensor(obj):
             e = {"key": key, "kind": "tensor"}
             e.update(tensor_entry(obj, byteorder))
@@ -774,7 +776,8 @@ def fixture_values():
         "numpy": [np.float64(0.5), np.float32(0.25), np.int64(-3), np.int32(7), np.uint8(255),
                   np.bool_(True)],
         "numpy_described": [np.float16(1.5), be],
-        "ints": [2**70, -2**70, 2**(8 * 5000), -(2**(8 * 5000))],
+        "ints": [2**70, -2**70, 2**(8 * 1000), 2**(8 * 5000), -(2**(8 * 5000))],
+        "deep": functools.reduce(lambda inner, _: [inner], range(60), "bottom"),
         "floats": [float("nan"), float("inf"), -float("inf"), -0.0, 1e-300],
         "strings": ["", "é 层", "lone \udcff surrogate"],
         "like_markers": [{"__float__": "nan"}, {"__bytes__": "00ff"},
@@ -812,6 +815,10 @@ def fixture_keys():
         -7: t(1),
         "nested": {"": t(1), "x/y": t(1), 3: "a value", "deeper": {"z": t(1)}},
         "note": "keys test ✓",
+        # A str with a lone surrogate (torch.save passes it): its bytes are no UTF-8, and every
+        # JSON file of the mount writes each of them as \udcXX.
+        "lone \udcff surrogate": t(1),
+        "surrogates": {"\udc80": t(1), "value \udcfe": "v \udcfd"},
     }
 
 

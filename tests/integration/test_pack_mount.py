@@ -261,6 +261,50 @@ class PackFromMount(unittest.TestCase):
                      "bigendian", "legacy"):
             self.assertIn(name, packed_by_torch)
 
+    def test_keys_of_equal_text_one_rule(self):
+        """Keys of equal text (the int 0 and the str "0"; "a.b" and a -> b beside a real key
+        "a.b%#2"): the mount's names, the RFC layout's files and pack's keys follow one rule
+        (docs/NAMES.md): the n-th of a text is "<text>%#<n>", n skipping a number whose
+        "<text>%#<n>" is a key of its own, and pack says what it renamed."""
+        src = fixture_path("collisions")
+        out = self.tmp / "collisions.pth"
+        r = run("pack", src, out)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        packed = list(torch.load(out))
+        err = r.stderr.decode(errors="replace")
+        texts = [ref.text_of_json(e["key"]) for e in inspect(src)["entries"]]
+        renamed = [(t, k) for t, k in zip(texts, packed) if t != k]
+        self.assertIn(("a.b", "a.b%#3"), renamed)  # "a.b%#2" is a key of its own
+        self.assertIn(("0", "0%#2"), renamed)
+        self.assertEqual(len(err.splitlines()), 1, err)
+        self.assertRegex(err, rf"^ckptfs: .*: renamed {len(renamed)} entries \(a key an earlier "
+                              r"entry has: the n-th of a text is written <key>%#<n>, as the "
+                              r"mount names it\): ")
+        for t, k in renamed[:5]:
+            self.assertIn(f'"{t}" -> "{k}"', err)
+        self.assertIn(f"and {len(renamed) - 5} more", err)
+        for layout in ("split", "rfc"):
+            with self.subTest(layout):
+                mnt = self.mount(src, "-o", f"layout={layout}")
+                entries = json.loads((views_dir(mnt) / "index.json").read_text())["entries"]
+                self.assertEqual(len(entries), len(packed))
+                for e, t, k in zip(entries, texts, packed):
+                    name = ref.directory_name(t) + k[len(t):]  # "%#<n>" after the name
+                    self.assertEqual(e["path"], name + (".pt" if layout == "rfc" else ""), k)
+                if layout == "rfc":
+                    # A copy of the RFC mount packs to the same keys, said the same way.
+                    dest = Path(tempfile.mkdtemp(prefix="rfc-", dir=self.tmp))
+                    r = subprocess.run(["rsync", "-a", f"{mnt}/", f"{dest}/"],
+                                       capture_output=True, timeout=TIMEOUT)
+                    self.assertEqual(r.returncode, 0, r.stderr)
+                    again = self.tmp / "collisions-rfc.pth"
+                    r = run("pack", dest, again)
+                    self.assertEqual(r.returncode, 0, r.stderr)
+                    self.assertEqual(list(torch.load(again)), packed)
+                    self.assertEqual(r.stderr.decode(errors="replace").split(": ", 2)[2],
+                                     err.split(": ", 2)[2])
+                unmount(mnt)
+
     def test_a_split_directory_mounts(self):
         src = fixture_path("views")
         mnt = self.mount(src)

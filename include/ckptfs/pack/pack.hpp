@@ -31,6 +31,9 @@ struct PackResult {
   std::size_t values = 0;
   std::uint64_t bytes = 0;                                    // of the file
   std::vector<std::pair<std::string, std::string>> left_out;  // (key, why), in model order
+  // (key, key written): entries whose key an earlier entry has (the int 0 and the str "0"),
+  // written under "<key>%#<n>" (base/names.hpp's rule for keys of equal text), in model order.
+  std::vector<std::pair<std::string, std::string>> renamed;
 };
 
 // Writes `model`'s entries (select_entries()) to options.output:

@@ -53,7 +53,8 @@ struct Selection {
 //     (KEY.q_per_channel_scales, KEY.q_per_channel_zero_points) are not written when KEY is: they
 //     go inside it, as torch saves them.
 // Keys: an entry's own key; a text an earlier written entry has already gets "%#2", "%#3"...
-// (the smallest that is no other entry's key), as the mount names them.
+// (the smallest that is no other entry's key), as the mount names them (base/names.hpp: one rule
+// for keys of equal text, the RFC layout's file names included).
 Selection select_entries(const Model& model, std::span<const KeyGlob> globs, PackFormat format,
                          std::optional<DType> convert_to);
 

@@ -94,8 +94,10 @@ PackResult pack(const Model& model, Sources sources, const PackOptions& options)
   for (const auto& [entry, why] : selection.left_out) {
     result.left_out.emplace_back(model.entries[entry].key, why);
   }
-  for (const std::size_t i : selection.entries) {
-    (model.entries[i].kind == Entry::Kind::tensor ? result.tensors : result.values) += 1;
+  for (std::size_t k = 0; k < selection.entries.size(); ++k) {
+    const Entry& e = model.entries[selection.entries[k]];
+    (e.kind == Entry::Kind::tensor ? result.tensors : result.values) += 1;
+    if (selection.keys[k] != e.key) result.renamed.emplace_back(e.key, selection.keys[k]);
   }
   // Everything that can be refused is, before the output is created: the layout is made from
   // the model alone.

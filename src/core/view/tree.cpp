@@ -176,13 +176,22 @@ Tree::Tree(Model model, TreeOptions options)
   std::size_t slots = 16;
   while (slots < 2 * entries) slots *= 2;
   root_slots_.assign(slots, 0);
+  TextViewSet own_keys;
   for (std::size_t i = 0; i < entries; ++i) {
     if (rfc && !has_file_[i]) continue;
     const std::string& key = model_.entries[i].key;
     std::string name = is_own_name(key, max_bytes) ? std::string() : directory_name(key, max_bytes);
     if (find_entry(name.empty() ? std::string_view(key) : name)) {
       keys_unique_ = false;  // an earlier key has this name: the same text
+      if (own_keys.empty()) {
+        // The texts of every key named (names.hpp's rule for keys of equal text), made once,
+        // on the first collision: most models have none.
+        for (std::size_t j = 0; j < entries; ++j) {
+          if (!rfc || has_file_[j]) own_keys.insert(model_.entries[j].key);
+        }
+      }
       for (std::uint64_t n = 2;; ++n) {
+        if (suffix_is_own_key(key, n, own_keys)) continue;
         name = suffixed_name(key, n, max_bytes);
         if (!find_entry(name)) break;
       }
