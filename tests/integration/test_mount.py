@@ -316,6 +316,38 @@ class FixtureMountTests(MountTestCase):
         for n in names:
             self.assertRegex(out, rf"{n}\.pth: \d+ tensors, \d+ values checked: all agree")
 
+    def test_verify_pairs_entries_by_key_path(self):
+        """When index.json's keys differ from torch's (here: torch's last entry dropped), the
+        verifier pairs the others by key and key path: the int 0 and the str "0" (and every
+        other text two keys share) are each checked against their own entry, so what it finds
+        is only what differs, never a tensor compared with its namesake's."""
+        import contextlib
+        import importlib.machinery
+        import importlib.util
+        import io
+        loader = importlib.machinery.SourceFileLoader("ckptfs_verify_module", str(VERIFY))
+        verify = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name,
+                                                                                 loader))
+        loader.exec_module(verify)
+        path = fixture_path("collisions")
+        root = ref.torch_load(path)
+        flat = ref.flatten(root)
+        key_paths = ref.key_paths(ref.flatten(root, with_parts=True))
+        texts = [k for k, _ in flat]
+        self.assertNotIn(texts[-1], texts[:-1])  # the dropped one shares no text
+        mnt, proc = self.mount(path)
+        checker = verify.Checker(path, mnt)
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            checker.run(flat[:-1], key_paths[:-1])
+        self.unmount(mnt, proc)
+        lines = out.getvalue().splitlines()
+        self.assertTrue(any("index.json keys differ from torch.load's" in ln for ln in lines),
+                        lines)
+        # Problems of the whole (keys, counts, listing), none of an entry.
+        self.assertEqual([ln for ln in lines if ln.startswith("  problem: '")], [])
+        self.assertEqual(checker.problems, 4, lines)  # keys, tensors, total_bytes, listing
+
 
 for _name in FIXTURE_NAMES:
     setattr(FixtureMountTests, f"test_fixture_{_name}",
