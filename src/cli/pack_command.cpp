@@ -49,7 +49,7 @@ Left out, each said on stderr: values that are no plain Python value (objects ck
 builds), quantized tensors ckptfs does not write (quint4x2, quint2x4), and for safetensors
 every value and every tensor of a dtype it lacks. A broken tensor is an error (leave it out with
 --keys). Keys of equal text (the int 0 and the str "0"): the n-th is written <key>%#<n>, as the
-mount names it, said on stderr.
+mount names it, said on stderr (and in safetensors keys that are not UTF-8, written U+FFFD).
 
 exit status: 0 written; 1 usage (the command line, OUT's suffix, OUT exists, a GLOB matching
 nothing); 2 SRC, a file in it, or OUT cannot be opened, read or written; 3 an invalid zip;
@@ -84,7 +84,8 @@ void tell_left_out(const PackResult& result, const std::string& out) {
   }
 }
 
-// The keys written under another name, in one line: keys of equal text get "%#<n>".
+// The keys written under another name, in one line: keys of equal text get "%#<n>"; in
+// safetensors a byte that is not UTF-8 is U+FFFD.
 void tell_renamed(const PackResult& result, const std::string& out) {
   if (result.renamed.empty()) return;
   std::string listed;
@@ -95,9 +96,12 @@ void tell_renamed(const PackResult& result, const std::string& out) {
   const std::size_t n = result.renamed.size();
   fmt::print(stderr,
              "ckptfs: {}: renamed {} {} (a key an earlier entry has: the n-th of a text is "
-             "written <key>%#<n>, as the mount names it): {}{}\n",
-             out, n, n == 1 ? "entry" : "entries", listed,
-             n > 5 ? fmt::format(", and {} more", n - 5) : "");
+             "written <key>%#<n>, as the mount names it{}): {}{}\n",
+             out, n, n == 1 ? "entry" : "entries",
+             result.format == PackFormat::safetensors
+                 ? "; safetensors keys are Unicode: a byte that is not UTF-8 is U+FFFD"
+                 : "",
+             listed, n > 5 ? fmt::format(", and {} more", n - 5) : "");
 }
 
 }  // namespace

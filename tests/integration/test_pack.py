@@ -497,6 +497,23 @@ class FixtureRoundTrips(PackTestCase):
                         if source[t.name].is_floating_point() else source[t.name]
                     self.assertEqual(t.read(st_out), ref.tensor_bytes(want, "little"), t.name)
 
+    def test_what_is_renamed_is_said(self):
+        """Keys written under another text are said in one line: keys of equal text in both
+        formats (test_pack_mount.test_keys_of_equal_text_one_rule), and in safetensors keys
+        that are not UTF-8 (a lone surrogate's bytes, each U+FFFD)."""
+        src = fixture_path("keys")
+        err = self.pack(src, self.tmp / "keys.pth")
+        self.assertNotIn("renamed", err)  # its keys are all distinct: a .pth holds them as str
+        doc = inspect(src)
+        plan = safetensors_plan(doc)
+        renamed = [(ref.text_of_json(doc["entries"][i]["key"]), k) for i, k in plan
+                   if ref.text_of_json(doc["entries"][i]["key"]) != k]
+        self.assertEqual(len(renamed), 2, renamed)  # the two tensors of lone surrogates
+        err = self.pack(src, self.tmp / "keys.safetensors")
+        self.assertRegex(err, rf"renamed 2 entries \(.*; safetensors keys are Unicode: a byte "
+                              r"that is not UTF-8 is U\+FFFD\): .*lone .* surrogate")
+        self.assertEqual(len([ln for ln in err.splitlines() if "renamed" in ln]), 1, err)
+
     def test_what_is_left_out_is_said(self):
         out = self.tmp / "training.pth"
         err = self.pack(fixture_path("training"), out)
