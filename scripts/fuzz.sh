@@ -2,7 +2,7 @@
 # Fuzzes ckptfs with libFuzzer (clang, ASan+UBSan), in build-fuzz/ (-DCKPTFS_FUZZ=ON).
 #
 #   scripts/fuzz.sh TARGET SECONDS [LIBFUZZER_ARGS...]  fuzz TARGET (zip, pickle, checkpoint,
-#                                                        safetensors)
+#                                                        safetensors, dcp, zero, gguf)
 #   scripts/fuzz.sh seed                                 (re)build the seeds: build-fuzz/seeds/
 #   scripts/fuzz.sh merge TARGET                         minimize the work corpus into the
 #                                                        committed tests/fuzz/corpus/TARGET/
@@ -18,7 +18,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 build=$root/build-fuzz
-targets=(zip pickle checkpoint safetensors)
+targets=(zip pickle checkpoint safetensors dcp zero gguf)
 
 usage() { sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 1; }
 
@@ -28,7 +28,8 @@ configure() {
       -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DCKPTFS_FUZZ=ON >/dev/null
   fi
   nice -n 19 cmake --build "$build" -j"$(nproc)" \
-    --target fuzz_zip fuzz_pickle fuzz_checkpoint fuzz_safetensors fuzz_seeds >/dev/null
+    --target fuzz_zip fuzz_pickle fuzz_checkpoint fuzz_safetensors fuzz_dcp fuzz_zero fuzz_gguf \
+    fuzz_seeds >/dev/null
 }
 
 # Seeds: real checkpoints (zip and checkpoint targets), their pickles (pickle target), and the
@@ -108,6 +109,7 @@ case "${1:-}" in
     # hundred KiB (all three: 415 KiB, 97-99% of the edges of the whole work corpus).
     max_len=8192
     [ "$target" = checkpoint ] && max_len=4096
+    [ "$target" = zero ] && max_len=131072  # a directory of files: cut, it is no checkpoint
     nice -n 19 "$build/tests/fuzz/fuzz_$target" -merge=1 -use_counters=0 -max_len=$max_len \
       -rss_limit_mb=2048 -timeout=30 "$tmp" "$committed" "$build/corpus/$target" 2>&1 | tail -1
     find "$committed" -type f ! -name .gitkeep -delete
@@ -128,12 +130,15 @@ case "${1:-}" in
       cp tests/fuzz/corpus/"$target"/* "$build/seeds/$target"/* "$work"/ 2>/dev/null || true
     fi
     mkdir -p "$build/artifacts/$target" "$build/logs"
+    # A ZeRO input is a directory of several torch.save files: its seeds are 30-120 KiB.
+    max_len=65536
+    [ "$target" = zero ] && max_len=131072
     echo "fuzzing $target for $seconds s: log in $build/logs/$target.log"
     # ASan/UBSan options: abort on the first error with a stack, keep leak checking on.
     ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1} \
     UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
       nice -n 19 "$build/tests/fuzz/fuzz_$target" "$work" \
-        -dict=tests/fuzz/"$target".dict -max_len=65536 -rss_limit_mb=2048 -timeout=10 \
+        -dict=tests/fuzz/"$target".dict -max_len=$max_len -rss_limit_mb=2048 -timeout=10 \
         -max_total_time="$seconds" -print_final_stats=1 \
         -artifact_prefix="$build/artifacts/$target/" "$@" >"$build/logs/$target.log" 2>&1 || {
       echo "fuzz_$target stopped on a failure: see $build/logs/$target.log and" \

@@ -10,6 +10,7 @@ packages=(
   python3-torch python3-numpy
   rsync fuse-zip
   nginx-light openssl curl         # the remote tests' HTTP(S) server, its throw-away CA, a reference client
+  openssh-server openssh-client    # test_tree: the scp recipe, against an sshd of its own on 127.0.0.1
   dpkg-dev file man-db groff-base  # scripts/package.sh (dpkg-shlibdeps) and the man page tests
   clang-format clang-tidy          # scripts/lint.sh (ctest runs its clang-format check)
   time                             # scripts/bench: a command's own peak RSS (GNU time's %M)
@@ -23,7 +24,7 @@ done
 SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
 if ((${#missing[@]})); then
   export DEBIAN_FRONTEND=noninteractive
-  # Installing nginx must not start it as a service (the tests start their own on loopback):
+  # Installing nginx or sshd must not start it as a service (the tests start their own on loopback):
   # invoke-rc.d asks policy-rc.d, and 101 means "not now".
   policy=/usr/sbin/policy-rc.d
   if [ ! -e "$policy" ]; then
@@ -33,6 +34,11 @@ if ((${#missing[@]})); then
   fi
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # openssh-server is there for the tests' own sshd on 127.0.0.1 only: installing it must not
+  # make this machine an SSH server at the next boot either.
+  if [[ " ${missing[*]} " == *" openssh-server "* ]] && command -v systemctl >/dev/null; then
+    $SUDO systemctl disable ssh.service ssh.socket >/dev/null 2>&1 || true
+  fi
 fi
 # The S3 API server of the remote tests (a fork of s3rver that checks SigV4 signatures), from
 # the npm registry into tests/integration/s3rver/node_modules, at the versions of its lock file.

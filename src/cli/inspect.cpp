@@ -58,27 +58,34 @@ void print_inspect_table(const Model& c, std::FILE* out) {
       ++broken;
       where = "broken: " + t.broken;
     } else {
-      tensor_bytes += t.nbytes();
+      tensor_bytes += t.stored_nbytes();
       if (t.assembly) {
         const std::size_t pieces = c.assemblies[*t.assembly].size();
         where = fmt::format("{} piece{}", pieces, pieces == 1 ? "" : "s");
       } else if (!t.contiguous()) {
         where = "strided";
+      } else if (t.stored_dtype) {
+        where = fmt::format("from {}", info(*t.stored_dtype).name);  // converted on read
       }
     }
     std::string source;
     if (sources_column && t.storage) {
       source = "  " + escape_for_terminal(c.sources[c.storages[*t.storage].source], 200);
     }
+    // A block-quantized tensor as the file holds it: its format and its blocks' bytes.
+    const bool blocked = t.blocks != BlockFormat::none;
     fmt::print(out, "{:<{}}  {:<6}  {:<10}  {:<16}  {:>12}  {:>12}{}\n", key, key_width, "tensor",
-               info(t.dtype).name, shape_text(t.shape), t.broken.empty() ? t.nbytes() : 0, where,
-               source);
+               blocked ? info(t.blocks).name : info(t.dtype).name, shape_text(t.shape),
+               t.broken.empty() ? t.stored_nbytes() : 0, where, source);
   }
-  fmt::print(out, "{} tensors ({}), {} values, {} storages, format {}, byteorder {}{}{}\n", tensors,
-             human_bytes(tensor_bytes), values, c.storages.size(), format_name(c.format),
+  fmt::print(out, "{} tensors ({}), {} values, {} storages, format {}, byteorder {}{}{}{}\n",
+             tensors, human_bytes(tensor_bytes), values, c.storages.size(), format_name(c.format),
              c.byteorder(),
              sources_column ? fmt::format(", {} files", c.sources.size()) : std::string(),
-             broken ? fmt::format(", {} broken", broken) : std::string());
+             broken ? fmt::format(", {} broken", broken) : std::string(),
+             // A GGUF's key-value pairs (a vocabulary file has nothing else): --json shows them.
+             c.json_metadata.empty() ? std::string()
+                                     : fmt::format(", {} metadata keys", c.json_metadata.size()));
 }
 
 void print_inspect_json(const Model& c, std::FILE* out) {

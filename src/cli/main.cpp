@@ -14,9 +14,11 @@
 #include <ckptfs/source/byte_source.hpp>
 #include <ckptfs/source/location.hpp>
 #include <ckptfs/source/remote.hpp>
+#include <ckptfs/view/served.hpp>
 #include <ckptfs/view/tree.hpp>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <malloc.h>
 #include <sys/resource.h>
@@ -40,11 +42,12 @@ constexpr const char* usage_text = R"(usage: ckptfs [options] CHECKPOINT MOUNTPO
        ckptfs -h | --help | -V | --version
 
 Mounts a checkpoint read-only: a PyTorch file written by torch.save or torch.jit.save
-(.pth/.pt/.ckpt/.bin), a safetensors file, or a Hugging Face sharded set (its directory or its
-*.index.json). Every key becomes a directory with the tensor's raw `data`, a `meta.json`, a
-`tensor.npy` and a `tensor.pt`; the whole-checkpoint views (index.json, model.safetensors) are in
-the hidden folder .ckptfs. Every read is an offset read inside the file that holds the tensor.
-No pickle is ever executed.
+(.pth/.pt/.ckpt/.bin), a safetensors file, a Hugging Face sharded set (its directory or its
+*.index.json), a PyTorch Distributed Checkpoint (DCP), a DeepSpeed ZeRO checkpoint, a GGUF
+file or split set (llama.cpp, Ollama), or a numpy .npz. Every key becomes a directory with the
+tensor's raw `data`, a `meta.json`, a `tensor.npy` and a `tensor.pt`; the whole-checkpoint
+views (index.json, model.safetensors) are in the hidden folder .ckptfs. Every read is an offset
+read inside the file that holds the tensor. No pickle is ever executed.
 
 CHECKPOINT is a file or a directory (see below), or a URL: http://, https:// (presigned URLs
 too) or s3://BUCKET/KEY (credentials, region and endpoint from AWS_ACCESS_KEY_ID,
@@ -72,24 +75,32 @@ options (before or after CHECKPOINT MOUNTPOINT):
                            kernel's own limit, less where pipes are limited to 1 MiB, so
                            that every reply is spliced whole)
        dtype=NAME          serve every floating-point tensor as float16, bfloat16 or float32,
-                           converted on read as torch's .to() converts
+                           converted on read as torch's .to() converts (a GGUF's quantized
+                           tensors: their dequantized values)
        direct_io           reads bypass the mount's page cache: for one-pass copies of a
                            remote checkpoint (rsync, cp); a shared mmap of a file fails
                            unless libfuse >= 3.16 and Linux >= 6.6 allow it
+       files=NAME[,NAME]   the files each tensor's directory holds, of data, meta.json,
+                           tensor.npy (npy), tensor.pt (pt); default all four; e.g.
+                           files=data,meta.json to rsync each tensor once (what pack reads)
        shard_size=SIZE     .ckptfs holds the sharded set save_pretrained would write
                            (model-0000N-of-0000M.safetensors, model.safetensors.index.json)
                            instead of model.safetensors; SIZE like 5GB, 500MB, 2GiB
        layout=rfc          the root holds the transformers RFC's split layout instead:
                            map.pt (torch.save of the keys, in order) and one <key>.pt per
                            entry that torch.load reads alone (layout=split: the default, below)
-       fsname=NAME         the source shown in /proc/mounts (default: the checkpoint's path)
+       fsname=NAME         the source shown in /proc/mounts (default: the checkpoint's path,
+                           then the options above that change the view, in brackets:
+                           /data/model.pth[dtype=float16,layout=rfc])
        subtype=NAME        the type shown, fuse.NAME (default: fuse.ckptfs)
      remote checkpoints (URLs):
        timeout=SECONDS     how long a read may take, retries included, before it fails with
-                           EIO (default 30); the mount's first request too
+                           EIO (default 30); the mount's first request too; a transfer
+                           slower than 256 KiB per timeout is dropped and retried
        cache_size=SIZE     memory cache shared by all files (default 256M; K, M, G suffixes)
-       cache_dir=DIR       also keep fetched blocks in DIR, across mounts (several mounts may
-                           share one DIR)
+       cache_dir=DIR       also keep fetched blocks in DIR, across mounts: your own directory,
+                           that only you can write (your mounts may share it); made when
+                           only its last component is missing
        cache_dir_size=SIZE the most cache_dir may hold (default 32G)
        cacert=FILE         CA certificates to verify HTTPS servers with
        insecure            do not verify HTTPS certificates
@@ -103,7 +114,8 @@ options (before or after CHECKPOINT MOUNTPOINT):
   -V, --version          show the version and exit
 
 ready: once the kernel's INIT request is answered; without -f, ckptfs returns then (0), or
-once the mount has failed and is gone (6). Relative paths work: both are made absolute first.
+once the mount has failed and is gone (6). Relative paths work: both are made absolute first,
+as are those of cacert= and cache_dir=.
 
 inspect CHECKPOINT [--json] [-o OPT[,OPT...]]
   lists every entry without mounting: key, kind, dtype, shape, bytes, file offset, and totals;
@@ -125,6 +137,22 @@ CHECKPOINT, besides a torch.save file:
                                   first there), else its one *.index.json or *.safetensors
   DIR/NAME.index.json             a sharded set: each key from the shard its weight_map names
                                   (a URL too: the shards beside it)
+  DIR, DIR/.metadata              a PyTorch DCP checkpoint (.metadata, __R_N.distcp): the model
+                                  dcp_to_torch_save writes, each tensor assembled from its
+                                  chunks on read (a URL of .metadata too: its files beside it)
+  DIR                             a DeepSpeed ZeRO checkpoint (stages 1-3): DIR holds
+                                  *_model_states.pt, or a `latest` naming a directory that
+                                  does: zero_to_fp32's state dict, each fp32 parameter
+                                  assembled from the ranks' *_optim_states.pt on read (a URL
+                                  ending in / or /latest too: its files by DeepSpeed's names)
+  FILE.gguf                       a GGUF file (v1-v3, either byte order): each tensor a key, its
+                                  metadata in index.json; quantized tensors (Q4_K...) have their
+                                  blocks in `data` and their values, dequantized on read as
+                                  gguf-py does, in tensor.npy, tensor.pt and model.safetensors
+  NAME-0000K-of-0000N.gguf        a GGUF split set, from any of its files (or its directory,
+                                  when it holds one *.gguf file or set)
+  FILE.npz                        numpy.savez and savez_compressed (inflated on read): each
+                                  .npy member a key; object arrays are never unpickled
 
 the tree (layout=split): the root holds the key directories and the hidden .ckptfs only
   MOUNTPOINT/<key>/data           a tensor's bytes in C order, as stored
@@ -153,9 +181,11 @@ exit status:
   2  the checkpoint or a shard cannot be opened or read (or is not a regular file); pack:
      a file of SRC is missing, or OUT cannot be written
   3  the zip container is invalid
-  4  the pickle, safetensors header or index is invalid, or the checkpoint is inconsistent
+  4  the pickle, safetensors or GGUF header, .npy header or index is invalid, or the
+     checkpoint is inconsistent
      (pack: a meta.json that disagrees with its data, a link leading out of SRC)
-  5  a valid file ckptfs does not serve (compressed record, tar format, no tensors, F6 dtype)
+  5  a valid file ckptfs does not serve (compressed record, tar format, no tensors, F6 dtype,
+     a GGUF header past ckptfs's limits)
   6  the mount failed or never came up (mountpoint, /dev/fuse, permissions, INIT refused)
   7  a server refused access (HTTP 401 or 403: credentials, S3 signature)
   8  a server could not be reached or did not answer (connection, TLS, timeout, HTTP 5xx)
@@ -228,6 +258,27 @@ std::string escaped_fsname(const std::string& path) {
   return out;
 }
 
+// The options that change what the mount shows (dtype, layout, shard_size, files), as -o takes
+// them, comma-separated; "" when none does.
+std::string view_options(const ckptfs::cli::MountOptions& o) {
+  std::vector<std::string> shown;
+  if (o.dtype) shown.push_back(fmt::format("dtype={}", ckptfs::info(*o.dtype).name));
+  if (o.layout == ckptfs::Layout::rfc) shown.emplace_back("layout=rfc");
+  if (o.shard_size != 0) shown.push_back(fmt::format("shard_size={}", o.shard_size));
+  if (o.files && *o.files != ckptfs::all_key_files) {
+    shown.push_back("files=" + ckptfs::key_files_text(*o.files));
+  }
+  return fmt::format("{}", fmt::join(shown, ","));
+}
+
+// What /proc/mounts shows as the mount's source: the checkpoint, then the view options in
+// brackets when there are any ("/data/model.pth[dtype=float16,layout=rfc]"), so that mounts of
+// one checkpoint with different views are told apart (-o fsname=NAME replaces it all).
+std::string mount_source(const std::string& checkpoint, const ckptfs::cli::MountOptions& o) {
+  const std::string view = view_options(o);
+  return view.empty() ? checkpoint : fmt::format("{}[{}]", checkpoint, view);
+}
+
 // The modes of the mount's files and directories: -o umask= when given, else those that follow
 // the checkpoint's own mode (the file's, or the directory's when a directory is mounted); a URL
 // has none, and is shown as a file downloaded with the usual umask 022 would be (0644, 0755).
@@ -250,7 +301,7 @@ std::string ready_line(const ckptfs::Model& c, const std::string& checkpoint,
     if (e.kind != ckptfs::Entry::Kind::tensor) continue;
     ++tensors;
     const auto& t = c.tensors[e.tensor];
-    if (t.broken.empty()) bytes += t.nbytes();
+    if (t.broken.empty() && ckptfs::values_not_served(c, t).empty()) bytes += t.nbytes();
   }
   return fmt::format("ckptfs: mounted {} on {} ({} tensors, {} values, {} bytes)", checkpoint,
                      mountpoint, tensors, c.entries.size() - tensors, ckptfs::decimal(bytes));
@@ -305,6 +356,7 @@ int run_mount(const std::vector<std::string>& args) {
     tree_options.dtype = o.dtype;
     tree_options.shard_size = o.shard_size;
     tree_options.layout = o.layout;
+    tree_options.files = o.files.value_or(ckptfs::all_key_files);
     tree.emplace(std::move(opened->model()), tree_options);
   } catch (const ckptfs::Error& e) {
     return fail(e.code(), fmt::format("{}: {}", shown, e.what()));
@@ -326,8 +378,10 @@ int run_mount(const std::vector<std::string>& args) {
   request.max_read = o.max_read;
   request.busy_poll = std::chrono::microseconds(o.busy_poll_us);
   request.direct_io = o.direct_io;
-  request.fsname = escaped_fsname(absolute);
+  request.fsname = escaped_fsname(mount_source(absolute, o));
   request.notifier = &notifier;
+  // A signal unmounts at once, even while reads wait for a stalled server.
+  if (remote) request.on_stop = [context = remote.get()] { context->cancel(); };
   request.ready_line = ready_line(tree->model(), shown, o.mountpoint);
   try {
     // The remote threads stop before the mount may fork into a daemon, and start again in

@@ -2,11 +2,14 @@
 // parse_mount_options(): flags, -o lists, and the two positional arguments.
 #include "options.hpp"
 
+#include <ckptfs/base/numbers.hpp>
+
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <charconv>
 #include <cstdint>
+#include <filesystem>
 #include <optional>
 
 namespace ckptfs::cli {
@@ -19,6 +22,21 @@ bool parse_number(std::string_view text, T& out, int base) {
   if (ec != std::errc{} || end != text.data() + text.size() || text.empty()) return false;
   out = static_cast<T>(value);
   return static_cast<unsigned long long>(out) == value;
+}
+
+// `path` made absolute against the working directory, as it is now: a daemon changes to "/" and
+// reads files named by options later (cacert= at each connection, cache_dir= at each block).
+// The working directory is put in front, nothing else changes ("a/../b" stays so, as the kernel
+// resolves it through a link "a"); nothing needs to exist yet. False for an empty path or when
+// the working directory cannot be known.
+bool absolute_path(std::string_view path, std::string& out) {
+  if (path.empty()) return false;
+  std::error_code ec;
+  auto made = std::filesystem::absolute(std::filesystem::path(path), ec);
+  if (ec) return false;
+  out = made.string();
+  while (out.size() > 1 && out.ends_with('/')) out.pop_back();  // "dir/" names "dir"
+  return true;
 }
 
 // Whether an -o option is one that is accepted and ignored (fstab, mount(8) and systemd
@@ -45,6 +63,13 @@ bool is_ignored_option(std::string_view option) {
          option.starts_with("helper=") || option.starts_with("user=");
 }
 
+std::string invalid_files(std::string_view name) {
+  return fmt::format(
+      "invalid files '{}' (the files a key directory holds, comma-separated: data, meta.json, "
+      "tensor.npy or npy, tensor.pt or pt)",
+      name);
+}
+
 // One -o item; returns an error message or "".
 std::string take_option(std::string_view item, MountOptions& o) {
   if (std::string error; take_remote_option(item, o.remote, error)) return error;
@@ -56,11 +81,16 @@ std::string take_option(std::string_view item, MountOptions& o) {
   };
   if (auto v = value_of("uid")) {
     uid_t uid;
-    if (!parse_number(*v, uid, 10)) return fmt::format("invalid uid '{}'", *v);
+    // (uid_t)-1 is no user: chown(2)'s "leave it unchanged".
+    if (!parse_number(*v, uid, 10) || uid == static_cast<uid_t>(-1)) {
+      return fmt::format("invalid uid '{}'", *v);
+    }
     o.uid = uid;
   } else if (auto g = value_of("gid")) {
     gid_t gid;
-    if (!parse_number(*g, gid, 10)) return fmt::format("invalid gid '{}'", *g);
+    if (!parse_number(*g, gid, 10) || gid == static_cast<gid_t>(-1)) {
+      return fmt::format("invalid gid '{}'", *g);
+    }
     o.gid = gid;
   } else if (auto u = value_of("umask")) {
     mode_t mask;
@@ -101,6 +131,12 @@ std::string take_option(std::string_view item, MountOptions& o) {
     } else {
       return fmt::format("invalid layout '{}' (split or rfc)", *l);
     }
+  } else if (auto f = value_of("files")) {
+    auto bit = key_file_bit(*f);
+    if (!bit) return invalid_files(*f);
+    o.files = *bit;  // a later files= replaces an earlier one
+  } else if (item == "files=") {
+    return invalid_files("");
   } else if (item == "direct_io") {
     o.direct_io = true;
   } else if (item == "ro" || item.empty() || is_ignored_option(item)) {
@@ -114,12 +150,21 @@ std::string take_option(std::string_view item, MountOptions& o) {
 }
 
 // Every option of the list is taken, so that notify_fd is known even when another one is wrong;
-// returns the first error.
+// returns the first error. The names of key files that follow files= are its list's
+// ("files=data,meta.json"): no option has such a name.
 std::string take_option_list(std::string_view list, MountOptions& o) {
   std::string first_error;
+  bool in_files = false;
   while (true) {
     auto comma = list.find(',');
-    std::string error = take_option(list.substr(0, comma), o);
+    const std::string_view item = list.substr(0, comma);
+    std::string error;
+    if (auto bit = in_files ? key_file_bit(item) : std::nullopt) {
+      *o.files |= *bit;
+    } else {
+      error = take_option(item, o);
+      in_files = error.empty() && item.starts_with("files=");
+    }
     if (first_error.empty()) first_error = std::move(error);
     if (comma == std::string_view::npos) return first_error;
     list.remove_prefix(comma + 1);
@@ -135,42 +180,43 @@ std::optional<std::uint64_t> parse_size(std::string_view text) {
   const std::string_view number = text.substr(0, end);
   std::string unit;
   for (char c : text.substr(end)) unit += static_cast<char>(c >= 'A' && c <= 'Z' ? c + 32 : c);
-  static constexpr std::pair<std::string_view, double> units[] = {{"", 1},
-                                                                  {"b", 1},
-                                                                  {"k", 1024.0},
-                                                                  {"m", 1048576.0},
-                                                                  {"g", 1073741824.0},
-                                                                  {"t", 1099511627776.0},
-                                                                  {"kib", 1024.0},
-                                                                  {"mib", 1048576.0},
-                                                                  {"gib", 1073741824.0},
-                                                                  {"tib", 1099511627776.0},
-                                                                  {"kb", 1e3},
-                                                                  {"mb", 1e6},
-                                                                  {"gb", 1e9},
-                                                                  {"tb", 1e12}};
+  constexpr std::uint64_t ki = 1024, k = 1000;
+  static constexpr std::pair<std::string_view, std::uint64_t> units[] = {{"", 1},
+                                                                         {"b", 1},
+                                                                         {"k", ki},
+                                                                         {"m", ki * ki},
+                                                                         {"g", ki * ki * ki},
+                                                                         {"t", ki * ki * ki * ki},
+                                                                         {"kib", ki},
+                                                                         {"mib", ki * ki},
+                                                                         {"gib", ki * ki * ki},
+                                                                         {"tib", ki * ki * ki * ki},
+                                                                         {"kb", k},
+                                                                         {"mb", k * k},
+                                                                         {"gb", k * k * k},
+                                                                         {"tb", k * k * k * k}};
   const auto* found = std::find_if(std::begin(units), std::end(units),
                                    [&](const auto& u) { return u.first == unit; });
   if (number.empty() || found == std::end(units) ||
       std::count(number.begin(), number.end(), '.') > 1 || number == ".") {
     return std::nullopt;
   }
-  // Exact for integers (bytes, or a whole number of a unit); a fraction is rounded down.
-  std::uint64_t whole = 0, scaled = 0;
+  // Exact, in 128 bits: the whole part times the unit, plus the fraction times the unit rounded
+  // down (its first 18 digits: finer than any unit's byte). Past 2^63 is refused, never wrapped.
   const auto point = number.find('.');
-  if (!parse_number(number.substr(0, point), whole, 10) && point != 0) return std::nullopt;
-  const auto factor = static_cast<std::uint64_t>(found->second);
-  if (__builtin_mul_overflow(whole, factor, &scaled)) return std::nullopt;
+  std::uint64_t whole = 0;
+  if (point != 0 && !parse_number(number.substr(0, point), whole, 10)) return std::nullopt;
+  uint128 scaled = static_cast<uint128>(whole) * found->second;
   if (point != std::string_view::npos && point + 1 < number.size()) {
+    const std::string_view fraction = number.substr(point + 1, 18);
     std::uint64_t digits = 0;
-    std::string_view fraction = number.substr(point + 1, 9);
     if (!parse_number(fraction, digits, 10)) return std::nullopt;
-    double part = static_cast<double>(digits);
-    for (std::size_t i = 0; i < fraction.size(); ++i) part /= 10;
-    scaled += static_cast<std::uint64_t>(part * found->second);
+    uint128 ten_power = 1;
+    for (std::size_t i = 0; i < fraction.size(); ++i) ten_power *= 10;
+    scaled += static_cast<uint128>(digits) * found->second / ten_power;
   }
-  if (scaled == 0 || scaled >= (std::uint64_t{1} << 63)) return std::nullopt;
-  return scaled;
+  if (scaled == 0 || scaled >= (static_cast<uint128>(1) << 63)) return std::nullopt;
+  return static_cast<std::uint64_t>(scaled);
 }
 
 bool take_remote_option(std::string_view item, RemoteOptions& remote, std::string& error) {
@@ -183,7 +229,7 @@ bool take_remote_option(std::string_view item, RemoteOptions& remote, std::strin
   if (item == "insecure") {
     remote.insecure = true;
   } else if (auto c = value_of("cacert")) {
-    remote.cacert = std::string(*c);
+    if (!absolute_path(*c, remote.cacert)) error = fmt::format("invalid cacert '{}'", *c);
   } else if (auto size = value_of("cache_size")) {
     auto bytes = parse_size(*size);
     // Readahead needs room for a few requests; past a terabyte is surely a typo.
@@ -193,7 +239,7 @@ bool take_remote_option(std::string_view item, RemoteOptions& remote, std::strin
       remote.cache_size = *bytes;
     }
   } else if (auto dir = value_of("cache_dir")) {
-    remote.cache_dir = std::string(*dir);
+    if (!absolute_path(*dir, remote.cache_dir)) error = fmt::format("invalid cache_dir '{}'", *dir);
   } else if (auto dir_size = value_of("cache_dir_size")) {
     auto bytes = parse_size(*dir_size);
     if (!bytes || *bytes < (1u << 20)) {
@@ -278,6 +324,15 @@ ParseResult parse_mount_options(const std::vector<std::string>& args) {
   if (!r.error.empty() || o.help || o.version) return r;
   if (o.layout == Layout::rfc && o.shard_size != 0) {
     r.error = "shard_size names the safetensors files of layout=split; layout=rfc has none";
+    return r;
+  }
+  if (o.layout == Layout::rfc && o.files) {
+    r.error = "files chooses what the key directories of layout=split hold; layout=rfc has none";
+    return r;
+  }
+  if (o.files == 0) {
+    r.error =
+        "files names no file of a tensor's directory (data, meta.json, tensor.npy, tensor.pt)";
     return r;
   }
   if (positional.size() != 2) {

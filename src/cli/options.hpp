@@ -31,15 +31,16 @@ struct MountOptions {
   std::optional<uid_t> uid;
   std::optional<gid_t> gid;
   std::optional<mode_t> umask;
-  std::optional<int> notify_fd;      // -o notify_fd=N, --notify-fd N: readiness is written there
-  unsigned read_ahead_kb = 512;      // -o read_ahead_kb=N: the mount's readahead (root only)
-  bool read_ahead_kb_given = false;  // whether -o read_ahead_kb= was given
-  unsigned busy_poll_us = 200;       // -o busy_poll_us=N: polling for the next request
-  unsigned max_read = 0;             // -o max_read=N: the largest READ (0: the kernel's)
-  std::optional<DType> dtype;        // -o dtype=NAME: floating tensors served converted
-  std::uint64_t shard_size = 0;      // -o shard_size=SIZE: a sharded safetensors export
-  Layout layout = Layout::split;     // -o layout=split|rfc: what the root holds
-  bool direct_io = false;            // -o direct_io: reads bypass the mount's page cache
+  std::optional<int> notify_fd;       // -o notify_fd=N, --notify-fd N: readiness is written there
+  unsigned read_ahead_kb = 512;       // -o read_ahead_kb=N: the mount's readahead (root only)
+  bool read_ahead_kb_given = false;   // whether -o read_ahead_kb= was given
+  unsigned busy_poll_us = 200;        // -o busy_poll_us=N: polling for the next request
+  unsigned max_read = 0;              // -o max_read=N: the largest READ (0: the kernel's)
+  std::optional<DType> dtype;         // -o dtype=NAME: floating tensors served converted
+  std::uint64_t shard_size = 0;       // -o shard_size=SIZE: a sharded safetensors export
+  Layout layout = Layout::split;      // -o layout=split|rfc: what the root holds
+  std::optional<std::uint8_t> files;  // -o files=LIST: a tensor directory's files (KeyFile bits)
+  bool direct_io = false;             // -o direct_io: reads bypass the mount's page cache
   std::vector<std::string> fuse_options;  // the accepted libfuse and kernel options (below)
   RemoteOptions remote;  // insecure, cacert=, cache_size=, cache_dir=, cache_dir_size=, timeout=
 };
@@ -51,7 +52,9 @@ struct MountOptions {
 //     max_read=N (which ckptfs must also tell libfuse's INIT, or libfuse refuses it),
 //     dtype=float16|bfloat16|float32, shard_size=SIZE (see parse_size()), layout=split|rfc
 //     (shard_size with layout=rfc is a usage error: that layout has no safetensors files),
-//     direct_io;
+//     files=NAME[,NAME...] (names of a key directory's files, key_file_bit(): the items after
+//     files= that are such names belong to it, "-o files=data,meta.json,allow_other"; with
+//     layout=rfc, which has no key directories, a usage error), direct_io;
 //   - passed to libfuse and the kernel, each known to work (is_passed_option());
 //   - ignored: "ro" is implied and "rw" (which mount.fuse3 passes when
 //     fstab says nothing) means nothing, the mount being read-only either way; so do the options

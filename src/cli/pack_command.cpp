@@ -27,7 +27,7 @@ tensors, bytes are copied from file to file by the kernel where they can be. OUT
 once complete (a failed or killed pack leaves nothing under its name).
 
 SRC  anything ckptfs reads (a .pth/.pt/.bin file, a safetensors file, a sharded set, a
-     TorchScript archive, a URL), or
+     TorchScript archive, a GGUF file or split set, an .npz, a URL), or
      a split directory: key directories copied out of a mount (meta.json and data, or
      value.json), with or without the mount's .ckptfs/index.json, e.g. after
      rsync -a /mnt/model/decoder.* dest/  (or a whole mount: rsync -a /mnt/model/ dest/)
@@ -46,10 +46,12 @@ OUT  gets SRC's permission bits under the umask, as cp gives them; its suffix pi
   -o OPT,...    remote options for a URL (timeout=, cache_size=, cacert=, insecure...)
 
 Left out, each said on stderr: values that are no plain Python value (objects ckptfs never
-builds), quantized tensors ckptfs does not write (quint4x2, quint2x4), and for safetensors
-every value and every tensor of a dtype it lacks. A broken tensor is an error (leave it out with
---keys). Keys of equal text (the int 0 and the str "0"): the n-th is written <key>%#<n>, as the
-mount names it, said on stderr (and in safetensors keys that are not UTF-8, written U+FFFD).
+builds), quantized tensors ckptfs does not write (quint4x2, quint2x4), a GGUF's quantized
+tensors of a type without a reference dequantization (Q8_K...; the others are written
+dequantized, float32 or --dtype), and for safetensors every value and every tensor of a dtype
+it lacks. A broken tensor is an error (leave it out with --keys). Keys of equal text (the int 0
+and the str "0"): the n-th is written <key>%#<n>, as the mount names it, said on stderr (and in
+safetensors keys that are not UTF-8, written U+FFFD).
 
 exit status: 0 written; 1 usage (the command line, OUT's suffix, OUT exists, a GLOB matching
 nothing); 2 SRC, a file in it, or OUT cannot be opened, read or written; 3 an invalid zip;

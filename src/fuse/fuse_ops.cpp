@@ -143,10 +143,9 @@ bool source_changed(const Context& ctx, std::uint32_t source, bool check_path) {
   if (ctx.sources[source]->unchanged(check_path)) return false;
   if (!changed.exchange(true)) {
     log::warning(
-        fmt::format("{} changed while mounted (replaced, truncated or rewritten): opens "
-                    "and reads of its files fail with EIO from now on; unmount and "
-                    "mount it again",
-                    quote(ctx.sources[source]->name())));
+        fmt::format("{} changed while mounted ({}): opens and reads of its files fail with EIO "
+                    "from now on; unmount and mount it again",
+                    quote(ctx.sources[source]->name()), ctx.sources[source]->change_reason()));
   }
   return true;
 }

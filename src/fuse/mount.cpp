@@ -275,6 +275,7 @@ void mount_and_serve(const Tree& tree, Sources sources, const MountRequest& requ
   ServeOptions serving;
   serving.threads = std::max(4u, 2 * std::thread::hardware_concurrency());
   options.threads = serving.threads;
+  serving.on_stop = request.on_stop;
   options.may_wait = may_wait;
   std::unique_ptr<Session> session = make_session(tree, sources, options);
   fuse_session* se = session->get();

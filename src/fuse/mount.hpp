@@ -6,6 +6,7 @@
 #include <ckptfs/view/tree.hpp>
 
 #include <chrono>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,10 @@ struct MountRequest {
   bool direct_io = false;                  // see SessionOptions::direct_io
   std::string ready_line;  // printed on stderr in the foreground once the mount is ready
   ReadinessNotifier* notifier = nullptr;  // told once the mount is ready (or failed)
+  // Called once serving stops (a signal, the unmount), from a thread of its own, before the
+  // serving threads are waited for: makes reads that wait for a remote server give up (see
+  // ServeOptions::on_stop).
+  std::function<void()> on_stop;
 };
 
 // Mounts `tree` on request.mountpoint and serves it until unmounted or signalled (SIGTERM, SIGINT,

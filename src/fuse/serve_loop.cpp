@@ -192,6 +192,19 @@ void run_worker(Shared& s) {
   stop_all(s);
 }
 
+// The thread that is always ready for libfuse's signals, which the serving threads take only
+// while they sleep: when every one of them waits for a read (a stalled server), a SIGTERM would
+// otherwise wait with them. Once serving stops, for whatever reason, it calls on_stop (which
+// makes those reads give up) and wakes every thread.
+void watch_for_stop(Shared& s) {
+  pollfd stop{s.stop_fd, POLLIN, 0};
+  // The signals are blocked here too, except inside ppoll(): one that comes after the check is
+  // delivered there and ends the wait (EINTR).
+  while (!stopping(s)) (void)::ppoll(&stop, 1, nullptr, &s.wait_mask);
+  if (s.options->on_stop) s.options->on_stop();
+  stop_all(s);
+}
+
 }  // namespace
 
 void may_wait() noexcept {
@@ -234,6 +247,13 @@ void serve(fuse_session* session, const ServeOptions& options) {
   shared.wait_mask = previous;
   for (int signum : {SIGHUP, SIGINT, SIGTERM}) sigdelset(&shared.wait_mask, signum);
   std::vector<std::thread> threads;
+  std::thread watcher;
+  try {
+    watcher = std::thread(watch_for_stop, std::ref(shared));
+  } catch (const std::exception& e) {
+    // The serving threads still take signals while they sleep.
+    log::warning(fmt::format("no thread to watch for signals: {}", e.what()));
+  }
   try {
     threads.reserve(options.threads);
     for (unsigned i = 1; i < options.threads; ++i) {
@@ -244,7 +264,9 @@ void serve(fuse_session* session, const ServeOptions& options) {
                              options.threads, e.what()));  // fewer threads serve too
   }
   run_worker(shared);  // this thread serves as well
+  if (!watcher.joinable() && options.on_stop) options.on_stop();
   for (std::thread& t : threads) t.join();
+  if (watcher.joinable()) watcher.join();
   pthread_sigmask(SIG_SETMASK, &previous, nullptr);
   if (const int status = shared.status.load(); status < 0) {
     throw failed("reading /dev/fuse", -status);

@@ -20,6 +20,11 @@ struct ServeOptions {
   // fuse_session_exit() when it did not. Other threads may already serve the requests that follow
   // a successful INIT, after which the kernel has applied what INIT negotiated.
   std::function<void()> after_init;
+  // Called once when serving stops (a signal, fuse_session_exit(), the unmount), before the
+  // serving threads are waited for: it must make whatever they may be waiting for give up (the
+  // remote transfers of a stalled server), so that a signal unmounts at once. From another
+  // thread than the serving ones; must not throw.
+  std::function<void()> on_stop;
 };
 
 // To be called by a request handler before something that may wait: a read from a source (its
@@ -30,8 +35,9 @@ struct ServeOptions {
 void may_wait() noexcept;
 
 // Serves `session` until it is unmounted or fuse_session_exit() is called (libfuse's signal
-// handlers do). Throws Error(mount_failed) when /dev/fuse cannot be read or set up; an exception
-// of after_init is logged, and serving goes on.
+// handlers do: one thread besides the serving ones is always there to take their signals, even
+// when every serving thread waits for a read). Throws Error(mount_failed) when /dev/fuse cannot be
+// read or set up; an exception of after_init is logged, and serving goes on.
 void serve(fuse_session* session, const ServeOptions& options);
 
 }  // namespace ckptfs::fuse

@@ -6,6 +6,7 @@
 // streams, memo tricks and calls that must stay inert. scripts/fuzz.sh seeds a fresh corpus
 // with them (and with the fixtures); the committed corpus is their minimized union.
 #include "support/fake_checkpoint.hpp"
+#include "support/gguf_builder.hpp"
 #include "support/pickle_builder.hpp"
 #include "support/zip_builder.hpp"
 
@@ -200,6 +201,39 @@ void checkpoint_seeds() {
   }
 }
 
+// GGUF: every kind of tensor and value, both byte orders, version 1, and lying counts.
+void gguf_seeds() {
+  const std::string f32(16, '\1');
+  const std::string q4k(144, '\x21'), q8(34, '\x42'), iq2(66, '\x13'), nv(36, '\x38');
+  GgufWriter kv;
+  kv.key("general.architecture", 8).string("llama").key("n", 4).u32(7).key("f", 6).f32(0.5f);
+  kv.key("tokens", 9).u32(8).u64(2).string("a").string("b");
+  kv.key("nested", 9).u32(9).u64(1).u32(5).u64(1).u32(3);
+  write("gguf", "types",
+        gguf_file({{"f32", {4}, 0, f32},
+                   {"q4k", {256}, 12, q4k},
+                   {"q8", {32}, 8, q8},
+                   {"iq2", {256}, 16, iq2},
+                   {"nv", {64}, 40, nv},
+                   {"q8k", {256}, 15, std::string(292, 0)}},
+                  3, false, 32, kv.bytes, 5));
+  GgufWriter be_kv(3, true);
+  be_kv.key("n", 4).u32(7);
+  write("gguf", "big_endian",
+        gguf_file({{"f32", {4}, 0, f32}, {"q4k", {256}, 12, q4k}}, 3, true, 32, be_kv.bytes, 1));
+  GgufWriter v1_kv(1);
+  v1_kv.key("s", 8).string("v1");
+  write("gguf", "v1", gguf_file({{"t", {2, 2}, 0, f32}}, 1, false, 32, v1_kv.bytes, 1));
+  write("gguf", "aligned64", gguf_file({{"t", {4}, 0, f32}}, 3, false, 64));
+  GgufWriter lie;
+  lie.header(1, 1).key("k", 9).u32(0).u64(1ull << 40);
+  write("gguf", "lying_count", lie.bytes);
+  GgufWriter overlap;
+  overlap.header(2, 0).tensor_info("a", {8}, 0, 0).tensor_info("b", {8}, 0, 0).align();
+  overlap.bytes += std::string(32, '\0');
+  write("gguf", "overlap", overlap.bytes);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -211,5 +245,6 @@ int main(int argc, char** argv) {
   zip_seeds();
   pickle_seeds();
   checkpoint_seeds();
+  gguf_seeds();
   return 0;
 }

@@ -1,8 +1,11 @@
 # SPDX-License-Identifier: MIT
 """Real servers on loopback for the remote-source tests and the bench, started and stopped by
 them: nginx (HTTP and HTTPS with a throw-away CA, its access log read back), an S3 API server
-that checks SigV4 signatures (the s3rver fork installed by scripts/install-deps.sh), and a fault
-proxy that resets, truncates, stalls or answers 200 to ranges on demand.
+that checks SigV4 signatures (the s3rver fork installed by scripts/install-deps.sh), a fault
+proxy that resets, truncates, stalls, trickles, drops validators or answers 200 to ranges on
+demand, an object server that picks its answer by the whole URL, query included (a download
+endpoint), with or without validators, and sshd (for the recipes that copy out of a mount with
+scp and rsync over ssh).
 
 Every server listens on 127.0.0.1 only, is started with a deadline and stopped in the caller's
 cleanup; nothing is left running.
@@ -195,6 +198,81 @@ http {{
         return self.requests()[mark:]
 
 
+class Sshd:
+    """OpenSSH's sshd on 127.0.0.1 (.port), for the recipes that copy out of a mount with scp or
+    rsync over ssh: its own host key, one client key (.key) authorized for the user running the
+    test, key login only; never the machine's sshd or its configuration. `ssh_options` are what
+    ssh, scp and rsync -e take to reach it without asking anything."""
+
+    SSHD = "/usr/sbin/sshd"  # sshd re-executes itself, so it must be started by its full path
+
+    def __init__(self, workdir):
+        self.dir = Path(workdir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.proc = None
+        self.key = self.dir / "client_key"
+
+    @classmethod
+    def missing(cls):
+        """Why no sshd can run here, or None."""
+        if not Path(cls.SSHD).exists():
+            return "sshd is not installed (package openssh-server)"
+        for tool in ("ssh", "scp", "ssh-keygen"):
+            if shutil.which(tool) is None:
+                return f"{tool} is not installed (package openssh-client)"
+        return None
+
+    def start(self):
+        why = self.missing()
+        if why:
+            raise AssertionError(why)
+        host_key = self.dir / "host_key"
+        for key in (host_key, self.key):
+            run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", key])
+        authorized = self.dir / "authorized_keys"
+        authorized.write_text(Path(f"{self.key}.pub").read_text())
+        config = self.dir / "sshd_config"
+        config.write_text(f"""Port {self.port}
+ListenAddress 127.0.0.1
+HostKey {host_key}
+AuthorizedKeysFile {authorized}
+PidFile {self.dir}/sshd.pid
+PermitRootLogin prohibit-password
+PubkeyAuthentication yes
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+StrictModes no
+Subsystem sftp internal-sftp
+LogLevel ERROR
+""")
+        # Its privilege separation directory, which the package leaves to the service to make.
+        os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
+        with open(self.dir / "sshd.log", "wb") as log:
+            self.proc = subprocess.Popen([self.SSHD, "-D", "-e", "-f", str(config)],
+                                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                         stderr=log, start_new_session=True,
+                                         preexec_fn=die_with_parent)
+        wait_for_port(self.port, self.proc, what="sshd")
+        return self
+
+    def stop(self):
+        stop_process(self.proc)
+        self.proc = None
+
+    def ssh_options(self, port_flag="-p"):
+        """Options of ssh (port_flag -p) or scp (-P) for this server."""
+        return [port_flag, str(self.port), "-i", str(self.key), "-o", "BatchMode=yes",
+                "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+                "-o", "IdentitiesOnly=yes", "-o", "Compression=no"]
+
+    def target(self, path):
+        """USER@127.0.0.1:PATH for the user running the test."""
+        import pwd
+        return f"{pwd.getpwuid(os.getuid()).pw_name}@127.0.0.1:{path}"
+
+
 class S3Server:
     """The s3rver fork (installed under tests/integration/s3rver by install-deps.sh) on
     127.0.0.1, with one bucket; it checks SigV4 signatures (a wrong secret gets 403
@@ -294,13 +372,19 @@ class FaultProxy:
       "ignore_range" answer 200 with the whole object to a Range request
       "503"       answer 503; "429" answer 429 with Retry-After: 1
       "stall"     accept and say nothing until the connection is closed by the client
+      "trickle"   send the status and headers, then the body at .trickle_rate bytes a second
+                  (default 2) until the client goes away
     .faults_left: how many responses get the fault before it goes back to "pass" (None: all).
+    .drop_headers: names (lower-case) of header fields left out of every answer forwarded
+    ({"etag"}, {"etag", "last-modified"}: a backend that sends no validator).
     .served counts the requests seen."""
 
     def __init__(self, upstream_port):
         self.upstream_port = upstream_port
         self.mode = "pass"
         self.faults_left = None
+        self.drop_headers = set()
+        self.trickle_rate = 2
         self.served = 0
         self.lock = threading.Lock()
         proxy = self
@@ -401,9 +485,18 @@ class FaultProxy:
             upstream.close()
         head = f"HTTP/1.1 {response.status} {response.reason}\r\n"
         for k, v in response.getheaders():
-            if k.lower() not in ("connection", "keep-alive", "transfer-encoding"):
+            if k.lower() not in ("connection", "keep-alive", "transfer-encoding",
+                                 *self.drop_headers):
                 head += f"{k}: {v}\r\n"
         head += "\r\n"
+        if mode == "trickle":
+            conn.sendall(head.encode("latin-1"))
+            for at in range(0, len(body), self.trickle_rate):
+                if self.stopped.is_set():
+                    break
+                conn.sendall(body[at:at + self.trickle_rate])
+                time.sleep(1)
+            return False
         if mode in ("truncate", "reset_mid"):
             conn.sendall(head.encode("latin-1") + body[:len(body) // 2])
             if mode == "reset_mid":
@@ -419,3 +512,80 @@ class FaultProxy:
         # SO_LINGER with a zero timeout: close() sends RST instead of FIN.
         conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
         conn.close()
+
+
+class ObjectServer:
+    """An HTTP/1.1 server on 127.0.0.1, in this process, whose answer depends on the whole
+    request target, query included: .objects maps a target ("/dl?f=a.pth") to bytes, as a
+    download endpoint does. Query parameters named in .ignored (a presigned URL's signature) are
+    left out before the lookup. Ranges get 206 with Content-Range. .etag and .last_modified
+    (None: not sent) are sent with every object alike. .gets counts the GET requests, .ranges
+    lists their Range headers."""
+
+    def __init__(self, etag=None, last_modified=None):
+        self.objects = {}
+        self.ignored = ("X-Amz-Signature", "X-Amz-Date", "X-Amz-Credential", "Signature",
+                        "Expires")
+        self.etag = etag
+        self.last_modified = last_modified
+        self.gets = 0
+        self.ranges = []
+        self.lock = threading.Lock()
+        owner = self
+
+        import http.server
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):  # noqa: N802 - the standard library's name
+                path, _, query = self.path.partition("?")
+                kept = [p for p in query.split("&") if p and p.split("=")[0] not in owner.ignored]
+                target = path + ("?" + "&".join(kept) if kept else "")
+                with owner.lock:
+                    owner.gets += 1
+                    owner.ranges.append(self.headers.get("Range"))
+                data = owner.objects.get(target)
+                if data is None:
+                    self.send_response(404)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                first, last = 0, len(data) - 1
+                wanted = re.fullmatch(r"bytes=(\d+)-(\d+)", self.headers.get("Range") or "")
+                if wanted:
+                    first, last = int(wanted[1]), min(int(wanted[2]), len(data) - 1)
+                    self.send_response(206)
+                    self.send_header("Content-Range", f"bytes {first}-{last}/{len(data)}")
+                else:
+                    self.send_response(200)
+                self.send_header("Content-Length", str(last - first + 1))
+                if owner.etag is not None:
+                    self.send_header("ETag", owner.etag)
+                if owner.last_modified is not None:
+                    self.send_header("Last-Modified", owner.last_modified)
+                self.end_headers()
+                self.wfile.write(data[first:last + 1])
+
+        class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
+            daemon_threads = True
+            allow_reuse_address = True
+
+        self.server = Server(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def start(self):
+        self.thread.start()
+        return self
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=10)
+
+    def url(self, target):
+        return f"http://127.0.0.1:{self.port}{target}"

@@ -40,11 +40,11 @@ import torch  # noqa: E402
 import ckptfs_reference as ref  # noqa: E402
 import ckptfs_safetensors as st  # noqa: E402
 import make_fixtures  # noqa: E402
-from fixtures import (CORPUS, FIXTURE_NAMES, NOT_TORCH_LOADABLE, SAFETENSORS_FIXTURES,  # noqa: E402
-                      SHARDED_FIXTURES, TORCHSCRIPT_FIXTURES, corpus_files, fixture_path,
-                      formats_corpus, model_fixture_path, needs_corpus,
+from fixtures import (CKPTFS, CORPUS, FIXTURE_NAMES, NOT_TORCH_LOADABLE,  # noqa: E402
+                      SAFETENSORS_FIXTURES, SHARDED_FIXTURES, TORCHSCRIPT_FIXTURES, corpus_files,
+                      fixture_path, formats_corpus, model_fixture_path, needs_corpus,
                       torchscript_corpus_files)
-from test_mount import MountTestCase, torch_loadable  # noqa: E402
+from test_mount import MountTestCase, run, torch_loadable  # noqa: E402
 
 FLOATS = ("float16", "bfloat16", "float32", "float64")
 # torch dtype name -> the format's name (F4 is handled apart: its shape counts halves of bytes).
@@ -558,6 +558,35 @@ class ShardTests(ExportTestCase):
                 mnt, proc = self.mount(path, "-o", f"shard_size={text}")
                 try:
                     self.check_set(mnt, want, split, limit, f"shard_size={text}")
+                finally:
+                    self.unmount(mnt, proc)
+
+    def test_size_limits(self):
+        """shard_size at its limits: up to 2^63 - 1 bytes in any unit, the largest mounting one
+        model.safetensors; past it, even by a fraction of a unit (18446744.1TB once wrapped to
+        some 26 GB), status 1 "invalid shard_size" and nothing mounted."""
+        path = fixture_path("convnet")
+        for text in ("18446744.1TB", "9223372036854775808", "18446744073709551616", "8388608T",
+                     "9223372.036854775808TB", "16777216TiB", "0", "0.0001", "-1", "1.5.5"):
+            with self.subTest(text):
+                mnt = self.new_dir()
+                r = run([CKPTFS, "-o", f"shard_size={text}", path, mnt])
+                self.assertEqual(r.returncode, 1, r.stderr)
+                self.assertIn(f"invalid shard_size '{text}'", r.stderr.decode())
+                self.assertEqual(os.listdir(mnt), [])
+        mnt, proc = self.mount(path)
+        try:
+            want = expected_export(self.read_json(views_dir(mnt) / "index.json"),
+                                   torch_wants(path, False), {})
+        finally:
+            self.unmount(mnt, proc)
+        sizes = [len(d) for _, _, _, d in want.tensors]
+        for text, limit in (("9223372036854775807", 2**63 - 1), ("8388607.999999TiB", None)):
+            with self.subTest(text):
+                mnt, proc = self.mount(path, "-o", f"shard_size={text}")
+                try:
+                    self.check_set(mnt, want, shard_split(sizes, 2**62), limit or 2**62,
+                                   f"shard_size={text}")
                 finally:
                     self.unmount(mnt, proc)
 

@@ -636,6 +636,12 @@ class MountHelperConventionTests(TempDirTestCase):
 
 MOUNT_SCRIPT = r"""
 set -u
+# The namespace starts with a copy of every mount of the machine: another test's FUSE mount
+# copied here would keep its daemon serving after that test unmounts it, as long as this
+# namespace lives. Detached here at once (this namespace only).
+while read -r target; do
+    umount -l "$(printf '%b' "$target")" 2>/dev/null
+done < <(awk '{ for (i = 7; $i != "-"; i++); if ($(i + 1) ~ /^fuse/) print $5 }' /proc/self/mountinfo)
 # mount(8) runs helpers with no PATH, so /bin/sh in mount.fuse3 searches its default path,
 # which starts with /usr/local/sbin: this namespace's /usr/local/sbin holds the ckptfs tested.
 mount --bind "$BIN" /usr/local/sbin || exit 90
@@ -767,6 +773,40 @@ class MountCommandTests(TempDirTestCase):
         fstype, source, options, owner, index = self.result("defaults")
         self.assertIn("ro", options)
         self.assertEqual(owner, ["0", "0", "644"])
+
+    def test_fstab_view_options_and_mount_a(self):
+        """An fstab line with options that change the view: /proc/mounts shows them after the
+        checkpoint. `mount -a` finds a line mounted by its source: run again, it skips a plain
+        line, and tries a line with view options again, which ckptfs refuses (already a mount
+        point, mount's status 32), unless the line gives fsname= the checkpoint's path (the man
+        page's FSTAB says so)."""
+        # files= with its list, as mount.fuse3 passes an fstab line's options on.
+        lines = {"plain": "ro", "view": "ro,files=data,meta.json,nodev,dtype=float16",
+                 "fsname": f"ro,dtype=float16,fsname={self.source}"}
+        for name, options in lines.items():
+            (self.tmp / f"fstab.{name}").write_text(
+                f"{self.source} {self.mnt} fuse.ckptfs {options} 0 0\n")
+        r = self.namespace("""
+            for name in plain view fsname; do
+                mount -a -T "$TMP/fstab.$name"
+                echo "$name first $?"
+                findmnt -n -o SOURCE --mountpoint "$MNT" > "$OUT/$name.source"
+                mount -a -T "$TMP/fstab.$name" 2>"$OUT/$name.stderr"
+                echo "$name second $?"
+                umount "$MNT"
+                wait_gone "$MNT"
+            done
+            echo done
+        """)
+        self.assertEqual(r.returncode, 0, text(r))
+        self.assertEqual(r.stdout.decode().split("\n"),
+                         ["plain first 0", "plain second 0", "view first 0", "view second 32",
+                          "fsname first 0", "fsname second 0", "done", ""])
+        self.assertEqual((self.out / "plain.source").read_text(), f"{self.source}\n")
+        self.assertEqual((self.out / "view.source").read_text(),
+                         f"{self.source}[dtype=float16,files=data,meta.json]\n")
+        self.assertEqual((self.out / "fsname.source").read_text(), f"{self.source}\n")
+        self.assertIn("already a mount point", (self.out / "view.stderr").read_text())
 
     def test_drop_privileges(self):
         """mount.fuse3 -o drop_privileges mounts itself and hands ckptfs /dev/fd/N."""
@@ -901,6 +941,15 @@ class CompletionTests(TempDirTestCase):
         self.assertEqual(self.complete("ckptfs -o uid=5,al"), ["5,allow_other", "5,allow_root"])
         self.assertEqual(self.complete("ckptfs -oal"), ["-oallow_other", "-oallow_root"])
         self.assertEqual(self.complete("ckptfs -o uid="), [])
+        # files=NAME[,NAME...]: the names of a key directory's files, as long as the list goes on.
+        files = ["data", "meta.json", "tensor.npy", "tensor.pt"]
+        self.assertEqual(self.complete("ckptfs -o files="), files)
+        self.assertEqual(self.complete("ckptfs -o files=t"), ["tensor.npy", "tensor.pt"])
+        self.assertEqual(self.complete("ckptfs -o uid=5,files=data,me"), ["data,meta.json"])
+        self.assertEqual(self.complete("ckptfs -o files=npy,pt,d"),
+                         ["npy,pt,data", "npy,pt,direct_io", "npy,pt,dtype="])
+        self.assertEqual(self.complete("ckptfs -o files=data,allow_other,d"),
+                         ["data,allow_other,direct_io", "data,allow_other,dtype="])
         remote = sorted(["timeout=", "cache_size=", "cache_dir=", "cache_dir_size=", "cacert=",
                          "insecure"])
         self.assertEqual(self.complete("ckptfs inspect -o "), remote)

@@ -17,7 +17,9 @@ import hashlib
 import json
 import mmap
 import os
+import re
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -35,10 +37,13 @@ from fixtures import require  # noqa: E402
 require("fuse", "torch")  # else the module exits 77: skipped, with the reason
 
 from fixtures import (CKPTFS, CORPUS, FIXTURE_NAMES, FIXTURES, corpus_files,  # noqa: E402
-                      fixture_path, needs_corpus)
+                      fixture_path, needs_corpus, processes_with_arg, wait_until)
+from mount_views import index_entries, tensor_digests  # noqa: E402
 from remote_servers import FaultProxy, Nginx, S3Server  # noqa: E402
 from test_hostile import SANITIZED  # noqa: E402
-from test_mount import MountTestCase, run  # noqa: E402
+from test_mount import MountTestCase, force_unmount, run  # noqa: E402
+
+from ckptfs_mounts import fusermount_u, is_mounted  # noqa: E402 (scripts/, on the path)
 
 BLOCK = 256 * 1024      # remote_block_size
 FIRST_WINDOW = 4 * BLOCK  # the first readahead window of a sequential reader
@@ -46,6 +51,7 @@ OLD_CURL_LIBRARY = Path(os.environ.get(
     "CKPTFS_OLD_CURL_LIBRARY", CKPTFS.parent / "tests" / "libckptfs_old_curl.so")).absolute()
 FAULT_TIMEOUT = 4.0     # -o timeout= of the fault tests, seconds
 SLACK = 4.0             # what a failing read may take past its timeout (scheduling, unmount)
+FAILURE_MEMORY = 1.0    # seconds a block whose fetch failed fails again at once
 
 
 def random_bytes(n, seed=1):
@@ -526,6 +532,53 @@ def mapped_libcurl(pid):
     return sorted(files)
 
 
+class PathOptionTests(RemoteTestCase):
+    def test_every_path_option_of_help_is_made_absolute(self):
+        """Every -o option that --help shows with a FILE or DIR value, given as a relative path
+        to a daemon (which changes to "/" once mounted), names that path in the directory ckptfs
+        was started in: cacert=ca.pem verifies the HTTPS reads made after the mount,
+        cache_dir=crel keeps the blocks in ./crel. A path option added to --help needs its
+        check here."""
+        help_text = run([CKPTFS, "--help"]).stdout.decode()
+        found = set(re.findall(r"\b([a-z_]+)=(?:FILE|DIR)\b", help_text))
+        checks = {"cacert": self.check_cacert, "cache_dir": self.check_cache_dir}
+        self.assertEqual(found, set(checks), "a path option of --help has no check here")
+        for name in sorted(found):
+            with self.subTest(option=name):
+                checks[name]()
+
+    def daemon(self, url, option, work):
+        """ckptfs -o OPTION URL mnt started in `work`, as a daemon; the tensors it reads."""
+        (work / "mnt").mkdir()
+        self.addCleanup(force_unmount, work / "mnt")
+        r = run([CKPTFS, "-o", option, url, "mnt"], cwd=work)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        try:
+            return tensor_digests(work / "mnt")
+        finally:
+            self.assertEqual(fusermount_u(work / "mnt").returncode, 0)
+            self.assertTrue(wait_until(lambda: not processes_with_arg("mnt"), 10))
+
+    def want(self, path):
+        mnt, proc = self.mount(path)
+        try:
+            return tensor_digests(mnt)
+        finally:
+            self.unmount(mnt, proc)
+
+    def check_cacert(self):
+        work = self.new_dir("work")
+        shutil.copy(self.nginx.ca, work / "ca.pem")
+        got = self.daemon(self.nginx.url("layers.pth", tls=True), "cacert=ca.pem", work)
+        self.assertEqual(got, self.want(self.root / "layers.pth"))
+
+    def check_cache_dir(self):
+        work = self.new_dir("work")
+        got = self.daemon(self.nginx.url("layers.pth"), "cache_dir=crel", work)
+        self.assertEqual(got, self.want(self.root / "layers.pth"))
+        self.assertGreater(len(list((work / "crel").glob("ckptfs-blocks-v1/*/*.blk"))), 8)
+
+
 class LibcurlTests(RemoteTestCase):
     def test_only_a_remote_mount_maps_libcurl(self):
         """A local mount's daemon, after serving reads, maps no libcurl; the remote mount of the
@@ -720,7 +773,8 @@ class FaultTests(RemoteTestCase):
         try:
             return self.data(mnt, key)
         except OSError:
-            time.sleep(0.2)
+            # Past the time a failed block fails again at once (the kernel's own retry).
+            time.sleep(FAILURE_MEMORY + 0.2)
             return self.data(mnt, key)
 
     def expected(self, mnt, key):
@@ -798,6 +852,131 @@ class FaultTests(RemoteTestCase):
             if self.nginx.proc is None:
                 self.nginx.start()
             self.unmount(mnt, proc)
+
+    def test_trickle_ends_each_read_within_the_timeout(self):
+        """A server that trickles 2 bytes a second. A 4 KiB read fails with EIO within the
+        timeout, the kernel's own retry of the page included (not twice the timeout); reading it
+        again at once fails at once; a read elsewhere while the server still trickles fails
+        sooner than the timeout (one attempt, dropped by the minimum rate after a third of it);
+        once the server is right again, the same bytes read."""
+        timeout = 6.0
+        mnt, proc = self.mount(self.proxy.url("layers.pth"), "-o", f"timeout={timeout:g}")
+        try:
+            index = index_entries(mnt)
+            paths = {k: mnt / index[k]["path"] / "data" for k in ("layer3.weight", "layer6.weight")}
+
+            def pread(path):
+                fd = os.open(path, os.O_RDONLY)
+                try:
+                    return os.pread(fd, 4096, 0)
+                finally:
+                    os.close(fd)
+            self.proxy.mode = "trickle"
+            times = {}
+            for what, key in (("first", "layer3.weight"), ("again", "layer3.weight"),
+                              ("elsewhere", "layer6.weight")):
+                done, result, seconds = in_thread(lambda: pread(paths[key]), 4 * timeout)
+                self.assertTrue(done, f"{what}: the read hung")
+                self.assertIsInstance(result, OSError, f"{what}: {result!r}"[:200])
+                self.assertEqual(result.errno, errno.EIO)
+                times[what] = seconds
+            print(f"\ntrickle, -o timeout={timeout:g}: 4 KiB read {times['first']:.2f} s, "
+                  f"at once again {times['again']:.2f} s, elsewhere {times['elsewhere']:.2f} s",
+                  file=sys.stderr)
+            self.assertLess(times["first"], timeout + 2, "the kernel's retry waited again")
+            self.assertLess(times["again"], 0.5)
+            self.assertLess(times["elsewhere"], timeout, "a read elsewhere waited the timeout")
+            self.proxy.mode = "pass"
+            time.sleep(FAILURE_MEMORY + 0.2)
+            with open(self.root / "layers.pth", "rb") as f:
+                f.seek(json.loads((mnt / index["layer3.weight"]["path"] / "meta.json")
+                                  .read_bytes())["file_offset"])
+                self.assertEqual(pread(paths["layer3.weight"]), f.read(4096))
+        finally:
+            self.proxy.mode = "pass"
+            self.unmount(mnt, proc)
+
+    def test_sigterm_cancels_reads_waiting_for_a_stalled_server(self):
+        """-o timeout=60, the server stalled, 1 and then 8 readers waiting (every serving thread
+        busy): SIGTERM unmounts within 2 s, in the foreground and as a daemon; the readers get
+        an error at once."""
+        for readers in (1, 8):
+            for daemon in (False, True):
+                with self.subTest(readers=readers, daemon=daemon):
+                    self.sigterm_while_stalled(readers, daemon)
+
+    def sigterm_while_stalled(self, readers, daemon):
+        url = self.proxy.url("layers.pth")
+        if daemon:
+            mnt = self.new_dir()
+            self.addCleanup(force_unmount, mnt)
+            r = self.ckptfs("-o", "timeout=60", url, mnt)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            pids = processes_with_arg(str(mnt))
+            self.assertEqual(len(pids), 1, pids)
+            pid, proc = pids[0], None
+        else:
+            mnt, proc = self.mount(url, "-o", "timeout=60")
+            pid = proc.pid
+        index = index_entries(mnt)
+        keys = [k for k in index if k.startswith("layer")][:readers]
+        self.proxy.mode = "stall"
+        results = {}
+
+        def read(key):
+            try:
+                results[key] = (mnt / index[key]["path"] / "data").read_bytes()
+            except OSError as e:
+                results[key] = e
+        threads = [threading.Thread(target=read, args=(k,), daemon=True) for k in keys]
+        for t in threads:
+            t.start()
+        time.sleep(1.0)  # the reads are waiting for the server
+        self.assertEqual(results, {}, "a read did not wait for the stalled server")
+        start = time.monotonic()
+        os.kill(pid, signal.SIGTERM)
+        gone = wait_until(lambda: not is_mounted(mnt), 10)
+        seconds = time.monotonic() - start
+        for t in threads:
+            t.join(10)
+        self.proxy.mode = "pass"
+        print(f"\nSIGTERM with {readers} reader(s) waiting ({'daemon' if daemon else '-f'}): "
+              f"unmounted in {seconds:.2f} s", file=sys.stderr)
+        self.assertTrue(gone, "still mounted 10 s after SIGTERM")
+        self.assertLess(seconds, 2.0)
+        self.assertEqual(len(results), readers, "a reader still waits")
+        self.assertTrue(all(isinstance(r, OSError) for r in results.values()), results)
+        if proc is not None:
+            self.assertEqual(proc.wait(timeout=10), 0, self.output(proc))
+        else:
+            self.assertTrue(wait_until(lambda: not processes_with_arg(str(mnt)), 10))
+
+    def test_an_answer_without_the_pinned_validator_is_a_change(self):
+        """A server whose later answers lack the validator pinned at mount (the ETag; else
+        Last-Modified), as behind a balancer whose other backends send none: EIO, for every read
+        from then on (the server sending it again changes nothing), said once in the log."""
+        cases = ((set(), {"etag"}, "ETag"),
+                 ({"etag"}, {"etag", "last-modified"}, "Last-Modified"))
+        for at_mount, later, pinned in cases:
+            with self.subTest(pinned=pinned):
+                self.proxy.drop_headers = at_mount
+                mnt, proc = self.mount_layers()
+                try:
+                    self.assertEqual(len(self.data(mnt, "layer0.weight")), 2**20)
+                    self.proxy.drop_headers = later
+                    with self.assertRaises(OSError) as caught:
+                        self.data(mnt, "layer5.weight")
+                    self.assertEqual(caught.exception.errno, errno.EIO)
+                    self.proxy.drop_headers = at_mount
+                    for key in ("layer6.weight", "layer5.weight", "layer0.weight"):
+                        with self.assertRaises(OSError, msg=key):
+                            self.data(mnt, key)
+                finally:
+                    self.proxy.drop_headers = set()
+                    self.unmount(mnt, proc)
+                log = self.output(proc)
+                self.assertEqual(log.count("changed while mounted"), 1, log)
+                self.assertIn(f"the server answered without the {pinned}", log)
 
     def test_object_replaced_on_the_server(self):
         path = self.root / "replaced.pth"

@@ -3,11 +3,15 @@
   - key globs: the root lists key directories and the hidden .ckptfs folder only, so that `P*`
     for every key prefix P matches key directories and nothing else, and `rsync -a
     MNT/model.* dest/` copies the keys asked for and nothing more;
+  - -o files=LIST: what a key directory holds, so that the rsync and scp recipes move each
+    tensor once (measured: rsync --stats, and ssh's own count of the bytes it sent);
   - modes that follow the checkpoint's, -o umask= over them, writes refused with EROFS, and
-    copies that the user who made them (root, and nobody) can delete.
+    copies that the user who made them (root, and nobody) can delete;
+  - /proc/mounts: the view-changing options after the checkpoint in the mount's source.
 
 Run by ctest as `/usr/bin/python3 -m unittest -v test_tree` with CKPTFS, CKPTFS_FIXTURES and
-CKPTFS_CORPUS (see fixtures.py). Needs /dev/fuse, fusermount3, rsync; the non-root checks
+CKPTFS_CORPUS (see fixtures.py). Needs /dev/fuse, fusermount3, rsync; the scp recipe needs sshd
+(package openssh-server; its test is skipped, with the reason, without it), the non-root checks
 setpriv (util-linux).
 """
 
@@ -30,12 +34,17 @@ from fixtures import require  # noqa: E402
 
 require("fuse", "torch")  # else the module exits 77: skipped, with the reason
 
-from fixtures import (FIXTURE_NAMES, SAFETENSORS_FIXTURES, SHARDED_FIXTURES,  # noqa: E402
-                      VIEWS_FOLDER, corpus_files, fixture_path, formats_corpus,
-                      model_fixture_path, views_dir)
+import torch  # noqa: E402
+
+from ckptfs_mounts import mount_of  # noqa: E402
+from fixtures import (CKPTFS, FIXTURE_NAMES, SAFETENSORS_FIXTURES,  # noqa: E402
+                      SHARDED_FIXTURES, VIEWS_FOLDER, corpus_files, fixture_path,
+                      formats_corpus, model_fixture_path, views_dir)
+from remote_servers import Sshd  # noqa: E402
 from test_mount import MountTestCase, run  # noqa: E402
 
 NOBODY = 65534
+KEY_FILES = ["data", "meta.json", "tensor.npy", "tensor.pt"]
 
 
 def key_prefixes(name):
@@ -122,6 +131,201 @@ class KeyGlobTests(MountTestCase):
         self.assertEqual(sorted(os.listdir(dest2)), chosen)
         self.unmount(mnt, proc)
 
+
+
+# --------------------------------------------------------------------------------------------
+# -o files=LIST, and the recipes that copy tensors out
+# --------------------------------------------------------------------------------------------
+
+def training_checkpoint(path):
+    """A training checkpoint whose tensors are large enough for byte counts to mean something:
+    model. (4 layers: a 128 KiB weight and a 1 KiB bias each), optimizer. (exp_avg and
+    exp_avg_sq of each), and values (epoch, the param groups). Returns the model. keys."""
+    g = torch.Generator().manual_seed(21)
+    model = {}
+    for i in range(4):
+        model[f"layers.{i}.weight"] = torch.randn(256, 128, generator=g)
+        model[f"layers.{i}.bias"] = torch.randn(256, generator=g)
+    state = {i: {"exp_avg": torch.randn(t.shape, generator=g),
+                 "exp_avg_sq": torch.rand(t.shape, generator=g)}
+             for i, t in enumerate(model.values())}
+    torch.save({"model": model, "optimizer": {"state": state, "param_groups": [{"lr": 0.1}]},
+                "epoch": 3}, path)
+    return [f"model.{k}" for k in model]
+
+
+def transferred(stats):
+    """rsync --stats: (Total bytes sent, Total transferred file size)."""
+    def number(label):
+        m = re.search(rb"^" + re.escape(label) + rb": ([\d,]+)", stats, re.M)
+        return int(m.group(1).replace(b",", b""))
+    return number(b"Total bytes sent"), number(b"Total transferred file size")
+
+
+def ssh_sent(stderr):
+    """What ssh -v says it sent over the connection, in bytes (encrypted, headers included)."""
+    m = re.search(rb"Transferred: sent (\d+), received (\d+) bytes", stderr)
+    if m is None:
+        raise AssertionError(f"no byte count in ssh -v's output: {stderr[-2000:]!r}")
+    return int(m.group(1))
+
+
+class FilesTests(MountTestCase):
+    def test_what_a_key_directory_holds(self):
+        """Each list's files, in the listing order and nothing else, with the bytes of a mount
+        of every file; a value keeps value.json and a broken tensor meta.json."""
+        path = fixture_path("training")
+        full, full_proc = self.mount(path)
+        entries = json.loads((views_dir(full) / "index.json").read_bytes())["entries"]
+        cases = {"data,meta.json": ["data", "meta.json"], "npy": ["tensor.npy"],
+                 "tensor.npy,meta.json": ["meta.json", "tensor.npy"],
+                 "pt,data": ["data", "tensor.pt"], "meta.json,value.json": ["meta.json"],
+                 "data,meta.json,tensor.npy,tensor.pt": KEY_FILES}
+        for option, listed in cases.items():
+            with self.subTest(files=option):
+                # The list's names are items of the -o list, options may follow them.
+                mnt, proc = self.mount(path, "-o", f"files={option},allow_other")
+                self.assertIn("allow_other", mount_of(mnt).options)
+                for e in entries:
+                    d = mnt / e["path"]
+                    if e["kind"] == "value":
+                        self.assertEqual(os.listdir(d), ["value.json"])
+                        continue
+                    if e["nbytes"] is None:
+                        self.assertEqual(os.listdir(d), ["meta.json"])
+                        continue
+                    self.assertEqual(sorted(os.listdir(d)), listed, e["key"])
+                    for name in KEY_FILES:
+                        if name in listed:
+                            self.assertEqual((d / name).read_bytes(),
+                                             (full / e["path"] / name).read_bytes())
+                        else:
+                            self.assertFalse((d / name).exists(), f"{e['key']}/{name}")
+                self.unmount(mnt, proc)
+        self.unmount(full, full_proc)
+
+    def test_refused(self):
+        """A name no key directory holds, an empty list, a list without a tensor's file, and
+        files= with layout=rfc: usage errors (exit 1), one line naming the option."""
+        for options, pattern in (("files=npz", r"invalid files 'npz'"),
+                                 ("files=", r"invalid files ''"),
+                                 ("files=data,npz", r"unsupported mount option 'npz'"),
+                                 ("files=value.json", r"files names no file"),
+                                 ("layout=rfc,files=data", r"layout=rfc has none")):
+            with self.subTest(options):
+                mnt = self.new_dir()
+                r = run([CKPTFS, "-o", options, fixture_path("bare"), mnt])
+                err = r.stderr.decode()
+                self.assertEqual(r.returncode, 1, err)
+                self.assertRegex(err, rf"\Ackptfs: [^\n]*{pattern}[^\n]*\(try 'ckptfs --help'\)\n\Z")
+
+    def recipe_mount(self, files):
+        path = self.tmp / "train.pth"
+        if not path.exists():
+            training_checkpoint(path)
+        mnt, proc = self.mount(path, *(["-o", f"files={files}"] if files else []))
+        entries = json.loads((views_dir(mnt) / "index.json").read_bytes())["entries"]
+        chosen = [e for e in entries if e["path"].startswith("model.")]
+        tensors = sum(e["nbytes"] for e in chosen)
+        meta = sum((mnt / e["path"] / "meta.json").stat().st_size for e in chosen
+                   if (mnt / e["path"] / "meta.json").exists())
+        return mnt, proc, chosen, tensors, meta
+
+    def test_rsync_recipe_moves_each_tensor_once(self):
+        """`rsync -a MNT/model.* dest/` with -o files=data,meta.json (what pack reads back),
+        files=npy (what numpy reads) and files=npy,meta.json sends at most 1.05x the selected
+        tensors' bytes plus their meta.json (rsync --stats: Total bytes sent); the default mount,
+        every file of a key, about 3x (the limit is one the default breaks)."""
+        ratios = {}
+        for files in ("data,meta.json", "npy", "npy,meta.json", None):
+            with self.subTest(files=files):
+                mnt, proc, chosen, tensors, meta = self.recipe_mount(files)
+                dest = self.new_dir("dest")
+                r = run(["rsync", "-a", "--stats", *glob.glob(str(mnt / "model.*")), f"{dest}/"])
+                self.assertEqual(r.returncode, 0, r.stderr.decode(errors="replace"))
+                sent, file_bytes = transferred(r.stdout)
+                self.assertEqual(sorted(os.listdir(dest)), sorted(e["path"] for e in chosen))
+                ratios[files] = sent / (tensors + meta)
+                print(f"\nrsync -a MNT/model.* with files={files or 'all'}: {sent} bytes sent "
+                      f"({file_bytes} of files) for {tensors} bytes of tensors + {meta} of "
+                      f"meta.json: {ratios[files]:.3f}x", file=sys.stderr)
+                if files is None:
+                    self.assertGreater(sent, 2.9 * tensors, "the default moves every file")
+                else:
+                    self.assertLessEqual(sent, 1.05 * tensors + meta)
+                if files == "data,meta.json":
+                    # What the copy is for: a checkpoint of those tensors again.
+                    out = self.tmp / "model.pth"
+                    r = run([CKPTFS, "pack", dest, out])
+                    self.assertEqual(r.returncode, 0, r.stderr.decode())
+                    packed = torch.load(out)
+                    source = torch.load(self.tmp / "train.pth")["model"]
+                    # Without index.json copied along, pack orders the keys by their bytes.
+                    self.assertEqual(list(packed), sorted(e["key"] for e in chosen))
+                    for key, t in packed.items():
+                        self.assertTrue(torch.equal(t, source[key[len("model."):]]), key)
+                self.unmount(mnt, proc)
+
+    def test_scp_and_rsync_over_ssh_move_each_tensor_once(self):
+        """The same recipes to another machine: `scp -r MNT/model.* host:dest/` and `rsync -a -e
+        ssh`, against an sshd of this test's own on 127.0.0.1; ssh -v's count of the bytes it
+        sent (encrypted, the handshake included) is at most 1.05x the tensors plus meta.json."""
+        why = Sshd.missing()
+        if why:
+            self.skipTest(f"{why}: the rsync recipe is measured without ssh")
+        sshd = Sshd(self.tmp / "sshd").start()
+        self.addCleanup(sshd.stop)
+        for files in ("data,meta.json", "npy"):
+            mnt, proc, chosen, tensors, meta = self.recipe_mount(files)
+            sources = glob.glob(str(mnt / "model.*"))
+            with self.subTest("scp", files=files):
+                dest = self.new_dir("scp")
+                r = run(["scp", "-v", "-r", *sshd.ssh_options("-P"), *sources,
+                         sshd.target(f"{dest}/")])
+                self.assertEqual(r.returncode, 0, r.stderr.decode(errors="replace")[-3000:])
+                self.assertEqual(sorted(os.listdir(dest)), sorted(e["path"] for e in chosen))
+                sent = ssh_sent(r.stderr)
+                print(f"\nscp -r MNT/model.* with files={files}: ssh sent {sent} bytes for "
+                      f"{tensors} bytes of tensors + {meta} of meta.json: "
+                      f"{sent / (tensors + meta):.3f}x", file=sys.stderr)
+                self.assertLessEqual(sent, 1.05 * tensors + meta)
+            with self.subTest("rsync -e ssh", files=files):
+                dest = self.new_dir("rsync-ssh")
+                shell = " ".join(["ssh", "-v", *sshd.ssh_options("-p")])
+                r = run(["rsync", "-a", "--stats", "-e", shell, *sources, sshd.target(f"{dest}/")])
+                self.assertEqual(r.returncode, 0, r.stderr.decode(errors="replace")[-3000:])
+                sent = ssh_sent(r.stderr)
+                rsync_sent, _ = transferred(r.stdout)
+                print(f"rsync -a -e ssh MNT/model.* with files={files}: rsync sent {rsync_sent}, "
+                      f"ssh {sent} bytes: {sent / (tensors + meta):.3f}x", file=sys.stderr)
+                self.assertLessEqual(rsync_sent, 1.05 * tensors + meta)
+                self.assertLessEqual(sent, 1.05 * tensors + meta)
+            self.unmount(mnt, proc)
+
+    def test_what_du_counts(self):
+        """du counts every file's size as if it were stored: the key directories' files and
+        .ckptfs's export; `du MNT/*` leaves .ckptfs out (the shell's * does not match it)."""
+        for files in (None, "data,meta.json"):
+            with self.subTest(files=files):
+                mnt, proc, _, _, _ = self.recipe_mount(files)
+                entries = json.loads((views_dir(mnt) / "index.json").read_bytes())["entries"]
+                tensors = sum(e["nbytes"] or 0 for e in entries)
+                sizes = {}
+                for where, args in (("MNT", [mnt]), ("MNT/*", glob.glob(str(mnt / "*"))),
+                                    (".ckptfs", [views_dir(mnt)])):
+                    r = run(["du", "-scb", *args])
+                    self.assertEqual(r.returncode, 0, r.stderr)
+                    sizes[where] = int(r.stdout.split()[-2])
+                files_bytes = sum(f.stat().st_size for d in mnt.iterdir()
+                                  if d.name != VIEWS_FOLDER for f in d.iterdir())
+                self.assertEqual(sizes["MNT/*"], files_bytes)  # directories count 0
+                self.assertEqual(sizes["MNT"], sizes["MNT/*"] + sizes[".ckptfs"])
+                r = run(["du", "-sh", mnt])
+                print(f"\nfiles={files or 'all'}: du -sb MNT {sizes['MNT']} "
+                      f"({sizes['MNT'] / tensors:.2f}x the tensors), MNT/* {sizes['MNT/*']} "
+                      f"({sizes['MNT/*'] / tensors:.2f}x), .ckptfs {sizes['.ckptfs']}; "
+                      f"du -sh: {r.stdout.decode().split()[0]}", file=sys.stderr)
+                self.unmount(mnt, proc)
 
 
 # --------------------------------------------------------------------------------------------
@@ -275,6 +479,44 @@ for i, attempt in enumerate(attempts):
                             self.assertIn(b"Permission denied", r.stderr)
                             subprocess.run(["chmod", "-R", "u+w", dest], check=True)
             self.unmount(mnt, proc)
+
+
+# --------------------------------------------------------------------------------------------
+# /proc/mounts
+# --------------------------------------------------------------------------------------------
+
+class ProcMountsTests(MountTestCase):
+    def test_view_options_in_the_source(self):
+        """The source of /proc/mounts is the checkpoint, then the options that change the view
+        in brackets, as -o takes them, in one order (dtype, layout, shard_size in bytes, files
+        in listing order): mounts of one checkpoint with other views are told apart. Options
+        that change no view are not there; -o fsname= replaces it all."""
+        path = self.tmp / "a b,c[1].pth"  # a space, a comma and brackets in the path
+        shutil.copyfile(fixture_path("convnet"), path)
+        cases = [((), ""), (("-o", "dtype=float16"), "[dtype=float16]"),
+                 (("-o", "layout=rfc"), "[layout=rfc]"),
+                 (("-o", "shard_size=1MB"), "[shard_size=1000000]"),
+                 (("-o", "files=meta.json,data"), "[files=data,meta.json]"),
+                 (("-o", "files=tensor.pt,npy,meta.json,data"), ""),
+                 (("-o", "files=npy", "-o", "layout=split,dtype=bfloat16,shard_size=2KiB"),
+                  "[dtype=bfloat16,shard_size=2048,files=tensor.npy]"),
+                 (("-o", "layout=rfc,dtype=float32"), "[dtype=float32,layout=rfc]"),
+                 (("-o", "umask=027,direct_io,read_ahead_kb=0,allow_other"), ""),
+                 (("-o", "dtype=float16,fsname=mine"), None)]
+        sources = set()
+        for options, suffix in cases:
+            with self.subTest(options=options):
+                mnt, proc = self.mount(path, *options)
+                m = mount_of(mnt)
+                self.assertEqual(m.fstype, "fuse.ckptfs")
+                want = "mine" if suffix is None else str(path) + suffix
+                self.assertEqual(m.source, want)
+                sources.add(m.source)
+                # findmnt and mount(8) show the same (they read the same table).
+                r = run(["findmnt", "-n", "-o", "SOURCE", "--mountpoint", mnt])
+                self.assertEqual(r.stdout.decode().rstrip("\n"), want)
+                self.unmount(mnt, proc)
+        self.assertEqual(len(sources), len(cases) - 2)  # three cases show the plain path
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // Unit tests of the remote read path's pure parts: HTTP status lines, header fields,
-// Content-Range and Retry-After; and the block cache: its bound, what it never evicts, and
-// readers waiting for blocks from many threads.
+// Content-Range, Content-Length and Retry-After; and the block cache: its bound, what it never
+// evicts, and readers waiting for blocks from many threads.
 #include <ckptfs/source/block_cache.hpp>
 #include <ckptfs/source/http_headers.hpp>
 
@@ -72,6 +72,21 @@ TEST_CASE("parse_retry_after(): seconds or a date") {
   CHECK_FALSE(http::parse_retry_after("-5", 1000, std::nullopt));
 }
 
+TEST_CASE("parse_content_length(): digits only, up to 2^64 - 1") {
+  CHECK(http::parse_content_length("0") == 0u);
+  CHECK(http::parse_content_length(" 4096 ") == 4096u);
+  CHECK(http::parse_content_length("18446744073709551615") == 18446744073709551615u);
+  CHECK_FALSE(http::parse_content_length("18446744073709551616"));  // 2^64: no wrap to 0
+  CHECK_FALSE(http::parse_content_length("99999999999999999999999"));
+  CHECK_FALSE(http::parse_content_length("-1"));  // strtoull: 2^64 - 1
+  CHECK_FALSE(http::parse_content_length("+1"));
+  CHECK_FALSE(http::parse_content_length("abc"));  // strtoull: 0
+  CHECK_FALSE(http::parse_content_length(""));
+  CHECK_FALSE(http::parse_content_length("1e3"));
+  CHECK_FALSE(http::parse_content_length("12 34"));
+  CHECK_FALSE(http::parse_content_length("0x10"));
+}
+
 TEST_CASE("Block: waiters see ready or failed once, or time out") {
   Block b(100);
   CHECK(b.length() == 100);
@@ -93,6 +108,10 @@ TEST_CASE("Block: waiters see ready or failed once, or time out") {
   CHECK(f.wait_until(Clock::now()) == Block::State::failed);
   CHECK(f.error_code() == ExitCode::unreachable);
   CHECK(f.error() == "no server");
+  // When it failed: the remote source fails it again at once for a while after.
+  CHECK(f.failed_at() <= Clock::now());
+  CHECK(Clock::now() - f.failed_at() < std::chrono::seconds(10));
+  CHECK(b.failed_at() == Clock::time_point{});  // never failed
 }
 
 TEST_CASE("BlockCache: bounded, least recently used first out, pending and held blocks stay") {

@@ -437,4 +437,88 @@ TEST_CASE("convert_staging: one aligned buffer per thread, the same on every cal
   CHECK(other != mine);
 }
 
+TEST_CASE("stored_convertible: what a reader may store a tensor as, and integers to float32") {
+  for (DType from : sources) {
+    for (DType to : targets) CHECK(stored_convertible(from, to));
+  }
+  for (DType from : {DType::int8, DType::int16, DType::int32, DType::int64, DType::uint8,
+                     DType::uint16, DType::uint32, DType::uint64, DType::boolean}) {
+    CHECK(stored_convertible(from, f32));
+    CHECK_FALSE(stored_convertible(from, bf16));  // torch's .float() only
+    CHECK_FALSE(convertible(from, f32));          // -o dtype never converts them
+  }
+  for (DType other : {DType::complex64, DType::float8_e4m3fn, DType::qint8, DType::bits8}) {
+    CHECK_FALSE(stored_convertible(other, f32));
+  }
+}
+
+TEST_CASE("integers and bool to float32 as torch's .float(): rounded to nearest even past 2^24") {
+  auto to_f32 = [](DType from, const std::vector<std::byte>& in, bool big = false) {
+    const std::size_t n = in.size() / info(from).element_size;
+    std::vector<float> out(n, -1.0f);
+    for (ConvertPath path : {ConvertPath::scalar, ConvertPath::avx2}) {
+      if (!detail::convert_path_available(path)) continue;
+      detail::convert_with(path, from, f32, big, in.data(),
+                           reinterpret_cast<std::byte*>(out.data()), n);
+    }
+    return out;
+  };
+  const std::vector<std::int64_t> i64 = {0,
+                                         -7,
+                                         (1ll << 24) + 1,  // a tie: to even, 2^24
+                                         (1ll << 24) + 3,  // a tie: to even, 2^24 + 4
+                                         std::numeric_limits<std::int64_t>::min(),
+                                         std::numeric_limits<std::int64_t>::max()};
+  CHECK(to_f32(DType::int64, bytes_of(i64)) ==
+        std::vector<float>{0.0f, -7.0f, 16777216.0f, 16777220.0f, -9223372036854775808.0f,
+                           9223372036854775808.0f});
+  CHECK(to_f32(DType::int64, reversed_elements(bytes_of(i64), 8), true) ==
+        to_f32(DType::int64, bytes_of(i64)));
+  CHECK(to_f32(DType::uint64, bytes_of(std::vector<std::uint64_t>{~0ull})) ==
+        std::vector<float>{18446744073709551616.0f});
+  CHECK(to_f32(DType::int8, bytes_of(std::vector<std::int8_t>{-128, 127})) ==
+        std::vector<float>{-128.0f, 127.0f});
+  CHECK(to_f32(DType::uint8, bytes_of(std::vector<std::uint8_t>{255})) == std::vector<float>{255});
+  CHECK(to_f32(DType::int16, reversed_elements(bytes_of(std::vector<std::int16_t>{-300}), 2),
+               true) == std::vector<float>{-300.0f});
+  CHECK(to_f32(DType::int32, bytes_of(std::vector<std::int32_t>{(1 << 30) + 64, (1 << 30) + 65})) ==
+        std::vector<float>{1073741824.0f, 1073741952.0f});
+  CHECK(to_f32(DType::uint16, bytes_of(std::vector<std::uint16_t>{65535})) ==
+        std::vector<float>{65535.0f});
+  CHECK(to_f32(DType::uint32, bytes_of(std::vector<std::uint32_t>{4294967295u})) ==
+        std::vector<float>{4294967296.0f});
+  CHECK(to_f32(DType::boolean, bytes_of(std::vector<std::uint8_t>{0, 1, 2})) ==
+        std::vector<float>{0.0f, 1.0f, 1.0f});
+}
+
+TEST_CASE("a conversion through a dtype rounds at each step, as x.float().to(to) does") {
+  // A float16 NaN through float32 to bfloat16: quieted (payload kept) by the first step, then
+  // torch's 0xffff of a float32 NaN, where float16 -> bfloat16 direct gives 0x7fc0.
+  const std::uint16_t nan = 0x7d01;
+  std::uint16_t out = 0;
+  Conversion{f16, bf16, f32, false}.run(reinterpret_cast<const std::byte*>(&nan),
+                                        reinterpret_cast<std::byte*>(&out), 1);
+  CHECK(out == 0xffff);
+  CHECK(one<std::uint16_t>(f16, bf16, nan) == 0x7fc0);
+  // int64 2^24 + 1 through float32 (2^24) to float16: inf; 2049 to bfloat16 through float32.
+  const std::vector<std::int64_t> big = {(1ll << 24) + 1, 2049, -3};
+  std::vector<std::uint16_t> halves(3), bhalves(3);
+  Conversion{DType::int64, f16, f32, false}.run(bytes_of(big).data(),
+                                                reinterpret_cast<std::byte*>(halves.data()), 3);
+  CHECK(halves == std::vector<std::uint16_t>{0x7c00, 0x6800, 0xc200});  // 2049: a tie, to 2048
+  Conversion{DType::int64, bf16, f32, false}.run(bytes_of(big).data(),
+                                                 reinterpret_cast<std::byte*>(bhalves.data()), 3);
+  CHECK(bhalves == std::vector<std::uint16_t>{0x4b80, 0x4500, 0xc040});
+  // Many elements: through the chunked buffer (16 KiB of float32 at a time).
+  std::vector<std::int64_t> many(10000);
+  for (std::size_t i = 0; i < many.size(); ++i) many[i] = static_cast<std::int64_t>(i) - 5000;
+  std::vector<std::uint16_t> got(many.size());
+  Conversion{DType::int64, bf16, f32, false}.run(
+      bytes_of(many).data(), reinterpret_cast<std::byte*>(got.data()), many.size());
+  for (std::size_t i = 0; i < many.size(); ++i) {
+    const float f = static_cast<float>(many[i]);
+    REQUIRE(got[i] == one<std::uint16_t>(f32, bf16, f32_bits(f)));
+  }
+}
+
 TEST_SUITE_END();

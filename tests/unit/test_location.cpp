@@ -1,15 +1,20 @@
 // SPDX-License-Identifier: MIT
 // Unit tests of locations: URL parsing, names without credentials, argv masking, sibling files
-// beside a sharded set's index (hostile names refused), and opening by location.
+// beside a sharded set's index (hostile names refused), URLs without their signatures, opening by
+// location, and the AWS settings.
 #include <ckptfs/base/error.hpp>
 #include <ckptfs/source/location.hpp>
 #include <ckptfs/source/remote.hpp>
 
 #include <doctest/doctest.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <future>
 #include <optional>
 #include <string>
 #include <utility>
@@ -72,6 +77,37 @@ TEST_CASE("display_location() never shows credentials") {
   CHECK(display_location("s3://b/k") == "s3://b/k");
   // Not parseable: only the scheme is shown.
   CHECK(display_location("https://u:secret@h/a b") == "https://...");
+}
+
+TEST_CASE("url_without_signature(): the URL less the parameters that sign it, nothing else") {
+  // Signatures of every scheme named, wherever they are in the query: left out.
+  CHECK(url_without_signature("https://h/m.pth?X-Amz-Algorithm=A&X-Amz-Credential=K%2F1&"
+                              "X-Amz-Date=D&X-Amz-Expires=600&X-Amz-SignedHeaders=host&"
+                              "X-Amz-Signature=abc&X-Amz-Security-Token=T") == "https://h/m.pth?");
+  CHECK(url_without_signature("https://h/m.pth?X-Goog-Signature=s&alt=media&X-Goog-Date=d") ==
+        "https://h/m.pth?alt=media");
+  CHECK(url_without_signature("http://h/m?AWSAccessKeyId=K&Expires=1&Signature=s%3D") ==
+        "http://h/m?");
+  CHECK(url_without_signature("https://cdn/m?Policy=p&Key-Pair-Id=k&Signature=s&v=2") ==
+        "https://cdn/m?v=2");
+  CHECK(url_without_signature("https://h/m?GoogleAccessId=g&Expires=2&Signature=s") ==
+        "https://h/m?");
+  // Two signatures of one object: one text. Two objects of one endpoint: two.
+  CHECK(url_without_signature("https://h/m?versionId=3&X-Amz-Signature=a&X-Amz-Date=1") ==
+        url_without_signature("https://h/m?X-Amz-Date=2&versionId=3&X-Amz-Signature=b"));
+  CHECK(url_without_signature("http://h/dl?f=a.pth") == "http://h/dl?f=a.pth");
+  CHECK(url_without_signature("http://h/dl?f=a.pth") !=
+        url_without_signature("http://h/dl?f=b.pth"));
+  // Everything else is kept as written: userinfo, port, order, case, empty values, "?" alone.
+  CHECK(url_without_signature("http://u:p@h:81/a/b?z=1&a=2&signature=x&x-amz-date=d&k=") ==
+        "http://u:p@h:81/a/b?z=1&a=2&signature=x&x-amz-date=d&k=");
+  CHECK(url_without_signature("http://h/m?") == "http://h/m?");
+  CHECK(url_without_signature("http://h/m") == "http://h/m");
+  CHECK(url_without_signature("http://h/m?Signatures=1&X-Amz=2") ==
+        "http://h/m?Signatures=1&X-Amz=2");
+  CHECK(url_without_signature("s3://b/k?Signature=1") == "s3://b/k?");
+  CHECK_FALSE(url_without_signature("/data/m.pth"));
+  CHECK_FALSE(url_without_signature("http:///m"));
 }
 
 TEST_CASE("mask_credentials() overwrites userinfo and query in place") {
@@ -250,6 +286,46 @@ TEST_CASE("S3Settings::from_environment(): the shared credentials and config fil
   CHECK(e.region == "us-west-2");
   std::remove(credentials.c_str());
   std::remove(config.c_str());
+  ::rmdir(dir.c_str());
+}
+
+TEST_CASE(
+    "S3Settings::from_environment(): a settings file that is a FIFO is refused, not waited "
+    "on") {
+  char pattern[] = "/tmp/ckptfs-aws-XXXXXX";
+  REQUIRE(::mkdtemp(pattern) != nullptr);
+  const std::string dir = pattern;
+  const std::string fifo = dir + "/config";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  CleanAwsEnvironment clean;
+  for (const char* variable : {"AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE"}) {
+    CAPTURE(variable);
+    ::setenv(variable, fifo.c_str(), 1);
+    // Run apart: a blocking open would never return (the test then fails instead of hanging,
+    // after a writer is found for the FIFO).
+    auto done = std::async(std::launch::async, [] {
+      try {
+        (void)S3Settings::from_environment();
+        return std::string("accepted");
+      } catch (const Error& e) {
+        return std::string(e.what());
+      }
+    });
+    const bool finished = done.wait_for(std::chrono::seconds(5)) == std::future_status::ready;
+    if (!finished) {
+      int fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
+      if (fd >= 0) ::close(fd);
+    }
+    REQUIRE(finished);
+    const std::string why = done.get();
+    CHECK(why.find("not a regular file") != std::string::npos);
+    CHECK(why.find(fifo) != std::string::npos);
+    ::unsetenv(variable);
+  }
+  // Missing files are no error: there are simply no settings in them.
+  ::setenv("AWS_CONFIG_FILE", (dir + "/missing").c_str(), 1);
+  CHECK(S3Settings::from_environment().region == "us-east-1");
+  std::remove(fifo.c_str());
   ::rmdir(dir.c_str());
 }
 

@@ -348,7 +348,8 @@ TEST_CASE("missing files, and directories that are no key directories") {
   tensor_dir(u, "w", "w", "float32", "[1]", "abcd");
   u.mkdir("stray");
   CHECK(refusal(u.path()).second ==
-        "\"stray\": holds neither meta.json nor value.json: not a key directory of a mount");
+        "\"stray\": holds neither meta.json nor value.json: not a key directory of a mount (or "
+        "one copied from a mount whose -o files= left meta.json out)");
   u.remove("stray");
   u.write("w/value.json", "1");
   CHECK(has(refusal(u.path()).second, "holds both meta.json and value.json"));
@@ -458,6 +459,43 @@ TEST_CASE("huge, deep and malformed JSON is refused within its limits") {
   CHECK(has(refusal(t.path()).second, "index.json says its directory holds the value"));
   t.write("index.json", R"({"tensors": 1})");
   CHECK(has(refusal(t.path()).second, "no \"entries\""));
+}
+
+TEST_SUITE_END();
+
+TEST_SUITE_BEGIN("split_reader");
+
+TEST_CASE("a GGUF's block-quantized key copied out: its data holds blocks, its values come back") {
+  TempDir t;
+  // Two Q8_0 blocks (34 bytes each) of a [2, 32] tensor, as a GGUF mount's meta.json says them
+  // (its dtype and nbytes those of the values it served: here -o dtype=float16's).
+  tensor_dir(t, "q", "q", "float16", "[2, 32]", std::string(68, '\1'),
+             R"(, "ggml": {"type": "Q8_0", "type_id": 8, "block_elements": 32, "block_bytes": 34,
+  "nbytes": 68, "file_offset": 96, "byteorder": "big", "dequantized": true,
+  "not_dequantized": null})",
+             128);
+  tensor_dir(t, "f", "f", "float32", "[4]", std::string(16, '\2'),
+             R"(, "ggml": {"type": "F32", "type_id": 0, "block_elements": 1, "block_bytes": 4,
+  "nbytes": 16, "file_offset": 0})");
+  DirectoryModel d = read_split_directory(t.path());
+  const Model& m = d.model;
+  const Tensor& q = m.tensors[m.entries[1].tensor];
+  CHECK(q.blocks == BlockFormat::q8_0);
+  CHECK(q.dtype == DType::float32);
+  CHECK(m.storages[*q.storage].nbytes == 68);
+  CHECK(m.storages[*q.storage].big_endian);
+  CHECK(m.tensors[m.entries[0].tensor].blocks == BlockFormat::none);
+  // ggml nbytes that are not the blocks' size, or data that is not them: refused.
+  TempDir bad;
+  tensor_dir(bad, "q", "q", "float32", "[2, 32]", std::string(68, '\1'),
+             R"(, "ggml": {"type_id": 8, "nbytes": 70})", 256);
+  CHECK(
+      has(refusal(bad.path()).second, "ggml nbytes 70, but Q8_0 blocks of shape [2, 32] hold 68"));
+  TempDir short_data;
+  tensor_dir(short_data, "q", "q", "float32", "[2, 32]", std::string(60, '\1'),
+             R"(, "ggml": {"type_id": 8, "nbytes": 68})", 256);
+  CHECK(
+      has(refusal(short_data.path()).second, "holds 60 bytes, but meta.json says ggml nbytes 68"));
 }
 
 TEST_SUITE_END();

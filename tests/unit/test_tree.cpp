@@ -156,6 +156,66 @@ TEST_CASE("the tree: a directory per entry, files per kind, and .ckptfs's views"
   CHECK(index["entries"][4]["nbytes"].is_null());
 }
 
+TEST_CASE("files=: a tensor's directory holds the chosen files, each at its own inode") {
+  PickleBuilder p;
+  p.proto(2).empty_dict().mark();
+  p.binunicode("w").tensor_v2("FloatStorage", "0", "cpu", 12, 0, {3, 4}, {4, 1});
+  p.binunicode("bad").tensor_v2("FloatStorage", "0", "cpu", 12, 10, {4}, {1});
+  p.binunicode("epoch").binint1(7);
+  p.setitems().stop();
+  const std::string file = torch_zip(p.bytes(), {{"0", floats(12)}});
+  Mounted all(file);
+  struct Case {
+    std::uint8_t files;
+    std::vector<std::string> listed;
+  };
+  for (const Case& c :
+       {Case{key_data | key_meta_json, {"data", "meta.json"}}, Case{key_tensor_npy, {"tensor.npy"}},
+        Case{key_meta_json | key_tensor_pt, {"meta.json", "tensor.pt"}},
+        Case{all_key_files, {"data", "meta.json", "tensor.npy", "tensor.pt"}}}) {
+    CAPTURE(key_files_text(c.files));
+    Mounted m(file, {.files = c.files});
+    CHECK(m.list(m.path("w")) == c.listed);
+    // A value keeps value.json, a broken tensor meta.json: all they have.
+    CHECK(m.list(m.path("epoch")) == std::vector<std::string>{"value.json"});
+    CHECK(m.list(m.path("bad")) == std::vector<std::string>{"meta.json"});
+    for (std::size_t slot = 0; slot < 4; ++slot) {
+      const std::string name = key_files_text(static_cast<std::uint8_t>(1u << slot));
+      CAPTURE(name);
+      const Tree::Ino ino = m.path("w", name);
+      struct stat st {};
+      if ((c.files & (1u << slot)) == 0) {
+        CHECK(ino == 0);
+        // Its inode is no node: a file left out cannot be reached by number either.
+        CHECK_FALSE(m.tree.node(m.path("w") + 1 + slot));
+        CHECK_FALSE(m.tree.stat(m.path("w") + 1 + slot, st));
+        continue;
+      }
+      // The same inode and bytes as in a mount of every file.
+      CHECK(ino == all.path("w", name));
+      CHECK(m.tree.parent(ino) == m.path("w"));
+      CHECK(m.read_all(ino) == all.read_all(all.path("w", name)));
+    }
+    CHECK(m.tree.lookup(m.path("w"), "value.json") == 0);
+  }
+}
+
+TEST_CASE("key_file_bit, key_files_text: the names -o files= takes") {
+  CHECK(key_file_bit("data") == key_data);
+  CHECK(key_file_bit("meta.json") == key_meta_json);
+  CHECK(key_file_bit("tensor.npy") == key_tensor_npy);
+  CHECK(key_file_bit("npy") == key_tensor_npy);
+  CHECK(key_file_bit("tensor.pt") == key_tensor_pt);
+  CHECK(key_file_bit("pt") == key_tensor_pt);
+  CHECK(key_file_bit("value.json") == 0);  // a value's directory always holds it
+  for (const char* wrong : {"", "meta", "tensor", "DATA", "data ", "index.json", ".ckptfs"}) {
+    CAPTURE(wrong);
+    CHECK_FALSE(key_file_bit(wrong));
+  }
+  CHECK(key_files_text(key_tensor_pt | key_data) == "data,tensor.pt");
+  CHECK(key_files_text(all_key_files) == "data,meta.json,tensor.npy,tensor.pt");
+}
+
 TEST_CASE("modes follow the checkpoint's; umask= overrides") {
   auto modes = [](Modes m) { return std::pair{m.file, m.directory}; };
   CHECK(modes(modes_following(0644)) == std::pair<mode_t, mode_t>{0644, 0755});
@@ -518,7 +578,10 @@ TEST_CASE("entry names are NameAllocator's, collisions and cut names included") 
   p.setitems().stop();
   Mounted m(torch_zip(p.bytes(), {{"0", floats(4)}}));
   REQUIRE(m.tree.model().entries.size() == 12);
-  NameAllocator names;
+  // The rule for keys of equal text skips a number whose "<key>%#<n>" is a key of its own.
+  TextViewSet own;
+  for (const auto& e : m.tree.model().entries) own.insert(e.key);
+  NameAllocator names(max_name_bytes, &own);
   for (std::size_t i = 0; i < m.tree.model().entries.size(); ++i) {
     const std::string& key = m.tree.model().entries[i].key;
     CAPTURE(key);
@@ -527,7 +590,7 @@ TEST_CASE("entry names are NameAllocator's, collisions and cut names included") 
     CHECK(m.tree.lookup(Tree::root_ino, want) ==
           child_of(m.tree, Tree::root_ino, 1 + static_cast<std::size_t>(i)).second);
   }
-  CHECK(m.tree.entry_name(2) == "1%#2");
+  CHECK(m.tree.entry_name(2) == "1%#3");  // "1%#2" is a key of its own
   CHECK(m.tree.entry_name(10).ends_with("%#2"));
 }
 

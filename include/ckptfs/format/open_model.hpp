@@ -3,11 +3,15 @@
 // set), opened as the sources that hold its bytes and read into one Model by the right reader.
 #pragma once
 
+#include <ckptfs/format/dcp/dcp_reader.hpp>
+#include <ckptfs/format/gguf/gguf_reader.hpp>
+#include <ckptfs/format/npz/npz_reader.hpp>
 #include <ckptfs/format/safetensors/safetensors_reader.hpp>
 #include <ckptfs/format/safetensors/sharded_reader.hpp>
 #include <ckptfs/format/split/rfc_reader.hpp>
 #include <ckptfs/format/split/split_reader.hpp>
 #include <ckptfs/format/torch/torch_reader.hpp>
+#include <ckptfs/format/zero/zero_reader.hpp>
 #include <ckptfs/model/model.hpp>
 #include <ckptfs/source/byte_source.hpp>
 
@@ -32,6 +36,10 @@ struct OpenOptions {
   ShardLimits sharded;            // indexes of sharded sets
   SplitLimits split;              // split directories
   RfcLimits rfc;                  // RFC directories (their files: `limits`)
+  DcpLimits dcp;                  // PyTorch DCP checkpoints (their items: `limits`)
+  ZeroLimits zero;                // DeepSpeed ZeRO checkpoints (their files: `limits`)
+  GgufLimits gguf;                // GGUF files
+  NpzLimits npz;                  // .npz files
   SourceOpener open = open_local_file;
 };
 
@@ -63,16 +71,32 @@ class OpenedModel {
 //   - a local directory: an RFC directory when it holds map.pt (read_rfc_directory()); a split
 //     directory when it holds index.json or a subdirectory holding meta.json or value.json
 //     (read_split_directory(); whatever else is there: a mount's model.safetensors copied
-//     along); else the first of model.safetensors, model.safetensors.index.json,
-//     pytorch_model.bin, pytorch_model.bin.index.json in it (transformers' order); else its one
-//     *.index.json; else, without any, its one *.safetensors. Several candidates and none of
-//     those names (two *.index.json, say) is an error asking to name the one to mount;
+//     along); a PyTorch DCP checkpoint when it holds .metadata (as the file below; what else
+//     is there, such as Megatron's common.pt and metadata.json, is not read, as
+//     dcp_to_torch_save reads none of it); else the first of model.safetensors,
+//     model.safetensors.index.json, pytorch_model.bin, pytorch_model.bin.index.json in it
+//     (transformers' order); else a DeepSpeed ZeRO checkpoint when it holds *_model_states.pt
+//     files or a `latest` naming a directory that does (read_zero_directory(); a Hugging Face
+//     Trainer's checkpoint-N/ with a model.safetensors mounts that file: name its
+//     global_stepN/ for the ZeRO checkpoint); else its one *.index.json; else, without any,
+//     its one *.safetensors; else its one *.gguf file or GGUF split set. Several candidates
+//     and none of those names (two *.index.json, say) is an error asking to name the one to
+//     mount;
+//   - a file or URL named .metadata: a PyTorch DCP checkpoint (read_dcp()), the files it names
+//     its siblings (sibling_location()), opened with options.open as their items are read;
+//   - a URL whose path ends in '/' or "/latest": a DeepSpeed ZeRO checkpoint
+//     (read_zero_remote(): its files found by DeepSpeed's names beside it, opened with
+//     options.open);
 //   - a file or URL named *.json: the index of a sharded set (read_shard_index()). Its shards
 //     (sibling_location() of the index, source/location.hpp: URLs too) are opened with
 //     options.open, each once, and read in parallel (at most 8 at a time), each as a file
 //     below; the first that fails, in the index's order, is the error, naming it;
 //   - a file named *.safetensors or whose first bytes are a safetensors header length and '{':
 //     read_safetensors();
+//   - a file named like a GGUF split set's ("<prefix>-00002-of-00005.gguf"): every file of the
+//     set, opened and read in parallel as the shards above, combined by combine_gguf_splits();
+//   - a file starting with "GGUF": read_gguf();
+//   - a file named *.npz, or a zip whose first member is named *.npy: read_npz();
 //   - a zip: torch.save's (TorchScript and torch.package are refused); a file starting with '{':
 //     an index; anything else: the legacy torch stream (read_torch()).
 // Model::sources are relative to the directory of what was named (for a single file, its name).

@@ -62,6 +62,13 @@ std::optional<DType> dtype_from_tensor_class(std::string_view name);
 
 std::optional<DType> dtype_from_safetensors(std::string_view name);  // "F32", "F8_E4M3", ...
 
+// Whether a tensor stored as `from` may be served as `to` (Tensor::stored_dtype), converted on
+// read (view/convert.hpp's convert()): float16, bfloat16, float32 or float64 to float16,
+// bfloat16 or float32; integers and bool (int8 to int64, uint8 to uint64, bool) to float32, as
+// torch's .float() converts them (exact up to 2^24, then rounded to nearest, ties to even; bool
+// 0 or 1).
+bool stored_convertible(DType from, DType to) noexcept;
+
 // The numpy descr of a dtype in a byte order ("<f4", ">f4"; "|u1" for one-byte types).
 std::string numpy_descr(DType dtype, bool big_endian);
 

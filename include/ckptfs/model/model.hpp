@@ -6,6 +6,7 @@
 #pragma once
 
 #include <ckptfs/base/boxed_optional.hpp>
+#include <ckptfs/model/block_format.hpp>
 #include <ckptfs/model/dtype.hpp>
 #include <ckptfs/model/plain_value.hpp>
 
@@ -29,6 +30,10 @@ enum class Format : std::uint8_t {
   sharded,      // a Hugging Face sharded set: an *.index.json naming one shard per key
   split,        // key directories copied out of a mount: meta.json and data, or value.json
   rfc,          // the RFC's split layout: map.pt (the keys in order) and one <name>.pt per key
+  dcp,          // PyTorch Distributed Checkpoint: .metadata and __<rank>_<n>.distcp files
+  zero,         // DeepSpeed ZeRO (stages 1-3): *_model_states.pt and per-rank *_optim_states.pt
+  gguf,         // llama.cpp's GGUF: typed key-value metadata, then tensors (block-quantized too)
+  npz,          // numpy.savez: a zip of .npy members
 };
 std::string_view format_name(Format format);
 
@@ -159,9 +164,26 @@ struct Tensor {
   // Index into Model::assemblies when the tensor is made of pieces (storage is then none, and
   // a tensor whose assembly index_assembly() refused is broken).
   std::optional<std::size_t> assembly;
+  // The dtype of its elements as stored, when the reader serves them converted to `dtype` (a
+  // DeepSpeed ZeRO buffer, which zero_to_fp32 gives as .float() of what was saved); none when
+  // they are stored as `dtype`. Its view (storage_offset, stride) or its pieces count elements
+  // of the stored dtype; every view serves `dtype`, converted on read (view/served.hpp), which
+  // the reader makes sure convert() can do (stored_convertible(), model/dtype.hpp).
+  std::optional<DType> stored_dtype;
 
   std::uint64_t numel() const noexcept;   // valid when !broken (checked for overflow)
   std::uint64_t nbytes() const noexcept;  // numel × element size: the logical tensor in C order
+  DType stored() const noexcept { return stored_dtype.value_or(dtype); }
+  std::size_t stored_element_size() const noexcept { return info(stored()).element_size; }
+  // A block-quantized tensor (GGUF's Q4_K...): its storage holds, from its first byte, the
+  // blocks of its values in C order (stored_nbytes() bytes), its last dimension a whole number
+  // of blocks; `dtype` is float32, what they dequantize to, stride C order, storage_offset 0.
+  // BlockFormat::none for every other tensor.
+  BlockFormat blocks = BlockFormat::none;
+
+  // The bytes of the tensor as stored: its blocks when block-quantized, else in C order numel ×
+  // the stored element size (nbytes() unless stored_dtype says otherwise); 0 on overflow.
+  std::uint64_t stored_nbytes() const noexcept;
   // True when the tensor's bytes in C order are one range of its storage (empty tensors too).
   bool contiguous() const noexcept;
   std::size_t element_size() const noexcept { return info(dtype).element_size; }
@@ -195,10 +217,19 @@ struct Model {
   std::vector<Entry> entries;        // in the model's order
   // String metadata of the file (safetensors' __metadata__), in the file's order.
   std::vector<std::pair<std::string, std::string>> metadata;
+  // Metadata whose values are not all strings (a GGUF file's typed key-value pairs), in the
+  // file's order, after `metadata`: each key, its type as the file names it ("UINT32",
+  // "ARRAY[STRING]") and its value as compact JSON.
+  struct JsonMetadata {
+    std::string key;
+    std::string type;
+    std::string value_json;
+  };
+  std::vector<JsonMetadata> json_metadata;
 
   // Where the tensor's first byte is in its storage, when the tensor is servable, its bytes in C
-  // order are one range of its storage, and that range lies inside the storage (never for an
-  // assembled tensor). No I/O.
+  // order (as stored: stored_nbytes(); a block-quantized tensor's: its blocks) are one range of
+  // its storage, and that range lies inside the storage (never for an assembled tensor). No I/O.
   std::optional<std::uint64_t> offset_in_storage(const Tensor& tensor) const;
   // The same as an absolute offset in the storage's source: it may ask the storage's locator,
   // and so read the source and throw what data_offset() throws.

@@ -51,9 +51,10 @@ class Block {
   // (pending on a timeout).
   State wait_until(std::chrono::steady_clock::time_point deadline) const;
 
-  // Why it failed (set before the state becomes failed, never changed after).
+  // Why and when it failed (set before the state becomes failed, never changed after).
   ExitCode error_code() const noexcept { return error_code_; }
   const std::string& error() const noexcept { return error_; }
+  std::chrono::steady_clock::time_point failed_at() const noexcept { return failed_at_; }
 
  private:
   void finish(State state);
@@ -62,6 +63,7 @@ class Block {
   std::atomic<State> state_{State::pending};
   ExitCode error_code_ = ExitCode::io;
   std::string error_;
+  std::chrono::steady_clock::time_point failed_at_{};
   mutable std::mutex mutex_;
   mutable std::condition_variable changed_;
 };

@@ -53,6 +53,9 @@ class ByteSource {
     return true;
   }
 
+  // Once unchanged() said false: what was seen, in words, for the one line the mount logs.
+  virtual std::string change_reason() const { return "replaced, truncated or rewritten"; }
+
   // Fills `out` with the bytes at [offset, offset + out.size()). Throws Error(bad_checkpoint)
   // when the range is not inside the source ("truncated"), Error(io) when the read fails.
   void read(std::uint64_t offset, std::span<std::byte> out) const;

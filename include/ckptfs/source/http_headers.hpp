@@ -32,6 +32,10 @@ struct ContentRange {
 };
 std::optional<ContentRange> parse_content_range(std::string_view value) noexcept;
 
+// Content-Length: a decimal number of bytes, digits only (no sign, no blank inside), at most
+// 2^64 - 1. nullopt when it is anything else (strtoull would take "-1" as 2^64 - 1, "abc" as 0).
+std::optional<std::uint64_t> parse_content_length(std::string_view value) noexcept;
+
 // Retry-After as a number of seconds from now: delta-seconds ("120"), or an HTTP date given
 // `now` and the date already converted to seconds since the epoch by the caller's date parser
 // (`date_seconds`; nullopt when the value is not a date either). A date in the past gives 0.

@@ -40,6 +40,17 @@ std::optional<Url> parse_url(std::string_view location);
 // A string that looks like a URL but does not parse is shown as its scheme and "://...".
 std::string display_location(std::string_view location);
 
+// What names the object a URL gives access to, whoever signed it and until when: the URL as
+// written (userinfo, host, port, path, and the query's other parameters in their order) without
+// the query parameters known to sign a request: X-Amz-* (S3 presigned, SigV4), X-Goog-* (GCS
+// V4), and Signature, Expires, AWSAccessKeyId, GoogleAccessId, Key-Pair-Id, Policy (S3 and GCS
+// V2, CloudFront), matched case-sensitively as those services write them. Two presigned URLs of
+// one object give one text; URLs that differ in any other parameter ("dl?f=a" and "dl?f=b") give
+// two. The disk cache's key (hashed: it may still hold a token). nullopt when `location` is not
+// a URL that parses.
+//   "https://h/m.pth?X-Amz-Signature=s&versionId=3&X-Amz-Date=d" -> "https://h/m.pth?versionId=3"
+std::optional<std::string> url_without_signature(std::string_view location);
+
 // The same string with the credential characters of every URL (userinfo, query) overwritten by
 // '*' in place, its length unchanged: for argv, so that ps(1) does not show them.
 void mask_credentials(char* text) noexcept;

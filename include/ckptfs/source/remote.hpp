@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -32,6 +33,9 @@ struct RemoteOptions {
   // before it fails (EIO for a read, an error at mount).
   std::chrono::milliseconds timeout{30'000};
   unsigned max_connections = 8;  // range requests in flight per server (HTTP/1.1 connections)
+  // Where something worth saying once while reads go on is said (cache_dir holding a file the
+  // cache did not make); empty: nowhere. Called from any thread.
+  std::function<void(const std::string&)> warn;
 };
 
 // How s3:// URLs are reached, from the usual AWS variables (read once):
@@ -50,8 +54,9 @@ struct S3Settings {
   std::string session_token;
   std::string region = "us-east-1";
   std::string endpoint;  // without a trailing '/'; empty: AWS
-  // Throws Error(usage) when only one of the key variables is set or the endpoint is not an
-  // http(s) URL.
+  // Throws Error(usage) when only one of the key variables is set, the endpoint is not an
+  // http(s) URL, or a settings file is there but is not a regular file (a FIFO is never waited
+  // on) or is over 1 MiB.
   static S3Settings from_environment();
 };
 
@@ -86,6 +91,11 @@ class RemoteContext {
   // Stops the threads and closes the connections, for fork(): they start again on the next
   // request, in whichever process makes it. Not concurrently with reads.
   void quiesce() noexcept;
+
+  // Ends every transfer in flight, for good: reads waiting for one fail now (Error(io)), and
+  // every read that needs the network from then on fails at once. For a mount being stopped
+  // (SIGTERM), which must not wait for a slow server. Thread-safe; concurrently with reads too.
+  void cancel() noexcept;
 
  private:
   std::shared_ptr<detail::RemoteShared> shared_;

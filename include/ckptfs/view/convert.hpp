@@ -9,7 +9,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <span>
+#include <utility>
 
 namespace ckptfs {
 
@@ -17,11 +19,14 @@ namespace ckptfs {
 // `to` is float16, bfloat16 or float32 (identity pairs included). Every other dtype (integers,
 // bool, complex, float8...) is served as stored, never converted.
 bool convertible(DType from, DType to) noexcept;
+// convert() also handles what stored_convertible() (model/dtype.hpp) allows a tensor stored in
+// another dtype than it is served in: integers and bool to float32, as torch's .float()
+// converts them. -o dtype never converts those.
 
 // Converts `count` elements of dtype `from` at `in` to dtype `to` at `out`, which is always
 // little-endian; `source_big_endian`: the elements at `in` are big-endian (swapped on the way in).
-// Precondition: convertible(from, to); `in` holds count * size(from) bytes and `out` room for
-// count * size(to), any alignment, not overlapping. Thread-safe, allocation-free.
+// Precondition: stored_convertible(from, to); `in` holds count * size(from) bytes and `out` room
+// for count * size(to), any alignment, not overlapping. Thread-safe, allocation-free.
 //
 // The result is torch 1.13's `.to(to)` of the same tensor on an AVX2 CPU (torch's default
 // there), on every machine and with either code path below:
@@ -45,6 +50,18 @@ bool convertible(DType from, DType to) noexcept;
 // torch does; nothing in ckptfs changes it.
 void convert(DType from, DType to, bool source_big_endian, const std::byte* in, std::byte* out,
              std::size_t count) noexcept;
+
+// A conversion from `from` to `to`, through `via` when set (each step rounding as convert()
+// does: torch's x.float().to(to) of a tensor stored as `from`).
+struct Conversion {
+  DType from = DType::float32;
+  DType to = DType::float32;
+  std::optional<DType> via;
+  bool source_big_endian = false;
+  // convert() of `count` elements, through `via` a few thousand at a time (a buffer on the
+  // stack). Preconditions: convert()'s for each step.
+  void run(const std::byte* in, std::byte* out, std::size_t count) const noexcept;
+};
 
 // The byte size of a converted tensor whose source is `source_nbytes` bytes of dtype `from`.
 std::uint64_t converted_size(DType from, DType to, std::uint64_t source_nbytes) noexcept;
@@ -76,14 +93,15 @@ std::span<std::byte, convert_staging_bytes> convert_staging();
 // Fills `out` with the converted bytes [offset, offset + out.size()) of a tensor, reading its
 // source elements with `read_source(source_offset, std::span<std::byte> into)` (source_offset
 // relative to the tensor's first source byte; it fills `into` or throws) a staging buffer at a
-// time: at most convert_staging_bytes of source bytes per call. Precondition: convertible(from,
-// to) and the range lies inside the converted tensor. Throws what read_source throws, and
-// std::bad_alloc if the staging buffer cannot be allocated. Not reentrant within one thread
-// (read_source must not call it): it uses convert_staging().
+// time: at most convert_staging_bytes of source bytes per call. Precondition: `conversion`'s
+// steps are stored_convertible() and the range lies inside the converted tensor. Throws what
+// read_source throws, and std::bad_alloc if the staging buffer cannot be allocated. Not
+// reentrant within one thread (read_source must not call it): it uses convert_staging().
 template <class ReadSource>
-void read_converted(DType from, DType to, bool source_big_endian, std::uint64_t offset,
-                    std::span<std::byte> out, ReadSource&& read_source) {
+void read_converted(const Conversion& conversion, std::uint64_t offset, std::span<std::byte> out,
+                    ReadSource&& read_source) {
   if (out.empty()) return;
+  const DType from = conversion.from, to = conversion.to;
   const std::size_t in_size = info(from).element_size;
   const std::size_t out_size = info(to).element_size;
   const ConvertWindow window = convert_window(from, to, offset, out.size());
@@ -95,7 +113,7 @@ void read_converted(DType from, DType to, bool source_big_endian, std::uint64_t 
   auto partial = [&](std::size_t skip) {
     std::array<std::byte, 8> one{};
     read_source(element * in_size, staging.first(in_size));
-    convert(from, to, source_big_endian, staging.data(), one.data(), 1);
+    conversion.run(staging.data(), one.data(), 1);
     const std::size_t n = std::min(out_size - skip, left);
     std::memcpy(dst, one.data() + skip, n);
     dst += n;
@@ -107,12 +125,20 @@ void read_converted(DType from, DType to, bool source_big_endian, std::uint64_t 
   while (left >= out_size) {
     const std::size_t n = std::min(per_step, left / out_size);
     read_source(element * in_size, staging.first(n * in_size));
-    convert(from, to, source_big_endian, staging.data(), dst, n);
+    conversion.run(staging.data(), dst, n);
     dst += n * out_size;
     left -= n * out_size;
     element += n;
   }
   if (left != 0) partial(0);
+}
+
+// The same for one conversion step.
+template <class ReadSource>
+void read_converted(DType from, DType to, bool source_big_endian, std::uint64_t offset,
+                    std::span<std::byte> out, ReadSource&& read_source) {
+  read_converted(Conversion{from, to, std::nullopt, source_big_endian}, offset, out,
+                 std::forward<ReadSource>(read_source));
 }
 
 namespace detail {

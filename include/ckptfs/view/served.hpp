@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 // A tensor's bytes as the mount serves them (in data, tensor.npy, tensor.pt, model.safetensors):
 // its elements in C order, read as one range of a source, gathered from a strided view, taken
-// piece by piece from an assembled tensor's pieces, or converted to another floating-point dtype
-// on the way (-o dtype).
+// piece by piece from an assembled tensor's pieces, converted to another floating-point dtype
+// on the way (-o dtype), or dequantized from blocks.
 #pragma once
 
 #include <ckptfs/model/model.hpp>
@@ -25,15 +25,22 @@ struct ServedTensor {
               // from its pieces
     swap,     // big-endian elements served little-endian: read as stored (one range, gathered
               // or from its pieces), each element's bytes reversed (a complex number's halves)
+    dequantize,  // a block-quantized tensor's values: its blocks, from one range of its storage,
+                 // dequantized on read (view/dequantize.hpp), then converted to `dtype`
   };
   Way way = Way::none;
   DType dtype = DType::float32;   // of the bytes served
   DType stored = DType::float32;  // of the bytes in the source
-  bool big_endian = false;        // of the bytes served (converted ones are little-endian)
-  bool contiguous = false;        // the stored bytes are one range of the storage, from `begin`
+  // Way::convert of a tensor stored in another dtype (Tensor::stored_dtype) to a third, -o
+  // dtype's: the tensor's own dtype, converted through.
+  std::optional<DType> via;
+  bool big_endian = false;  // of the bytes served (converted ones are little-endian)
+  bool contiguous = false;  // the stored bytes are one range of the storage, from `begin`
   std::uint64_t nbytes = 0;
   std::size_t storage = 0;  // contiguous: the storage (index into Model::storages)...
   std::uint64_t begin = 0;  // ...and where the tensor's bytes start in it
+  BlockFormat blocks = BlockFormat::none;  // Way::dequantize: the blocks' format...
+  bool blocks_big_endian = false;          // ...and byte order (the values are little-endian)
 };
 
 // The byte order a tensor's bytes must be served in: the checkpoint's (data, tensor.npy and
@@ -45,10 +52,26 @@ enum class ByteOrder : std::uint8_t { as_stored, little };
 // complex, float8 or quantized ones) and its converted bytes fit a file. An identity conversion
 // of little-endian bytes is no conversion. ByteOrder::little: a big-endian tensor that is not
 // converted is swapped (Way::swap; one-byte elements need nothing), and big_endian is false
-// whatever the tensor. Way::none with nbytes 0 for a broken tensor.
+// whatever the tensor. Way::none with nbytes 0 for a broken tensor. A tensor stored in another
+// dtype (Tensor::stored_dtype) is always converted: to its dtype, or through it to `convert_to`
+// as above (`via`).
+//
+// A block-quantized tensor (Tensor::blocks) is served as its values: Way::dequantize to float32,
+// or to `convert_to` when convertible(float32, convert_to); Way::none with nbytes 0 when they
+// are not served (values_not_served()).
 ServedTensor serve(const Model& model, const Tensor& tensor,
                    std::optional<DType> convert_to = std::nullopt,
                    ByteOrder order = ByteOrder::as_stored);
+
+// What an entry's `data` file serves: serve()'s bytes, except for a block-quantized tensor: its
+// blocks as stored (Way::range, dtype uint8, nbytes stored_nbytes()), its values or not.
+ServedTensor serve_data(const Model& model, const Tensor& tensor,
+                        std::optional<DType> convert_to = std::nullopt);
+
+// Why a servable tensor's values are not served although its `data` is: a block-quantized
+// tensor of a format dequantize() does not handle, or whose blocks are big-endian; empty for
+// every other tensor (a broken one too: Tensor::broken says why).
+std::string_view values_not_served(const Model& model, const Tensor& tensor);
 
 // The bytes that reverse together when an element of `dtype` changes byte order: its size, or
 // half of it for a complex number (its real and imaginary parts).

@@ -30,8 +30,9 @@ class SharingIndex;
 // lists keys only, so that a glob of key names (`rsync -a MNT/model.* dest/`) selects keys and
 // nothing else.
 enum class Layout : std::uint8_t {
-  // A directory per entry: data, meta.json, tensor.npy, tensor.pt (a tensor), or value.json (a
-  // value). .ckptfs holds index.json and model.safetensors (or its shards).
+  // A directory per entry: data, meta.json, tensor.npy, tensor.pt (a tensor; TreeOptions::files
+  // chooses among them), or value.json (a value). .ckptfs holds index.json and
+  // model.safetensors (or its shards).
   split,
   // The transformers RFC's layout (transformers#13548): map.pt (the keys, in order) and one
   // <name>.pt per entry that torch can load alone: a tensor's tensor.pt, or a value JSON
@@ -39,6 +40,21 @@ enum class Layout : std::uint8_t {
   // it beside the <name>.pt files; .ckptfs holds index.json.
   rfc,
 };
+
+// The files a tensor's directory may hold, one bit each, in the order they are listed.
+enum KeyFile : std::uint8_t {
+  key_data = 1,        // data
+  key_meta_json = 2,   // meta.json
+  key_tensor_npy = 4,  // tensor.npy
+  key_tensor_pt = 8,   // tensor.pt (when torch can hold the tensor)
+  all_key_files = 15,
+};
+// The bit of a file named as it appears in a key directory ("data", "meta.json", "tensor.npy",
+// "tensor.pt"; "npy" and "pt" for short), for -o files=LIST. "value.json" is 0: a value's
+// directory always holds it. nullopt for any other name.
+std::optional<std::uint8_t> key_file_bit(std::string_view name);
+// The names of the files in `files`, comma-separated, in listing order ("data,meta.json").
+std::string key_files_text(std::uint8_t files);
 
 // The permission bits of a mount's files and directories.
 struct Modes {
@@ -67,6 +83,9 @@ struct TreeOptions {
   // Serve every floating-point tensor converted to this dtype (see serve()); none: as stored.
   std::optional<DType> dtype = std::nullopt;
   Layout layout = Layout::split;
+  // The split layout: which files a tensor's directory holds (KeyFile bits). A value's directory
+  // holds value.json and a broken tensor's meta.json whatever this says (it is all they have).
+  std::uint8_t files = all_key_files;
 };
 
 class Tree {

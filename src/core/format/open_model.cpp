@@ -3,6 +3,7 @@
 // directory by the files in it, a sharded set by its index, its shards opened in parallel.
 #include <ckptfs/base/error.hpp>
 #include <ckptfs/format/open_model.hpp>
+#include <ckptfs/source/inflated_source.hpp>
 #include <ckptfs/source/location.hpp>
 #include <ckptfs/source/open_file.hpp>
 
@@ -20,6 +21,9 @@
 
 namespace ckptfs {
 namespace {
+
+// What a PyTorch Distributed Checkpoint's metadata file is called (FileSystemWriter's name).
+constexpr const char* dcp_metadata_name = ".metadata";
 
 // Shards read at once: parsing is quick, but a remote shard waits on the network.
 constexpr std::size_t max_parallel_shards = 8;
@@ -47,22 +51,32 @@ bool is_zip(const ByteSource& source) {
   return source.size() >= 4 && source.read_string(0, 4) == std::string_view("PK\x03\x04", 4);
 }
 
-// A model file (never an index): safetensors or torch.save. `name` is its name in Model::sources.
+// A model file (never an index, never an .npz: open_file() opens those): safetensors, GGUF or
+// torch.save. `name` is its name in
+// Model::sources.
 Model read_model_file(const ByteSource& source, const std::string& location, std::string name,
                       const OpenOptions& options) {
   if (file_name(location).ends_with(".safetensors") || looks_like_safetensors(source)) {
     return read_safetensors(source, std::move(name), options.safetensors);
   }
+  if (looks_like_gguf(source)) return read_gguf(source, std::move(name), options.gguf);
   // A remote zip's local headers are checked when a record is first read, not all at once.
   ReadLimits limits = options.limits;
   limits.zip.defer_local_headers = limits.zip.defer_local_headers || source.remote();
   return read_torch(source, std::move(name), limits);
 }
 
-OpenedModel open_sharded(const std::string& location, std::unique_ptr<ByteSource> index_source,
-                         const OpenOptions& options) {
-  ShardIndex index = read_shard_index(*index_source, options.sharded);
-  const std::size_t n = index.shards.size();
+// The files of a set (a sharded set's shards, a GGUF split set's files): `names`, siblings of
+// `location`, each opened with options.open and read as read_model_file() reads it, in parallel.
+// The first that fails, in the set's order, is the error, naming it as `what` says ("shard %s
+// (named by the index)").
+struct SetFiles {
+  std::vector<std::unique_ptr<ByteSource>> sources;
+  std::vector<Model> models;
+};
+SetFiles read_set(const std::string& location, const std::vector<std::string>& names,
+                  const OpenOptions& options, std::string_view what) {
+  const std::size_t n = names.size();
   std::vector<std::unique_ptr<ByteSource>> sources(n);
   std::vector<Model> models(n);
   std::vector<std::exception_ptr> errors(n);
@@ -75,9 +89,9 @@ OpenedModel open_sharded(const std::string& location, std::unique_ptr<ByteSource
       const std::size_t i = next.fetch_add(1);
       if (i >= n) return;
       try {
-        const std::string shard_location = sibling_location(location, index.shards[i]);
+        const std::string shard_location = sibling_location(location, names[i]);
         sources[i] = options.open(shard_location);
-        models[i] = read_model_file(*sources[i], shard_location, index.shards[i], options);
+        models[i] = read_model_file(*sources[i], shard_location, names[i], options);
       } catch (...) {
         errors[i] = std::current_exception();
         failed = true;
@@ -97,17 +111,68 @@ OpenedModel open_sharded(const std::string& location, std::unique_ptr<ByteSource
     try {
       std::rethrow_exception(errors[i]);
     } catch (const Error& e) {
-      throw Error(e.code(), fmt::format("shard {} (named by the index): {}", quote(index.shards[i]),
-                                        e.what()));
+      throw Error(e.code(), fmt::format(fmt::runtime(what), quote(names[i])) + ": " + e.what());
     }
   }
-  Model model = combine_shards(index, std::move(models));
-  return OpenedModel(std::move(sources), std::move(model), index_source->times());
+  return {std::move(sources), std::move(models)};
+}
+
+OpenedModel open_sharded(const std::string& location, std::unique_ptr<ByteSource> index_source,
+                         const OpenOptions& options) {
+  ShardIndex index = read_shard_index(*index_source, options.sharded);
+  SetFiles set = read_set(location, index.shards, options, "shard {} (named by the index)");
+  Model model = combine_shards(index, std::move(set.models));
+  return OpenedModel(std::move(set.sources), std::move(model), index_source->times());
+}
+
+// A GGUF split set, from any of its files: every file of its name's prefix and count.
+OpenedModel open_gguf_split(const std::string& location, const GgufSplitName& split,
+                            const OpenOptions& options) {
+  std::vector<std::string> names;
+  for (std::uint32_t i = 1; i <= split.count; ++i) {
+    names.push_back(gguf_split_file(split.prefix, i, split.count));
+  }
+  SetFiles set = read_set(location, names, options, "split file {}");
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    if (set.models[i].format != Format::gguf) {
+      throw Error(ExitCode::bad_checkpoint,
+                  fmt::format("split file {}: not a GGUF file", quote(names[i])));
+    }
+  }
+  Model model = combine_gguf_splits(names, std::move(set.models));
+  return OpenedModel(std::move(set.sources), std::move(model));
+}
+
+// A DCP checkpoint by its .metadata: the files it names are its siblings, opened as needed.
+OpenedModel open_dcp(const std::string& location, std::unique_ptr<ByteSource> metadata,
+                     const OpenOptions& options) {
+  DcpModel dcp = read_dcp(
+      *metadata,
+      [&](const std::string& name) { return options.open(sibling_location(location, name)); },
+      options.limits, options.dcp);
+  return OpenedModel(std::move(dcp.sources), std::move(dcp.model), metadata->times());
 }
 
 OpenedModel open_file(const std::string& location, const OpenOptions& options) {
-  std::unique_ptr<ByteSource> source = options.open(location);
   const std::string name = file_name(location);
+  if (const auto split = gguf_split_name(name); split && split->count > 1) {
+    return open_gguf_split(location, *split, options);
+  }
+  std::unique_ptr<ByteSource> source = options.open(location);
+  if (name == dcp_metadata_name) return open_dcp(location, std::move(source), options);
+  if (name.ends_with(".npz") || looks_like_npz(*source)) {
+    // numpy.savez_compressed's members are served inflated on read, each its own source.
+    std::vector<DeflatedMember> deflated;
+    Model model = read_npz(*source, name, options.npz, &deflated);
+    std::vector<std::unique_ptr<ByteSource>> sources;
+    sources.push_back(std::move(source));
+    for (std::size_t i = 0; i < deflated.size(); ++i) {
+      sources.push_back(std::make_unique<InflatedSource>(*sources.front(), deflated[i].offset,
+                                                         deflated[i].compressed_size,
+                                                         deflated[i].size, model.sources[i + 1]));
+    }
+    return OpenedModel(std::move(sources), std::move(model));
+  }
   if (name.ends_with(".json") ||
       (!name.ends_with(".safetensors") && !looks_like_safetensors(*source) && !is_zip(*source) &&
        starts_like_json(*source))) {
@@ -126,40 +191,57 @@ bool is_regular_file(const std::string& path) {
 
 // What a directory holds to be mounted (see open_model()), as a path in it; nullopt when it
 // holds none of those files.
-std::optional<std::string> choose_in_directory(const std::string& directory) {
+// The first of transformers' names for a model in a directory, as a path in it.
+std::optional<std::string> named_in_directory(const std::string& directory) {
   const std::string dir = directory.ends_with('/') ? directory : directory + "/";
   for (const char* name : {"model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                            "pytorch_model.bin.index.json"}) {
     if (is_regular_file(dir + name)) return dir + name;
   }
+  return std::nullopt;
+}
+
+// A directory's one *.index.json, else its one *.safetensors, as a path in it.
+std::optional<std::string> choose_in_directory(const std::string& directory) {
+  const std::string dir = directory.ends_with('/') ? directory : directory + "/";
   // Opened as a directory (never waiting, whatever is there now), then listed.
   OpenedFile opened = open_file(directory, FileKind::directory);
   DIR* d = ::fdopendir(opened.fd.get());
   if (d == nullptr) throw Error(ExitCode::io, std::strerror(errno));
   opened.fd.release();  // closedir() closes it
-  std::vector<std::string> indexes, safetensors;
+  std::vector<std::string> indexes, safetensors, ggufs;
   while (const dirent* e = ::readdir(d)) {
     std::string name = e->d_name;
     if (name.ends_with(".index.json") && is_regular_file(dir + name)) {
       indexes.push_back(name);
     } else if (name.ends_with(".safetensors") && is_regular_file(dir + name)) {
       safetensors.push_back(name);
+    } else if (name.ends_with(".gguf") && is_regular_file(dir + name)) {
+      // A GGUF split set counts once, by its first file (open_model() reads the rest).
+      const auto split = gguf_split_name(name);
+      if (split && split->count > 1) name = gguf_split_file(split->prefix, 1, split->count);
+      ggufs.push_back(name);
     }
   }
   ::closedir(d);
   std::sort(indexes.begin(), indexes.end());
   std::sort(safetensors.begin(), safetensors.end());
-  const auto& found = !indexes.empty() ? indexes : safetensors;
+  std::sort(ggufs.begin(), ggufs.end());
+  ggufs.erase(std::unique(ggufs.begin(), ggufs.end()), ggufs.end());
+  const auto& found = !indexes.empty() ? indexes : !safetensors.empty() ? safetensors : ggufs;
   if (found.size() == 1) return dir + found[0];
   if (found.empty()) return std::nullopt;
   std::string names;
   for (std::size_t i = 0; i < found.size() && i < 4; ++i) {
     names += (i ? ", " : "") + quote(found[i], 60);
   }
-  throw Error(ExitCode::io,
-              fmt::format("a directory with {} {} files ({}{}): name the one to mount",
-                          found.size(), &indexes == &found ? "*.index.json" : "*.safetensors",
-                          names, found.size() > 4 ? ", ..." : ""));
+  throw Error(
+      ExitCode::io,
+      fmt::format("a directory with {} {} files ({}{}): name the one to mount", found.size(),
+                  &indexes == &found       ? "*.index.json"
+                  : &safetensors == &found ? "*.safetensors"
+                                           : "*.gguf",
+                  names, found.size() > 4 ? ", ..." : ""));
 }
 
 }  // namespace
@@ -193,11 +275,24 @@ OpenedModel open_model(const std::string& location, const OpenOptions& options) 
     if (looks_like_split_directory(location)) {
       return opened(read_split_directory(location, options.split));
     }
+    const std::string metadata =
+        (location.ends_with('/') ? location : location + "/") + dcp_metadata_name;
+    if (is_regular_file(metadata)) return open_file(metadata, options);
+    if (auto named = named_in_directory(location)) return open_file(*named, options);
+    if (looks_like_zero_directory(location)) {
+      return opened(read_zero_directory(location, options.limits, options.zero));
+    }
     if (auto chosen = choose_in_directory(location)) return open_file(*chosen, options);
     throw Error(ExitCode::io,
                 "a directory without model.safetensors, pytorch_model.bin, an *.index.json, a "
-                "*.safetensors file, map.pt (an RFC directory) or key directories (a split "
-                "directory): nothing to mount");
+                "*.safetensors file, a *.gguf file or split set, map.pt (an RFC directory), key "
+                "directories (a split directory), .metadata (a PyTorch DCP checkpoint) or "
+                "*_model_states.pt (a "
+                "DeepSpeed checkpoint): nothing to mount");
+  }
+  if (is_url(location) && looks_like_zero_location(location)) {
+    DirectoryModel d = read_zero_remote(location, options.open, options.limits, options.zero);
+    return OpenedModel(std::move(d.sources), std::move(d.model), d.times);
   }
   return open_file(location, options);
 }

@@ -58,7 +58,7 @@ std::string check_piece(const Model& model, const Tensor& tensor, const Assembly
   }
   std::uint64_t end = 0;
   if (__builtin_add_overflow(last, 1, &end) ||
-      __builtin_mul_overflow(end, tensor.element_size(), &end)) {
+      __builtin_mul_overflow(end, tensor.stored_element_size(), &end)) {
     return fmt::format("piece {}'s view overflows", i);
   }
   if (end > storage.nbytes) {
@@ -122,7 +122,9 @@ std::string index_assembly(const Model& model, const Tensor& tensor, Assembly& a
                        tensor.shape.size());
   }
   if (a.size() > max_pieces) return fmt::format("more than {} pieces", max_pieces);
-  if (tensor.nbytes() == 0 && tensor.numel() != 0) return "its size overflows";
+  if ((tensor.nbytes() == 0 || tensor.stored_nbytes() == 0) && tensor.numel() != 0) {
+    return "its size overflows";
+  }
   const std::vector<std::int64_t> sizes = grid_sizes(tensor, a);
   for (std::size_t i = 0; i < a.size(); ++i) {
     if (std::string why = check_piece(model, tensor, a, sizes, i); !why.empty()) return why;

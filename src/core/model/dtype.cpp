@@ -104,6 +104,31 @@ std::optional<DType> dtype_from_tensor_class(std::string_view name) {
   return dtype_from_storage_class(storage);
 }
 
+bool stored_convertible(DType from, DType to) noexcept {
+  auto is_float = [](DType d) {
+    return d == DType::float16 || d == DType::bfloat16 || d == DType::float32;
+  };
+  switch (from) {
+    case DType::float16:
+    case DType::bfloat16:
+    case DType::float32:
+    case DType::float64:
+      return is_float(to);
+    case DType::int8:
+    case DType::int16:
+    case DType::int32:
+    case DType::int64:
+    case DType::uint8:
+    case DType::uint16:
+    case DType::uint32:
+    case DType::uint64:
+    case DType::boolean:
+      return to == DType::float32;
+    default:
+      return false;
+  }
+}
+
 std::string numpy_descr(DType dtype, bool big_endian) {
   const auto& i = info(dtype);
   char order = i.element_size == 1 ? '|' : big_endian ? '>' : '<';

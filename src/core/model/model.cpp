@@ -20,6 +20,14 @@ std::string_view format_name(Format format) {
       return "split";
     case Format::rfc:
       return "rfc";
+    case Format::dcp:
+      return "dcp";
+    case Format::zero:
+      return "zero";
+    case Format::gguf:
+      return "gguf";
+    case Format::npz:
+      return "npz";
   }
   return "?";
 }
@@ -39,6 +47,17 @@ std::uint64_t Tensor::nbytes() const noexcept {
   return n;
 }
 
+std::uint64_t Tensor::stored_nbytes() const noexcept {
+  std::uint64_t n = 0;
+  if (blocks != BlockFormat::none) {
+    const BlockFormatInfo& b = info(blocks);
+    if (__builtin_mul_overflow(numel() / b.block_elements, b.block_bytes, &n)) return 0;
+    return n;
+  }
+  if (__builtin_mul_overflow(numel(), stored_element_size(), &n)) return 0;
+  return n;
+}
+
 bool Tensor::contiguous() const noexcept {
   if (shape.size() != stride.size()) return false;
   if (numel() == 0) return true;
@@ -53,11 +72,15 @@ bool Tensor::contiguous() const noexcept {
 std::optional<std::uint64_t> Model::offset_in_storage(const Tensor& t) const {
   if (!t.broken.empty() || !t.storage || !t.contiguous()) return std::nullopt;
   const Storage& s = storages[*t.storage];
+  if (t.blocks != BlockFormat::none) {
+    if (t.storage_offset != 0 || t.stored_nbytes() > s.nbytes) return std::nullopt;
+    return 0;
+  }
   // Inside the storage, the empty tensors too: an empty view may sit at any offset (x[5:5]).
   std::uint64_t begin = 0;
-  if (__builtin_mul_overflow(static_cast<std::uint64_t>(t.storage_offset), t.element_size(),
+  if (__builtin_mul_overflow(static_cast<std::uint64_t>(t.storage_offset), t.stored_element_size(),
                              &begin) ||
-      begin > s.nbytes || t.nbytes() > s.nbytes - begin) {
+      begin > s.nbytes || t.stored_nbytes() > s.nbytes - begin) {
     return std::nullopt;
   }
   return begin;

@@ -150,6 +150,10 @@ Selection select_entries(const Model& model, std::span<const KeyGlob> globs, Pac
                                 "with --keys",
                                 quote(e.key), t.broken));
       }
+      if (const std::string_view why = values_not_served(model, t); !why.empty()) {
+        out.left_out.push_back({i, fmt::format("{} blocks: {}", info(t.blocks).name, why)});
+        continue;
+      }
       if (format == PackFormat::safetensors) {
         const DType served = serve(model, t, convert_to).dtype;
         if (safetensors_dtype(t, served).empty()) {

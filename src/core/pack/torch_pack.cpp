@@ -77,8 +77,10 @@ TorchPack::TorchPack(const Model& model, const Selection& selection, std::string
   auto args_of = [&](std::size_t index, std::optional<DType> convert) {
     const Tensor& t = model.tensors[index];
     const ServedTensor served = serve(model, t, convert, ByteOrder::little);
-    // Converted (an empty tensor too: no bytes, but the dtype it is served as).
-    if (served.way == ServedTensor::Way::convert || served.dtype != t.dtype || !t.storage) {
+    // Converted or dequantized (an empty tensor too: no bytes, but the dtype it is served as),
+    // or stored in another dtype.
+    if (served.way == ServedTensor::Way::convert || served.way == ServedTensor::Way::dequantize ||
+        served.dtype != t.dtype || !t.storage || t.stored_dtype) {
       return own_record(index, convert);
     }
     const Storage& s = model.storages[*t.storage];

@@ -70,6 +70,7 @@ void Block::set_failed(ExitCode code, std::string message) {
     if (state_.load(std::memory_order_relaxed) != State::pending) return;
     error_code_ = code;
     error_ = std::move(message);
+    failed_at_ = std::chrono::steady_clock::now();
   }
   finish(State::failed);
 }

@@ -76,6 +76,10 @@ std::optional<ContentRange> parse_content_range(std::string_view value) noexcept
   return range;
 }
 
+std::optional<std::uint64_t> parse_content_length(std::string_view value) noexcept {
+  return number(trim(value));
+}
+
 std::optional<std::uint64_t> parse_retry_after(std::string_view value, std::int64_t now,
                                                std::optional<std::int64_t> date_seconds) noexcept {
   value = trim(value);

@@ -2,6 +2,8 @@
 // HttpTransport: the curl multi loop, its queue of jobs, retries' start times and shutdown.
 #include "http_transport.hpp"
 
+#include <ckptfs/base/error.hpp>
+
 #include <algorithm>
 #include <system_error>
 
@@ -24,6 +26,7 @@ int HttpTransport::progress(void* job, curl_off_t, curl_off_t, curl_off_t, curl_
 
 void HttpTransport::submit(std::shared_ptr<Job> job) {
   std::lock_guard lock(mutex_);
+  if (closed_) throw Error(ExitCode::io, "ckptfs is stopping: no new request is made");
   incoming_.push_back(std::move(job));
   if (stopping_) return;  // a job finish_all() finishes, resubmitting itself: finished there too
   if (thread_.joinable()) {
@@ -38,6 +41,14 @@ void HttpTransport::submit(std::shared_ptr<Job> job) {
   multi_setopt(multi_, CURLMOPT_PIPELINING, CURLPIPE_MULTIPLEX);
   stopping_ = false;
   thread_ = std::thread([this] { run(); });
+}
+
+void HttpTransport::close() {
+  {
+    std::lock_guard lock(mutex_);
+    closed_ = true;
+  }
+  quiesce();
 }
 
 void HttpTransport::quiesce() {

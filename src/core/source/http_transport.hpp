@@ -54,8 +54,12 @@ class HttpTransport {
 
   // Queues `job` (started once job->not_before has passed). Starts the thread when it is not
   // running (it is stopped by quiesce()). Thread-safe. Throws std::system_error when no thread
-  // can be started.
+  // can be started, Error(io) once close() was called.
   void submit(std::shared_ptr<Job> job);
+
+  // quiesce() for good: every later submit() throws. For a mount being stopped, whose reads must
+  // not wait for a server. Thread-safe (not from the transport's thread).
+  void close();
 
   // Cancels every job (each gets finish() with an error), closes every connection and stops the
   // thread; the next submit() starts again. For fork(): a child has no copy of the thread. Not
@@ -72,6 +76,7 @@ class HttpTransport {
   std::mutex mutex_;
   std::deque<std::shared_ptr<Job>> incoming_;  // submitted, not yet seen by the thread
   bool stopping_ = false;
+  bool closed_ = false;
   CURLM* multi_ = nullptr;  // while the thread runs
   std::thread thread_;
   std::unordered_map<CURL*, std::shared_ptr<Job>> active_;  // the thread's own

@@ -108,6 +108,40 @@ std::string display_location(std::string_view location) {
   return out;
 }
 
+std::optional<std::string> url_without_signature(std::string_view location) {
+  auto url = parse_url(location);
+  if (!url) return std::nullopt;
+  auto signs = [](std::string_view name) {
+    static constexpr std::string_view exact[] = {"Signature",      "Expires",     "AWSAccessKeyId",
+                                                 "GoogleAccessId", "Key-Pair-Id", "Policy"};
+    if (name.starts_with("X-Amz-") || name.starts_with("X-Goog-")) return true;
+    for (auto e : exact) {
+      if (name == e) return true;
+    }
+    return false;
+  };
+  std::string out = url->scheme + "://";
+  if (!url->userinfo.empty()) out += url->userinfo + "@";
+  out += url->host;
+  if (!url->port.empty()) out += ":" + url->port;
+  out += url->path;
+  if (!url->has_query) return out;
+  std::string kept;
+  std::string_view query = url->query;
+  while (true) {
+    const auto amp = query.find('&');
+    const std::string_view parameter = query.substr(0, amp);
+    if (!signs(parameter.substr(0, parameter.find('=')))) {
+      if (!kept.empty()) kept += '&';
+      kept += parameter;
+    }
+    if (amp == std::string_view::npos) break;
+    query.remove_prefix(amp + 1);
+  }
+  // "?" alone stays: "m.pth?" and "m.pth" may be two objects to a server.
+  return out + "?" + kept;
+}
+
 void mask_credentials(char* text) noexcept {
   if (text == nullptr || !is_url(text)) return;
   const std::size_t length = std::strlen(text);

@@ -5,27 +5,32 @@
 
 #include <ckptfs/base/error.hpp>
 #include <ckptfs/source/block_cache.hpp>
+#include <ckptfs/source/disk_cache.hpp>
 #include <ckptfs/source/http_headers.hpp>
 #include <ckptfs/source/location.hpp>
+#include <ckptfs/source/open_file.hpp>
 
-#include "disk_cache.hpp"
 #include "http_transport.hpp"
 
 #include <fmt/format.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <cerrno>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
-#include <fstream>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <random>
+#include <sstream>
 #include <thread>
+#include <tuple>
 
 namespace ckptfs {
 namespace detail {
@@ -40,8 +45,12 @@ constexpr std::uint64_t first_window = 4;
 constexpr std::uint64_t largest_window = 256;
 constexpr std::uint64_t blocks_per_request = 16;
 constexpr std::size_t max_error_body = 4096;
-// A request that moves no byte for this long is abandoned and retried on a new connection.
+// A request slower than minimum_rate() over this long (a third of the timeout, 1 to 10 s) is
+// abandoned and retried on a new connection: a stalled server, or one that trickles bytes.
 constexpr long stall_seconds_max = 10;
+// A block whose fetch failed stays failed this long: the kernel retries a failed read at once,
+// page by page, and that retry must not wait for the server again.
+constexpr auto failure_memory = std::chrono::seconds(1);
 // unchanged(check_path) asks the server again at most this often (in the background).
 constexpr auto revalidate_every = std::chrono::seconds(5);
 // SigV4 signs the payload's hash: a GET has none, this is SHA-256 of nothing.
@@ -59,6 +68,13 @@ std::string lower(std::string s) {
 int jitter(int most) {
   thread_local std::minstd_rand engine{std::random_device{}()};
   return std::uniform_int_distribution<int>(0, most)(engine);
+}
+
+// The slowest transfer worth waiting for: one that brings a block within the timeout. A server
+// that sends less (2 bytes a second, say) can never answer a read in time.
+long minimum_rate(std::chrono::milliseconds timeout) {
+  return static_cast<long>(
+      std::max<std::uint64_t>(1, block_size * 1000 / static_cast<std::uint64_t>(timeout.count())));
 }
 
 std::int64_t steady_ms() {
@@ -88,7 +104,7 @@ struct Object {
   std::string last_modified;
   SourceTimes times;
   std::uint32_t id = 0;
-  std::string disk_folder;  // empty: no disk cache
+  std::shared_ptr<const DiskCache::Folder> disk_folder;  // null: no disk cache
 
   std::atomic<bool> changed{false};
   std::mutex reason_mutex;
@@ -136,7 +152,7 @@ struct RemoteShared {
         cache(options.cache_size),
         transport(TransportOptions{options.insecure, options.cacert, options.max_connections}) {
     if (!options.cache_dir.empty()) {
-      disk = std::make_unique<DiskCache>(options.cache_dir, options.cache_dir_size);
+      disk = std::make_unique<DiskCache>(options.cache_dir, options.cache_dir_size, options.warn);
     }
     window_limit =
         std::clamp<std::uint64_t>(options.cache_size / 4 / block_size, 1, largest_window);
@@ -165,7 +181,7 @@ struct RemoteShared {
       DiskWrite w = std::move(disk_queue.front());
       disk_queue.pop_front();
       lock.unlock();
-      disk->store(w.object->disk_folder, w.index,
+      disk->store(*w.object->disk_folder, w.index,
                   std::span<const std::byte>(w.block->data(), w.block->length()));
       lock.lock();
     }
@@ -280,7 +296,7 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
                 static_cast<long>(std::min<std::int64_t>(remaining.count(), 10'000)));
     const long stall = std::clamp<long>(static_cast<long>(shared_.options.timeout.count() / 3000),
                                         1, stall_seconds_max);
-    easy_setopt(easy, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    easy_setopt(easy, CURLOPT_LOW_SPEED_LIMIT, minimum_rate(shared_.options.timeout));
     easy_setopt(easy, CURLOPT_LOW_SPEED_TIME, stall);
     easy_setopt(easy, CURLOPT_HEADERFUNCTION, &RangeFetch::on_header);
     easy_setopt(easy, CURLOPT_HEADERDATA, this);
@@ -305,6 +321,7 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
     if (status_ >= 400) add_error_code(f);
     if (cancelled) f = {ExitCode::io, "the request was cancelled", false, false};
     if (f.changed) object_->mark_changed(f.message);
+    server_failed_ = server_failed_ || f.retry;
     if (f.retry && attempt_ < max_attempts_) {
       auto backoff = std::chrono::milliseconds(100 << std::min(attempt_ - 1, 4u));
       backoff += std::chrono::milliseconds(jitter(static_cast<int>(backoff.count() / 2)));
@@ -365,7 +382,7 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
       if (field->name == "content-range") {
         f->content_range_ = http::parse_content_range(field->value);
       } else if (field->name == "content-length") {
-        f->content_length_ = std::strtoull(field->value.c_str(), nullptr, 10);
+        f->content_length_ = http::parse_content_length(field->value);
       } else if (field->name == "etag") {
         f->response_etag_ = field->value;
       } else if (field->name == "last-modified") {
@@ -439,7 +456,7 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
       in_flight_ -= part;
       shared_.in_flight.fetch_sub(part, std::memory_order_relaxed);
     }
-    if (shared_.disk && !object_->disk_folder.empty()) {
+    if (shared_.disk && object_->disk_folder) {
       shared_.queue_disk_write({object_, first_block_ + k, blocks_[k]});
     }
   }
@@ -497,14 +514,8 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
       }
       etag_ = response_etag_;
       last_modified_ = response_last_modified_;
-      if (mode_ != Mode::probe && !identity_holds()) {
-        return fail_with(
-            ExitCode::io,
-            fmt::format("it changed on the server since it was opened (ETag {} "
-                        "then, {} now)",
-                        quote(o.etag.empty() ? o.last_modified : o.etag),
-                        quote(o.etag.empty() ? response_last_modified_ : response_etag_)),
-            false, true);
+      if (mode_ != Mode::probe) {
+        if (auto why = identity_broken()) return fail_with(ExitCode::io, *why, false, true);
       }
       accepted_ = true;
       return;
@@ -547,13 +558,28 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
     return fail_with(ExitCode::io, fmt::format("the server answered HTTP {}", status_), false);
   }
 
-  bool identity_holds() const {
+  // Why this answer is not known to come from the object pinned at open, or nothing. The
+  // validator pinned (the ETag, else Last-Modified) must come back the same: an answer without
+  // it (a server behind a balancer whose other backends send none, or ignore If-Match) cannot be
+  // told from another object's, and is refused like a changed one.
+  std::optional<std::string> identity_broken() const {
     const Object& o = *object_;
-    if (!o.etag.empty() && !response_etag_.empty()) return response_etag_ == o.etag;
-    if (!o.last_modified.empty() && !response_last_modified_.empty()) {
-      return response_last_modified_ == o.last_modified;
+    const bool by_etag = !o.etag.empty();
+    if (!by_etag && o.last_modified.empty()) return std::nullopt;  // the size alone, checked above
+    const char* name = by_etag ? "ETag" : "Last-Modified";
+    const std::string& pinned = by_etag ? o.etag : o.last_modified;
+    const std::string& now = by_etag ? response_etag_ : response_last_modified_;
+    if (now.empty()) {
+      return fmt::format(
+          "the server answered without the {} it gave when the object was opened "
+          "({}): the answer cannot be told from another object's",
+          name, quote(pinned));
     }
-    return true;
+    if (now != pinned) {
+      return fmt::format("it changed on the server since it was opened ({} {} then, {} now)", name,
+                         quote(pinned), quote(now));
+    }
+    return std::nullopt;
   }
 
   // S3 and its kin say why in an XML body: <Code>SignatureDoesNotMatch</Code>.
@@ -615,13 +641,16 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
  public:
   // The job could not be submitted: its blocks fail now.
   void abandon(const std::string& why) {
+    cancelled = true;  // not the server's failure: nothing to remember of it
     fail(Failure{ExitCode::io, "cannot start a request: " + why, false});
   }
 
  private:
   void succeed() {
-    shared_.failing_until.store(0, std::memory_order_relaxed);
     if (mode_ == Mode::read) {
+      // Only bytes read say the server serves again: a one-byte check gets through a server
+      // that trickles.
+      shared_.failing_until.store(0, std::memory_order_relaxed);
       for (std::size_t k = 0; k < blocks_.size(); ++k) block_done(k);
     } else {
       object_->validated_at = steady_ms();
@@ -633,7 +662,9 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
 
   void fail(Failure f) {
     f.message = object_->scrub(std::move(f.message));
-    if (f.retry && !cancelled) {
+    // The last attempt may have been one the deadline stopped before it started: the server
+    // failed all the same.
+    if ((f.retry || server_failed_) && !cancelled) {
       shared_.failing_until.store(steady_ms() + shared_.options.timeout.count(),
                                   std::memory_order_relaxed);
     }
@@ -642,7 +673,9 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
         auto& block = blocks_[k];
         if (block->state() != Block::State::pending) continue;
         block->set_failed(f.code, f.message);
-        shared_.cache.erase(BlockKey{object_->id, first_block_ + k}, block.get());
+        // A failure of the server's stays in the cache for failure_memory (RemoteSource::block());
+        // a cancelled request's blocks are fetched again by the next read.
+        if (cancelled) shared_.cache.erase(BlockKey{object_->id, first_block_ + k}, block.get());
       }
     }
     if (mode_ == Mode::validate) object_->validating = false;
@@ -671,6 +704,7 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
   std::uint64_t length_;
   unsigned max_attempts_;
   unsigned attempt_ = 0;
+  bool server_failed_ = false;  // an attempt failed in a way a retry may mend
   Clock::time_point deadline_;
   std::uint64_t first_block_ = 0;
   std::vector<std::shared_ptr<Block>> blocks_;
@@ -732,6 +766,7 @@ class RemoteSource final : public ByteSource {
   const std::string& name() const noexcept override { return object_->name; }
   SourceTimes times() const noexcept override { return object_->times; }
   bool remote() const noexcept override { return true; }
+  std::string change_reason() const override { return object_->reason(); }
 
   bool unchanged(bool check_path) const noexcept override {
     if (object_->changed.load(std::memory_order_acquire)) return false;
@@ -767,12 +802,18 @@ class RemoteSource final : public ByteSource {
   // The block at `index` from the caches: ready, pending (fetched by someone), or new (to be
   // fetched by the caller: `created`).
   std::shared_ptr<Block> block(std::uint64_t index, bool& created) const {
-    auto [b, is_new] = shared_->cache.acquire(BlockKey{object_->id, index},
-                                              static_cast<std::size_t>(block_length(index)));
+    const BlockKey key{object_->id, index};
+    const auto length = static_cast<std::size_t>(block_length(index));
+    auto [b, is_new] = shared_->cache.acquire(key, length);
+    if (!is_new && b->state() == Block::State::failed &&
+        Clock::now() - b->failed_at() >= failure_memory) {
+      shared_->cache.erase(key, b.get());  // failed a while ago: asked for again
+      std::tie(b, is_new) = shared_->cache.acquire(key, length);
+    }
     created = false;
     if (!is_new) return b;
-    if (shared_->disk && !object_->disk_folder.empty() &&
-        shared_->disk->load(object_->disk_folder, index,
+    if (shared_->disk && object_->disk_folder &&
+        shared_->disk->load(*object_->disk_folder, index,
                             std::span<std::byte>(b->data(), b->length()))) {
       b->set_ready();
       return b;
@@ -983,12 +1024,38 @@ void target_s3(const Url& url, const S3Settings& s3, Object& o) {
 
 namespace {
 
+// The largest AWS shared file read: `aws configure` writes a few hundred bytes.
+constexpr std::size_t max_ini_size = 1 << 20;
+
 // The keys of section `section` of an AWS shared INI file ("[default]", "[profile x]"...);
-// empty when the file or the section is missing.
+// empty when the file or the section is missing. Opened as any input (open_file()): a FIFO or
+// a device there is refused, never waited on. Throws Error(usage) naming the file when it is not
+// a regular file, or is larger than max_ini_size.
 std::map<std::string, std::string> ini_section(const std::string& path,
                                                const std::string& section) {
   std::map<std::string, std::string> out;
-  std::ifstream in(path);
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 && errno == ENOENT) return out;
+  std::string text;
+  try {
+    OpenedFile file = open_file(path, FileKind::regular);
+    if (static_cast<std::uint64_t>(file.st.st_size) > max_ini_size) {
+      throw Error(ExitCode::usage, fmt::format("larger than {} bytes", max_ini_size));
+    }
+    text.resize(static_cast<std::size_t>(file.st.st_size));
+    std::size_t done = 0;
+    while (done < text.size()) {
+      const ssize_t n =
+          ::pread(file.fd.get(), text.data() + done, text.size() - done, static_cast<off_t>(done));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      done += static_cast<std::size_t>(n);
+    }
+    text.resize(done);
+  } catch (const Error& e) {
+    throw Error(ExitCode::usage, fmt::format("AWS settings file {}: {}", quote(path), e.what()));
+  }
+  std::istringstream in(text);
   std::string line;
   bool inside = false;
   auto trim = [](const std::string& t) {
@@ -1087,6 +1154,8 @@ void RemoteContext::quiesce() noexcept {
   shared_->stop_disk_writer();
 }
 
+void RemoteContext::cancel() noexcept { shared_->transport.close(); }
+
 std::unique_ptr<ByteSource> RemoteContext::open(const std::string& location) {
   using detail::Object;
   using detail::RangeFetch;
@@ -1107,8 +1176,8 @@ std::unique_ptr<ByteSource> RemoteContext::open(const std::string& location) {
     o.redirect_protocols = url->scheme == "https" ? "https" : "http,https";
     if (!url->userinfo.empty()) o.secrets.push_back(url->userinfo);
     if (url->has_query) o.secrets.push_back(url->query);
-    cache_key =
-        url->scheme + "://" + url->host + (url->port.empty() ? "" : ":" + url->port) + url->path;
+    // The whole URL but its signature: "dl?f=a.pth" and "dl?f=b.pth" are two objects.
+    cache_key = url_without_signature(location).value_or(location);
   }
   o.build_headers();
 
@@ -1133,7 +1202,9 @@ std::unique_ptr<ByteSource> RemoteContext::open(const std::string& location) {
   // ETag; a weak one never matches If-Match); every answer is checked anyway.
   if (!o.etag.empty() && !o.etag.starts_with("W/")) o.header_lines.push_back("If-Match: " + o.etag);
   o.build_headers();
-  if (disk) {
+  // Kept on disk only with a validator that tells this version from the next one at the same
+  // URL: a strong ETag, or Last-Modified (a weak ETag promises equivalent, not equal, bytes).
+  if (disk && ((!o.etag.empty() && !o.etag.starts_with("W/")) || !o.last_modified.empty())) {
     o.disk_folder = shared_->disk->object_folder(fmt::format(
         "{}\netag {}\nlast-modified {}\nsize {}\n", cache_key, o.etag, o.last_modified, o.size));
   }

@@ -4,10 +4,13 @@
 
 #include "convert_kernels.hpp"
 
+#include <algorithm>
+#include <array>
 #include <bit>
 #include <cstring>
 #include <memory>
 #include <new>
+#include <type_traits>
 
 #if defined(__x86_64__)
 #include <cpuid.h>
@@ -23,6 +26,7 @@ bool is_float_target(DType d) {
   return d == DType::float16 || d == DType::bfloat16 || d == DType::float32;
 }
 
+inline std::uint8_t byteswap(std::uint8_t v) { return v; }
 inline std::uint16_t byteswap(std::uint16_t v) { return __builtin_bswap16(v); }
 inline std::uint32_t byteswap(std::uint32_t v) { return __builtin_bswap32(v); }
 inline std::uint64_t byteswap(std::uint64_t v) { return __builtin_bswap64(v); }
@@ -146,6 +150,60 @@ constexpr int float_index(DType d) {
 }
 constexpr int pair(DType from, DType to) { return float_index(from) * 4 + float_index(to); }
 
+bool is_integer_source(DType d) {
+  switch (d) {
+    case DType::int8:
+    case DType::int16:
+    case DType::int32:
+    case DType::int64:
+    case DType::uint8:
+    case DType::uint16:
+    case DType::uint32:
+    case DType::uint64:
+    case DType::boolean:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Integers and bool to float32 as torch's .float() gives them: the C++ conversion, which rounds
+// to nearest, ties to even, in the default floating-point environment.
+template <class I>
+void integers_to_f32(const std::byte* in, std::byte* out, std::size_t n, bool big) {
+  using U = std::make_unsigned_t<I>;
+  scalar_loop<U, std::uint32_t>(in, out, n, big, [](U v) {
+    return std::bit_cast<std::uint32_t>(static_cast<float>(static_cast<I>(v)));
+  });
+}
+
+void integer_to_f32(DType from, bool big, const std::byte* in, std::byte* out, std::size_t n) {
+  switch (from) {
+    case DType::int8:
+      return integers_to_f32<std::int8_t>(in, out, n, big);
+    case DType::int16:
+      return integers_to_f32<std::int16_t>(in, out, n, big);
+    case DType::int32:
+      return integers_to_f32<std::int32_t>(in, out, n, big);
+    case DType::int64:
+      return integers_to_f32<std::int64_t>(in, out, n, big);
+    case DType::uint8:
+      return integers_to_f32<std::uint8_t>(in, out, n, big);
+    case DType::uint16:
+      return integers_to_f32<std::uint16_t>(in, out, n, big);
+    case DType::uint32:
+      return integers_to_f32<std::uint32_t>(in, out, n, big);
+    case DType::uint64:
+      return integers_to_f32<std::uint64_t>(in, out, n, big);
+    case DType::boolean:
+      return scalar_loop<std::uint8_t, std::uint32_t>(in, out, n, big, [](std::uint8_t v) {
+        return std::bit_cast<std::uint32_t>(v != 0 ? 1.0f : 0.0f);
+      });
+    default:
+      return;
+  }
+}
+
 }  // namespace
 
 namespace detail {
@@ -226,6 +284,9 @@ ConvertPath convert_best_path() noexcept {
 
 void convert_with(ConvertPath path, DType from, DType to, bool source_big_endian,
                   const std::byte* in, std::byte* out, std::size_t count) noexcept {
+  if (is_integer_source(from) && to == DType::float32) {
+    return integer_to_f32(from, source_big_endian, in, out, count);  // one path: scalar
+  }
   if (!convertible(from, to)) return;
 #if defined(__x86_64__)
   if (path == ConvertPath::avx2) return convert_avx2(from, to, source_big_endian, in, out, count);
@@ -243,6 +304,23 @@ bool convertible(DType from, DType to) noexcept {
 void convert(DType from, DType to, bool source_big_endian, const std::byte* in, std::byte* out,
              std::size_t count) noexcept {
   detail::convert_with(detail::convert_best_path(), from, to, source_big_endian, in, out, count);
+}
+
+void Conversion::run(const std::byte* in, std::byte* out, std::size_t count) const noexcept {
+  if (!via) return convert(from, to, source_big_endian, in, out, count);
+  // Through `via`, a chunk at a time: 16 KiB of float32 (or of anything smaller) on the stack.
+  constexpr std::size_t chunk_bytes = 16 * 1024;
+  alignas(64) std::array<std::byte, chunk_bytes> between;
+  const std::size_t in_size = info(from).element_size;
+  const std::size_t via_size = info(*via).element_size;
+  const std::size_t out_size = info(to).element_size;
+  const std::size_t per_chunk = chunk_bytes / via_size;
+  for (std::size_t done = 0; done < count;) {
+    const std::size_t n = std::min(per_chunk, count - done);
+    convert(from, *via, source_big_endian, in + done * in_size, between.data(), n);
+    convert(*via, to, false, between.data(), out + done * out_size, n);
+    done += n;
+  }
 }
 
 std::uint64_t converted_size(DType from, DType to, std::uint64_t source_nbytes) noexcept {

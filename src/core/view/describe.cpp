@@ -39,8 +39,8 @@ void write_pieces(JsonWriter& j, const Model& c, const Tensor& t) {
     j.key("file_offset");
     std::uint64_t begin = 0;
     if (valid && a.contiguous(i) && p.storage_offset >= 0 &&
-        !__builtin_mul_overflow(static_cast<std::uint64_t>(p.storage_offset), t.element_size(),
-                                &begin)) {
+        !__builtin_mul_overflow(static_cast<std::uint64_t>(p.storage_offset),
+                                t.stored_element_size(), &begin)) {
       try {
         j.number(data_offset(c.storages[p.storage]) + begin);
       } catch (const std::exception&) {
@@ -50,13 +50,54 @@ void write_pieces(JsonWriter& j, const Model& c, const Tensor& t) {
       j.null();
     }
     std::uint64_t nbytes = 0;
-    if (t.broken.empty()) nbytes = a.elements(i) * t.element_size();
+    if (t.broken.empty()) nbytes = a.elements(i) * t.stored_element_size();
     j.key("nbytes").number(nbytes);
     j.key("offsets").numbers(a.offset(i));
     j.key("lengths").numbers(a.length(i));
     j.end_object();
   }
   j.end_array();
+  j.end_object();
+}
+
+// "ggml": the tensor's GGML type as a GGUF file stores it, and where its `data` is in the file:
+// {"type": "Q4_K", "type_id": 12, "block_elements": 256, "block_bytes": 144, "nbytes",
+// "file_offset"}, and for a block-quantized tensor its blocks' "byteorder", whether its values
+// are served ("dequantized") and why not ("not_dequantized").
+void write_ggml_fields(JsonWriter& j, const Model& c, const Tensor& t) {
+  const ServedTensor data = serve_data(c, t);
+  j.key("ggml").begin_object();
+  if (t.blocks != BlockFormat::none) {
+    const BlockFormatInfo& b = info(t.blocks);
+    j.key("type").string(b.name).key("type_id").number(std::uint64_t{b.ggml_type});
+    j.key("block_elements").number(std::uint64_t{b.block_elements});
+    j.key("block_bytes").number(std::uint64_t{b.block_bytes});
+  } else if (const auto plain = ggml_plain_type_of(t.dtype)) {
+    j.key("type").string(plain->name).key("type_id").number(std::uint64_t{plain->ggml_type});
+    j.key("block_elements").number(std::uint64_t{1});
+    j.key("block_bytes").number(std::uint64_t{info(t.dtype).element_size});
+  } else {
+    j.key("type").null().key("type_id").null();  // no GGML type (a split directory's tensor)
+  }
+  j.key("nbytes").number(data.nbytes);
+  j.key("file_offset");
+  if (auto offset = c.file_offset(t)) {
+    j.number(*offset);
+  } else {
+    j.null();
+  }
+  if (t.blocks != BlockFormat::none) {
+    const std::string_view why = values_not_served(c, t);
+    // The blocks' own byte order (their values are served little-endian).
+    j.key("byteorder").string(big_endian(c, t) ? "big" : "little");
+    j.key("dequantized").boolean(why.empty());
+    j.key("not_dequantized");
+    if (why.empty()) {
+      j.null();
+    } else {
+      j.string(why);
+    }
+  }
   j.end_object();
 }
 
@@ -67,7 +108,9 @@ void write_tensor_fields(JsonWriter& j, const Model& c, std::size_t entry_index,
   const Entry& e = c.entries[entry_index];
   const Tensor& t = c.tensors[e.tensor];
   const ServedTensor served = serve(c, t, convert_to);
-  const bool converted = served.dtype != served.stored || served.big_endian != big_endian(c, t);
+  // A block-quantized tensor's values are never a range of the file (its blocks are).
+  const bool converted = served.dtype != served.stored || served.big_endian != big_endian(c, t) ||
+                         t.blocks != BlockFormat::none;
   j.key("dtype").string(info(served.dtype).name);
   j.key("stored_dtype").string(info(served.stored).name);
   j.key("shape").numbers(t.shape);
@@ -106,6 +149,7 @@ void write_tensor_fields(JsonWriter& j, const Model& c, std::size_t entry_index,
   } else {
     j.null();
   }
+  if (t.blocks != BlockFormat::none || c.format == Format::gguf) write_ggml_fields(j, c, t);
   std::uint64_t others = 0;
   j.key("storage");
   if (t.storage) {
@@ -162,7 +206,13 @@ void write_sources_and_metadata(JsonWriter& j, const Model& c) {
   j.end_array();
   j.key("metadata").begin_object();
   for (const auto& [key, value] : c.metadata) j.key(key).string(value);
+  for (const Model::JsonMetadata& m : c.json_metadata) j.key(m.key).raw(m.value_json);
   j.end_object();
+  if (!c.json_metadata.empty()) {
+    j.key("metadata_types").begin_object();
+    for (const Model::JsonMetadata& m : c.json_metadata) j.key(m.key).string(m.type);
+    j.end_object();
+  }
 }
 
 std::string tensor_meta_json(const Model& c, std::size_t entry_index, const SharingIndex& sharing,

@@ -109,6 +109,7 @@ std::string header_of(const Model& model, const std::vector<SafetensorsExport::T
 // Whether a tensor entry is in the export, served as `served`.
 bool exported(const Model& model, const Entry& e, const ServedTensor& served) {
   return e.kind == Entry::Kind::tensor && model.tensors[e.tensor].broken.empty() &&
+         values_not_served(model, model.tensors[e.tensor]).empty() &&
          !safetensors_dtype(model.tensors[e.tensor], served.dtype).empty();
 }
 

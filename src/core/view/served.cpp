@@ -4,6 +4,7 @@
 #include <ckptfs/model/assembly.hpp>
 #include <ckptfs/source/byte_source.hpp>
 #include <ckptfs/view/convert.hpp>
+#include <ckptfs/view/dequantize.hpp>
 #include <ckptfs/view/served.hpp>
 
 #include <algorithm>
@@ -103,7 +104,7 @@ namespace {
 
 StridedView view_of(const Model& model, const Tensor& tensor) {
   return {&model.storages[*tensor.storage], tensor.storage_offset, tensor.shape, tensor.stride,
-          tensor.element_size()};
+          tensor.stored_element_size()};
 }
 
 StridedView view_of_piece(const Model& model, const Assembly& a, std::size_t piece,
@@ -119,7 +120,7 @@ template <typename Visit>
 void for_each_piece_part(const Model& model, const Tensor& tensor, std::uint64_t offset,
                          std::uint64_t length, Visit visit) {
   const Assembly& a = model.assemblies[*tensor.assembly];
-  const std::uint64_t es = tensor.element_size();
+  const std::uint64_t es = tensor.stored_element_size();
   const std::uint64_t end = offset + length;
   const std::uint64_t last = (end + es - 1) / es;  // one past the last element touched
   for (std::uint64_t at = offset; at < end;) {
@@ -136,6 +137,28 @@ void for_each_piece_part(const Model& model, const Tensor& tensor, std::uint64_t
 std::uint64_t contiguous_offset(const StridedView& view, std::uint64_t offset) {
   return data_offset(*view.storage) +
          static_cast<std::uint64_t>(view.storage_offset) * view.element_size + offset;
+}
+
+// serve() of a block-quantized tensor: its values, dequantized on read.
+ServedTensor serve_blocks(const Model& model, const Tensor& tensor,
+                          std::optional<DType> convert_to) {
+  ServedTensor s;
+  s.dtype = s.stored = tensor.dtype;
+  s.big_endian = big_endian(model, tensor);
+  const auto begin = model.offset_in_storage(tensor);
+  if (!tensor.broken.empty() || !begin || !values_not_served(model, tensor).empty()) return s;
+  // Values are served little-endian, whatever the blocks'.
+  const bool big_endian_blocks = s.big_endian;
+  s.big_endian = false;
+  if (convert_to && convertible(DType::float32, *convert_to)) s.dtype = *convert_to;
+  s.contiguous = true;
+  s.storage = *tensor.storage;
+  s.begin = *begin;
+  s.blocks = tensor.blocks;
+  s.blocks_big_endian = big_endian_blocks;
+  s.nbytes = tensor.numel() * info(s.dtype).element_size;  // float32's fits (Tensor::blocks)
+  if (s.nbytes != 0) s.way = ServedTensor::Way::dequantize;
+  return s;
 }
 
 }  // namespace
@@ -168,10 +191,39 @@ void read_stored(const Model& model, const Tensor& tensor, std::uint64_t offset,
   gather_view(view_of(model, tensor), offset, sources, out);
 }
 
+std::string_view values_not_served(const Model& model, const Tensor& tensor) {
+  if (tensor.blocks == BlockFormat::none) return {};
+  if (!dequantizable(tensor.blocks)) return info(tensor.blocks).not_dequantized;
+  if (big_endian(model, tensor) && !big_endian_dequantizable(tensor.blocks)) {
+    return "big-endian blocks of a type gguf-convert-endian (which writes big-endian GGUF "
+           "files) does not convert: the byte order of their fields is unknown, they are "
+           "served as data only";
+  }
+  return {};
+}
+
+ServedTensor serve_data(const Model& model, const Tensor& tensor, std::optional<DType> convert_to) {
+  if (tensor.blocks == BlockFormat::none) return serve(model, tensor, convert_to);
+  ServedTensor s;
+  s.dtype = s.stored = DType::uint8;
+  s.big_endian = big_endian(model, tensor);
+  const auto begin = model.offset_in_storage(tensor);
+  if (!tensor.broken.empty() || !begin) return s;
+  s.contiguous = true;
+  s.storage = *tensor.storage;
+  s.begin = *begin;
+  s.blocks = tensor.blocks;
+  s.nbytes = tensor.stored_nbytes();
+  if (s.nbytes != 0) s.way = ServedTensor::Way::range;
+  return s;
+}
+
 ServedTensor serve(const Model& model, const Tensor& tensor, std::optional<DType> convert_to,
                    ByteOrder order) {
+  if (tensor.blocks != BlockFormat::none) return serve_blocks(model, tensor, convert_to);
   ServedTensor s;
-  s.dtype = s.stored = tensor.dtype;
+  s.dtype = tensor.dtype;
+  s.stored = tensor.stored();
   s.big_endian = big_endian(model, tensor);
   if (!tensor.broken.empty()) return s;
   s.nbytes = tensor.nbytes();
@@ -181,9 +233,23 @@ ServedTensor serve(const Model& model, const Tensor& tensor, std::optional<DType
     s.storage = *tensor.storage;
     s.begin = *begin;
   }
-  if (convert_to && convertible(tensor.dtype, *convert_to) &&
+  const bool wanted =
+      convert_to && convertible(tensor.dtype, *convert_to) &&
       (*convert_to != tensor.dtype || s.big_endian) &&
-      converted_size(tensor.dtype, *convert_to, s.nbytes) <= max_tensor_bytes) {
+      converted_size(s.stored, *convert_to, tensor.stored_nbytes()) <= max_tensor_bytes;
+  if (tensor.stored_dtype) {
+    // Stored in another dtype: always converted, to `dtype`, or on through it to convert_to
+    // (torch's .float().to(convert_to): through float32, as the reader's conversion gives it).
+    s.big_endian = false;
+    if (wanted && *convert_to != tensor.dtype) {
+      s.via = tensor.dtype;
+      s.dtype = *convert_to;
+      s.nbytes = converted_size(s.stored, *convert_to, tensor.stored_nbytes());
+    }
+    if (s.nbytes != 0) s.way = ServedTensor::Way::convert;
+    return s;
+  }
+  if (wanted) {
     s.dtype = *convert_to;
     s.big_endian = false;
     s.nbytes = converted_size(tensor.dtype, *convert_to, s.nbytes);
@@ -220,7 +286,7 @@ std::uint32_t staged_source(const Model& model, const Tensor& tensor, std::uint6
   if (tensor.storage) return model.storages[*tensor.storage].source;
   if (!tensor.assembly) return ReadPiece::generated;
   const Assembly& a = model.assemblies[*tensor.assembly];
-  const PieceRun run = run_at(tensor, a, offset / tensor.element_size(), 1);
+  const PieceRun run = run_at(tensor, a, offset / tensor.stored_element_size(), 1);
   return model.storages[a.piece(run.piece).storage].source;
 }
 
@@ -275,12 +341,23 @@ void read_served(const Model& model, const Tensor& tensor, const ServedTensor& s
     case ServedTensor::Way::convert: {
       const std::span<char> into = out.add_staged(length, staged_source(model, tensor, 0));
       // The stored elements a staging buffer at a time: never the whole tensor in memory.
-      read_converted(served.stored, served.dtype, big_endian(model, tensor), offset,
+      read_converted({served.stored, served.dtype, served.via, big_endian(model, tensor)}, offset,
                      std::as_writable_bytes(into),
                      [&](std::uint64_t at, std::span<std::byte> stored) {
                        read_stored(model, tensor, at, sources,
                                    {reinterpret_cast<char*>(stored.data()), stored.size()});
                      });
+      return;
+    }
+    case ServedTensor::Way::dequantize: {
+      const Storage& storage = model.storages[served.storage];
+      const std::span<char> into = out.add_staged(length, storage.source);
+      // Only the blocks the range touches, a staging buffer at a time.
+      read_dequantized(
+          served.blocks, served.blocks_big_endian, served.dtype, offset,
+          std::as_writable_bytes(into), [&](std::uint64_t at, std::span<std::byte> blocks) {
+            sources[storage.source]->read(data_offset(storage) + served.begin + at, blocks);
+          });
       return;
     }
   }

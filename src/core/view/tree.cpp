@@ -61,7 +61,7 @@ const T& once(std::atomic<const T*>& slot, Make make) {
   return *expected;
 }
 
-// A tensor's files, by slot (bit i of file_slots() is slot i; inode: the directory's + 1 + i).
+// A tensor's files, by slot (KeyFile bit i is slot i; inode: the directory's + 1 + i).
 constexpr std::string_view entry_file_names[] = {"data", "meta.json", "tensor.npy", "tensor.pt"};
 constexpr Tree::Kind entry_file_kinds[] = {Tree::Kind::data, Tree::Kind::meta_json,
                                            Tree::Kind::tensor_npy, Tree::Kind::tensor_pt};
@@ -106,6 +106,26 @@ std::optional<std::string> value_file_of(const Entry& e) {
 
 }  // namespace
 
+std::optional<std::uint8_t> key_file_bit(std::string_view name) {
+  for (std::size_t i = 0; i < std::size(entry_file_names); ++i) {
+    if (name == entry_file_names[i]) return static_cast<std::uint8_t>(1u << i);
+  }
+  if (name == "npy") return key_tensor_npy;
+  if (name == "pt") return key_tensor_pt;
+  if (name == "value.json") return 0;
+  return std::nullopt;
+}
+
+std::string key_files_text(std::uint8_t files) {
+  std::string out;
+  for (std::size_t i = 0; i < std::size(entry_file_names); ++i) {
+    if ((files & (1u << i)) == 0) continue;
+    if (!out.empty()) out += ',';
+    out += entry_file_names[i];
+  }
+  return out;
+}
+
 Modes modes_following(mode_t mode) noexcept {
   const mode_t file = mode & 0666;
   mode_t directory = file | S_IWUSR;
@@ -129,7 +149,8 @@ bool Tree::has_rfc_file(std::size_t entry) const {
   }
   if (e.kind == Entry::Kind::value) return value_file_of(e).has_value();
   const Tensor& t = model_.tensors[e.tensor];
-  return t.broken.empty() && torch_file_of(model_, t, serve_torch_file(model_, t, options_.dtype));
+  return t.broken.empty() && values_not_served(model_, t).empty() &&
+         torch_file_of(model_, t, serve_torch_file(model_, t, options_.dtype));
 }
 
 Tree::Tree(Model model, TreeOptions options)
@@ -263,10 +284,12 @@ std::uint8_t Tree::file_slots(std::size_t entry) const {
   const Entry& e = model_.entries[entry];
   if (e.kind == Entry::Kind::value || !model_.tensors[e.tensor].broken.empty()) {
     slots = 1;  // value.json, or a broken tensor's meta.json
+  } else if (!values_not_served(model_, model_.tensors[e.tensor]).empty()) {
+    slots = options_.files & (key_data | key_meta_json);  // blocks whose values are not served
   } else {
-    // data, meta.json, tensor.npy, and tensor.pt when torch can hold the tensor (known once its
-    // archive is planned)
-    slots = entry_files(entry).archive ? 0xf : 0x7;
+    slots = options_.files;
+    // tensor.pt when torch can hold the tensor (known once its archive is planned)
+    if ((slots & key_tensor_pt) && !entry_files(entry).archive) slots &= ~key_tensor_pt;
   }
   file_slots_[entry].store(slots | known_slots, std::memory_order_relaxed);
   return slots;
@@ -409,7 +432,7 @@ const Tree::EntryFiles& Tree::entry_files(std::size_t entry) const {
       return made;
     }
     const Tensor& t = model_.tensors[e.tensor];
-    if (t.broken.empty()) {
+    if (t.broken.empty() && values_not_served(model_, t).empty()) {
       const ServedTensor served = serve(model_, t, options_.dtype);
       f.npy_header = npy_header(numpy_descr(served.dtype, served.big_endian), t.shape);
       f.archive = torch_file_of(model_, t, serve_torch_file(model_, t, options_.dtype));
@@ -437,7 +460,8 @@ std::uint64_t Tree::size(const Node& n) const {
     case Kind::safetensors_file:
       return safetensors_file_size(n.index);
     case Kind::data:
-      return serve(model_, model_.tensors[model_.entries[n.index].tensor], options_.dtype).nbytes;
+      return serve_data(model_, model_.tensors[model_.entries[n.index].tensor], options_.dtype)
+          .nbytes;
     case Kind::meta_json:
       return meta_json(n.index).size();
     case Kind::tensor_npy:
@@ -549,7 +573,7 @@ void Tree::write_index_json(std::string& out, Flush flush) const {
       j.key("dtype").string(info(served.dtype).name);
       j.key("shape").numbers(t.shape);
       j.key("nbytes");
-      if (t.broken.empty()) {
+      if (t.broken.empty() && values_not_served(model_, t).empty()) {
         j.number(served.nbytes);
       } else {
         j.null();
@@ -773,7 +797,11 @@ void Tree::read(Ino ino, std::uint64_t offset, std::size_t length, Sources sourc
         }
         at -= std::min<std::uint64_t>(at, header.size());
       }
-      if (left) read_served(model_, t, serve(model_, t, options_.dtype), at, left, sources, out);
+      if (left == 0) return;
+      // `data` holds a block-quantized tensor's blocks, tensor.npy its values.
+      const ServedTensor served = n->kind == Kind::data ? serve_data(model_, t, options_.dtype)
+                                                        : serve(model_, t, options_.dtype);
+      read_served(model_, t, served, at, left, sources, out);
       return;
     }
   }

@@ -91,6 +91,7 @@ class Graph {
 
  private:
   friend class Machine;
+  friend class GraphBuilder;
   std::vector<Node> nodes_;
   std::vector<std::int64_t> integers_;  // also booleans (0/1)
   std::vector<double> floats_;

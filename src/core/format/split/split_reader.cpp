@@ -250,6 +250,11 @@ struct Meta {
   bool requires_grad = false;
   std::optional<QuantizationFields> quantization;
   std::optional<std::string> broken;
+  // "ggml" of a block-quantized tensor (a GGUF's Q4_K...): its GGML type, data's size, and the
+  // blocks' byte order; none for every other tensor.
+  std::optional<BlockFormat> blocks;
+  std::uint64_t blocks_nbytes = 0;
+  bool blocks_big_endian = false;
 };
 
 // A float as meta.json writes it: a number, or {"__float__": "nan"|"inf"|"-inf"}.
@@ -341,6 +346,36 @@ Meta parse_meta(std::string_view text, const SplitLimits& limits) {
       } else if (q != Token::null) {
         json.fail("quantization is not an object or null");
       }
+    } else if (member == "ggml") {
+      // Only what makes a block-quantized tensor (a plain GGUF tensor's is its dtype's).
+      if (json.next() != Token::begin_object) {
+        if (json.token() != Token::null) json.fail("ggml is not an object or null");
+        continue;
+      }
+      std::optional<std::uint64_t> type, nbytes;
+      bool big = false;
+      for (Token g = json.next(); g != Token::end_object; g = json.next()) {
+        const std::string field(json.string());
+        if (field == "type_id") {
+          if (json.next() == Token::null) continue;
+          if (json.token() != Token::number || !json.uint64()) json.fail("ggml type_id");
+          type = *json.uint64();
+        } else if (field == "nbytes") {
+          nbytes = read_uint(json, "ggml nbytes");
+        } else if (field == "byteorder") {
+          big = read_string(json, "ggml byteorder") == "big";
+        } else {
+          json.skip_value();
+        }
+      }
+      if (type && *type <= 0xffffffffu) {
+        if (const auto format = block_format_from_ggml(static_cast<std::uint32_t>(*type))) {
+          if (!nbytes) json.fail("ggml of a block-quantized tensor without nbytes");
+          m.blocks = *format;
+          m.blocks_nbytes = *nbytes;
+          m.blocks_big_endian = big;
+        }
+      }
     } else if (member == "broken") {
       Token b = json.next();
       if (b == Token::string) {
@@ -394,6 +429,27 @@ Tensor tensor_of(const Meta& m, QuantizationFields* per_channel) {
   t.requires_grad = m.requires_grad;
   if (m.broken) {
     t.broken = *m.broken;
+    return t;
+  }
+  if (m.blocks) {
+    // Its data holds blocks: its values are float32 (whatever dtype the mount served them as).
+    t.dtype = DType::float32;
+    t.blocks = *m.blocks;
+    const BlockFormatInfo& b = info(t.blocks);
+    std::uint64_t numel = 1;
+    bool overflow = false;
+    for (const std::int64_t d : t.shape) {
+      overflow |= __builtin_mul_overflow(numel, static_cast<std::uint64_t>(d), &numel);
+    }
+    const std::uint64_t row = t.shape.empty() ? 1 : static_cast<std::uint64_t>(t.shape.back());
+    if (overflow || numel > max_tensor_bytes / 4 || row % b.block_elements != 0 ||
+        t.stored_nbytes() != m.blocks_nbytes) {
+      throw Error(ExitCode::bad_checkpoint,
+                  fmt::format("ggml nbytes {}, but {} blocks of shape {} hold {}", m.blocks_nbytes,
+                              b.name, shape_text(t.shape),
+                              overflow ? std::string("more than 64 bits count")
+                                       : std::to_string(t.stored_nbytes())));
+    }
     return t;
   }
   // numel x element size, checked: Tensor::nbytes() gives 0 on overflow, which an empty tensor
@@ -564,7 +620,8 @@ DirectoryModel read_split_directory(const std::string& directory, const SplitLim
       }
       fail(ExitCode::bad_checkpoint, e.name,
            is_tensor ? "holds both meta.json and value.json"
-                     : "holds neither meta.json nor value.json: not a key directory of a mount");
+                     : "holds neither meta.json nor value.json: not a key directory of a mount "
+                       "(or one copied from a mount whose -o files= left meta.json out)");
     }
     Found f;
     f.directory = e.name;
@@ -604,16 +661,18 @@ DirectoryModel read_split_directory(const std::string& directory, const SplitLim
         const std::string data_name = e.name + "/data";
         auto source = naming(data_name,
                              [&] { return std::make_unique<DirectoryFileSource>(dir, data_name); });
-        if (source->size() != *meta.nbytes) {
+        // A block-quantized tensor's data holds its blocks (meta.json's nbytes: its values').
+        const std::uint64_t nbytes = meta.blocks ? meta.blocks_nbytes : *meta.nbytes;
+        if (source->size() != nbytes) {
           fail(ExitCode::bad_checkpoint, data_name,
-               fmt::format("holds {} bytes, but meta.json says nbytes {}", source->size(),
-                           *meta.nbytes));
+               fmt::format("holds {} bytes, but meta.json says {}nbytes {}", source->size(),
+                           meta.blocks ? "ggml " : "", nbytes));
         }
         Storage s;
         s.source = static_cast<std::uint32_t>(m.sources.size());
         s.key = e.name;
-        s.nbytes = *meta.nbytes;
-        s.big_endian = meta.big_endian;
+        s.nbytes = nbytes;
+        s.big_endian = meta.blocks ? meta.blocks_big_endian : meta.big_endian;
         m.sources.push_back(data_name);
         out.sources.push_back(std::move(source));
         t.storage = m.storages.size();

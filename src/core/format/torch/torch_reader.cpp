@@ -257,6 +257,27 @@ Model read_legacy(const ByteSource& source, std::string name, const ReadLimits& 
 
 }  // namespace
 
+ZipPickle detail::read_zip_pickle(const ByteSource& source, const ReadLimits& limits) {
+  if (!looks_like_zip(source)) {
+    throw Error(ExitCode::bad_checkpoint, "not a torch.save zip (no local file header)");
+  }
+  ZipArchive zip(source, limits.zip);
+  ZipLayout layout = find_zip_layout(zip);
+  if (zip.find(layout.prefix + "/constants.pkl") || has_code_records(zip, layout.prefix)) {
+    throw Error(ExitCode::unsupported, "a TorchScript archive, not a torch.save zip");
+  }
+  const bool big_endian = read_byteorder(source, zip, layout.prefix);
+  pickle::ParseResult parsed = parse_record(source, *layout.data_pkl, limits.pickle);
+  ZipPickle out{std::move(parsed.graph), {}, {}};
+  out.interpretation = interpret(out.graph, limits.max_dims);
+  StorageTable table = zip_storages(source, zip, layout.prefix + "/data/", out.interpretation,
+                                    CompressedStorage::refuse);
+  bind_tensors(out.interpretation.tensors, out.interpretation.storage_refs, table);
+  out.storages = std::move(table.storages);
+  for (Storage& s : out.storages) s.big_endian = big_endian;
+  return out;
+}
+
 Model read_torch(const ByteSource& source, std::string source_name, const ReadLimits& limits) {
   refuse_other_formats(source);
   if (looks_like_zip(source)) return read_zip(source, std::move(source_name), limits);

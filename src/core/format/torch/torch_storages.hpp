@@ -6,6 +6,7 @@
 
 #include <ckptfs/base/hash.hpp>
 #include <ckptfs/format/pickle/pickle_machine.hpp>
+#include <ckptfs/format/read_limits.hpp>
 #include <ckptfs/format/torch/torch_interpreter.hpp>
 #include <ckptfs/format/zip/zip_reader.hpp>
 #include <ckptfs/model/model.hpp>
@@ -71,5 +72,18 @@ std::vector<Tensor> used_tensors(std::vector<Entry>& entries, std::vector<Tensor
 
 // Keeps only the storages that tensors use, and renumbers them.
 std::vector<Storage> used_storages(std::vector<Tensor>& tensors, std::vector<Storage>& all);
+
+// A torch.save zip's pickle and storages, read but not flattened: what a reader that nests
+// several of them needs (a PyTorch DCP checkpoint's items). interpretation.tensors are bound to
+// `storages` (Tensor::storage indexes it), broken as read_torch() breaks them.
+struct ZipPickle {
+  pickle::Graph graph;
+  Interpretation interpretation;
+  std::vector<Storage> storages;  // in source 0, big-endian when the byteorder record says so
+};
+
+// Reads a torch.save zip (the zip format only: TorchScript and torch.package archives, legacy
+// streams and compressed records are refused). Throws what read_torch() throws.
+ZipPickle read_zip_pickle(const ByteSource& source, const ReadLimits& limits);
 
 }  // namespace ckptfs::detail

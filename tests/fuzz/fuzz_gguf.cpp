@@ -1,0 +1,125 @@
+// SPDX-License-Identifier: MIT
+// Fuzz target: GGUF files over arbitrary bytes. Beyond "no crash" and bounded memory and time:
+// a refusal is bad_checkpoint or unsupported; a file read_gguf() accepts has every tensor's
+// bytes inside the file, none overlapping, each storage exactly its tensor's stored bytes;
+// every metadata value is strict JSON; the tree serves each tensor's data as exactly the file's
+// bytes at its offset, and its values (dequantized from fuzzed blocks) at the size its meta.json
+// says; index.json and inspect's table and JSON are made.
+#include "fuzz_check.hpp"
+
+#include "../../src/cli/inspect.hpp"
+
+#include <ckptfs/base/error.hpp>
+#include <ckptfs/base/json_reader.hpp>
+#include <ckptfs/format/gguf/gguf_reader.hpp>
+#include <ckptfs/source/byte_source.hpp>
+#include <ckptfs/view/describe.hpp>
+#include <ckptfs/view/served.hpp>
+#include <ckptfs/view/tree.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace {
+
+using namespace ckptfs;
+
+std::string read_all(const Tree& tree, Tree::Ino ino, const ByteSource& source,
+                     std::size_t length) {
+  const ByteSource* sources[] = {&source};
+  ReadBuffer buffer;
+  tree.read(ino, 0, length, sources, buffer);
+  std::string got;
+  for (const ReadPiece& p : buffer.pieces()) {
+    got +=
+        p.memory ? std::string(p.memory, p.length) : source.read_string(p.source_offset, p.length);
+  }
+  return got;
+}
+
+void check_gguf(const MemorySource& source) {
+  GgufLimits limits;
+  limits.max_tensors = 1 << 14;
+  limits.max_metadata_json_bytes = 1 << 20;
+  Model m;
+  try {
+    m = read_gguf(source, "fuzz.gguf", limits);
+  } catch (const Error& e) {
+    FUZZ_CHECK(e.code() == ExitCode::bad_checkpoint || e.code() == ExitCode::unsupported);
+    return;
+  }
+  FUZZ_CHECK(m.entries.size() == m.tensors.size());
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges;
+  for (const Tensor& t : m.tensors) {
+    if (!t.broken.empty()) {
+      FUZZ_CHECK(!t.storage);
+      continue;
+    }
+    FUZZ_CHECK(t.storage && t.contiguous());
+    const Storage& s = m.storages[*t.storage];
+    FUZZ_CHECK(source.contains(s.file_offset, s.nbytes));
+    FUZZ_CHECK(s.nbytes == t.stored_nbytes());
+    FUZZ_CHECK(t.nbytes() <= max_tensor_bytes);
+    FUZZ_CHECK(m.file_offset(t) == s.file_offset);
+    if (s.nbytes != 0) ranges.emplace_back(s.file_offset, s.nbytes);
+  }
+  std::sort(ranges.begin(), ranges.end());
+  for (std::size_t i = 1; i < ranges.size(); ++i) {
+    FUZZ_CHECK(ranges[i - 1].first + ranges[i - 1].second <= ranges[i].first);
+  }
+  JsonLimits json_limits;
+  json_limits.max_depth = 64;
+  for (const Model::JsonMetadata& kv : m.json_metadata) {
+    parse_json(kv.value_json, json_limits, 1 << 22);  // throws (a crash here) if not JSON
+    FUZZ_CHECK(kv.type.starts_with("ARRAY[") == kv.value_json.starts_with("["));
+  }
+  parse_json(model_json(m), json_limits, 1 << 24);
+  std::FILE* null = std::fopen("/dev/null", "w");
+  if (null) {
+    cli::print_inspect_table(m, null);
+    std::fclose(null);
+  }
+
+  const Model kept = m;
+  Tree tree(std::move(m), {});
+  constexpr std::size_t max_read = 1 << 16;
+  for (std::size_t i = 0; i < kept.entries.size() && i < 32; ++i) {
+    const Tensor& t = kept.tensors[kept.entries[i].tensor];
+    const Tree::Ino dir = tree.lookup(Tree::root_ino, tree.entry_name(i));
+    FUZZ_CHECK(dir != 0);
+    if (!t.broken.empty()) continue;
+    const Tree::Ino data = tree.lookup(dir, "data");
+    FUZZ_CHECK(data != 0);
+    const Storage& s = kept.storages[*t.storage];
+    const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(s.nbytes, max_read));
+    FUZZ_CHECK(read_all(tree, data, source, max_read) == source.read_string(s.file_offset, n));
+    const Tree::Ino npy = tree.lookup(dir, "tensor.npy");
+    FUZZ_CHECK((npy != 0) == values_not_served(kept, t).empty());
+    if (npy != 0) {
+      // The values (dequantized from whatever the blocks hold), as long as the file says.
+      struct stat st {};
+      FUZZ_CHECK(tree.stat(npy, st));
+      const std::string values = read_all(tree, npy, source, max_read);
+      FUZZ_CHECK(values.size() == std::min<std::uint64_t>(st.st_size, max_read));
+    }
+  }
+  read_all(tree, tree.lookup(Tree::root_ino, "index.json"), source, max_read);
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  const std::string_view bytes(reinterpret_cast<const char*>(data), size);
+  MemorySource source{std::string(bytes), "fuzz"};
+  check_gguf(source);
+  // The split set names' parser, on the input as a name.
+  if (const auto split = gguf_split_name(bytes.substr(0, 300))) {
+    FUZZ_CHECK(split->number >= 1 && split->number <= split->count);
+    FUZZ_CHECK(gguf_split_file(split->prefix, split->number, split->count) == bytes.substr(0, 300));
+  }
+  return 0;
+}

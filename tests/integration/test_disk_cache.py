@@ -1,0 +1,318 @@
+# SPDX-License-Identifier: MIT
+"""The disk cache (-o cache_dir=DIR) against real servers on loopback, as a hostile user of the
+same machine would attack it and as a new user would mistype it:
+
+  - a DIR others may write (a sticky /tmp-like one too), another user's, or whose
+    ckptfs-blocks-v1 is a link or open to others, is refused in one line (status 1); only the
+    last component of DIR is made;
+  - links planted below DIR are never followed: no block is written through them, trimming
+    deletes nothing they lead to, and the mount reads the right bytes, saying so once;
+  - a block another user owns or others may write is a miss, never bytes, however well-formed;
+  - a FIFO (or directory) where a block or key file should be never blocks a mount, a read or
+    inspect;
+  - the cache's key is the whole URL but its signature: two objects of one download endpoint
+    (dl?f=a.pth, dl?f=b.pth) never share blocks, two signatures of one object do, and an object
+    without ETag or Last-Modified is not kept on disk.
+
+Every read is compared with a mount of the local file.
+"""
+
+import os
+import shutil
+import stat
+import struct
+import sys
+import unittest
+import zlib
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from fixtures import require  # noqa: E402
+
+require("fuse", "torch")  # else the module exits 77: skipped, with the reason
+
+from fixtures import fixture_path  # noqa: E402
+from mount_views import tensor_digests  # noqa: E402
+from remote_servers import ObjectServer  # noqa: E402
+from test_mount import run  # noqa: E402
+from test_remote import TENSORS, RemoteTestCase, in_thread, make_checkpoint  # noqa: E402
+
+OTHER_UID = 65534  # nobody: a user who is not the one running the tests (they run as root)
+HEADER = 32        # a block file's header: "CKPTFSB1", index, length, CRC-32, padding
+
+
+def blocks(cache):
+    return sorted(Path(cache).glob("ckptfs-blocks-v1/*/*.blk"))
+
+
+def forge(path, fill=0x5A):
+    """Rewrites block file `path` with other bytes behind a well-formed header and CRC: what a
+    writer who knows the format would plant."""
+    header = path.read_bytes()[:HEADER]
+    index, length = struct.unpack_from("<QQ", header, 8)
+    payload = bytes([fill]) * length
+    path.write_bytes(b"CKPTFSB1" + struct.pack("<QQI", index, length, zlib.crc32(payload))
+                     + b"\0" * 4 + payload)
+
+
+def snapshot(directory):
+    """{relative path: (kind, bytes or link text)} of everything under `directory`."""
+    out = {}
+    for p in sorted(Path(directory).rglob("*")):
+        rel = str(p.relative_to(directory))
+        if p.is_symlink():
+            out[rel] = ("link", os.readlink(p))
+        elif p.is_file():
+            out[rel] = ("file", p.read_bytes())
+        else:
+            out[rel] = ("dir", None)
+    return out
+
+
+class DiskCacheTests(RemoteTestCase):
+    def setUp(self):
+        super().setUp()
+        self.url = self.nginx.url("layers.pth")
+        self.convnet_url = self.nginx.url("fixtures/convnet.pth")
+        self.want = self.local(self.root / "layers.pth")
+        self.want_convnet = self.local(fixture_path("convnet"))
+
+    def local(self, path):
+        mnt, proc = self.mount(path)
+        try:
+            return tensor_digests(mnt)
+        finally:
+            self.unmount(mnt, proc)
+
+    def read_through(self, url, cache, *options):
+        """Mounts `url` with -o cache_dir=`cache`, reads every tensor (within a minute: a read
+        that hangs fails the test), unmounts; (data, the mount's log)."""
+        mnt, proc = self.mount(url, "-o", f"cache_dir={cache}", *options)
+        try:
+            done, result, seconds = in_thread(lambda: tensor_digests(mnt), 60)
+            self.assertTrue(done, f"{url}: reads through {cache} hung")
+            if isinstance(result, BaseException):
+                raise result
+            return result, self.output(proc)
+        finally:
+            self.unmount(mnt, proc)
+
+    def filled_cache(self):
+        """A cache holding every block of layers.pth and convnet.pth, read once: (the cache,
+        layers.pth's object folder, convnet.pth's)."""
+        cache = self.new_dir("cache")
+        folders = []
+        for url, want in ((self.url, self.want), (self.convnet_url, self.want_convnet)):
+            self.assertEqual(self.read_through(url, cache)[0], want)
+            new = {p.parent for p in blocks(cache)} - set(folders)
+            self.assertEqual(len(new), 1, new)
+            folders += new
+        return cache, folders[0], folders[1]
+
+    def assert_refused(self, cache, *words):
+        """Mount and inspect with -o cache_dir=`cache`: status 1, one line naming cache_dir and
+        saying `words`; nothing mounted."""
+        for args in (["inspect", "-o", f"cache_dir={cache}", self.url],
+                     ["-o", f"cache_dir={cache}", self.url, self.new_dir()]):
+            r = self.ckptfs(*args)
+            err = r.stderr.decode()
+            self.assertEqual(r.returncode, 1, f"{args}: {err}")
+            self.assertEqual(err.count("\n"), 1, err)
+            self.assertIn(f'cache_dir="{cache}"', err)
+            for w in words:
+                self.assertIn(w, err)
+
+    def test_a_directory_others_can_write_is_refused(self):
+        """A DIR others may write (/tmp-like with the sticky bit, or not; the group), another
+        user's, or whose ckptfs-blocks-v1 is a link or open to others: refused, nothing written
+        there."""
+        for mode in (0o1777, 0o777, 0o775, 0o1770):
+            with self.subTest(mode=oct(mode)):
+                shared = self.new_dir("shared")
+                shared.chmod(mode)
+                self.assert_refused(shared, "writable by", "only you can write")
+                self.assertEqual(list(shared.iterdir()), [])
+        with self.subTest("another user's"):
+            foreign = self.new_dir("foreign")
+            os.chown(foreign, OTHER_UID, OTHER_UID)
+            self.assert_refused(foreign, f"owned by uid {OTHER_UID}")
+        with self.subTest("ckptfs-blocks-v1 a link"):
+            elsewhere = self.new_dir("elsewhere")
+            linked = self.new_dir("linked")
+            (linked / "ckptfs-blocks-v1").symlink_to(elsewhere)
+            self.assert_refused(linked, "symbolic link")
+            self.assertEqual(list(elsewhere.iterdir()), [])
+        with self.subTest("ckptfs-blocks-v1 open to others"):
+            inside = self.new_dir("inside")
+            (inside / "ckptfs-blocks-v1").mkdir()
+            (inside / "ckptfs-blocks-v1").chmod(0o777)
+            self.assert_refused(inside, "writable by every user")
+        with self.subTest("ckptfs-blocks-v1 another user's"):
+            inside = self.new_dir("inside")
+            (inside / "ckptfs-blocks-v1").mkdir(mode=0o700)
+            os.chown(inside / "ckptfs-blocks-v1", OTHER_UID, OTHER_UID)
+            self.assert_refused(inside, f"owned by uid {OTHER_UID}")
+        # The same DIR once it is the user's own alone: used.
+        shared = self.new_dir("shared")
+        shared.chmod(0o755)
+        self.assertEqual(self.read_through(self.url, shared)[0], self.want)
+        self.assertGreater(len(blocks(shared)), 8)
+
+    def test_only_the_last_component_is_made(self):
+        """cache_dir=DIR/typo/deep/er: one line, status 1, nothing made; DIR/new: made, 0700."""
+        typo = self.tmp / "typo" / "deep" / "er"
+        self.assert_refused(typo, "does not exist", "only the last component")
+        self.assertFalse((self.tmp / "typo").exists())
+        new = self.tmp / "new"
+        self.assertEqual(self.read_through(self.url, new)[0], self.want)
+        self.assertEqual(stat.S_IMODE(new.stat().st_mode), 0o700)
+        self.assertEqual(stat.S_IMODE((new / "ckptfs-blocks-v1").stat().st_mode), 0o700)
+
+    def test_links_below_the_cache_are_never_followed(self):
+        """An object folder replaced by a link to another directory, block files replaced by
+        links to files elsewhere: the mounts read the right bytes, write nothing through the
+        links and their trimming (cache_dir_size=1M) deletes nothing they lead to; the log says
+        so once."""
+        cache, layers, convnet = self.filled_cache()
+        outside = self.new_dir("outside")
+        (outside / "0000000000000000.blk").write_bytes(b"victim block" * 1000)
+        (outside / "0000000000000001.blk").write_bytes(b"CKPTFSB1" + b"\0" * 5000)
+        # convnet.pth's folder a link to `outside`; two of layers.pth's blocks links into it.
+        shutil.rmtree(convnet)
+        convnet.symlink_to(outside)
+        linked = sorted(layers.glob("*.blk"))[:2]
+        self.assertEqual(len(linked), 2)
+        for i, block in enumerate(linked):
+            block.unlink()
+            block.symlink_to(outside / f"000000000000000{i}.blk")
+        before = snapshot(outside)
+        data, log = self.read_through(self.url, cache, "-o", "cache_dir_size=1M")
+        self.assertEqual(data, self.want)
+        self.assertEqual(log.count("said once"), 1, log)
+        self.assertIn("a symbolic link", log)
+        data, log = self.read_through(self.convnet_url, cache, "-o", "cache_dir_size=1M")
+        self.assertEqual(data, self.want_convnet)
+        self.assertEqual(log.count("said once"), 1, log)
+        self.assertEqual(snapshot(outside), before, "a file was written or deleted through a link")
+        self.assertTrue(convnet.is_symlink())
+        # The trimming did run: layers.pth's own blocks are down to 1M.
+        self.assertLessEqual(sum(p.stat().st_size for p in layers.glob("*.blk")
+                                 if not p.is_symlink()), 1 << 20)
+
+    def test_blocks_others_could_have_written_are_misses(self):
+        """Every block rewritten with other bytes behind a valid header and CRC, then given to
+        another user, or made writable by the group or others: the mount reads the object's
+        bytes, never the planted ones. An object folder of another user's is not used."""
+        cache, _, _ = self.filled_cache()
+        planted = blocks(cache)
+        for i, block in enumerate(planted):
+            forge(block)
+            if i % 3 == 0:
+                os.chown(block, OTHER_UID, OTHER_UID)
+            else:
+                block.chmod(0o666 if i % 3 == 1 else 0o620)
+        self.assertEqual(self.read_through(self.url, cache)[0], self.want)
+        self.assertEqual(self.read_through(self.convnet_url, cache)[0], self.want_convnet)
+        # A whole folder of another user's, blocks forged: not used (and not written to).
+        cache, folder, _ = self.filled_cache()
+        for block in folder.glob("*.blk"):
+            forge(block)
+            block.chmod(0o600)
+        os.chown(folder, OTHER_UID, OTHER_UID)
+        before = snapshot(folder)
+        data, log = self.read_through(self.url, cache)
+        self.assertEqual(data, self.want)
+        self.assertEqual(snapshot(folder), before)
+        self.assertIn(f"owned by uid {OTHER_UID}", log)
+
+    def test_a_fifo_is_never_waited_on(self):
+        """A FIFO where a block or an object's key file should be, and a directory where a block
+        should be: mounts, reads and inspect go on at once, with the right bytes."""
+        cache, folder, other = self.filled_cache()
+        block_files = sorted(folder.glob("*.blk"))
+        for block in block_files[:3]:
+            block.unlink()
+            os.mkfifo(block)
+        block_files[3].unlink()
+        block_files[3].mkdir()
+        (other / "key").unlink()
+        os.mkfifo(other / "key")
+        self.assertEqual(self.read_through(self.url, cache)[0], self.want)
+        self.assertEqual(self.read_through(self.convnet_url, cache)[0], self.want_convnet)
+        for url in (self.url, self.convnet_url):
+            r = self.ckptfs("inspect", "-o", f"cache_dir={cache}", url, timeout=60)
+            self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertTrue(stat.S_ISFIFO((other / "key").lstat().st_mode))
+
+
+class DownloadEndpointTests(RemoteTestCase):
+    """Objects chosen by the URL's query, as a download endpoint serves them (ObjectServer)."""
+
+    def setUp(self):
+        super().setUp()
+        self.a = make_checkpoint(self.tmp / "a.pth", TENSORS, seed=1)
+        self.b = make_checkpoint(self.tmp / "b.pth", TENSORS, seed=2)
+        self.assertEqual(self.a.stat().st_size, self.b.stat().st_size,
+                         "the two checkpoints must have one size, else the size tells them apart")
+        self.assertNotEqual(self.a.read_bytes(), self.b.read_bytes())
+        self.want = {}
+        for path in (self.a, self.b):
+            mnt, proc = self.mount(path)
+            try:
+                self.want[path.name] = tensor_digests(mnt)
+            finally:
+                self.unmount(mnt, proc)
+
+    def serve(self, **validators):
+        server = ObjectServer(**validators).start()
+        self.addCleanup(server.stop)
+        for path in (self.a, self.b):
+            server.objects[f"/dl?f={path.name}"] = path.read_bytes()
+        return server
+
+    def read(self, url, cache):
+        mnt, proc = self.mount(url, "-o", f"cache_dir={cache}")
+        try:
+            return tensor_digests(mnt)
+        finally:
+            self.unmount(mnt, proc)
+
+    def test_query_selects_the_object(self):
+        """dl?f=a.pth, then dl?f=b.pth (one size) through one cache: each mount reads its own
+        object, with validators (the same ETag and Last-Modified for both) or without."""
+        cases = {"no validators": {},
+                 "the same ETag and Last-Modified": dict(
+                     etag='"1"', last_modified="Mon, 02 Jan 2006 15:04:05 GMT")}
+        for what, validators in cases.items():
+            with self.subTest(what):
+                server = self.serve(**validators)
+                cache = self.new_dir("cache")
+                for name in ("a.pth", "b.pth", "a.pth"):
+                    got = self.read(server.url(f"/dl?f={name}"), cache)
+                    self.assertEqual(got, self.want[name], f"{what}: dl?f={name}")
+                stored = blocks(cache)
+                if validators:
+                    self.assertEqual(len({p.parent for p in stored}), 2, stored)
+                else:
+                    self.assertEqual(stored, [], "an object without validators was kept on disk")
+                for f in cache.rglob("*"):
+                    if f.is_file():
+                        self.assertNotIn(b"dl?f=", f.read_bytes(), f"{f} holds the URL")
+
+    def test_signatures_share_one_cache_entry(self):
+        """Two presigned URLs of one object (other X-Amz-Signature and X-Amz-Date): the second
+        mount fetches nothing but the one byte that pins the object's identity."""
+        server = self.serve(etag='"abc"', last_modified="Mon, 02 Jan 2006 15:04:05 GMT")
+        cache = self.new_dir("cache")
+        signed = "/dl?f=a.pth&X-Amz-Date=20260101T000000Z&X-Amz-Signature={}"
+        self.assertEqual(self.read(server.url(signed.format("1111")), cache), self.want["a.pth"])
+        gets = len(server.ranges)
+        self.assertEqual(self.read(server.url(signed.format("2222")), cache), self.want["a.pth"])
+        later = server.ranges[gets:]
+        self.assertGreaterEqual(len(later), 1)
+        self.assertTrue(all(r == "bytes=0-0" for r in later), later)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,246 @@
+// SPDX-License-Identifier: MIT
+// Unit tests of the .npy header parser, read_npz() (stored and deflated members, Fortran order,
+// big-endian, dtypes torch has no dtype for, object arrays, hostile headers) and InflatedSource
+// (sequential, skipping, backwards, corrupt and short streams), on files assembled in C++.
+#include "support/zip_builder.hpp"
+
+#include <ckptfs/base/error.hpp>
+#include <ckptfs/format/npz/npy_format.hpp>
+#include <ckptfs/format/npz/npz_reader.hpp>
+#include <ckptfs/source/inflated_source.hpp>
+#include <ckptfs/view/tree.hpp>
+
+#include <doctest/doctest.h>
+#include <zlib.h>
+
+#include <random>
+#include <stdexcept>
+#include <string>
+
+using namespace ckptfs;
+using namespace ckptfs::test;
+
+namespace {
+
+std::string deflate_raw(std::string_view text) {
+  z_stream z{};
+  if (deflateInit2(&z, Z_DEFAULT_COMPRESSION, Z_DEFLATED, -MAX_WBITS, 8, Z_DEFAULT_STRATEGY) !=
+      Z_OK) {
+    throw std::runtime_error("deflateInit2");
+  }
+  std::string out(deflateBound(&z, text.size()), '\0');
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(text.data()));
+  z.avail_in = static_cast<uInt>(text.size());
+  z.next_out = reinterpret_cast<Bytef*>(out.data());
+  z.avail_out = static_cast<uInt>(out.size());
+  const int status = deflate(&z, Z_FINISH);
+  out.resize(z.total_out);
+  deflateEnd(&z);
+  if (status != Z_STREAM_END) throw std::runtime_error("deflate");
+  return out;
+}
+
+// A .npy file as numpy writes it: version 1.0, the dict padded with spaces to a multiple of 64
+// bytes, a newline, then `data`.
+std::string npy(const std::string& dict, const std::string& data, int version = 1) {
+  std::string header = dict;
+  const std::size_t prefix = version == 1 ? 10 : 12;
+  while ((prefix + header.size() + 1) % 64 != 0) header += ' ';
+  header += '\n';
+  std::string out("\x93NUMPY", 6);
+  out += static_cast<char>(version);
+  out += '\0';
+  for (std::size_t i = 0; i < prefix - 8; ++i) {
+    out += static_cast<char>((header.size() >> (8 * i)) & 0xff);
+  }
+  return out + header + data;
+}
+
+std::string dict(const std::string& descr, bool fortran, const std::string& shape) {
+  return "{'descr': '" + descr + "', 'fortran_order': " + (fortran ? "True" : "False") +
+         ", 'shape': " + shape + ", }";
+}
+
+bool refused_with(const std::string& bytes, const std::string& part) {
+  try {
+    read_npy_header(bytes);
+  } catch (const Error& e) {
+    CAPTURE(e.what());
+    return e.code() == ExitCode::bad_checkpoint &&
+           std::string(e.what()).find(part) != std::string::npos;
+  }
+  return false;
+}
+
+}  // namespace
+
+TEST_SUITE_BEGIN("npz_reader");
+
+TEST_CASE(".npy headers: versions, dtypes, byte orders, shapes as numpy writes them") {
+  const NpyHeader h = read_npy_header(npy(dict("<f4", false, "(3, 4)"), ""));
+  CHECK(h.size == 128);  // padded to a multiple of 64
+  CHECK(h.dtype == DType::float32);
+  CHECK(!h.big_endian);
+  CHECK(h.shape == std::vector<std::int64_t>{3, 4});
+  CHECK(read_npy_header(npy(dict(">i8", true, "(2,)"), "", 2)).big_endian);
+  CHECK(read_npy_header(npy(dict(">i8", true, "(2,)"), "", 3)).fortran_order);
+  CHECK(read_npy_header(npy(dict("|b1", false, "()"), "")).shape.empty());
+  CHECK(read_npy_header(npy(dict("|u1", false, "(5L, 6L)"), "")).shape ==
+        std::vector<std::int64_t>{5, 6});  // Python 2's longs
+  CHECK(
+      read_npy_header(npy("{'shape': (1,), 'fortran_order': False, 'descr': '<c16'}", "")).dtype ==
+      DType::complex128);
+  CHECK(read_npy_header(npy(dict("|O", false, "(3,)"), "")).unsupported.find("object array") !=
+        std::string::npos);
+  CHECK(read_npy_header(npy("{'descr': [('a', '<i4'), ('b', '<f8')], 'fortran_order': False, "
+                            "'shape': (2,), }",
+                            ""))
+            .unsupported.find("structured") != std::string::npos);
+  CHECK(!read_npy_header(npy(dict("<M8[ns]", false, "(2,)"), "")).unsupported.empty());
+  CHECK(!read_npy_header(npy(dict("<U5", false, "(2,)"), "")).unsupported.empty());
+}
+
+TEST_CASE(".npy headers: hostile ones refused, each with one line") {
+  CHECK(refused_with("NUMPY", "no .npy magic"));
+  CHECK(refused_with(std::string("\x93NUMPY\x04\0\x10\0", 10), "version 4.0"));
+  CHECK(refused_with(std::string("\x93NUMPY\x01\0\xff\xff", 10) + "{}", "a dict of 65535 bytes"));
+  CHECK(refused_with(std::string("\x93NUMPY\x02\0\0\0\0\x01", 12), "more than ckptfs reads"));
+  CHECK(refused_with(npy("{'descr': '<f4', 'fortran_order': False}", ""), "missing"));
+  CHECK(
+      refused_with(npy("{'descr': '<f4', 'descr': '<f4', 'fortran_order': False, 'shape': ()}", ""),
+                   "once each"));
+  CHECK(refused_with(npy(dict("<f4", false, "(-1,)"), ""), "expected a dimension"));
+  CHECK(
+      refused_with(npy(dict("<f4", false, "(99999999999999999999,)"), ""), "expected a dimension"));
+  CHECK(refused_with(npy(dict("<f4", false, "(9223372036854775808,)"), ""), "a dimension of"));
+  CHECK(refused_with(npy("{'descr': '<f4', 'fortran_order': Maybe, 'shape': ()}", ""),
+                     "neither True nor False"));
+  CHECK(refused_with(npy(dict("<f4", false, "(1,)") + " junk", ""), "bytes after the dict"));
+  CHECK(refused_with(npy("{'descr': [('a', '<i4'), 'fortran_order': False, 'shape': ()}", ""),
+                     "closing bracket"));
+  std::string deep = "{'descr': ";
+  for (int i = 0; i < 10000; ++i) deep += '[';
+  CHECK(refused_with(npy(deep, ""), "closing bracket"));  // counted, never recursed into
+}
+
+TEST_CASE("read_npz: stored members, Fortran order, big-endian, raw members, broken arrays") {
+  ZipBuilder z;
+  z.add("a.npy", npy(dict("<f4", false, "(2, 3)"), std::string(24, '\1')));
+  z.add("f.npy", npy(dict("<i2", true, "(2, 3)"), std::string(12, '\2')));
+  z.add("be.npy", npy(dict(">f8", false, "(2,)"), std::string(16, '\3')));
+  z.add("raw.bin", "not an array");
+  z.add("short.npy", npy(dict("<f8", false, "(4,)"), std::string(8, '\4')));
+  z.add("obj.npy", npy(dict("|O", false, "(1,)"), "\x80\x02N."));
+  const std::string bytes = z.build();
+  MemorySource source(bytes, "x.npz");
+  CHECK(looks_like_npz(source));
+  const Model m = read_npz(source, "x.npz");
+  REQUIRE(m.entries.size() == 6);
+  CHECK(m.format == Format::npz);
+  CHECK(m.entries[0].key == "a");
+  CHECK(m.entries[3].key == "raw.bin");
+  const Tensor& a = m.tensors[0];
+  CHECK(a.dtype == DType::float32);
+  CHECK(a.contiguous());
+  CHECK(bytes.substr(*m.file_offset(a), 24) == std::string(24, '\1'));
+  const Tensor& f = m.tensors[1];
+  CHECK(f.stride == std::vector<std::int64_t>{1, 2});  // Fortran order: a strided view
+  CHECK(!f.contiguous());
+  CHECK(m.storages[*m.tensors[2].storage].big_endian);
+  CHECK(m.tensors[3].dtype == DType::uint8);
+  CHECK(m.tensors[3].shape == std::vector<std::int64_t>{12});
+  CHECK(m.tensors[4].broken.find("holds 8 bytes of data") != std::string::npos);
+  CHECK(m.tensors[5].broken.find("object array") != std::string::npos);
+}
+
+TEST_CASE("read_npz: a deflated member, with its own inflated source or broken without one") {
+  const std::string member = npy(dict("<f8", false, "(2, 3)"), std::string(48, '\5'));
+  ZipBuilder z;
+  z.add("d.npy", deflate_raw(member), {.method = 8, .size = member.size()});
+  z.add("s.npy", npy(dict("<i1", false, "(3,)"), "abc"));
+  const std::string bytes = z.build();
+  MemorySource source(bytes, "c.npz");
+  const Model without = read_npz(source, "c.npz");
+  CHECK(without.tensors[0].shape == std::vector<std::int64_t>{2, 3});  // the inflated header
+  CHECK(without.tensors[0].broken.find("deflated") != std::string::npos);
+  std::vector<DeflatedMember> deflated;
+  const Model m = read_npz(source, "c.npz", {}, &deflated);
+  REQUIRE(deflated.size() == 1);
+  CHECK(m.sources == std::vector<std::string>{"c.npz", "c.npz/d.npy"});
+  const Storage& s = m.storages[*m.tensors[0].storage];
+  CHECK(s.source == 1);
+  CHECK(s.file_offset == 128);
+  InflatedSource inflated(source, deflated[0].offset, deflated[0].compressed_size, deflated[0].size,
+                          m.sources[1]);
+  CHECK(inflated.read_string(s.file_offset, 48) == std::string(48, '\5'));
+  CHECK(m.storages[*m.tensors[1].storage].source == 0);
+}
+
+TEST_CASE(
+    "tensor.pt of big-endian uint16 and int16 arrays: little-endian, as torch.load never swaps "
+    "uint16") {
+  ZipBuilder z;
+  z.add("u.npy", npy(dict(">u2", false, "(3,)"), std::string("\0\1\0\2\0\3", 6)));
+  z.add("i.npy", npy(dict(">i2", false, "(3,)"), std::string("\0\1\0\2\0\3", 6)));
+  const std::string bytes = z.build();
+  MemorySource source(bytes, "be.npz");
+  Tree tree(read_npz(source, "be.npz"), {});
+  const ByteSource* sources[] = {&source};
+  auto file_of = [&](const char* key) {
+    ReadBuffer buffer;
+    tree.read(tree.lookup(tree.lookup(Tree::root_ino, key), "tensor.pt"), 0, 1 << 20, sources,
+              buffer);
+    std::string got;
+    for (const ReadPiece& p : buffer.pieces()) {
+      got += p.memory ? std::string(p.memory, p.length)
+                      : source.read_string(p.source_offset, p.length);
+    }
+    return got;
+  };
+  for (const char* key : {"u", "i"}) {
+    CAPTURE(key);
+    MemorySource pt(file_of(key), "tensor.pt");
+    ZipArchive archive(pt);
+    const ZipEntry* order = archive.find("tensor/byteorder");
+    const ZipEntry* data = archive.find("tensor/data/0");
+    REQUIRE(order != nullptr);
+    REQUIRE(data != nullptr);
+    // Every tensor.pt is little-endian (torch before 2.1 ignores the byteorder record, and
+    // torch.load never swaps uint16's untyped storage): int16 swapped as uint16 is.
+    CHECK(pt.read_string(order->data_offset, order->size) == "little");
+    CHECK(pt.read_string(data->data_offset, 6) == std::string("\1\0\2\0\3\0", 6));
+  }
+}
+
+TEST_CASE("InflatedSource: sequential, skipping and backward reads; corrupt and short streams") {
+  std::mt19937_64 random(1);
+  std::string text;
+  for (int i = 0; i < 300000; ++i) text += static_cast<char>('a' + random() % 4);
+  const std::string compressed = "pad" + deflate_raw(text);
+  MemorySource file(compressed, "f");
+  InflatedSource s(file, 3, compressed.size() - 3, text.size(), "f/member");
+  CHECK(s.size() == text.size());
+  for (std::uint64_t at = 0; at < text.size(); at += 70000) {  // sequential
+    const std::size_t n = std::min<std::size_t>(70000, text.size() - at);
+    CHECK(s.read_string(at, n) == text.substr(at, n));
+  }
+  CHECK(s.read_string(250000, 10) == text.substr(250000, 10));  // forward, skipping
+  CHECK(s.read_string(5, 10) == text.substr(5, 10));            // backward: from the start
+  for (int i = 0; i < 50; ++i) {
+    const std::uint64_t at = random() % text.size();
+    const std::size_t n = std::min<std::size_t>(1 + random() % 5000, text.size() - at);
+    REQUIRE(s.read_string(at, n) == text.substr(at, n));
+  }
+  CHECK_THROWS_AS(s.read_string(text.size(), 1), Error);  // past its size
+  // A stream shorter than the size it claims, and a corrupt one.
+  InflatedSource longer(file, 3, compressed.size() - 3, text.size() + 10, "f/long");
+  CHECK_THROWS_WITH_AS(longer.read_string(text.size(), 10), doctest::Contains("ends at byte"),
+                       Error);
+  std::string corrupt = compressed;
+  for (std::size_t i = 100; i < 200; ++i) corrupt[i] = '\xff';
+  MemorySource bad(corrupt, "bad");
+  InflatedSource broken(bad, 3, corrupt.size() - 3, text.size(), "bad/member");
+  CHECK_THROWS_AS(broken.read_string(0, text.size()), Error);
+}
+
+TEST_SUITE_END();
