@@ -224,8 +224,8 @@ class TensorFileTests(MountTestCase):
             mnt, proc = self.mount(path, *(("-o", "layout=rfc") if layout == "rfc" else ()))
             npy_mnt, npy_proc = self.mount(path) if layout == "rfc" else (mnt, None)
             try:
-                index = json.loads((mnt / "index.json").read_bytes())
-                split = json.loads((npy_mnt / "index.json").read_bytes())
+                index = json.loads((views_dir(mnt) / "index.json").read_bytes())
+                split = json.loads((views_dir(npy_mnt) / "index.json").read_bytes())
                 checked = 0
                 for e, s in zip(index["entries"], split["entries"]):
                     if e["kind"] != "tensor" or e["nbytes"] is None or e["path"] is None:
