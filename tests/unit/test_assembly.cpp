@@ -40,6 +40,9 @@ struct PieceSpec {
   std::int64_t storage_offset = 0;
 };
 
+// The most elements a test storage holds (the tests use a few hundred).
+constexpr std::int64_t max_test_elements = 1 << 16;
+
 // One source holding a storage per piece, each of float32 values that say where they are
 // (storage s, element i: s * 1000 + i), and one tensor assembled from them.
 struct Assembled {
@@ -61,9 +64,17 @@ struct Assembled {
       const PieceSpec& p = pieces[i];
       // The storage holds more elements than the view reaches (the strides used here stay
       // within 4 × the box's elements), after a guard no view reaches.
+      // A piece too large to hold (the tests of boxes and views that must be refused) gets a
+      // storage of a few elements: its tensor is refused before any of them is read.
       std::int64_t elements = 1;
-      for (auto l : p.length) elements *= std::max<std::int64_t>(l, 1);
-      const std::int64_t span = p.storage_offset + 1 + elements * 4;
+      for (auto l : p.length) {
+        if (__builtin_mul_overflow(elements, std::max<std::int64_t>(l, 1), &elements) ||
+            elements > max_test_elements) {
+          elements = max_test_elements;
+        }
+      }
+      const std::int64_t span =
+          std::min<std::int64_t>(p.storage_offset, max_test_elements) + 1 + elements * 4;
       bytes += std::string(8, '\x7f');  // a guard no view reaches
       Storage s;
       s.source = 0;

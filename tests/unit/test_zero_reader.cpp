@@ -206,7 +206,8 @@ constexpr float padding = -12345.0f;
 
 std::string floats(const std::vector<float>& v) {
   std::string out(v.size() * 4, '\0');
-  std::memcpy(out.data(), v.data(), out.size());
+  if (!v.empty())
+    std::memcpy(out.data(), v.data(), out.size());  // an empty vector's data() may be null
   return out;
 }
 
