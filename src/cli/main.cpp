@@ -124,7 +124,7 @@ inspect CHECKPOINT [--json] [-o OPT[,OPT...]]
 
 pack SRC OUT [--keys GLOB]... [--dtype NAME] [--force] [-o OPT[,OPT...]]
   writes SRC back as one file OUT, streaming in bounded memory: torch's zip format for
-  OUT.pth, .pt or .bin, safetensors for OUT.safetensors; SRC is a CHECKPOINT, a split
+  OUT.pth, .pt, .bin or .ckpt, safetensors for OUT.safetensors (any case); SRC is a CHECKPOINT, a split
   directory (key directories copied out of a mount: meta.json and data, or value.json) or an
   RFC directory (map.pt and <name>.pt files); --keys packs the keys GLOB matches (repeatable),
   --dtype float16|bfloat16|float32 converts floating-point tensors, --force replaces OUT; OUT
@@ -191,8 +191,27 @@ exit status:
   8  a server could not be reached or did not answer (connection, TLS, timeout, HTTP 5xx)
 )";
 
+constexpr const char* inspect_usage = R"(usage: ckptfs inspect CHECKPOINT [--json] [-o OPT[,OPT...]]
+
+Lists every entry of CHECKPOINT without mounting it: key, kind, dtype, shape, bytes and file
+offset (or how the tensor is made: pieces, strided, converted), then the totals. CHECKPOINT is
+anything a mount reads (see ckptfs --help), a split directory or an RFC directory.
+
+  --json        {"format", "byteorder", "sources", "metadata", "entries": [...]} instead
+  -o OPT,...    remote options for a URL (timeout=, cache_size=, cacert=, insecure...)
+  -h, --help    show this help and exit
+
+exit status: 0 listed; 1 usage; 2-5 the checkpoint cannot be read or is invalid, as a mount's
+(see ckptfs --help); 7, 8 a server refused or did not answer.
+)";
+
 int usage_error(const std::string& message) {
   fmt::print(stderr, "ckptfs: {} (try 'ckptfs --help')\n", message);
+  return static_cast<int>(ExitCode::usage);
+}
+
+int inspect_usage_error(const std::string& message) {
+  fmt::print(stderr, "ckptfs: inspect: {} (try 'ckptfs inspect --help')\n", message);
   return static_cast<int>(ExitCode::usage);
 }
 
@@ -205,10 +224,13 @@ int run_inspect(const std::vector<std::string>& args) {
   ckptfs::RemoteOptions remote_options;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
-    if (arg == "--json") {
+    if (arg == "-h" || arg == "--help") {
+      fmt::print("{}", inspect_usage);
+      return 0;
+    } else if (arg == "--json") {
       json = true;
     } else if (arg == "-o" || (arg.starts_with("-o") && arg.size() > 2)) {
-      if (arg == "-o" && i + 1 == args.size()) return usage_error("-o needs an argument");
+      if (arg == "-o" && i + 1 == args.size()) return inspect_usage_error("-o needs an argument");
       std::string_view list =
           arg == "-o" ? std::string_view(args[++i]) : std::string_view(arg).substr(2);
       while (true) {
@@ -216,21 +238,21 @@ int run_inspect(const std::vector<std::string>& args) {
         const std::string_view item = list.substr(0, comma);
         std::string error;
         if (!ckptfs::cli::take_remote_option(item, remote_options, error)) {
-          return usage_error(fmt::format("inspect: unknown option {}", ckptfs::quote(item)));
+          return inspect_usage_error(fmt::format("unknown option {}", ckptfs::quote(item)));
         }
-        if (!error.empty()) return usage_error(error);
+        if (!error.empty()) return inspect_usage_error(error);
         if (comma == std::string_view::npos) break;
         list.remove_prefix(comma + 1);
       }
     } else if (arg.starts_with("-") && arg != "-") {
-      return usage_error(fmt::format("inspect: unknown option {}", ckptfs::quote(arg)));
+      return inspect_usage_error(fmt::format("unknown option {}", ckptfs::quote(arg)));
     } else if (path.empty()) {
       path = arg;
     } else {
-      return usage_error("inspect takes one checkpoint");
+      return inspect_usage_error("takes one CHECKPOINT");
     }
   }
-  if (path.empty()) return usage_error("inspect: missing CHECKPOINT");
+  if (path.empty()) return inspect_usage_error("missing CHECKPOINT");
   const std::string shown = ckptfs::display_location(path);
   try {
     auto remote = ckptfs::cli::remote_for(path, remote_options);
@@ -333,6 +355,11 @@ int run_mount(const std::vector<std::string>& args) {
     if (o.notify_fd) notifier.open(*o.notify_fd);
   } catch (const ckptfs::Error& e) {
     return usage_error(e.what());
+  }
+  if (o.rw) {
+    fmt::print(stderr,
+               "ckptfs: warning: -o rw ignored: the mount is read-only (writes fail with EROFS); "
+               "say ro\n");
   }
   // A URL is shown (messages, /proc/mounts, index.json) without its credentials.
   const std::string shown = ckptfs::display_location(o.checkpoint);

@@ -32,12 +32,13 @@ SRC  anything ckptfs reads (a .pth/.pt/.bin file, a safetensors file, a sharded 
      value.json), with or without the mount's .ckptfs/index.json, e.g. after
      rsync -a /mnt/model/decoder.* dest/  (or a whole mount: rsync -a /mnt/model/ dest/)
      an RFC directory: map.pt (torch.save of the list of keys) and one <name>.pt per key
-OUT  gets SRC's permission bits under the umask, as cp gives them; its suffix picks the
-     format:
-     .pth .pt .bin   torch.save's zip format: a flat OrderedDict of the keys in order, shared
-                     storages shared, views kept, plain values kept, a byteorder record
-     .safetensors    safetensors: the tensors, each its own contiguous bytes (tied ones too),
-                     {"format": "pt"} in __metadata__
+OUT  gets SRC's permission bits under the umask, as cp gives them; its suffix, in any case,
+     picks the format:
+     .pth .pt .bin .ckpt  torch.save's zip format: a flat OrderedDict of the keys in
+                          order, shared storages shared, views kept, plain values kept, a
+                          byteorder record
+     .safetensors         safetensors: the tensors, each its own contiguous bytes (tied
+                          ones too), {"format": "pt"} in __metadata__
 
   --keys GLOB   pack only the keys GLOB matches (fnmatch: * ? [seq] [!seq]; '*' takes '.' too);
                 repeatable: a key any of them matches; a GLOB matching no key is an error
@@ -141,8 +142,9 @@ int run_pack(const std::vector<std::string>& args) {
   const std::string& source = positional[0];
   options.output = positional[1];
   if (!pack_format_of(options.output)) {
-    return usage_error(fmt::format("OUT {} must end in .pth, .pt, .bin (torch) or .safetensors",
-                                   quote(options.output)));
+    return usage_error(
+        fmt::format("OUT {} must end in .pth, .pt, .bin, .ckpt (torch) or .safetensors (any case)",
+                    quote(options.output)));
   }
   // Refused before SRC is read (which may take long, remote): checked again when OUT is named.
   struct stat st {};

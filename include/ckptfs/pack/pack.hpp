@@ -41,7 +41,7 @@ struct PackResult {
 //                kept), each tensor its own contiguous bytes (tied ones too), in the model's
 //                order, little-endian as the format is (a big-endian checkpoint's swapped).
 // `sources` holds the model's bytes (OpenedModel::sources()). Throws Error: usage for a name
-// without a known suffix ("OUT must end in .pth, .pt, .bin or .safetensors") or an existing file
+// without a known suffix ("OUT must end in .pth, .pt, .bin, .ckpt or .safetensors") or an existing file
 // without Overwrite::yes, and what select_entries(), TorchPack, OutputFile and the sources throw;
 // the output then never appears under its name.
 PackResult pack(const Model& model, Sources sources, const PackOptions& options);

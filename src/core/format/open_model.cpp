@@ -2,6 +2,7 @@
 // open_model(): which reader reads what the user named: a file by its name and first bytes, a
 // directory by the files in it, a sharded set by its index, its shards opened in parallel.
 #include <ckptfs/base/error.hpp>
+#include <ckptfs/format/impostor.hpp>
 #include <ckptfs/format/open_model.hpp>
 #include <ckptfs/source/inflated_source.hpp>
 #include <ckptfs/source/location.hpp>
@@ -148,7 +149,12 @@ OpenedModel open_dcp(const std::string& location, std::unique_ptr<ByteSource> me
                      const OpenOptions& options) {
   DcpModel dcp = read_dcp(
       *metadata,
-      [&](const std::string& name) { return options.open(sibling_location(location, name)); },
+      [&](const std::string& name) {
+        // A .distcp file holds raw bytes: only a text impostor (a Git LFS pointer) is told.
+        auto file = options.open(sibling_location(location, name));
+        refuse_impostor(*file, ImpostorCheck::text_only);  // the reader names the file
+        return file;
+      },
       options.limits, options.dcp);
   return OpenedModel(std::move(dcp.sources), std::move(dcp.model), metadata->times());
 }

@@ -84,7 +84,7 @@ void write_safetensors(const Model& sub, Sources sources, std::optional<DType> c
 PackResult pack(const Model& model, Sources sources, const PackOptions& options) {
   const auto format = pack_format_of(options.output);
   if (!format) {
-    throw Error(ExitCode::usage, "OUT must end in .pth, .pt, .bin (torch) or .safetensors");
+    throw Error(ExitCode::usage, "OUT must end in .pth, .pt, .bin, .ckpt (torch) or .safetensors");
   }
   std::vector<KeyGlob> globs(options.keys.begin(), options.keys.end());
   const Selection selection = select_entries(model, globs, *format, options.dtype);

@@ -2,6 +2,7 @@
 // read_dcp(): a DCP checkpoint's items read through windows of their files, its tensors
 // assembled from their chunks, its values nested as dcp_to_torch_save nests them, and the whole
 // flattened as the file that function writes would be.
+#include <ckptfs/format/impostor.hpp>
 #include <ckptfs/base/error.hpp>
 #include <ckptfs/base/hash.hpp>
 #include <ckptfs/base/text.hpp>
@@ -377,6 +378,7 @@ class DcpReader {
 
 DcpModel read_dcp(const ByteSource& metadata, const DcpOpener& open, const ReadLimits& limits,
                   const DcpLimits& dcp) {
+  refuse_impostor(metadata);
   return DcpReader(metadata, open, limits, dcp).run();
 }
 

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // read_gguf(): the header read through a buffered cursor, metadata values written as JSON
 // without recursion, tensor infos checked against the file, and split sets combined.
+#include <ckptfs/format/impostor.hpp>
 #include <ckptfs/base/error.hpp>
 #include <ckptfs/base/hash.hpp>
 #include <ckptfs/base/numbers.hpp>
@@ -371,6 +372,7 @@ bool looks_like_gguf(const ByteSource& source) {
 }
 
 Model read_gguf(const ByteSource& source, std::string source_name, const GgufLimits& limits) {
+  refuse_impostor(source);
   Cursor in(source, limits);
   if (source.size() < 8 || source.read_string(0, 4) != "GGUF") {
     throw Error(ExitCode::bad_checkpoint, "not a GGUF file: it does not start with \"GGUF\"");

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // read_shard_index() and combine_shards(): a Hugging Face index checked and streamed, and the
 // shards' models joined under its weight_map.
+#include <ckptfs/format/impostor.hpp>
 #include <ckptfs/base/error.hpp>
 #include <ckptfs/base/json_reader.hpp>
 #include <ckptfs/format/safetensors/sharded_reader.hpp>
@@ -126,6 +127,7 @@ class IndexParser {
 }  // namespace
 
 ShardIndex read_shard_index(const ByteSource& index, const ShardLimits& limits) {
+  refuse_impostor(index);
   const std::uint64_t size = index.size();
   if (size > limits.max_index_bytes) {
     throw Error(ExitCode::unsupported,
