@@ -409,6 +409,7 @@ int run_mount(const std::vector<std::string>& args) {
   request.notifier = &notifier;
   // A signal unmounts at once, even while reads wait for a stalled server.
   if (remote) request.on_stop = [context = remote.get()] { context->cancel(); };
+  request.log_file = o.log_file;
   request.ready_line = ready_line(tree->model(), shown, o.mountpoint);
   try {
     // The remote threads stop before the mount may fork into a daemon, and start again in

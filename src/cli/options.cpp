@@ -166,6 +166,8 @@ std::string take_option(std::string_view item, MountOptions& o) {
     o.files = *bit;  // a later files= replaces an earlier one
   } else if (item == "files=") {
     return invalid_files("");
+  } else if (auto lf = value_of("log")) {
+    if (!absolute_path(*lf, o.log_file)) return fmt::format("invalid log '{}'", *lf);
   } else if (item == "direct_io") {
     o.direct_io = true;
   } else if (item == "rw") {

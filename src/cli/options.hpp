@@ -41,6 +41,7 @@ struct MountOptions {
   Layout layout = Layout::split;      // -o layout=split|rfc: what the root holds
   std::optional<std::uint8_t> files;  // -o files=LIST: a tensor directory's files (KeyFile bits)
   bool direct_io = false;             // -o direct_io: reads bypass the mount's page cache
+  std::string log_file;               // -o log=FILE: the mount's log (made absolute)
   bool rw = false;                    // -o rw: ignored, the mount being read-only (a warning)
   std::vector<std::string> fuse_options;  // the accepted libfuse and kernel options (below)
   RemoteOptions remote;  // insecure, cacert=, cache_size=, cache_dir=, cache_dir_size=, timeout=

@@ -305,6 +305,20 @@ void mount_and_serve(const Tree& tree, Sources sources, const MountRequest& requ
                       quote(request.mountpoint), n, n == 1 ? "y is" : "ies are"));
     }
   }
+  // The log: FILE (opened now, so that a bad path is a failure at once), else stderr in the
+  // foreground and syslog in a daemon, which is said when no syslog listens to keep it.
+  if (!request.log_file.empty()) {
+    const int fd = ::open(request.log_file.c_str(),
+                          O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY, 0600);
+    if (fd < 0) {
+      throw mount_error(fmt::format("log={}: {}", quote(request.log_file), std::strerror(errno)));
+    }
+    log::use_file(fd);
+  } else if (!request.foreground && !log::syslog_listens()) {
+    log::warning(
+        "warning: no syslog listens on /dev/log: the mount's log (read and server errors) is "
+        "lost; -o log=FILE keeps it");
+  }
   log::capture_libfuse(request.debug);
 
   SessionOptions options;
@@ -385,7 +399,7 @@ void mount_and_serve(const Tree& tree, Sources sources, const MountRequest& requ
     }
     if (report) {
       detach_stdio();
-      log::use_syslog();
+      if (request.log_file.empty()) log::use_syslog();
       report->ready();
       return;
     }
