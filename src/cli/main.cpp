@@ -77,6 +77,9 @@ options (before or after CHECKPOINT MOUNTPOINT):
        dtype=NAME          serve every floating-point tensor as float16, bfloat16 or float32,
                            converted on read as torch's .to() converts (a GGUF's quantized
                            tensors: their dequantized values)
+       log=FILE            the mount's log appended to FILE (foreground and daemon);
+                           default: stderr in the foreground, syslog in a daemon (which
+                           says once when no syslog listens on /dev/log)
        direct_io           reads bypass the mount's page cache: for one-pass copies of a
                            remote checkpoint (rsync, cp); a shared mmap of a file fails
                            unless libfuse >= 3.16 and Linux >= 6.6 allow it
@@ -106,9 +109,11 @@ options (before or after CHECKPOINT MOUNTPOINT):
        insecure            do not verify HTTPS certificates
        ...                 ro and default_permissions are implied; the mount flags nodev,
                            nosuid, noexec, noatime, sync, dirsync (and dev, suid, exec, atime,
-                           async) go to the kernel; rw and fstab's own options (defaults,
-                           noauto, nofail, _netdev, user=, x-*) are ignored; any other option
-                           is refused (exit 1)
+                           async) go to the kernel; fstab's own options (defaults, noauto,
+                           nofail, _netdev, user=, x-*) and nonempty (fuse3 mounts over a
+                           non-empty directory, saying so) are ignored; rw is ignored with a
+                           warning (writes fail with EROFS); any other option is refused
+                           (exit 1)
   --notify-fd N          the same as -o notify_fd=N
   -h, --help             show this help and exit
   -V, --version          show the version and exit
@@ -132,9 +137,11 @@ pack SRC OUT [--keys GLOB]... [--dtype NAME] [--force] [-o OPT[,OPT...]]
 
 CHECKPOINT, besides a torch.save file:
   FILE.safetensors                a safetensors file (also any file with its header)
-  DIR                             model.safetensors, model.safetensors.index.json,
-                                  pytorch_model.bin or pytorch_model.bin.index.json in DIR (the
-                                  first there), else its one *.index.json or *.safetensors
+  DIR                             DIR's one checkpoint (a set counts once: an index with its
+                                  shards, a GGUF split set, a DCP or ZeRO checkpoint); of
+                                  transformers' names (model.safetensors, pytorch_model.bin,
+                                  their *.index.json) alone, the first; several: refused,
+                                  listed, with how to name one
   DIR/NAME.index.json             a sharded set: each key from the shard its weight_map names
                                   (a URL too: the shards beside it)
   DIR, DIR/.metadata              a PyTorch DCP checkpoint (.metadata, __R_N.distcp): the model
@@ -178,13 +185,15 @@ unmount with: fusermount3 -u MOUNTPOINT (or umount as root)
 exit status:
   0  success
   1  usage error (the command line, an unsupported -o option; pack: OUT exists)
-  2  the checkpoint or a shard cannot be opened or read (or is not a regular file); pack:
-     a file of SRC is missing, or OUT cannot be written
-  3  the zip container is invalid
+  2  the checkpoint or a shard cannot be opened or read (or is not a regular file; a Git LFS
+     pointer, an HTML page); a directory of no checkpoint or several; pack: a file of SRC is
+     missing, or OUT cannot be written
+  3  the zip container is invalid (or truncated)
   4  the pickle, safetensors or GGUF header, .npy header or index is invalid, or the
      checkpoint is inconsistent
      (pack: a meta.json that disagrees with its data, a link leading out of SRC)
   5  a valid file ckptfs does not serve (compressed record, tar format, no tensors, F6 dtype,
+     a gzip, zstd, xz, bzip2 or 7-Zip file, a tar archive: decompress or extract it first,
      a GGUF header past ckptfs's limits)
   6  the mount failed or never came up (mountpoint, /dev/fuse, permissions, INIT refused)
   7  a server refused access (HTTP 401 or 403: credentials, S3 signature)
