@@ -1,16 +1,12 @@
 # SPDX-License-Identifier: MIT
-"""Where the tests that are not about the tree itself find a mount's whole-checkpoint views
-(index.json, model.safetensors): one function, so that their move to a folder of their own is a
-one-line change here."""
+"""What the tests that are not about the tree itself read of a mount's whole-checkpoint views
+(index.json): found through ckptfs_mounts.views_dir, the one place that knows where they are."""
 
 import hashlib
 import json
 from pathlib import Path
 
-
-def views_dir(mnt):
-    """The folder of `mnt` that holds index.json and model.safetensors."""
-    return Path(mnt)
+from ckptfs_mounts import views_dir
 
 
 def index_entries(mnt):

@@ -576,7 +576,7 @@ class ShardTests(ExportTestCase):
                 self.assertEqual(os.listdir(mnt), [])
         mnt, proc = self.mount(path)
         try:
-            want = expected_export(self.read_json(mnt / "index.json"),
+            want = expected_export(self.read_json(views_dir(mnt) / "index.json"),
                                    torch_wants(path, False), {})
         finally:
             self.unmount(mnt, proc)

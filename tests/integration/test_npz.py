@@ -28,13 +28,8 @@ require("fuse", "torch")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import ckptfs_safetensors as st  # noqa: E402
-from fixtures import CKPTFS, CORPUS  # noqa: E402
+from fixtures import CKPTFS, CORPUS, views_dir  # noqa: E402
 from test_mount import MountTestCase, run  # noqa: E402
-
-
-def views_dir(mnt):
-    """Where a mount's whole-model views are (index.json, model.safetensors): see test_gguf."""
-    return Path(mnt)
 
 
 def arrays():

@@ -63,6 +63,8 @@ class GgufTests(InteropCase):
                 else value
         reports = []
         for spec in specs:
+            if "mount" in spec and "views" not in spec:
+                spec = {**spec, "views": views_dir(spec["mount"])}
             doc = {k: inside_all(str(v) if isinstance(v, Path) else v) for k, v in spec.items()}
             function = "gguf_checks.check_packed" if "packed" in spec else "gguf_checks.check_mount"
             report = self.call(function, doc, timeout=900)

@@ -3,7 +3,7 @@
 gguf-py, and the files `ckptfs pack` writes of one.
 
     check_mount(spec)   spec: {"mount": DIR, "files": [GGUF...], "dtype": null|"float16"|...,
-                               "views": DIR (index.json, model.safetensors; default: mount),
+                               "views": DIR (index.json, model.safetensors; default: mount/.ckptfs),
                                "twins": [GGUF...] (of a big-endian file: the little-endian file
                                         it was converted from, whose values its blocks give)}
     check_packed(spec)  spec: {"packed": FILE (.safetensors or .pth), "files": [GGUF...],
@@ -181,7 +181,7 @@ class Exports:
 def check_mount(spec):
     import torch
     mount = Path(spec["mount"])
-    views = Path(spec.get("views") or mount)
+    views = Path(spec.get("views") or Path(mount) / ".ckptfs")
     dtype = spec.get("dtype")
     index = json.loads((views / "index.json").read_text())
     exports = Exports(views)

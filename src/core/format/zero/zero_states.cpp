@@ -10,7 +10,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <unordered_set>
 
 namespace ckptfs::zero {
 namespace {
@@ -187,7 +186,7 @@ ModelStates read_model_states(const ByteSource& source, const ReadLimits& limits
   const NodeId buffer_names = find(g, root, "buffer_names");
   if (buffer_names == no_node) bad("not a DeepSpeed model states file: no buffer_names");
   if (!is_sequence(g, buffer_names)) bad("buffer_names is not a list");
-  std::unordered_set<std::string> seen;
+  TextSet seen;
   for (NodeId n : g.items(buffer_names)) {
     if (g.kind(n) != Kind::string) bad("buffer_names holds something other than a str");
     if (seen.insert(g.text(n)).second) m.buffer_names.push_back(g.text(n));
