@@ -132,7 +132,8 @@ pack SRC OUT [--keys GLOB]... [--dtype NAME] [--force] [-o OPT[,OPT...]]
   OUT.pth, .pt, .bin or .ckpt, safetensors for OUT.safetensors (any case); SRC is a CHECKPOINT, a split
   directory (key directories copied out of a mount: meta.json and data, or value.json) or an
   RFC directory (map.pt and <name>.pt files); --keys packs the keys GLOB matches (repeatable),
-  --dtype float16|bfloat16|float32 converts floating-point tensors, --force replaces OUT; OUT
+  --dtype float16|bfloat16|float32 converts floating-point tensors, --force replaces OUT;
+  progress on a terminal (--progress elsewhere), a summary line at the end (--quiet: neither); OUT
   gets its name only once complete (details: ckptfs pack --help)
 
 CHECKPOINT, besides a torch.save file:
