@@ -38,7 +38,8 @@ using ckptfs::cli::fail;
 
 constexpr const char* usage_text = R"(usage: ckptfs [options] CHECKPOINT MOUNTPOINT
        ckptfs inspect CHECKPOINT [--json] [-o OPT[,OPT...]]
-       ckptfs pack SRC OUT [--keys GLOB]... [--dtype NAME] [--force] [-o OPT[,OPT...]]
+       ckptfs pack SRC OUT [--keys GLOB]... [--dtype NAME] [--force] [--progress|--quiet]
+                  [-o OPT[,OPT...]]
        ckptfs -h | --help | -V | --version
 
 Mounts a checkpoint read-only: a PyTorch file written by torch.save or torch.jit.save
@@ -110,10 +111,10 @@ options (before or after CHECKPOINT MOUNTPOINT):
        ...                 ro and default_permissions are implied; the mount flags nodev,
                            nosuid, noexec, noatime, sync, dirsync (and dev, suid, exec, atime,
                            async) go to the kernel; fstab's own options (defaults, noauto,
-                           nofail, _netdev, user=, x-*) and nonempty (fuse3 mounts over a
-                           non-empty directory, saying so) are ignored; rw is ignored with a
+                           nofail, _netdev, user=, x-*) are ignored; rw is ignored with a
                            warning (writes fail with EROFS); any other option is refused
-                           (exit 1)
+                           (exit 1), nonempty too, as fusermount3 refuses it (a non-empty
+                           mountpoint is mounted over, with a warning)
   --notify-fd N          the same as -o notify_fd=N
   -h, --help             show this help and exit
   -V, --version          show the version and exit
@@ -127,14 +128,15 @@ inspect CHECKPOINT [--json] [-o OPT[,OPT...]]
   --json prints {"format", "byteorder", "sources", "metadata", "entries": [...]}; -o takes the
   remote options above; CHECKPOINT may also be a split or an RFC directory (see pack)
 
-pack SRC OUT [--keys GLOB]... [--dtype NAME] [--force] [-o OPT[,OPT...]]
+pack SRC OUT [--keys GLOB]... [--dtype NAME] [--force] [--progress] [--quiet] [-o OPT,...]
   writes SRC back as one file OUT, streaming in bounded memory: torch's zip format for
-  OUT.pth, .pt, .bin or .ckpt, safetensors for OUT.safetensors (any case); SRC is a CHECKPOINT, a split
-  directory (key directories copied out of a mount: meta.json and data, or value.json) or an
-  RFC directory (map.pt and <name>.pt files); --keys packs the keys GLOB matches (repeatable),
-  --dtype float16|bfloat16|float32 converts floating-point tensors, --force replaces OUT;
-  progress on a terminal (--progress elsewhere), a summary line at the end (--quiet: neither); OUT
-  gets its name only once complete (details: ckptfs pack --help)
+  OUT.pth, .pt, .bin or .ckpt, safetensors for OUT.safetensors (any case); SRC is a
+  CHECKPOINT, a split directory (key directories copied out of a mount: meta.json and data,
+  or value.json) or an RFC directory (map.pt and <name>.pt files); --keys packs the keys
+  GLOB matches (repeatable), --dtype float16|bfloat16|float32 converts floating-point
+  tensors, --force replaces OUT; progress on a terminal (--progress elsewhere), a summary
+  line at the end (--quiet: neither); OUT gets its name only once complete (details:
+  ckptfs pack --help)
 
 CHECKPOINT, besides a torch.save file:
   FILE.safetensors                a safetensors file (also any file with its header)

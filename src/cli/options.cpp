@@ -172,8 +172,6 @@ std::string take_option(std::string_view item, MountOptions& o) {
     o.direct_io = true;
   } else if (item == "rw") {
     o.rw = true;  // ignored, with a warning (run_mount): the mount is read-only
-  } else if (item == "nonempty") {
-    // fuse2's option; fuse3 (fusermount3) mounts over a non-empty directory anyway
   } else if (item == "ro" || item.empty() || is_ignored_option(item)) {
     // always read-only; fstab-only options mean nothing here
   } else if (is_passed_option(item)) {

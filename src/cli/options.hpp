@@ -60,7 +60,7 @@ struct MountOptions {
 //   - passed to libfuse and the kernel, each known to work (is_passed_option());
 //   - ignored: "ro" is implied and "rw" (which mount.fuse3 passes when fstab says nothing)
 //     means nothing, the mount being read-only either way (it sets `rw`: run_mount() warns);
-//     "nonempty" is fuse2's, and fuse3 mounts over a non-empty directory anyway; so do the options
+//     so do the options
 //     that only mean something to mount(8), fstab or systemd, and the access-time flags libfuse
 //     does not know;
 //   - every other one is a usage error naming it, never a mount that fails later or half works.

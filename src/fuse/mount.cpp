@@ -241,6 +241,12 @@ int wait_for_daemon(int report_fd, pid_t child, fuse_session* se, const MountReq
   }
   ::close(report_fd);
   if (report == "R") {
+    // Once the mount is up, and only then: said when its log (syslog, in a daemon) has no home.
+    if (request.log_file.empty() && !log::syslog_listens()) {
+      fmt::print(stderr,
+                 "ckptfs: warning: no syslog listens on /dev/log: the mount's log (read and "
+                 "server errors) is lost; -o log=FILE keeps it\n");
+    }
     if (request.notifier != nullptr) request.notifier->send(true);
     return 0;
   }
@@ -314,10 +320,6 @@ void mount_and_serve(const Tree& tree, Sources sources, const MountRequest& requ
       throw mount_error(fmt::format("log={}: {}", quote(request.log_file), std::strerror(errno)));
     }
     log::use_file(fd);
-  } else if (!request.foreground && !log::syslog_listens()) {
-    log::warning(
-        "warning: no syslog listens on /dev/log: the mount's log (read and server errors) is "
-        "lost; -o log=FILE keeps it");
   }
   log::capture_libfuse(request.debug);
 

@@ -894,7 +894,8 @@ class CompletionTests(TempDirTestCase):
         self.assertEqual(self.complete("ckptfs --v"), ["--version"])
         self.assertEqual(self.complete("ckptfs inspect a.pth -"), ["--json"])
         self.assertEqual(self.complete("ckptfs pack a.pth out.pth -"),
-                         sorted(["--keys", "--dtype", "--force", "-o", "-h", "--help"]))
+                         sorted(["--keys", "--dtype", "--force", "--progress", "--quiet", "-o",
+                                 "-h", "--help"]))
         self.assertEqual(self.complete("ckptfs pack a.pth --f"), ["--force"])
         self.assertEqual(self.complete("ckptfs pack a.pth out.pth --dtype "),
                          ["bfloat16", "float16", "float32"])

@@ -22,8 +22,9 @@ struct DirectoryCheckpoint {
 // The checkpoints of `directory` (files read as checkpoints by their suffix, in any case: .pth,
 // .pt, .bin, .ckpt, .jit, .safetensors, .gguf, .npz, *.index.json, a DCP .metadata; regular
 // files only, symbolic links followed), sorted by name. Reads the directory and each
-// *.index.json (to know its shards; one that cannot be read keeps none). Throws Error(io) when
-// the directory cannot be listed.
+// *.index.json (to know its shards; one that cannot be read is taken to own every *.safetensors
+// and *.bin beside it, so that its own error is the one told). Throws Error(io) when the
+// directory cannot be listed.
 std::vector<DirectoryCheckpoint> checkpoints_in(const std::string& directory);
 
 // The one checkpoint of `directory`: its only one, or, when all of them are transformers' names

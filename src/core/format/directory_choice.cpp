@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <optional>
 #include <set>
 
 namespace ckptfs {
@@ -62,15 +63,15 @@ std::vector<std::string> regular_files(const std::string& dir) {
   return names;
 }
 
-// The shards an index names that are files of the directory itself ("" when it cannot be read:
-// its own error is told when it is opened).
-std::vector<std::string> shards_of(const std::string& index_path) {
+// The shards an index names; nullopt when it cannot be read (its own error is told when it is
+// opened).
+std::optional<std::vector<std::string>> shards_of(const std::string& index_path) {
   try {
     FileSource source(index_path);
     ShardIndex index = read_shard_index(source, ShardLimits{});
-    return index.shards;
+    return std::move(index.shards);
   } catch (const Error&) {
-    return {};
+    return std::nullopt;
   }
 }
 
@@ -110,8 +111,16 @@ std::vector<DirectoryCheckpoint> checkpoints_in(const std::string& directory) {
     }
   }
   for (const auto& name : files) {
-    if (has_suffix(lower(name), ".index.json")) {
-      for (const auto& shard : shards_of(dir + name)) owned.insert(shard);
+    if (!has_suffix(lower(name), ".index.json")) continue;
+    if (auto shards = shards_of(dir + name)) {
+      owned.insert(shards->begin(), shards->end());
+    } else {
+      // An index that cannot be read is the checkpoint its directory holds, and its error the
+      // one to tell: the *.safetensors and *.bin beside it are taken for its shards.
+      for (const auto& other : files) {
+        const std::string l = lower(other);
+        if (has_suffix(l, ".safetensors") || has_suffix(l, ".bin")) owned.insert(other);
+      }
     }
   }
   std::set<std::string> gguf_sets;
