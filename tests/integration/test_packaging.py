@@ -924,8 +924,8 @@ class CompletionTests(TempDirTestCase):
                          ["mnt", "model.safetensors", "model.safetensors.index.json", "models",
                           "my model.pth"])
         self.assertEqual(self.complete("ckptfs pack a.pth "),
-                         ["a.pth", "b.PT", "d.bin", "mnt", "model.safetensors", "models",
-                          "my model.pth"])
+                         ["a.pth", "b.PT", "c.ckpt", "d.bin", "mnt", "model.safetensors",
+                          "models", "my model.pth"])
         self.assertEqual(self.complete("ckptfs pack --dtype float16 a.pth mo"),
                          ["model.safetensors", "models"])
         self.assertEqual(self.complete("ckptfs pack a.pth out.pth "), [])

@@ -2,11 +2,11 @@
 // read_dcp(): a DCP checkpoint's items read through windows of their files, its tensors
 // assembled from their chunks, its values nested as dcp_to_torch_save nests them, and the whole
 // flattened as the file that function writes would be.
-#include <ckptfs/format/impostor.hpp>
 #include <ckptfs/base/error.hpp>
 #include <ckptfs/base/hash.hpp>
 #include <ckptfs/base/text.hpp>
 #include <ckptfs/format/dcp/dcp_reader.hpp>
+#include <ckptfs/format/impostor.hpp>
 #include <ckptfs/format/pickle/flatten.hpp>
 #include <ckptfs/format/pickle/graph_builder.hpp>
 #include <ckptfs/model/assembly.hpp>

@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: MIT
 // read_gguf(): the header read through a buffered cursor, metadata values written as JSON
 // without recursion, tensor infos checked against the file, and split sets combined.
-#include <ckptfs/format/impostor.hpp>
 #include <ckptfs/base/error.hpp>
 #include <ckptfs/base/hash.hpp>
 #include <ckptfs/base/numbers.hpp>
 #include <ckptfs/base/text.hpp>
 #include <ckptfs/format/gguf/gguf_reader.hpp>
+#include <ckptfs/format/impostor.hpp>
 
 #include <fmt/format.h>
 

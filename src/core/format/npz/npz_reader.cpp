@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: MIT
 // read_npz(): the zip's members as entries, each .npy header read from the file (or inflated,
 // for a deflated member's), checked against the member's size.
-#include <ckptfs/format/impostor.hpp>
 #include <ckptfs/base/error.hpp>
 #include <ckptfs/base/text.hpp>
+#include <ckptfs/format/impostor.hpp>
 #include <ckptfs/format/npz/npy_format.hpp>
 #include <ckptfs/format/npz/npz_reader.hpp>
 

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: MIT
 // read_safetensors(): the header length, the JSON header pulled a token at a time, the checks of
 // every number and extent, and the Model of one storage per tensor.
-#include <ckptfs/format/impostor.hpp>
 #include <ckptfs/base/error.hpp>
 #include <ckptfs/base/json_reader.hpp>
+#include <ckptfs/format/impostor.hpp>
 #include <ckptfs/format/safetensors/safetensors_reader.hpp>
 
 #include <fmt/format.h>

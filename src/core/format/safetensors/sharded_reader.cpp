@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: MIT
 // read_shard_index() and combine_shards(): a Hugging Face index checked and streamed, and the
 // shards' models joined under its weight_map.
-#include <ckptfs/format/impostor.hpp>
 #include <ckptfs/base/error.hpp>
 #include <ckptfs/base/json_reader.hpp>
+#include <ckptfs/format/impostor.hpp>
 #include <ckptfs/format/safetensors/sharded_reader.hpp>
 
 #include <fmt/format.h>

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: MIT
 // read_torch(): format detection, the zip and legacy layouts, and validation of every storage
 // and tensor extent against the bytes that are really in the file.
-#include <ckptfs/format/impostor.hpp>
 #include <ckptfs/base/error.hpp>
 #include <ckptfs/base/hash.hpp>
+#include <ckptfs/format/impostor.hpp>
 #include <ckptfs/format/pickle/flatten.hpp>
 #include <ckptfs/format/torch/torch_interpreter.hpp>
 #include <ckptfs/format/torch/torch_reader.hpp>
