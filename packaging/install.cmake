@@ -7,7 +7,8 @@
 #                                         (resolved) directory
 #   share/man/man1/ckptfs.1.gz            the man page (packaging/ckptfs.1, gzip -9n)
 #   share/bash-completion/completions/ckptfs
-#   share/doc/ckptfs/                     README.md, copyright, examples/mnt-model.mount
+#   share/doc/ckptfs/                     README.md, copyright, examples/mnt-model.mount, docs/*.md
+#                                         (the README links to them)
 # mount(8) and fstab need no helper of ours: mount.fuse3 (package fuse3) runs `ckptfs SOURCE
 # MOUNTPOINT -o OPTIONS` with a fixed PATH, which holds /usr/bin and /usr/local/bin.
 
@@ -58,5 +59,8 @@ install(FILES ${PROJECT_SOURCE_DIR}/packaging/ckptfs.bash-completion
 
 install(FILES ${PROJECT_SOURCE_DIR}/README.md ${PROJECT_SOURCE_DIR}/packaging/copyright
   DESTINATION ${CMAKE_INSTALL_DOCDIR})
+# The README links to docs/: installed beside it, so that its links work where it is read.
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/docs/ DESTINATION ${CMAKE_INSTALL_DOCDIR}/docs
+  FILES_MATCHING PATTERN "*.md")
 install(FILES ${PROJECT_SOURCE_DIR}/packaging/mnt-model.mount
   DESTINATION ${CMAKE_INSTALL_DOCDIR}/examples)

@@ -17,8 +17,9 @@ integration tests (tests/integration/) share:
                 Python keys of the entries whose text does not say them
     TorchScript torchscript_prefix, torchscript_flatten, torchscript_key_paths: a torch.jit.save
                 archive's entries (state_dict, constants.N, attributes.*) computed with torch
-    values      simple_json, NOT_JSON, value_entry, has_opaque, json_equal: which values JSON
-                can hold, a value's entry, and how ckptfs's JSON compares with them
+    values      simple_json, NOT_JSON, value_from_json, same_value, value_entry, has_opaque,
+                json_equal: value.json's rule (docs/VALUES.md) both ways, a value's entry, and
+                how ckptfs's JSON and values compare with torch's
     names       directory_name, entry_names, rfc_file_names, fnv1a64, VIEW_FILES: the names of
                 keys in the mount, and of the views in its .ckptfs folder
 
@@ -174,6 +175,19 @@ def tensor_bytes(t, byteorder=sys.byteorder):
     return data
 
 
+# torch >= 2.1 reads the `byteorder` record of a zip and swaps big-endian storages on load;
+# older torch keeps the bytes as stored (a big-endian checkpoint's values then come out swapped,
+# its bytes unchanged).
+TORCH_HONOURS_BYTEORDER = tuple(int(x) for x in re.findall(r"\d+", torch.__version__)[:2]) >= (2, 1)
+
+
+def checkpoint_bytes(t, byteorder):
+    """The bytes a checkpoint of `byteorder` holds for `t`, a tensor torch.load gave of it: its
+    elements in that order where this torch honours the byteorder record, its memory as it is
+    where it does not (then the file's bytes, the values swapped)."""
+    return tensor_bytes(t, byteorder if TORCH_HONOURS_BYTEORDER else sys.byteorder)
+
+
 def storage_of(t):
     """(identity, nbytes) of a torch tensor's storage: tensors over one storage have the same
     identity; nbytes is None when this torch cannot tell."""
@@ -284,7 +298,7 @@ NESTED_PARTS = ("buffer", "sizes", "strides", "storage_offsets")
 
 def tensor_parts(t):
     """[(part, object)] of a torch tensor that torch saves as parts (sparse, nested), as ckptfs
-    shows them; None for an ordinary (strided) tensor. A size is a tuple of ints.
+    shows them; None for an ordinary (strided) tensor. A size is a torch.Size, as pickled.
 
     torch 1.13 saves only sparse COO and CSR tensors, the layouts the fixtures hold; the other
     layouts and nested tensors follow the same rule for later torch versions."""
@@ -296,7 +310,7 @@ def tensor_parts(t):
             tensors = (t.crow_indices(), t.col_indices(), t.values())
         else:
             tensors = (t.ccol_indices(), t.row_indices(), t.values())
-        return list(zip(SPARSE_PARTS[layout], (*tensors, tuple(t.size()))))
+        return list(zip(SPARSE_PARTS[layout], (*tensors, t.size())))
     if getattr(t, "is_nested", False):
         return list(zip(NESTED_PARTS, (t.values(), t._nested_tensor_size(),
                                        t._nested_tensor_strides(),
@@ -439,20 +453,22 @@ def raw_keys(x):
 
 
 def key_part_json(k):
-    """A Python key as ckptfs writes it in a key path: str, int, bool and None as JSON does,
-    a float as a number or {"__float__": ...}, bytes as {"__bytes__": hex}, a tuple as
-    {"__tuple__": repr}."""
+    """A Python key as ckptfs writes it in a key path: str, int, bool and None as JSON does (a
+    str by json_text's rule), a float as a number or {"__float__": ...}, bytes as
+    {"__bytes__": hex}, a tuple as {"__tuple__": repr}."""
     if isinstance(k, Part):
         return {"__part__": str(k)}
-    if type(k) in (str, int, bool) or k is None:
+    if type(k) is str:
+        return json_text(k)
+    if type(k) in (int, bool) or k is None:
         return k
     if type(k) is float:
         return k if np.isfinite(k) else {"__float__": repr(k)}
     if type(k) is bytes:
         return {"__bytes__": k.hex()}
     if type(k) is tuple:
-        return {"__tuple__": repr(k)}
-    return {"__key__": str(k)}
+        return {"__tuple__": json_text(repr(k))}
+    return {"__key__": json_text(str(k))}
 
 
 def key_paths(flat):
@@ -622,33 +638,175 @@ def torchscript_key_paths(flat):
 # Values as JSON
 # --------------------------------------------------------------------------------------------
 
-NOT_JSON = object()  # what simple_json returns for a value JSON cannot hold exactly
+NOT_JSON = object()  # what simple_json returns for a value that is no plain data
+# The first keys of value.json's objects that describe what is no plain data (docs/VALUES.md).
+OPAQUE_MARKERS = ("__class__", "__global__", "__persistent_id__", "__truncated__",
+                  "__recursion__")
+# The numpy scalars value.json writes as numbers (little-endian, these sizes).
+NUMPY_JSON_CODES = ("f8", "f4", "i8", "i4", "i2", "i1", "u8", "u4", "u2", "u1", "b1")
+
+
+def json_text(s):
+    """A str as ckptfs's JSON holds it: a byte of its UTF-8 (with surrogates passed) that is not
+    valid UTF-8 is the escape \\udcXX of that byte (Python's surrogateescape), as the README
+    says; what json.loads of that JSON gives."""
+    return s.encode("utf-8", "surrogatepass").decode("utf-8", "surrogateescape")
+
+
+def text_of_json(s):
+    """json_text undone: the str a JSON string of ckptfs stands for."""
+    return s.encode("utf-8", "surrogateescape").decode("utf-8", "surrogatepass")
+
+
+def _marker_like(key):
+    return len(key) >= 4 and key.startswith("__") and key.endswith("__")
 
 
 def simple_json(v):
-    """The JSON of a simple value (None, bool, int, finite float, str, lists/tuples of those,
-    dicts of those with str or int keys), or NOT_JSON."""
-    if v is None or type(v) in (bool, int, str):
+    """value.json's JSON of a plain value, by its rule (docs/VALUES.md), or NOT_JSON for what is
+    no plain data (an object of some class; value.json describes those with "__class__" and its
+    kin). None, bools, ints (past 1024 bytes {"__int__": "0x.."}), floats ({"__float__": "nan"}
+    for the three JSON lacks), str; bytes and bytearray as {"__bytes__"/"__bytearray__": hex};
+    lists as arrays; tuples (and torch.Size), sets, frozensets as {"__tuple__"/"__set__"/
+    "__frozenset__": [...]}; dicts and OrderedDicts as objects when every key is a str that
+    neither starts nor ends with "__"... both, else {"__dict__": [[key, value], ...]}; numpy
+    scalars of NUMPY_JSON_CODES as numbers."""
+    if v is None or type(v) is bool:
+        return v
+    if type(v) is str:
+        return json_text(v)
+    if type(v) is int:
+        if len(pickle.encode_long(v)) > 1024:  # as the pickle holds it: Python's json refuses
+            digits = format(abs(v), "x")      # numbers of more than 4300 digits
+            return {"__int__": ("-" if v < 0 else "") + "0x" + "0" * (len(digits) % 2) + digits}
         return v
     if type(v) is float:
-        return v if np.isfinite(v) else NOT_JSON
-    if type(v) in (list, tuple):
+        return v if np.isfinite(v) else {"__float__": repr(v)}
+    if type(v) is bytes:
+        return {"__bytes__": v.hex()}
+    if type(v) is bytearray:
+        return {"__bytearray__": v.hex()}
+    if isinstance(v, np.generic) and not isinstance(v, np.ndarray):
+        if v.dtype.byteorder == ">" or v.dtype.str[1:] not in NUMPY_JSON_CODES:
+            return NOT_JSON
+        return simple_json(v.item())
+    marker = {list: None, tuple: "__tuple__", torch.Size: "__tuple__", set: "__set__",
+              frozenset: "__frozenset__"}
+    if type(v) in marker:
         items = [simple_json(i) for i in v]
-        return NOT_JSON if any(i is NOT_JSON for i in items) else items
+        if any(i is NOT_JSON for i in items):
+            return NOT_JSON
+        return items if marker[type(v)] is None else {marker[type(v)]: items}
     if type(v) in (dict, collections.OrderedDict):
-        out = {}
-        for k, i in v.items():
-            j = simple_json(i)
-            if type(k) not in (str, int) or j is NOT_JSON or str(k) in out:
-                return NOT_JSON
-            out[str(k)] = j
-        return out
+        items = [(simple_json(k), simple_json(i)) for k, i in v.items()]
+        if any(k is NOT_JSON or i is NOT_JSON for k, i in items):
+            return NOT_JSON
+        if all(type(k) is str and not _marker_like(k) for k in v):
+            return dict(items)  # the keys escaped by json_text
+        return {"__dict__": [[k, i] for k, i in items]}
     return NOT_JSON
+
+
+class NotPlain(ValueError):
+    """value.json describes something that is no plain data."""
+
+
+def _hashable(v):
+    try:
+        hash(v)
+        return True
+    except TypeError:
+        return False
+
+
+def value_from_json(j):
+    """The Python value a value.json says, by its rule (what ckptfs pack and the RFC layout
+    write from it): the inverse of simple_json up to equal types (an OrderedDict comes back a
+    dict, a numpy scalar an int, float or bool, a torch.Size a tuple). Raises NotPlain for what
+    describes no plain data (OPAQUE_MARKERS, and any other object whose keys start and end
+    with "__" but these: __float__ __int__ __bytes__ __bytearray__ __tuple__ __set__ __frozenset__
+    __dict__)."""
+    if isinstance(j, list):
+        return [value_from_json(i) for i in j]
+    if isinstance(j, str):
+        return text_of_json(j)
+    if not isinstance(j, dict):
+        return j
+    if not any(_marker_like(k) for k in j):
+        return {text_of_json(k): value_from_json(i) for k, i in j.items()}
+    if len(j) != 1:
+        raise NotPlain(f"an object with a marker among other keys: {list(j)[:3]}")
+    (marker, body), = j.items()
+    if marker == "__float__" and body in ("nan", "inf", "-inf"):
+        return float(body)
+    if marker == "__int__" and isinstance(body, str):
+        return int(body, 16)
+    if marker in ("__bytes__", "__bytearray__") and isinstance(body, str):
+        return (bytes if marker == "__bytes__" else bytearray).fromhex(body)
+    if marker in ("__tuple__", "__set__", "__frozenset__") and isinstance(body, list):
+        items = [value_from_json(i) for i in body]
+        if marker == "__tuple__":
+            return tuple(items)
+        if not all(_hashable(i) for i in items):
+            raise NotPlain(f"a {marker} item Python cannot hash")
+        return set(items) if marker == "__set__" else frozenset(items)
+    if marker == "__dict__" and isinstance(body, list):
+        out = {}
+        for pair in body:
+            if not isinstance(pair, list) or len(pair) != 2:
+                raise NotPlain(f"a __dict__ item that is no [key, value] pair: {pair!r:.80}")
+            key = value_from_json(pair[0])
+            if not _hashable(key):
+                raise NotPlain(f"a __dict__ key Python cannot hash: {key!r:.80}")
+            out[key] = value_from_json(pair[1])
+        return out
+    raise NotPlain(f"{marker} describes no plain data")
+
+
+def same_value(a, b, types=True):
+    """Equality of plain values that also tells bools from ints from floats, lists from tuples,
+    bytes from bytearrays (nan equals nan); with types=False, the types value.json cannot tell
+    apart count as one: OrderedDict and dict, torch.Size and tuple, numpy scalars and the Python
+    scalar of the same value."""
+    if not types:
+        if isinstance(a, np.generic):
+            a = a.item()
+        if isinstance(b, np.generic):
+            b = b.item()
+        kinds = {collections.OrderedDict: dict, torch.Size: tuple}
+        ta, tb = kinds.get(type(a), type(a)), kinds.get(type(b), type(b))
+    else:
+        ta, tb = type(a), type(b)
+    if ta is not tb:
+        return False
+    if isinstance(a, float):
+        return a == b or (a != a and b != b)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(same_value(x, y, types) for x, y in zip(a, b))
+    if isinstance(a, (set, frozenset)):
+        return len(a) == len(b) and all(any(same_value(x, y, types) for y in b) for x in a)
+    if isinstance(a, dict):
+        if list(a) != list(b) and set(a) != set(b):
+            return False
+        return all(any(same_value(k, j, types) and same_value(a[k], b[j], types) for j in b)
+                   for k in a)
+    if isinstance(a, np.generic):
+        return a.dtype == b.dtype and a.tobytes() == b.tobytes()
+    return a == b
+
+
+def show(v, limit=200):
+    """repr(v) cut at `limit` characters, for messages (an int too long for repr() included)."""
+    try:
+        text = repr(v)
+    except ValueError:  # more digits than sys.get_int_max_str_digits()
+        return f"<{type(v).__name__} too long to show>"
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def value_entry(key, v):
     """The entry of a value (not a tensor) as `ckptfs inspect --json` and expected.json give it:
-    {"key", "kind": "value"}, with "value" only when JSON can hold it exactly."""
+    {"key", "kind": "value"}, with "value" when it is plain data (simple_json)."""
     e = {"key": key, "kind": "value"}
     j = simple_json(v)
     if j is not NOT_JSON:
@@ -657,23 +815,33 @@ def value_entry(key, v):
 
 
 def has_opaque(j):
-    """True when ckptfs's JSON holds an object it could not evaluate ({"__class__": ...}): the
-    result of a call ckptfs never runs, which torch.load did run."""
+    """True when ckptfs's JSON holds something it could not evaluate (an object whose first key
+    is one of OPAQUE_MARKERS: the result of a call ckptfs never runs, which torch.load did run;
+    a value cut at ckptfs's limits)."""
     if isinstance(j, dict):
-        return "__class__" in j or any(has_opaque(v) for v in j.values())
+        if j and next(iter(j)) in OPAQUE_MARKERS:
+            return True
+        return any(has_opaque(v) for v in j.values())
     if isinstance(j, list):
         return any(has_opaque(v) for v in j)
     return False
 
 
 def json_equal(a, b):
-    """Equality of JSON values that tells bools from ints and ints from floats."""
+    """Equality of JSON values that tells bools from ints and ints from floats; the items of
+    {"__set__": ...} and {"__frozenset__": ...} in any order (a set's order is its process's)."""
     if type(a) is not type(b):
         return False
     if isinstance(a, list):
         return len(a) == len(b) and all(json_equal(x, y) for x, y in zip(a, b))
     if isinstance(a, dict):
-        return a.keys() == b.keys() and all(json_equal(a[k], b[k]) for k in a)
+        if a.keys() != b.keys():
+            return False
+        if len(a) == 1 and next(iter(a)) in ("__set__", "__frozenset__"):
+            (x,), (y,) = a.values(), b.values()
+            return (isinstance(x, list) and isinstance(y, list) and len(x) == len(y)
+                    and all(any(json_equal(i, k) for k in y) for i in x))
+        return all(json_equal(a[k], b[k]) for k in a)
     return a == b
 
 
@@ -736,8 +904,10 @@ def directory_name(key):
 
 def entry_names(keys, max_bytes=255):
     """The names of the keys of a mount, in order: directory_name(), and for a name an earlier
-    key already has, '%#2', '%#3'... (the smallest number free), cut when it passes `max_bytes`
-    (255; 252 in the RFC layout, whose files add ".pt": see rfc_file_names())."""
+    key already has, '%#2', '%#3'... (the smallest number free for which "<key>%#<n>" is no
+    key's own text, as pack's keys: docs/NAMES.md), cut when it passes `max_bytes` (255; 252 in
+    the RFC layout, whose files add ".pt": see rfc_file_names())."""
+    own = set(keys)
     taken, out = set(), []
     for key in keys:
         raw = key.encode("utf-8", "surrogatepass")
@@ -746,6 +916,8 @@ def entry_names(keys, max_bytes=255):
         n, candidate = 1, plain
         while candidate in taken:
             n += 1
+            if f"{key}%#{n}" in own:
+                continue
             suffix = f"%#{n}".encode()
             candidate = (plain + suffix if len(plain) + len(suffix) <= max_bytes
                          else _cut(name, cut, raw) + suffix)

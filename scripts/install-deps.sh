@@ -14,6 +14,7 @@ packages=(
   dpkg-dev file man-db groff-base  # scripts/package.sh (dpkg-shlibdeps) and the man page tests
   clang-format clang-tidy          # scripts/lint.sh (ctest runs its clang-format check)
   time                             # scripts/bench: a command's own peak RSS (GNU time's %M)
+  jq                               # test_readme: the README's "What you see" reads a meta.json with it
   debootstrap                      # scripts/interop-root: the interop tests' Debian sid root
 )
 command -v node >/dev/null && command -v npm >/dev/null || packages+=(nodejs npm)  # the S3 test server

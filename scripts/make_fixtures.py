@@ -71,6 +71,7 @@ assembler reproduce torch's own output byte for byte.
 import argparse
 import collections
 import copy
+import functools
 import hashlib
 import io
 import json
@@ -201,6 +202,7 @@ def describe(root, fmt, byteorder):
     entries, idents = [], []
     flat = ref.flatten(root, is_tensor, with_parts=True)
     for (key, obj, _), key_path in zip(flat, ref.key_paths(flat)):
+        key = ref.json_text(key)  # as ckptfs's JSON holds it (the \udcXX rule)
         if is_tensor(obj):
             e = {"key": key, "kind": "tensor"}
             e.update(tensor_entry(obj, byteorder))
@@ -529,7 +531,8 @@ class _RefUnpickler(pickle.Unpickler):
         if module == "torch" and (name in ref.DTYPE_SIZES or name.startswith("per_")
                                   or name in ref.SPARSE_PARTS):
             return name  # a dtype, a qscheme or a layout, by its name
-        if module in ("builtins", "__builtin__", "_codecs", "argparse"):
+        if module in ("builtins", "__builtin__", "_codecs", "argparse") or (
+                (module, name) in (("numpy", "dtype"), ("numpy.core.multiarray", "scalar"))):
             return super().find_class(module, name)
         return ref.stub_class(module, name)
 
@@ -752,6 +755,39 @@ def fixture_training():
     }
 
 
+def fixture_values():
+    """Every kind of value the restricted pickle machine reads, each a value entry beside one
+    tensor: what pack and the RFC layout must write back as torch.load gives it, types and all
+    (tuples, int keys, sets, bytearrays, OrderedDicts, torch.Size, numpy scalars), what value.json
+    says by its rule, and real dict keys that look like value.json's markers."""
+    shared = [1, 2]
+    be = np.array([2.0], dtype=">f8")[0]  # a big-endian numpy scalar: described only
+    return {
+        "weight": torch.arange(4.0),
+        "betas": (0.9, 0.999),
+        "id2label": {0: "cat", 1: "dog"},
+        "keys": {0: "int", "0": "str", 1.5: "float", None: "none", b"k": "bytes",
+                 (1, "a"): "tuple", frozenset({2}): "frozenset", True: "bool"},
+        "sets": [set(), {1, 2, 3}, frozenset(), frozenset({4, 5}), {(1, 2)}],
+        "bytes": [b"", b"\x00\xff", bytearray(), bytearray(b"\x00ab")],
+        "nested": {"a": [(1, (2, [3, {4: (5,)}]))], "b": {"c": ({"d": {6}},)}},
+        "ordered": collections.OrderedDict([("b", 1), ("a", (2,)), (3, "x")]),
+        "size": torch.Size([2, 3]),
+        "numpy": [np.float64(0.5), np.float32(0.25), np.int64(-3), np.int32(7), np.uint8(255),
+                  np.bool_(True)],
+        "numpy_described": [np.float16(1.5), be],
+        "ints": [2**70, -2**70, 2**(8 * 1000), 2**(8 * 5000), -(2**(8 * 5000))],
+        "deep": functools.reduce(lambda inner, _: [inner], range(60), "bottom"),
+        "floats": [float("nan"), float("inf"), -float("inf"), -0.0, 1e-300],
+        "strings": ["", "é 层", "lone \udcff surrogate"],
+        "like_markers": [{"__float__": "nan"}, {"__bytes__": "00ff"},
+                         {"__class__": "os.system", "args": ["rm -rf /"]},
+                         {"__tuple__": [1]}, {"a": 1, "__dict__": 2}, {"__": 0}],
+        "shared": (shared, shared),
+        "empty": [[], (), {}, "", collections.OrderedDict()],
+    }
+
+
 def fixture_keys():
     gen = torch.Generator().manual_seed(5)
 
@@ -779,6 +815,10 @@ def fixture_keys():
         -7: t(1),
         "nested": {"": t(1), "x/y": t(1), 3: "a value", "deeper": {"z": t(1)}},
         "note": "keys test ✓",
+        # A str with a lone surrogate (torch.save passes it): its bytes are no UTF-8, and every
+        # JSON file of the mount writes each of them as \udcXX.
+        "lone \udcff surrogate": t(1),
+        "surrogates": {"\udc80": t(1), "value \udcfe": "v \udcfd"},
     }
 
 
@@ -1314,6 +1354,7 @@ def make_all(outdir):
     torch_fixture("dtypes", fixture_dtypes())
     torch_fixture("views", fixture_views(), to_path=False)
     torch_fixture("training", fixture_training())
+    torch_fixture("values", fixture_values())
     torch_fixture("keys", fixture_keys())
     torch_fixture("collisions", fixture_collisions())
     torch_fixture("quantized", fixture_quantized())

@@ -60,7 +60,9 @@ Left out, each said on stderr: values that are no plain Python value (objects ck
 builds), quantized tensors ckptfs does not write (quint4x2, quint2x4), a GGUF's quantized
 tensors of a type without a reference dequantization (Q8_K...; the others are written
 dequantized, float32 or --dtype), and for safetensors every value and every tensor of a dtype
-it lacks. A broken tensor is an error (leave it out with --keys).
+it lacks. A broken tensor is an error (leave it out with --keys). Keys of equal text (the int 0
+and the str "0"): the n-th is written <key>%#<n>, as the mount names it, said on stderr (and in
+safetensors keys that are not UTF-8, written U+FFFD).
 
 exit status: 0 written; 1 usage (the command line, OUT's suffix, OUT exists, a GLOB matching
 nothing); 2 SRC, a file in it, or OUT cannot be opened, read or written; 3 an invalid zip;
@@ -108,6 +110,26 @@ void print_summary(const PackResult& result, const std::string& out,
                  ? std::string()
                  : fmt::format(", left out {} entr{} (above)", result.left_out.size(),
                                result.left_out.size() == 1 ? "y" : "ies"));
+}
+
+// The keys written under another name, in one line: keys of equal text get "%#<n>"; in
+// safetensors a byte that is not UTF-8 is U+FFFD.
+void tell_renamed(const PackResult& result, const std::string& out) {
+  if (result.renamed.empty()) return;
+  std::string listed;
+  for (std::size_t i = 0; i < result.renamed.size() && i < 5; ++i) {
+    listed += fmt::format("{}{} -> {}", i ? ", " : "", quote(result.renamed[i].first, 80),
+                          quote(result.renamed[i].second, 80));
+  }
+  const std::size_t n = result.renamed.size();
+  fmt::print(stderr,
+             "ckptfs: {}: renamed {} {} (a key an earlier entry has: the n-th of a text is "
+             "written <key>%#<n>, as the mount names it{}): {}{}\n",
+             out, n, n == 1 ? "entry" : "entries",
+             result.format == PackFormat::safetensors
+                 ? "; safetensors keys are Unicode: a byte that is not UTF-8 is U+FFFD"
+                 : "",
+             listed, n > 5 ? fmt::format(", and {} more", n - 5) : "");
 }
 
 }  // namespace
@@ -205,6 +227,7 @@ int run_pack(const std::vector<std::string>& args) {
     }
     if (line) line->finish();
     tell_left_out(result, options.output);
+    tell_renamed(result, options.output);
     if (!quiet) print_summary(result, options.output, std::chrono::steady_clock::now() - start);
     return 0;
   } catch (const OutputError& e) {

@@ -131,9 +131,11 @@ class Reply {
 // The tree describes the sources as they were at mount. Once a source is replaced (renamed over,
 // deleted), truncated or rewritten, its bytes may no longer be the ones the tree points to, so
 // every open and read of a file over it fails with EIO from then on: never a short or wrong
-// reply. Checked at each open (the descriptor and the path: device, inode, size, mtime, ctime)
-// and at each read (the descriptor). Not caught: a change within one tick of the file system's
-// timestamps that keeps the size, and one made while a read is in flight. Pages the kernel
+// reply. Checked at each open (the descriptor and the path: device, inode, size, mtime) and at
+// each read (the descriptor); what changes metadata alone (chmod, chown, a hard link, an atime
+// update, a rename of the directory) is no change. Not caught: a change within one tick of the
+// file system's timestamps that keeps the size, one that sets the mtime back (a rewrite then
+// touch -d), and one made while a read is in flight. Pages the kernel
 // cached before (keep_cache) may still be served: they hold the old bytes, which were right.
 bool source_changed(const Context& ctx, std::uint32_t source, bool check_path) {
   std::atomic<bool>& changed = ctx.changed[source];

@@ -129,9 +129,10 @@ def require(*needs):
 
 
 # Every fixture scripts/make_fixtures.py writes. A missing one is a failure.
-FIXTURE_NAMES = ["convnet", "dtypes", "views", "training", "keys", "collisions", "quantized",
-                 "params", "module", "bare", "sparse", "zip64", "zip64_cd", "legacy", "bigendian",
-                 "new_dtypes", "ts_script", "ts_trace", "ts_quantized", "ts_frozen", "ts_layout2x"]
+FIXTURE_NAMES = ["convnet", "dtypes", "views", "training", "values", "keys", "collisions",
+                 "quantized", "params", "module", "bare", "sparse", "zip64", "zip64_cd", "legacy",
+                 "bigendian", "new_dtypes", "ts_script", "ts_trace", "ts_quantized", "ts_frozen",
+                 "ts_layout2x"]
 # The TorchScript archives (torch.jit.save) among them: torch.load hands them to torch.jit.load,
 # so their oracle is ckptfs_reference.torchscript_flatten, not torch.load flattened.
 TORCHSCRIPT_FIXTURES = {"ts_script", "ts_trace", "ts_quantized", "ts_frozen", "ts_layout2x"}

@@ -4,8 +4,10 @@ goes away while files are open. The rule: a read returns the right bytes or fail
 short or wrong bytes, and the mount and its daemon survive what readers do.
 
 A checkpoint that changes (renamed over, deleted, truncated, rewritten, even touched) is found at
-the next open (the path and the daemon's descriptor against the size, times and inode recorded
-at mount) or read (the descriptor): every open and read then fails with EIO. Pages the kernel
+the next open (the path and the daemon's descriptor against the device, inode, size and mtime
+recorded at mount) or read (the descriptor): every open and read then fails with EIO. What
+changes its metadata alone (chmod, chown, a hard link, atime, a rename of its directory) is no
+change. Pages the kernel
 cached before the change (keep_cache) may still be served to files opened before: they hold the
 old checkpoint's bytes, which were right. The tests drop those pages (POSIX_FADV_DONTNEED) where
 they need the daemon to answer.
@@ -21,6 +23,7 @@ import random
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -304,6 +307,89 @@ class ChangedCheckpointTests(FaultTestCase):
         os.rename(self.tmp / "a", self.tmp / "b")
         for key, want in self.expected.items():
             self.assertEqual(self.data(mnt, key).read_bytes(), want, key)
+        self.unmount(mnt, proc)
+
+
+class MetadataChangeTests(FaultTestCase):
+    """Only a change of the checkpoint's content identity (size, mtime, inode, device) is a
+    change: what changes its metadata alone (its ctime, link count, mode, owner, atime, the name
+    of its directory) leaves the mount serving, without a word in the log."""
+
+    def setUp(self):
+        super().setUp()
+        folder = self.tmp / "checkpoints"
+        folder.mkdir()
+        self.checkpoint = folder / "model.pth"
+        self.expected = make_checkpoint(self.checkpoint)
+
+    def assert_serving(self, mnt, fds, what):
+        """Files opened before read right uncached (the descriptor's check), and files opened
+        now too (the path's check)."""
+        for key, fd in fds.items():
+            drop_cache(fd)
+            self.assertTrue(self.assert_right_or_eio(fd, 0, 1 << 16, self.expected[key], key) and
+                            self.assert_right_or_eio(fd, len(self.expected[key]) // 2, 1 << 16,
+                                                     self.expected[key], key),
+                            f"{what}: {key} read EIO through a descriptor opened before")
+        for key, want in self.expected.items():
+            try:
+                got = self.data(mnt, key).read_bytes()
+            except OSError as e:
+                self.fail(f"{what}: {key}: {e}")
+            self.assertEqual(got, want, f"{what}: {key}")
+        json.loads((mnt / "epoch" / "value.json").read_bytes())
+
+    def test_metadata_only_changes_keep_serving(self):
+        mnt, proc = self.mount(self.checkpoint)
+        fds = self.open_and_read(mnt)
+        st = os.stat(self.checkpoint)
+        folder = self.checkpoint.parent
+        renamed = folder.with_name("renamed")
+
+        def chown():
+            os.chown(self.checkpoint, st.st_uid + 4242, st.st_gid + 4242)
+            os.chown(self.checkpoint, st.st_uid, st.st_gid)
+
+        def atime():
+            now = time.time_ns()
+            os.utime(self.checkpoint, ns=(now, os.stat(self.checkpoint).st_mtime_ns))
+
+        changes = [
+            ("chmod to the same mode", lambda: os.chmod(self.checkpoint,
+                                                        stat.S_IMODE(st.st_mode))),
+            ("chmod 600", lambda: os.chmod(self.checkpoint, 0o600)),
+            ("chmod 644", lambda: os.chmod(self.checkpoint, 0o644)),
+            ("a hard link", lambda: os.link(self.checkpoint, folder / "other.pth")),
+            ("the hard link removed", lambda: os.unlink(folder / "other.pth")),
+            ("an atime update", atime),
+            ("a read of the checkpoint", self.checkpoint.read_bytes),
+            ("the directory renamed", lambda: os.rename(folder, renamed)),
+            ("the directory renamed back", lambda: os.rename(renamed, folder)),
+        ]
+        if os.geteuid() == 0:
+            changes.append(("chown away and back", chown))
+        def identity():
+            moved = renamed / self.checkpoint.name
+            now = os.stat(moved if moved.exists() else self.checkpoint)
+            return now.st_size, now.st_mtime_ns, now.st_ino, now.st_dev
+
+        for what, change in changes:
+            with self.subTest(what):
+                time.sleep(0.02)  # past the file system's timestamp granularity
+                before = identity()
+                change()
+                self.assertEqual(identity(), before)
+                self.assert_serving(mnt, fds, what)
+        # Every change but the read moved the ctime, which is no part of the identity.
+        self.assertNotEqual(os.stat(self.checkpoint).st_ctime_ns, st.st_ctime_ns)
+        self.assertNotIn("changed while mounted", self.output(proc))
+        # A change of the content still is one.
+        time.sleep(0.02)
+        with open(self.checkpoint, "r+b") as f:
+            f.seek(os.path.getsize(self.checkpoint) // 2)
+            f.write(bytes(16))
+        self.assert_stale(mnt, fds)
+        self.assertIn("changed while mounted", self.output(proc))
         self.unmount(mnt, proc)
 
 

@@ -116,6 +116,7 @@ def torch_entries_of_file(path):
 def entries_of(flat, key_paths):
     entries = []
     for (key, v, _), key_path in zip(flat, key_paths):
+        key = ref.json_text(key)  # as ckptfs's JSON holds it (a lone surrogate's bytes \udcXX)
         if ref.is_torch_tensor(v):
             e = {"key": key, "kind": "tensor", "dtype": ref.dtype_name(v.dtype),
                  "shape": list(v.shape), "stride": list(v.stride()),

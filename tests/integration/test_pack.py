@@ -24,7 +24,6 @@ there (values, quantization, which storage each tensor views).
 import collections
 import hashlib
 import json
-import math
 import os
 import shutil
 import signal
@@ -55,6 +54,7 @@ from fixtures import (CKPTFS, CORPUS, FIXTURE_NAMES, NOT_TORCH_LOADABLE,  # noqa
                       SAFETENSORS_FIXTURES, SHARDED_FIXTURES, TORCHSCRIPT_FIXTURES, corpus_files,
                       expected_doc, fixture_path, formats_corpus, model_fixture_path,
                       needs_corpus)
+from test_export import header_name  # noqa: E402
 from test_writers import data_offsets  # noqa: E402
 
 warnings.filterwarnings("ignore")
@@ -66,9 +66,6 @@ EXIT = {"ok": 0, "usage": 1, "io": 2, "zip": 3, "checkpoint": 4, "unsupported": 
 # (float4_e2m1fn_x2 as F4, but a 0-d one: half a byte), as the mount's export does.
 SAFETENSORS_DTYPE = {torch_name: name for name, (torch_name, _) in st.DTYPES.items()
                      if torch_name is not None}
-# What value_json() writes, first in an object, for what ckptfs never evaluates.
-OPAQUE_MARKERS = ("__class__", "__global__", "__persistent_id__", "__truncated__",
-                  "__recursion__")
 TORCH_QUANTIZED = {"qint8", "quint8", "qint32"}
 # The dtypes without a storage class, which torch 1.13 cannot load.
 NOT_IN_TORCH_1_13 = {"uint16", "uint32", "uint64", "float8_e5m2", "float8_e4m3fn",
@@ -101,14 +98,13 @@ def json_key(entry):
 
 
 def plain(value):
-    """Whether ckptfs's JSON of a value describes a plain Python value (pack writes it)."""
-    if isinstance(value, dict):
-        if value and next(iter(value)) in OPAQUE_MARKERS:
-            return False
-        return all(plain(v) for v in value.values())
-    if isinstance(value, list):
-        return all(plain(v) for v in value)
-    return True
+    """Whether ckptfs's JSON of a value describes a plain Python value (pack writes it): what
+    value.json's rule reads back (ref.value_from_json)."""
+    try:
+        ref.value_from_json(value)
+        return True
+    except ref.NotPlain:
+        return False
 
 
 def unique_keys(keys):
@@ -151,7 +147,9 @@ def torch_plan(doc):
         elif e["key"] in inside and e["dtype"] not in QUANTIZED and is_part(e):
             continue
         want.append(i)
-    return list(zip(want, unique_keys([entries[i]["key"] for i in want])))
+    # OUT's keys are the keys themselves: a str with a lone surrogate, which index.json writes
+    # as \udcXX escapes of its bytes, is that str again.
+    return list(zip(want, unique_keys([ref.text_of_json(entries[i]["key"]) for i in want])))
 
 
 def safetensors_plan(doc, dtype=None):
@@ -160,7 +158,12 @@ def safetensors_plan(doc, dtype=None):
     want = [i for i, e in enumerate(entries)
             if e["kind"] == "tensor" and converted(e["dtype"], dtype) in SAFETENSORS_DTYPE
             and not (e["dtype"] == "float4_e2m1fn_x2" and e["shape"] == [])]
-    return list(zip(want, unique_keys([entries[i]["key"] for i in want])))
+    # OUT's keys are the keys as the format's JSON can hold them: a byte that is not UTF-8 (a
+    # lone surrogate's, which index.json writes as \udcXX) is U+FFFD, as the mount's export has
+    # it.
+    return list(zip(want, unique_keys([
+        header_name(ref.text_of_json(entries[i]["key"]).encode("utf-8", "surrogatepass"))
+        for i in want])))
 
 
 def converted(dtype, to):
@@ -168,18 +171,11 @@ def converted(dtype, to):
 
 
 def to_json(v):
-    """A value torch.load gave back, as ckptfs writes values in JSON."""
-    if v is None or isinstance(v, (bool, str, int)):
-        return v
-    if isinstance(v, float):
-        return v if math.isfinite(v) else {"__float__": repr(v)}
-    if isinstance(v, bytes):
-        return {"__bytes__": v.hex()}
-    if isinstance(v, list):
-        return [to_json(x) for x in v]
-    if isinstance(v, dict):
-        return {k: to_json(x) for k, x in v.items()}
-    raise AssertionError(f"pack wrote a {type(v).__name__}, which is no plain value")
+    """A value torch.load gave back, as ckptfs writes values in JSON (value.json's rule)."""
+    j = ref.simple_json(v)
+    if j is ref.NOT_JSON:
+        raise AssertionError(f"pack wrote a {type(v).__name__}, which is no plain value")
+    return j
 
 
 def weights_only_loads(path):
@@ -224,8 +220,9 @@ class PackTestCase(unittest.TestCase):
         return d
 
     def pack(self, src, out, *args):
-        """Runs pack, which must succeed and print nothing but what it left out and, last, its
-        one-line summary (off a terminal: no progress)."""
+        """Runs pack, which must succeed and print nothing but what it left out, what it
+        renamed (keys of equal text) and, last, its one-line summary (off a terminal: no
+        progress)."""
         r = run("pack", src, out, *args)
         err = r.stderr.decode(errors="replace")
         self.assertEqual(r.returncode, 0, f"ckptfs pack {src} {out} {' '.join(args)}: {err}")
@@ -234,7 +231,7 @@ class PackTestCase(unittest.TestCase):
         self.assertRegex(lines[-1], r"^ckptfs: .*: packed \d+ tensors?, \d+ values? \(.*\) in "
                                     r"[\d.]+ s \(.*/s\)(, left out \d+ entr(y|ies) \(above\))?$")
         for line in lines[:-1]:
-            self.assertRegex(line, r"^ckptfs: .*: left out \d+ entr(y|ies) \(")
+            self.assertRegex(line, r"^ckptfs: .*: (left out|renamed) \d+ entr(y|ies) \(")
         return "".join(line + "\n" for line in lines[:-1])
 
     def assert_refused(self, src, out, code, message, *args):
@@ -261,8 +258,8 @@ class PackTestCase(unittest.TestCase):
         with zipfile.ZipFile(out) as z:
             self.assertIsNone(z.testzip(), "a CRC is wrong")
             prefix = out.stem
-            self.assertEqual(z.read(f"{prefix}/byteorder").decode(),
-                             "little" if doc["byteorder"] == "mixed" else doc["byteorder"])
+            # Little-endian whatever SRC's order: torch before 2.1 ignores the record.
+            self.assertEqual(z.read(f"{prefix}/byteorder").decode(), "little")
         for name, offset in data_offsets(out).items():
             if "/data/" in name:
                 self.assertEqual(offset % 64, 0, name)
@@ -278,8 +275,11 @@ class PackTestCase(unittest.TestCase):
             if expected is not None:
                 stored = dict(reference_bytes(out))
                 for index, key in plan:
-                    if doc["entries"][index]["kind"] == "tensor":
-                        self.assertEqual(sha256(stored[key]), expected[index]["sha256"], key)
+                    e = doc["entries"][index]
+                    if e["kind"] == "tensor":
+                        self.assertEqual(
+                            sha256(little_endian(stored[key], e["dtype"], e["byteorder"])),
+                            expected[index]["sha256"], key)
             return doc, None
         packed = torch.load(out, map_location="cpu")
         self.assertIsInstance(packed, collections.OrderedDict)
@@ -299,9 +299,10 @@ class PackTestCase(unittest.TestCase):
                     self.assertTrue(ref.json_equal(to_json(v), e["value"]),
                                     f"{to_json(v)!r} != {e['value']!r}")
                     if reference is not None:
-                        j = ref.simple_json(reference[index][1])
-                        if j is not ref.NOT_JSON:
-                            self.assertTrue(ref.json_equal(to_json(v), j))
+                        # What torch.load of the source gave, of the same types all the way
+                        # down (a tuple stays a tuple, an int key an int).
+                        self.assertTrue(ref.same_value(v, reference[index][1]),
+                                        f"{ref.show(v)} != {ref.show(reference[index][1])}")
                     continue
                 self.assertIsInstance(v, torch.Tensor)
                 self.assertEqual(ref.dtype_name(v.dtype), e["dtype"])
@@ -309,11 +310,14 @@ class PackTestCase(unittest.TestCase):
                 self.assertEqual(list(v.stride()), e["stride"])
                 self.assertEqual(v.storage_offset(), e["storage_offset"])
                 self.assertEqual(v.requires_grad, e["requires_grad"])
-                data = ref.tensor_bytes(v)
+                # OUT is little-endian, its values right in any torch: their bytes in SRC's
+                # order are SRC's bytes.
+                data = ref.tensor_bytes(v, e["byteorder"])
                 if expected is not None:
                     self.assertEqual(sha256(data), expected[index]["sha256"])
                 if reference is not None:
-                    self.assertEqual(data, ref.tensor_bytes(reference[index][1]))
+                    self.assertEqual(data, ref.checkpoint_bytes(reference[index][1],
+                                                                e["byteorder"]))
                 if e.get("quantization"):
                     self.assertEqual(ref.quantization(v, key),
                                      {**e["quantization"],
@@ -425,9 +429,44 @@ class FixtureRoundTrips(PackTestCase):
                 self.pack(fixture_path(name), out)
                 self.assertTrue(weights_only_loads(out))
                 flat = dict(ref.flatten(ref.torch_load(fixture_path(name))))
+                order = "big" if name == "bigendian" else "little"
                 for k, v in torch.load(out, weights_only=True).items():
                     if isinstance(v, torch.Tensor):
-                        self.assertEqual(ref.tensor_bytes(v), ref.tensor_bytes(flat[k]), k)
+                        self.assertEqual(ref.tensor_bytes(v, order),
+                                         ref.checkpoint_bytes(flat[k], order), k)
+
+    def test_big_endian_to_one_little_endian_file(self):
+        """A big-endian checkpoint packs to one little-endian .pth (torch before 2.1 ignores the
+        byteorder record): as it is, and with --dtype float16 (the floats converted, the other
+        tensors swapped: one byte order, not a refusal). torch 1.13 loads the right values."""
+        src = fixture_path("bigendian")
+        source = ref.flatten(ref.torch_load(src))  # torch 1.13: the file's bytes, values swapped
+
+        def right(t):
+            """The tensor torch 1.13 loaded from a big-endian file, with its values right."""
+            little = ref.byteswap(ref.tensor_bytes(t), ref.swap_unit(ref.dtype_name(t.dtype)))
+            if not little:
+                return t.clone()
+            return torch.frombuffer(bytearray(little), dtype=t.dtype).reshape(t.shape)
+
+        floating = {torch.float16, torch.bfloat16, torch.float32, torch.float64}
+        for args in ((), ("--dtype", "float16")):
+            with self.subTest(args=args):
+                out = self.new_dir("big") / "be.pth"
+                self.pack(src, out, *args)
+                with zipfile.ZipFile(out) as z:
+                    self.assertEqual(z.read("be/byteorder"), b"little")
+                packed = torch.load(out)
+                self.assertEqual(list(packed), [k for k, _ in source])
+                for key, t in source:
+                    if not isinstance(t, torch.Tensor):
+                        self.assertTrue(ref.same_value(packed[key], t), key)
+                        continue
+                    want = right(t)
+                    if args and want.dtype in floating:
+                        want = want.to(torch.float16)
+                    self.assertEqual(packed[key].dtype, want.dtype, key)
+                    self.assertEqual(ref.tensor_bytes(packed[key]), ref.tensor_bytes(want), key)
 
     def test_subset_with_keys(self):
         src = fixture_path("training")
@@ -462,6 +501,23 @@ class FixtureRoundTrips(PackTestCase):
                     want = source[t.name].to(getattr(torch, dtype)) \
                         if source[t.name].is_floating_point() else source[t.name]
                     self.assertEqual(t.read(st_out), ref.tensor_bytes(want, "little"), t.name)
+
+    def test_what_is_renamed_is_said(self):
+        """Keys written under another text are said in one line: keys of equal text in both
+        formats (test_pack_mount.test_keys_of_equal_text_one_rule), and in safetensors keys
+        that are not UTF-8 (a lone surrogate's bytes, each U+FFFD)."""
+        src = fixture_path("keys")
+        err = self.pack(src, self.tmp / "keys.pth")
+        self.assertNotIn("renamed", err)  # its keys are all distinct: a .pth holds them as str
+        doc = inspect(src)
+        plan = safetensors_plan(doc)
+        renamed = [(ref.text_of_json(doc["entries"][i]["key"]), k) for i, k in plan
+                   if ref.text_of_json(doc["entries"][i]["key"]) != k]
+        self.assertEqual(len(renamed), 2, renamed)  # the two tensors of lone surrogates
+        err = self.pack(src, self.tmp / "keys.safetensors")
+        self.assertRegex(err, rf"renamed 2 entries \(.*; safetensors keys are Unicode: a byte "
+                              r"that is not UTF-8 is U\+FFFD\): .*lone .* surrogate")
+        self.assertEqual(len([ln for ln in err.splitlines() if "renamed" in ln]), 1, err)
 
     def test_what_is_left_out_is_said(self):
         out = self.tmp / "training.pth"
@@ -523,7 +579,10 @@ class RfcDirectories(PackTestCase):
         keys = [k for k, _ in items]
         torch.save(keys, directory / "map.pt")
         for name, (_, obj) in zip(ref.rfc_file_names(keys), items):
-            torch.save(obj, directory / name)
+            # Opened here: torch's own file writer cannot name a file whose name is not UTF-8
+            # (a key with a lone surrogate).
+            with open(directory / name, "wb") as f:
+                torch.save(obj, f)
 
     def test_fixtures_through_rfc_directories(self):
         for name in ["convnet", "views", "dtypes", "keys", "collisions", "training", "quantized",
@@ -539,7 +598,8 @@ class RfcDirectories(PackTestCase):
                 self.write_rfc(d, items)
                 rfc = inspect(d)
                 self.assertEqual(rfc["format"], "rfc")
-                self.assertEqual([e["key"] for e in rfc["entries"]], [k for k, _ in items])
+                self.assertEqual([e["key"] for e in rfc["entries"]],
+                                 [ref.json_text(k) for k, _ in items])
                 out = self.tmp / f"{name}-from-rfc.pth"
                 self.pack(d, out)
                 packed = torch.load(out)
@@ -555,7 +615,8 @@ class RfcDirectories(PackTestCase):
                         self.assertEqual(got.stride(), v.stride(), key)
                         self.assertEqual(got.storage_offset(), v.storage_offset(), key)
                     else:
-                        self.assertTrue(ref.json_equal(to_json(got), ref.simple_json(v)), key)
+                        # <key>.pt read from its pickle: the very value, types and all.
+                        self.assertTrue(ref.same_value(got, v), f"{key}: {ref.show(got)}")
                 st_out = self.tmp / f"{name}-from-rfc.safetensors"
                 self.check_safetensors_pack(
                     d, st_out, lambda index, e: ref.tensor_bytes(items[index][1], "little"))

@@ -148,15 +148,19 @@ class PackFromMount(unittest.TestCase):
             e, v = doc["entries"][i], packed[key]
             with self.subTest(name=name, key=key):
                 if e["kind"] == "value":
+                    # From value.json: the value up to the types JSON does not tell apart.
                     self.assertTrue(ref.json_equal(to_json(v), e["value"]))
                     if "value" in expected[j]:
                         self.assertTrue(ref.json_equal(to_json(v), expected[j]["value"]))
+                        self.assertTrue(ref.same_value(v, ref.value_from_json(
+                            expected[j]["value"]), types=False))
                     continue
                 self.assertEqual(ref.dtype_name(v.dtype), expected[j]["dtype"])
                 self.assertEqual(list(v.shape), expected[j]["shape"])
                 self.assertEqual(v.requires_grad, expected[j]["requires_grad"])
                 self.assertTrue(v.is_contiguous())  # the mount's data: C order
-                self.assertEqual(sha256(ref.tensor_bytes(v)), expected[j]["sha256"])
+                self.assertEqual(sha256(ref.tensor_bytes(v, expected_doc(name)["byteorder"])),
+                                 expected[j]["sha256"])
         return dest
 
     def test_every_fixture_subset_with_and_without_index(self):
@@ -189,7 +193,7 @@ class PackFromMount(unittest.TestCase):
             if isinstance(v, torch.Tensor):
                 self.assertEqual(ref.tensor_bytes(packed[k]), ref.tensor_bytes(v), k)
             else:
-                self.assertTrue(ref.json_equal(to_json(packed[k]), ref.simple_json(v)), k)
+                self.assertTrue(ref.same_value(packed[k], v, types=False), k)
 
     def test_a_layout_rfc_mount_copied_packs_back(self):
         packed_by_torch = []
@@ -237,20 +241,69 @@ class PackFromMount(unittest.TestCase):
                         if entries[j]["kind"] == "value":
                             self.assertTrue(ref.json_equal(to_json(v), described[j]["value"]))
                             if flat and ref.simple_json(flat[j][1]) is not ref.NOT_JSON:
-                                self.assertTrue(ref.json_equal(to_json(v),
-                                                               ref.simple_json(flat[j][1])))
+                                # map.pt's <key>.pt files hold the value itself.
+                                self.assertTrue(ref.same_value(v, flat[j][1]), key)
                             continue
                         self.assertEqual(ref.dtype_name(v.dtype), expected[j]["dtype"])
                         self.assertEqual(list(v.shape), expected[j]["shape"])
                         self.assertEqual(v.requires_grad, expected[j]["requires_grad"])
+                        # OUT is little-endian: its values right in any torch, their bytes in
+                        # the checkpoint's order the checkpoint's bytes.
+                        order = expected_doc(name)["byteorder"]
                         if flat and ref.is_torch_tensor(flat[j][1]):
-                            self.assertEqual(ref.tensor_bytes(v), ref.tensor_bytes(flat[j][1]))
+                            self.assertEqual(ref.tensor_bytes(v, order),
+                                             ref.checkpoint_bytes(flat[j][1], order))
                         else:
-                            self.assertEqual(sha256(ref.tensor_bytes(v)), expected[j]["sha256"])
+                            self.assertEqual(sha256(ref.tensor_bytes(v, order)),
+                                             expected[j]["sha256"])
                 packed_by_torch.append(name)
         for name in ("convnet", "dtypes", "views", "training", "keys", "collisions", "quantized",
                      "bigendian", "legacy"):
             self.assertIn(name, packed_by_torch)
+
+    def test_keys_of_equal_text_one_rule(self):
+        """Keys of equal text (the int 0 and the str "0"; "a.b" and a -> b beside a real key
+        "a.b%#2"): the mount's names, the RFC layout's files and pack's keys follow one rule
+        (docs/NAMES.md): the n-th of a text is "<text>%#<n>", n skipping a number whose
+        "<text>%#<n>" is a key of its own, and pack says what it renamed."""
+        src = fixture_path("collisions")
+        out = self.tmp / "collisions.pth"
+        r = run("pack", src, out)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        packed = list(torch.load(out))
+        err = r.stderr.decode(errors="replace")
+        texts = [ref.text_of_json(e["key"]) for e in inspect(src)["entries"]]
+        renamed = [(t, k) for t, k in zip(texts, packed) if t != k]
+        self.assertIn(("a.b", "a.b%#3"), renamed)  # "a.b%#2" is a key of its own
+        self.assertIn(("0", "0%#2"), renamed)
+        self.assertEqual(len(err.splitlines()), 1, err)
+        self.assertRegex(err, rf"^ckptfs: .*: renamed {len(renamed)} entries \(a key an earlier "
+                              r"entry has: the n-th of a text is written <key>%#<n>, as the "
+                              r"mount names it\): ")
+        for t, k in renamed[:5]:
+            self.assertIn(f'"{t}" -> "{k}"', err)
+        self.assertIn(f"and {len(renamed) - 5} more", err)
+        for layout in ("split", "rfc"):
+            with self.subTest(layout):
+                mnt = self.mount(src, "-o", f"layout={layout}")
+                entries = json.loads((views_dir(mnt) / "index.json").read_text())["entries"]
+                self.assertEqual(len(entries), len(packed))
+                for e, t, k in zip(entries, texts, packed):
+                    name = ref.directory_name(t) + k[len(t):]  # "%#<n>" after the name
+                    self.assertEqual(e["path"], name + (".pt" if layout == "rfc" else ""), k)
+                if layout == "rfc":
+                    # A copy of the RFC mount packs to the same keys, said the same way.
+                    dest = Path(tempfile.mkdtemp(prefix="rfc-", dir=self.tmp))
+                    r = subprocess.run(["rsync", "-a", f"{mnt}/", f"{dest}/"],
+                                       capture_output=True, timeout=TIMEOUT)
+                    self.assertEqual(r.returncode, 0, r.stderr)
+                    again = self.tmp / "collisions-rfc.pth"
+                    r = run("pack", dest, again)
+                    self.assertEqual(r.returncode, 0, r.stderr)
+                    self.assertEqual(list(torch.load(again)), packed)
+                    self.assertEqual(r.stderr.decode(errors="replace").split(": ", 2)[2],
+                                     err.split(": ", 2)[2])
+                unmount(mnt)
 
     def test_a_split_directory_mounts(self):
         src = fixture_path("views")

@@ -299,7 +299,7 @@ INSTALLED = {  # relative to the prefix
     "share/man/man1/ckptfs.1.gz",
     "share/bash-completion/completions/ckptfs", "share/doc/ckptfs/README.md",
     "share/doc/ckptfs/copyright", "share/doc/ckptfs/examples/mnt-model.mount",
-}
+} | {f"share/doc/ckptfs/docs/{p.name}" for p in (REPO / "docs").glob("*.md")}  # the README's links
 
 
 def files_under(root):

@@ -5,7 +5,6 @@ against torch.load of the source; and on a copy of the mount, as a user would rs
 
 import collections
 import json
-import math
 import os
 import shutil
 import sys
@@ -26,8 +25,6 @@ import ckptfs_reference as ref  # noqa: E402
 from fixtures import CKPTFS  # noqa: E402
 from test_mount import MountTestCase, run  # noqa: E402
 
-DESCRIBED_ONLY = ("__class__", "__global__", "__recursion__", "__truncated__")
-
 
 def rfc_load(directory):
     """The RFC's loader, from its text: map.pt holds the keys in order; each key's tensor is the
@@ -38,44 +35,12 @@ def rfc_load(directory):
 
 
 def value_file_expected(j):
-    """Whether the RFC layout has a file for a value whose ckptfs JSON is `j` (README: values
-    that JSON describes whole), and the Python value torch.load must give for it (JSON arrays
-    as lists, objects as dicts, {"__float__"} and {"__bytes__"} as float and bytes)."""
-    stack = [j]
-    while stack:
-        x = stack.pop()
-        if isinstance(x, dict):
-            first = next(iter(x), None)
-            if first in DESCRIBED_ONLY:
-                return False, None
-            stack.extend(x.values())
-        elif isinstance(x, list):
-            stack.extend(x)
-
-    def convert(x):
-        if isinstance(x, dict):
-            if list(x) == ["__float__"]:
-                return float(x["__float__"])
-            if list(x) == ["__bytes__"]:
-                return bytes.fromhex(x["__bytes__"])
-            return {k: convert(v) for k, v in x.items()}
-        if isinstance(x, list):
-            return [convert(v) for v in x]
-        return x
-    return True, convert(j)
-
-
-def same_value(a, b):
-    """Python values equal, types included (True is not 1, 1 is not 1.0), NaN equal to NaN."""
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, float):
-        return a == b or (math.isnan(a) and math.isnan(b))
-    if isinstance(a, list):
-        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b))
-    if isinstance(a, dict):
-        return list(a) == list(b) and all(same_value(a[k], b[k]) for k in a)
-    return a == b
+    """Whether the RFC layout has a file for a value whose ckptfs JSON is `j` (a plain value:
+    value.json's rule reads it back), and the value it says (ref.value_from_json)."""
+    try:
+        return True, ref.value_from_json(j)
+    except ref.NotPlain:
+        return False, None
 
 
 def torch_has(dtype):
@@ -118,7 +83,7 @@ class RfcLayoutTests(MountTestCase):
         self.assertEqual(os.listdir(views_dir(mnt)), ["index.json"])
         # The names: the naming rule within 252 bytes among the keys with a file (map.pt's), then
         # ".pt".
-        names = ref.rfc_file_names([e["key"] for e in with_files])
+        names = ref.rfc_file_names([ref.text_of_json(e["key"]) for e in with_files])
         for e, want_name in zip(with_files, names):
             self.assertEqual(e["path"], want_name, e["key"])
             self.assertLessEqual(len(os.fsencode(e["path"])), 255)
@@ -126,7 +91,7 @@ class RfcLayoutTests(MountTestCase):
         # weights_only loader reads it.
         keys = torch.load(mnt / "map.pt", weights_only=True)
         self.assertIs(type(keys), list)
-        self.assertEqual(keys, [e["key"] for e in with_files])
+        self.assertEqual(keys, [ref.text_of_json(e["key"]) for e in with_files])
         for i, e in enumerate(entries):
             with self.subTest(fixture=name, key=e["key"]):
                 if e["kind"] == "tensor":
@@ -143,7 +108,11 @@ class RfcLayoutTests(MountTestCase):
                     if flat and ref.is_torch_tensor(flat[i][1]):
                         want = flat[i][1]
                         self.assertEqual(t.dtype, want.dtype)
-                        self.assertEqual(ref.tensor_bytes(t), ref.tensor_bytes(want))
+                        # <key>.pt is little-endian: its values right in any torch, their
+                        # bytes in the checkpoint's order the checkpoint's bytes.
+                        order = described[i]["byteorder"]
+                        self.assertEqual(ref.tensor_bytes(t, order),
+                                         ref.checkpoint_bytes(want, order))
                         self.assertEqual(t.requires_grad, want.requires_grad)
                 else:
                     has_file, want = value_file_expected(described[i]["value"])
@@ -152,13 +121,13 @@ class RfcLayoutTests(MountTestCase):
                         continue
                     self.assertIsNotNone(e["path"])
                     got = torch.load(mnt / e["path"])
-                    self.assertTrue(same_value(got, want), f"{got!r} != {want!r}")
-                    # Simple values are what the checkpoint holds (tuples as lists, keys as
-                    # their text).
+                    self.assertTrue(ref.same_value(got, want, types=False),
+                                    f"{ref.show(got)} != {ref.show(want)}")
+                    # The file holds what the checkpoint holds, types and all (a tuple, an int
+                    # key, an OrderedDict, a numpy scalar).
                     if flat:
-                        simple = ref.simple_json(flat[i][1])
-                        if simple is not ref.NOT_JSON:
-                            self.assertTrue(same_value(got, simple), f"{got!r} != {simple!r}")
+                        self.assertTrue(ref.same_value(got, flat[i][1]),
+                                        f"{ref.show(got)} != {ref.show(flat[i][1])}")
         return with_files
 
     def test_every_fixture(self):
@@ -200,7 +169,8 @@ class RfcLayoutTests(MountTestCase):
                 self.assertTrue(torch.equal(v, from_mount[key]), key)
                 self.assertEqual(ref.tensor_bytes(v), ref.tensor_bytes(flat[key]), key)
             else:
-                self.assertTrue(same_value(v, from_mount[key]), key)
+                self.assertTrue(ref.same_value(v, from_mount[key]), key)
+                self.assertTrue(ref.same_value(v, flat[key]), key)
 
     def test_names_that_need_the_rule(self):
         """The collisions and keys fixtures: "map" is %map.pt (map.pt is the keys), keys past

@@ -163,6 +163,39 @@ class InspectTests(unittest.TestCase, Checks):
         self.assertTrue(out[1].endswith("model-00003-of-00003.safetensors"), out[1])
         self.assertIn(", 3 files", [ln for ln in out if ln][-1])
 
+    def test_only_the_listed_tensors_count(self):
+        """A shard's tensors the index does not list are no part of the model: inspect counts
+        the storages of the listed tensors only (safetensors and torch shards; an unlisted
+        tensor that shares a listed one's storage leaves it counted once)."""
+        import tempfile
+        import torch
+        with tempfile.TemporaryDirectory(prefix="ckptfs-unlisted-") as tmp:
+            d = Path(tmp) / "st"
+            d.mkdir()
+            st.write_safetensors(d / "a.safetensors", [("x", "F32", [2], bytes(8)),
+                                                       ("extra", "U8", [3], b"abc")])
+            st.write_safetensors(d / "b.safetensors", [("more", "U8", [1], b"m"),
+                                                       ("y", "I16", [1], b"yy")])
+            st.write_index(d / "model.safetensors.index.json",
+                           {"x": "a.safetensors", "y": "b.safetensors"}, 10)
+            b = Path(tmp) / "bin"
+            b.mkdir()
+            base = torch.arange(6.0)
+            torch.save({"extra": torch.ones(3), "w": base[:2], "tied": base}, b / "p1.bin")
+            torch.save({"v": torch.zeros(2, dtype=torch.int8), "more": torch.ones(1)},
+                       b / "p2.bin")
+            st.write_index(b / "pytorch_model.bin.index.json", {"w": "p1.bin", "v": "p2.bin"}, 10)
+            for index in (d / "model.safetensors.index.json", b / "pytorch_model.bin.index.json"):
+                with self.subTest(index.name):
+                    lines = [ln for ln in inspect(index).decode().split("\n") if ln]
+                    self.assertEqual(len(lines), 4, lines)  # the header, 2 tensors, the total
+                    self.assertRegex(lines[-1], r"^2 tensors \(\d+ bytes\), 0 values, "
+                                                r"2 storages, format sharded, ")
+                    doc = inspect_json(index)
+                    self.assertEqual(len(doc["entries"]), 2)
+                    for e in doc["entries"]:
+                        self.assertEqual(e["shared_with"], [], e["key"])
+
 
 for _name in ALL_FIXTURES:
     setattr(InspectTests, f"test_fixture_{_name}", lambda self, n=_name: self.check_fixture(n))

@@ -141,6 +141,29 @@ class ConversionTests(MountTestCase):
             self.assertIn("dtype", r.stderr.decode())
 
 
+def zf_byteorder(pt):
+    """The byteorder record of a torch zip ("little" when it has none, as torch reads it)."""
+    with zipfile.ZipFile(pt) as zf:
+        names = [n for n in zf.namelist() if n.endswith("/byteorder")]
+        return zf.read(names[0]).decode() if names else "little"
+
+
+def little_endian(data, meta):
+    """A data file's bytes (the checkpoint's byte order, as meta.json says it) made
+    little-endian."""
+    if meta.get("byteorder") != "big":
+        return data
+    return ref.byteswap(data, ref.swap_unit(meta["dtype"]))
+
+
+def torch_byteorder(meta):
+    """The byte order in which this torch's tensor from torch.load of the checkpoint holds the
+    checkpoint's bytes in memory: its own before 2.1 (which ignores the byteorder record), the
+    checkpoint's after."""
+    honours = tuple(int(x) for x in torch.__version__.split(".")[:2]) >= (2, 1)
+    return meta.get("byteorder", "little") if honours else sys.byteorder
+
+
 class TensorFileTests(MountTestCase):
     """tensor.pt of every fixture: a zip whose CRCs hold and whose data records are 64-byte
     aligned, that torch loads as the tensor (where the installed torch can)."""
@@ -174,16 +197,52 @@ class TensorFileTests(MountTestCase):
                                 self.assertEqual(start % 64, 0, f"{info.filename} unaligned")
                             data = zf.read("tensor/data/0")
                         meta = json.loads((mnt / e["path"] / "meta.json").read_bytes())
+                        stored = (mnt / e["path"] / "data").read_bytes()  # the file's order
+                        # tensor.pt is little-endian whatever the checkpoint's byte order.
+                        self.assertEqual(zf_byteorder(pt), "little")
                         if not meta.get("quantization"):
-                            self.assertEqual(data, (mnt / e["path"] / "data").read_bytes())
+                            self.assertEqual(data, little_endian(stored, meta))
                         if flat and ref.is_torch_tensor(flat[i][1]):
                             t = ref.load_tensor_file(pt)
                             want = flat[i][1]
                             self.assertEqual(t.dtype, want.dtype)
                             self.assertEqual(list(t.shape), list(want.shape))
-                            self.assertEqual(ref.tensor_bytes(t), ref.tensor_bytes(want))
+                            # The checkpoint's bytes: what torch.load(tensor.pt) gives, in the
+                            # checkpoint's order (torch 1.13 loads a big-endian checkpoint
+                            # swapped: its tensors' bytes in memory are the file's bytes).
+                            self.assertEqual(ref.tensor_bytes(t, meta["byteorder"]),
+                                             ref.tensor_bytes(want, torch_byteorder(meta)))
             finally:
                 self.unmount(mnt, proc)
+
+    def test_big_endian_loads_as_numpy_reads_it(self):
+        """A big-endian checkpoint: torch.load (this torch: Debian's 1.13, which ignores the
+        byteorder record) of tensor.pt and of the RFC layout's <key>.pt gives the values np.load
+        gives from tensor.npy (whose descr says '>'), every dtype of the fixture."""
+        path = fixture_path("bigendian")
+        for layout in ("split", "rfc"):
+            mnt, proc = self.mount(path, *(("-o", "layout=rfc") if layout == "rfc" else ()))
+            npy_mnt, npy_proc = self.mount(path) if layout == "rfc" else (mnt, None)
+            try:
+                index = json.loads((views_dir(mnt) / "index.json").read_bytes())
+                split = json.loads((views_dir(npy_mnt) / "index.json").read_bytes())
+                checked = 0
+                for e, s in zip(index["entries"], split["entries"]):
+                    if e["kind"] != "tensor" or e["nbytes"] is None or e["path"] is None:
+                        continue
+                    with self.subTest(layout=layout, key=e["key"]):
+                        pt = mnt / e["path"] / "tensor.pt" if layout == "split" else mnt / e["path"]
+                        t = ref.load_tensor_file(pt)
+                        a = np.load(npy_mnt / s["path"] / "tensor.npy")
+                        self.assertEqual(a.dtype.byteorder in (">", "|"), True, a.dtype)
+                        values = a.astype(a.dtype.newbyteorder("<")).tobytes()
+                        self.assertEqual(ref.tensor_bytes(t, "little"), values)
+                        checked += 1
+                self.assertGreater(checked, 3, layout)
+            finally:
+                self.unmount(mnt, proc)
+                if npy_proc is not None:
+                    self.unmount(npy_mnt, npy_proc)
 
     def test_mmap_where_torch_has_it(self):
         """torch.load(..., mmap=True) (torch >= 2.1) maps the data record in place."""

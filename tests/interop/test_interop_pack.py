@@ -110,11 +110,9 @@ class PackTests(InteropCase):
                 shutil.copy(entry, rfc)
         self.check(fixture["path"], "torch", packed=inside(rfc))
 
-    @unittest.expectedFailure
     def test_values_keep_their_types(self):
-        """pack writes a value as the pickle held it (Adam's betas a tuple). Known to fail:
-        values are rebuilt from value.json (issue 20, item 6); when that is fixed, unittest
-        says "unexpected success": remove the decorator then."""
+        """pack writes a value as the pickle held it (Adam's betas a tuple; issue 20, item 6:
+        values were rebuilt from value.json)."""
         fixture = self.torch_fixtures["training"]
         out = self.pack(outside(fixture["path"]), ".pth")
         report = self.call("pack_checks.check_torch", out, fixture["path"], "torch")

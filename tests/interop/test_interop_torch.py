@@ -94,12 +94,10 @@ class TorchTests(InteropCase):
             with self.subTest(name):
                 self.check(name, "rfc")
 
-    @unittest.expectedFailure
     def test_rfc_values_keep_their_types(self):
         """<key>.pt of a value holds it as the pickle did: Adam's betas a tuple, a module's
-        _non_persistent_buffers_set a set. Known to fail: values are rebuilt from value.json,
-        which has neither (issue 20, item 6); when that is fixed, this passes and unittest says
-        "unexpected success": remove the decorator then."""
+        _non_persistent_buffers_set a set (issue 20, item 6: values were rebuilt from
+        value.json, which has neither)."""
         for name in ("training", "module"):
             fixture = self.fixtures[name]
             mnt = self.mount(outside(fixture["path"]), "-o", "layout=rfc")

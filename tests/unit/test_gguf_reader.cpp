@@ -315,7 +315,8 @@ TEST_CASE(
   const std::string meta = read_file(tree.lookup(k, "meta.json"));
   CHECK(meta.find("\"dequantized\": false") != std::string::npos);
   CHECK(meta.find("gguf-py") != std::string::npos);
-  const std::string index = read_file(tree.lookup(Tree::root_ino, "index.json"));
+  const std::string index =
+      read_file(tree.lookup(tree.lookup(Tree::root_ino, ".ckptfs"), "index.json"));
   CHECK(index.find("\"format\": \"gguf\"") != std::string::npos);
 }
 

@@ -5,6 +5,9 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
+#include <string>
+#include <vector>
+
 using ckptfs::directory_name;
 
 TEST_SUITE_BEGIN("names");
@@ -87,6 +90,20 @@ TEST_CASE("a literal key always gets the rule's name; only real collisions get %
   CHECK(names.name("a.b#2") == "a.b#2");
   CHECK(names.name("a.b%#2") == "a.b%25#2");  // the literal text of a suffixed name: escaped
   CHECK(names.name("a.b") == "a.b%#3");
+}
+
+TEST_CASE("keys of equal text: a number whose <text>%#<n> is a key of its own is skipped") {
+  // {"a.b": 1, "a": {"b": 2}, "a.b%#2": 3, 0: 4, "0": 5, "0": ...}: pack writes the second "a.b"
+  // as the key "a.b%#3" ("a.b%#2" is taken by a key of its own), and the mount names it so.
+  const std::vector<std::string> keys = {"a.b", "a.b", "a.b%#2", "0", "0", "0%#3", "0"};
+  const ckptfs::TextViewSet own(keys.begin(), keys.end());
+  ckptfs::NameAllocator names(ckptfs::max_name_bytes, &own);
+  std::vector<std::string> got;
+  for (const auto& k : keys) got.push_back(names.name(k));
+  CHECK(got ==
+        std::vector<std::string>{"a.b", "a.b%#3", "a.b%25#2", "0", "0%#2", "0%25#3", "0%#4"});
+  CHECK(ckptfs::suffix_is_own_key("a.b", 2, own));
+  CHECK_FALSE(ckptfs::suffix_is_own_key("a.b", 3, own));
 }
 
 TEST_CASE("a literal key never takes a long key's cut name") {

@@ -85,11 +85,11 @@ struct Fixture {
     z.stride = {1};
     z.storage = 1;
     model.tensors = {full, view, z};
-    model.entries = {{"full", "", Entry::Kind::tensor, 0, ""},
-                     {"view", "", Entry::Kind::tensor, 1, ""},
-                     {"epoch", "", Entry::Kind::value, 0, "7"},
-                     {"tied", "", Entry::Kind::tensor, 0, ""},
-                     {"z", "", Entry::Kind::tensor, 2, ""}};
+    model.entries = {{"full", "", Entry::Kind::tensor, 0, "", nullptr},
+                     {"view", "", Entry::Kind::tensor, 1, "", nullptr},
+                     {"epoch", "", Entry::Kind::value, 0, "7", nullptr},
+                     {"tied", "", Entry::Kind::tensor, 0, "", nullptr},
+                     {"z", "", Entry::Kind::tensor, 2, "", nullptr}};
     owned.push_back(std::make_unique<MemorySource>(bytes));
     sources.push_back(owned.back().get());
   }
@@ -225,8 +225,8 @@ TEST_CASE(
   half.stride = {};
   f.model.tensors.push_back(pairs);
   f.model.tensors.push_back(half);
-  f.model.entries = {{"pairs", "", Entry::Kind::tensor, 3, ""},
-                     {"half", "", Entry::Kind::tensor, 4, ""}};
+  f.model.entries = {{"pairs", "", Entry::Kind::tensor, 3, "", nullptr},
+                     {"half", "", Entry::Kind::tensor, 4, "", nullptr}};
   const Selection st = select_entries(f.model, {}, PackFormat::safetensors, std::nullopt);
   CHECK(st.entries == std::vector<std::size_t>{0});
   REQUIRE(st.left_out.size() == 1);
@@ -262,8 +262,8 @@ TEST_CASE("selection: patterns, what each format leaves out, broken tensors, uni
   CHECK(message == "--keys \"decoder.*\" matches no key");
 
   f.model.entries[2].value_json = R"({"__class__":"argparse.Namespace"})";
-  f.model.entries.push_back({"full", "[1]", Entry::Kind::tensor, 2, ""});
-  f.model.entries.push_back({"full%#2", "", Entry::Kind::tensor, 2, ""});
+  f.model.entries.push_back({"full", "[1]", Entry::Kind::tensor, 2, "", nullptr});
+  f.model.entries.push_back({"full%#2", "", Entry::Kind::tensor, 2, "", nullptr});
   Selection odd = select_entries(f.model, none, PackFormat::torch, std::nullopt);
   CHECK(odd.keys == std::vector<std::string>{"full", "view", "tied", "z", "full%#3", "full%#2"});
   REQUIRE(odd.left_out.size() == 1);
@@ -288,7 +288,13 @@ TEST_CASE("selection: patterns, what each format leaves out, broken tensors, uni
     REQUIRE(s.left_out.size() == 1);
     CHECK(s.left_out[0].why.starts_with("not a plain value: " + form.second));
   }
-  f.model.entries[2].value_json = R"({"a":1,"__class__":2})";  // a key like any other
+  // A real key like a marker is written {"__dict__": [["__class__", 2]]}: this is no value.json
+  // of a mount, and nothing made up.
+  f.model.entries[2].value_json = R"({"a":1,"__class__":2})";
+  const Selection like_marker = select_entries(f.model, none, PackFormat::torch, std::nullopt);
+  REQUIRE(like_marker.left_out.size() == 1);
+  CHECK(like_marker.left_out[0].why == "not a plain value: a form value_json() does not write");
+  f.model.entries[2].value_json = R"({"__dict__":[["a",1],["__class__",2]]})";
   CHECK(select_entries(f.model, none, PackFormat::torch, std::nullopt).left_out.empty());
   f.model.entries[2].value_json = R"({"__class__":"argparse.Namespace"})";
 
@@ -346,21 +352,47 @@ TEST_CASE("torch: one record per storage, views kept, the tied tensor memoized, 
         std::string("\x00\x40\x00\x44\x00\x42\x00\x45", 8));
 }
 
-TEST_CASE("torch: storages of both byte orders are refused before anything is written") {
+TEST_CASE("torch: every record little-endian, big-endian storages swapped, both orders in one") {
   Fixture f;
-  f.model.storages[1].big_endian = true;
+  f.model.storages[1].big_endian = true;  // z: one complex128, two 8-byte halves
   TempDir t;
-  auto [code, message] = refusal([&] {
-    pack(f.model, f.sources, {t.path("m.pth"), {}, std::nullopt, Overwrite::no});
-  });
-  CHECK(code == ExitCode::unsupported);
-  CHECK(names_in(t.path()).empty());
-  // One order alone is that order's record.
-  pack(f.model, f.sources, {t.path("big.pth"), {"z"}, std::nullopt, Overwrite::no});
-  const FileSource file(t.path("big.pth"));
-  CHECK(read_torch(file, "big.pth").storages.at(0).big_endian);
-  // safetensors is little-endian: big-endian elements are swapped, a view's after its gather.
+  auto little = [](const std::string& bytes, std::size_t unit) {
+    std::string out;
+    for (std::size_t i = 0; i < bytes.size(); i += unit) {
+      out.append(bytes.rbegin() + static_cast<std::ptrdiff_t>(bytes.size() - i - unit),
+                 bytes.rbegin() + static_cast<std::ptrdiff_t>(bytes.size() - i));
+    }
+    return out;
+  };
+  for (const bool convert : {false, true}) {
+    // Both orders, converted tensors beside unconverted big-endian ones: one little-endian file.
+    CAPTURE(convert);
+    f.model.storages[0].big_endian = convert;
+    const std::string path = t.path(convert ? "converted.pth" : "both.pth");
+    pack(f.model, f.sources,
+         {path, {}, convert ? std::optional(DType::float16) : std::nullopt, Overwrite::no});
+    const FileSource file(path);
+    const Model back = read_torch(file, "both.pth");
+    for (const Storage& s : back.storages) CHECK_FALSE(s.big_endian);
+    const Tensor& z = back.tensors[back.entries[4].tensor];
+    CHECK(file.read_string(*back.file_offset(z), 16) == little(f.bytes.substr(32, 16), 8));
+    const Tensor& full = back.tensors[back.entries[0].tensor];
+    if (!convert) {
+      CHECK(file.read_string(*back.file_offset(full), 32) == f.bytes.substr(0, 32));
+    } else {
+      CHECK(full.dtype == DType::float16);  // converted, little-endian as every conversion
+    }
+  }
+  f.model.storages[0].big_endian = false;
+  // A big-endian storage shared by two tensors stays one record, swapped.
   f.model.storages[0].big_endian = true;
+  pack(f.model, f.sources, {t.path("shared.pth"), {"full", "view"}, std::nullopt});
+  const FileSource shared(t.path("shared.pth"));
+  const Model sb = read_torch(shared, "shared.pth");
+  CHECK(sb.storages.size() == 1);
+  CHECK(shared.read_string(*sb.file_offset(sb.tensors[sb.entries[0].tensor]), 32) ==
+        little(f.bytes.substr(0, 32), 4));
+  // safetensors is little-endian: big-endian elements are swapped, a view's after its gather.
   pack(f.model, f.sources, {t.path("le.safetensors"), {"full", "view"}, std::nullopt});
   const FileSource le(t.path("le.safetensors"));
   const Model back = read_safetensors(le, "le.safetensors");

@@ -230,6 +230,9 @@ std::string render(const Graph& g, NodeId id, std::vector<NodeId>& path) {
     case Kind::bytes:
       out = bytes_repr(g.text(id));
       break;
+    case Kind::bytearray:
+      out = "bytearray(" + bytes_repr(g.text(id)) + ")";
+      break;
     case Kind::tuple:
       out = "(" + render_all(g, g.items(id), path) + (g.items(id).size() == 1 ? ",)" : ")");
       break;
@@ -406,7 +409,7 @@ TEST_CASE("strings and bytes keep their raw bytes") {
   CHECK(kind_and_text(P().binbytes8("b8").stop().bytes()) ==
         std::pair(Kind::bytes, std::string("b8")));
   CHECK(kind_and_text(P().bytearray8("ba").stop().bytes()) ==
-        std::pair(Kind::bytes, std::string("ba")));
+        std::pair(Kind::bytearray, std::string("ba")));
   CHECK(kind_and_text(P().binunicode("").stop().bytes()) == std::pair(Kind::string, std::string()));
 
   SUBCASE("STRING: a quoted Python 2 literal with escapes") {
@@ -774,10 +777,12 @@ TEST_CASE("inert built-in constructions become data") {
         "_codecs.encode('\xe2\x82\xac', 'latin1')");
   CHECK(call("_codecs", "set", no_args) == "_codecs.set()");
 
-  CHECK(call("__builtin__", "bytearray", no_args) == "b''");
-  CHECK(call("builtins", "bytearray", P().short_binbytes("ab").tuple1().bytes()) == "b'ab'");
+  CHECK(call("__builtin__", "bytearray", no_args) == "bytearray(b'')");
+  CHECK(call("builtins", "bytearray", P().short_binbytes("ab").tuple1().bytes()) ==
+        "bytearray(b'ab')");
   CHECK(call("builtins", "bytearray",
-             P().binunicode("\xc3\xbf").binunicode("latin-1").tuple2().bytes()) == "b'\\xff'");
+             P().binunicode("\xc3\xbf").binunicode("latin-1").tuple2().bytes()) ==
+        "bytearray(b'\\xff')");
   CHECK(call("__builtin__", "bytes", no_args) == "b''");
   CHECK(call("builtins", "bytearray", P().binint1(3).tuple1().bytes()) == "builtins.bytearray(3)");
 }
@@ -885,7 +890,7 @@ TEST_CASE("real pickles: one nested value in protocols 0 to 5") {
       "3.5, -0, None, True, False], "
       "'b': (b'\\x00\\xff', 'h\xc3\xa9llo \xe2\x82\xac \xf0\x9f\x98\x80', 'a\\b\nc', "
       "frozenset({7})), "
-      "'c': {2, 3}, 'n': b'xy', 'e': (), 'l': [], 's': ([1], [1])}";
+      "'c': {2, 3}, 'n': bytearray(b'xy'), 'e': (), 'l': [], 's': ([1], [1])}";
   const std::string* pickles[] = {&nested_protocol0, &nested_protocol1, &nested_protocol2,
                                   &nested_protocol3, &nested_protocol4, &nested_protocol5};
   for (int version = 0; version <= 5; ++version) {

@@ -149,6 +149,11 @@ TEST_CASE("combine_shards(): the weight_map's keys, each from the shard it names
   CHECK(!tensor(2).storage);
   CHECK(tensor(2).broken ==
         "the index puts it in \"s2.safetensors\", which has no tensor of that name");
+  // Only the listed tensors and their storages: "unlisted" is in none of them (inspect counts
+  // the storages), and the broken tensor of "missing" has none.
+  CHECK(m.tensors.size() == 4);
+  CHECK(m.storages.size() == 3);
+  for (const Storage& s : m.storages) CHECK(s.key != "unlisted");
   // Offsets stay the shard's own.
   CHECK(storage(0).file_offset ==
         safetensors_file({{"c", "U8", {3}, "CCC"}}, {{"format", "pt"}}).size() - 3);

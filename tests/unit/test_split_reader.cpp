@@ -117,6 +117,35 @@ TEST_CASE("index.json gives the order and the keys of values; more directories g
   CHECK(m.tensors[m.entries[1].tensor].storage);
 }
 
+TEST_CASE("the mount's \\udcXX escapes read back as the bytes of a key that is not UTF-8") {
+  // The key "lone \udcff" (a str with a lone surrogate: bytes ed b3 bf) as the mount writes it
+  // in meta.json, index.json (key and key path) and a value.json string.
+  TempDir t;
+  const std::string raw = "lone \xed\xb3\xbf";
+  const std::string escaped = R"(lone \udced\udcb3\udcbf)";
+  tensor_dir(t, raw, escaped, "float32", "[1]", "abcd",
+             fmt::format(R"(, "key_path": ["{}"])", escaped));
+  t.write("v/value.json",
+          fmt::format(R"({{"s": "{}", "n": {}}})", escaped, std::string(2467, '9')));
+  SUBCASE("without index.json") {
+    const Model m = read_split_directory(t.path()).model;
+    CHECK(keys(m) == std::vector<std::string>{raw, "v"});
+    CHECK(m.entries[0].key_path == "[\"" + escaped + "\"]");
+    CHECK(has(m.entries[1].value_json, escaped));
+  }
+  SUBCASE("with index.json") {
+    t.write(".ckptfs/index.json", fmt::format(R"({{"format": "zip", "entries": [
+      {{"key": "v", "path": "v", "kind": "value", "value": {{"s": "{}"}}}},
+      {{"key": "{}", "key_path": ["{}"], "path": "{}", "kind": "tensor"}}]}})",
+                                              escaped, escaped, escaped, escaped));
+    const Model m = read_split_directory(t.path()).model;
+    CHECK(keys(m) == std::vector<std::string>{"v", raw});
+  }
+  // A pair of escapes that is a real surrogate pair is that character, not two bytes.
+  tensor_dir(t, "pair", R"(\ud83d\udd25)", "float32", "[1]", "efgh");
+  CHECK(keys(read_split_directory(t.path()).model).back() == "\xf0\x9f\x94\xa5");
+}
+
 TEST_CASE(".ckptfs/index.json of a whole mount copied; index.json at the root of older copies") {
   // Entries in an order that is not the keys', and a value whose cut name needs the index.
   const std::string long_key(300, 'v');

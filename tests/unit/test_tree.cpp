@@ -578,7 +578,10 @@ TEST_CASE("entry names are NameAllocator's, collisions and cut names included") 
   p.setitems().stop();
   Mounted m(torch_zip(p.bytes(), {{"0", floats(4)}}));
   REQUIRE(m.tree.model().entries.size() == 12);
-  NameAllocator names;
+  // The rule for keys of equal text skips a number whose "<key>%#<n>" is a key of its own.
+  TextViewSet own;
+  for (const auto& e : m.tree.model().entries) own.insert(e.key);
+  NameAllocator names(max_name_bytes, &own);
   for (std::size_t i = 0; i < m.tree.model().entries.size(); ++i) {
     const std::string& key = m.tree.model().entries[i].key;
     CAPTURE(key);
@@ -587,7 +590,7 @@ TEST_CASE("entry names are NameAllocator's, collisions and cut names included") 
     CHECK(m.tree.lookup(Tree::root_ino, want) ==
           child_of(m.tree, Tree::root_ino, 1 + static_cast<std::size_t>(i)).second);
   }
-  CHECK(m.tree.entry_name(2) == "1%#2");
+  CHECK(m.tree.entry_name(2) == "1%#3");  // "1%#2" is a key of its own
   CHECK(m.tree.entry_name(10).ends_with("%#2"));
 }
 

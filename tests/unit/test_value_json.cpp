@@ -78,12 +78,15 @@ TEST_CASE("bytes that are not UTF-8 become lone surrogates, as Python's surrogat
 TEST_CASE("containers, objects, globals, numpy scalars, torch.Size") {
   CHECK(json_of([](auto& p) {
           p.empty_dict().integer(1).empty_list().integer(2).append().setitem();
+        }) == R"({"__dict__":[[1,[2]]]})");  // an int key stays an int
+  CHECK(json_of([](auto& p) {
+          p.empty_dict().binunicode("1").empty_list().integer(2).append().setitem();
         }) == R"({"1":[2]})");
   CHECK(json_of([](auto& p) { p.global("torch", "float16"); }) ==
         R"({"__global__":"torch.float16"})");
   CHECK(json_of([](auto& p) {
           p.global("torch", "Size").int_tuple({2, 3}).tuple1().reduce();
-        }) == "[2,3]");
+        }) == R"({"__tuple__":[2,3]})");  // a tuple, as torch.Size is one
   // numpy.core.multiarray.scalar(numpy.dtype('f8', False, True) + BUILD state, b'...')
   CHECK(json_of([](auto& p) {
           p.global("numpy.core.multiarray", "scalar");

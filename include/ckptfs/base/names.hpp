@@ -54,19 +54,33 @@ std::string suffixed_name(std::string_view key, std::uint64_t n,
 std::optional<std::string> key_of_name(std::string_view name,
                                        std::size_t max_bytes = max_name_bytes);
 
-// Names for the keys of a mount, in order: each key gets directory_name(); a key whose name an
-// earlier key has (two keys with the same text: the int 0 and the str "0") gets "%#2", "%#3"...
-// after it, the smallest number not taken, cut as directory_name() cuts when it would pass
-// max_bytes. Only keys that really collide get a suffix, and a suffixed name is no key's own name.
+// Keys of equal text (the int 0 and the str "0" both flatten to "0"), one rule for the mount's
+// names, the RFC layout's files and `ckptfs pack`'s keys: the first keeps its text; each later
+// one is the n-th of that text, n the smallest from 2 up that is not taken and for which
+// "<text>%#<n>" is no key's own text (so that pack's key "<text>%#<n>" is unique too). Its name
+// is suffixed_name(key, n); pack writes it as the key "<text>%#<n>" and says so.
+//
+// Names for the keys of a mount, in order, by that rule: each key gets directory_name(); a key
+// whose name an earlier key has gets "%#n" after it, cut as directory_name() cuts when it would
+// pass max_bytes. Only keys that really collide get a suffix, and a suffixed name is no key's
+// own name. `own_keys`, when given, are the texts of all the keys named (see above); it must
+// outlive the allocator.
 class NameAllocator {
  public:
-  explicit NameAllocator(std::size_t max_bytes = max_name_bytes) : max_bytes_(max_bytes) {}
+  explicit NameAllocator(std::size_t max_bytes = max_name_bytes,
+                         const TextViewSet* own_keys = nullptr)
+      : max_bytes_(max_bytes), own_keys_(own_keys) {}
   std::string name(std::string_view key);
 
  private:
   std::size_t max_bytes_;
+  const TextViewSet* own_keys_;
   TextSet taken_;
 };
+
+// Whether "<key>%#<n>" is one of `own_keys` (the texts of the keys named together): then n is
+// skipped for a later key of the text `key` (see NameAllocator).
+bool suffix_is_own_key(std::string_view key, std::uint64_t n, const TextViewSet& own_keys);
 
 std::uint64_t fnv1a64(std::string_view bytes);
 

@@ -22,7 +22,11 @@ struct ReadLimits {
   // a single key too: there is no other limit on a key's length.
   std::uint64_t max_flattened_bytes = 64ull << 20;
   std::size_t max_value_json = 1 << 20;  // a longer value.json is cut (valid JSON says so)
-  std::size_t max_dims = 64;             // torch's own limit on tensor dimensions
+  // The values kept exactly (Entry::value, for pack and the RFC layout), in nodes of all of them
+  // (~100 bytes each), or the pickle's node count if less: past it, a value is read back from its
+  // value.json, which says it up to the types of equal values.
+  std::uint64_t max_plain_value_nodes = 2'000'000;
+  std::size_t max_dims = 64;  // torch's own limit on tensor dimensions
   // Not a limit: the root is one entry whatever it is, as in the RFC layout's <name>.pt files
   // (torch.save of one key's tensor or value): a root without a tensor is the value entry
   // "value" even when it is a dict, list or tuple, which are otherwise walked (flatten.hpp).

@@ -8,6 +8,7 @@
 #include <ckptfs/base/boxed_optional.hpp>
 #include <ckptfs/model/block_format.hpp>
 #include <ckptfs/model/dtype.hpp>
+#include <ckptfs/model/plain_value.hpp>
 
 #include <cstdint>
 #include <memory>
@@ -197,7 +198,12 @@ struct Entry {
   std::string key_path;
   Kind kind = Kind::value;
   std::size_t tensor = 0;  // index into Model::tensors when kind == tensor
-  std::string value_json;  // the value as compact JSON when kind == value
+  std::string value_json;  // the value as compact JSON when kind == value (value_json.hpp)
+  // The value exactly as the checkpoint held it, when it is plain data (plain_value.hpp) and
+  // was read from a pickle: what pack and the RFC layout write. Null for a value that is not
+  // plain, or that only value_json says (split copies, formats without pickles): value_json
+  // then says it as exactly as JSON can (format/pickle/read_plain_value.hpp, plain_value()).
+  std::shared_ptr<const PlainValue> value;
 };
 
 struct Model {

@@ -43,6 +43,11 @@ struct PackResult {
   std::size_t values = 0;
   std::uint64_t bytes = 0;                                    // of the file
   std::vector<std::pair<std::string, std::string>> left_out;  // (key, why), in model order
+  // (key, key written), in model order: entries written under another key. Keys an earlier
+  // entry has (the int 0 and the str "0") get "<key>%#<n>" (base/names.hpp's rule for keys of
+  // equal text); in safetensors also keys that are not UTF-8 (U+FFFD for each byte that is not)
+  // and a tensor named __metadata__ (the format's own name), as the mount's export writes them.
+  std::vector<std::pair<std::string, std::string>> renamed;
 };
 
 // Writes `model`'s entries (select_entries()) to options.output:

@@ -8,6 +8,7 @@
 #include <ckptfs/pack/key_glob.hpp>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -28,9 +29,9 @@ std::optional<PackFormat> pack_format_of(std::string_view path);
 struct Selection {
   std::vector<std::size_t> entries;  // into Model::entries, in the model's order
   std::vector<std::string> keys;     // each one's key in the output: unique (see below)
-  // For each value entry, the plain value it holds (format/pickle/plain_value.hpp); none for
-  // tensors.
-  std::vector<pickle::Value> values;
+  // For each value entry, the plain value it holds (entry_value(), format/pickle/
+  // read_plain_value.hpp); null for tensors.
+  std::vector<std::shared_ptr<const PlainValue>> values;
   struct LeftOut {
     std::size_t entry;
     std::string why;
@@ -42,7 +43,7 @@ struct Selection {
 //   - a broken tensor is refused: Error(bad_checkpoint) naming its key and why it is broken
 //     (torch.load could not read it either);
 //   - a pattern that selects no key is Error(usage) naming it (a typo would pack nothing);
-//   - left out, with why: for torch, values that are not plain (plain_value.hpp: objects
+//   - left out, with why: for torch, values that are not plain (read_plain_value.hpp: objects
 //     ckptfs never builds) and quantized tensors ckptfs does not write (quint4x2 and quint2x4,
 //     which torch 2.x saves packed, 2 or 4 elements a byte, and which ckptfs does not serve
 //     either; schemes other than per-tensor and per-channel affine, which torch does not save); for
@@ -52,7 +53,8 @@ struct Selection {
 //     (KEY.q_per_channel_scales, KEY.q_per_channel_zero_points) are not written when KEY is: they
 //     go inside it, as torch saves them.
 // Keys: an entry's own key; a text an earlier written entry has already gets "%#2", "%#3"...
-// (the smallest that is no other entry's key), as the mount names them.
+// (the smallest that is no other entry's key), as the mount names them (base/names.hpp: one rule
+// for keys of equal text, the RFC layout's file names included).
 Selection select_entries(const Model& model, std::span<const KeyGlob> globs, PackFormat format,
                          std::optional<DType> convert_to);
 

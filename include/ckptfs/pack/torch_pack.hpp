@@ -30,7 +30,10 @@ struct StoragePayload {
   std::size_t tensor = 0;
   std::optional<DType> convert_to;  // Way::tensor
   std::uint64_t nbytes = 0;
-  bool big_endian = false;  // of the bytes written
+  DType dtype = DType::float32;  // of its elements as written
+  // Way::storage: the bytes each element reverses together on the way (swap_unit() of the
+  // dtype for a big-endian storage), 1 for none. Written records are all little-endian.
+  std::size_t swap_unit = 1;
 };
 
 // The pickle and records of the packed file, made from the model's description alone (no byte
@@ -48,12 +51,9 @@ struct StoragePayload {
 //     one storage as two dtypes).
 // The same tensor under two keys (tied weights saved as one object) is pickled once and got
 // from the memo the second time, as torch writes it. Values are pickled as write_value() does.
-// The zip's records are named "<prefix>/...", with a byteorder record: "big" when the storages
-// are big-endian, unless a big-endian tensor of a dtype torch saves in an untyped storage
-// (uint16-64, complex32, bcomplex32) is packed: torch.load never swaps those, so the whole file is
-// then written little-endian, each big-endian tensor in a record of its own, swapped. Throws
-// Error(unsupported) when they are of both byte orders (a sharded set with shards of each, or
-// big-endian storages beside converted ones): torch's zip has one.
+// The zip's records are named "<prefix>/...", with a byteorder record, "little": a big-endian
+// storage is written swapped (torch before 2.1 ignores the record and reads little-endian), so
+// that sources of both byte orders, and converted tensors beside unconverted ones, pack as one.
 class TorchPack {
  public:
   TorchPack(const Model& model, const Selection& selection, std::string prefix,

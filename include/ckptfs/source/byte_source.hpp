@@ -91,7 +91,9 @@ class ByteSource {
   }
 };
 
-// Identity of a file at open time, to detect that it changed later (size, mtime, inode).
+// Identity of a file at open time, to detect that its content changed later: device, inode, size
+// and mtime. The ctime is kept for the mount's times, not compared: chmod, chown, a hard link,
+// an atime update move it without changing a byte, and are no change.
 struct FileIdentity {
   dev_t device = 0;
   ino_t inode = 0;
@@ -102,7 +104,8 @@ struct FileIdentity {
   std::int64_t ctime_nsec = 0;
 };
 
-// The identity of the file `st` describes, and whether `st` still describes that file.
+// The identity of the file `st` describes, and whether `st` still describes that file with the
+// same content (device, inode, size, mtime: not the ctime).
 FileIdentity file_identity(const struct stat& st) noexcept;
 bool same_identity(const struct stat& st, const FileIdentity& identity) noexcept;
 
@@ -129,9 +132,9 @@ class FileSource final : public ByteSource {
   const std::string& path() const noexcept { return path_; }
 
   // Whether the file is still the one that was opened: its descriptor, and with `check_path`
-  // the file its path names now, have the identity recorded at open (device, inode, size, mtime,
-  // ctime). The path is looked up in the directory opened with the file, so it still works from
-  // a daemon that changed directory or a mount that hides that directory.
+  // the file its path names now, have the identity recorded at open (device, inode, size,
+  // mtime; see same_identity()). The path is looked up in the directory opened with the file, so it
+  // still works from a daemon that changed directory or a mount that hides that directory.
   bool unchanged(bool check_path) const noexcept override;
 
  private:

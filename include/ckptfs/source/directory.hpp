@@ -86,7 +86,7 @@ class DirectoryFileSource final : public ByteSource {
   const std::string& relative() const noexcept { return relative_; }
 
   // Whether the file is still the one that was opened (its descriptor's identity: device,
-  // inode, size, mtime, ctime), and with `check_path` also the file `relative` names now.
+  // inode, size, mtime), and with `check_path` also the file `relative` names now.
   bool unchanged(bool check_path) const noexcept override;
 
  private:

@@ -51,9 +51,10 @@ enum class ByteOrder : std::uint8_t { as_stored, little };
 // tensor that convert() handles (a float16/bfloat16/float32/float64 tensor; not integers, bool,
 // complex, float8 or quantized ones) and its converted bytes fit a file. An identity conversion
 // of little-endian bytes is no conversion. ByteOrder::little: a big-endian tensor that is not
-// converted is swapped (Way::swap; one-byte elements need nothing). Way::none with nbytes 0 for
-// a broken tensor. A tensor stored in another dtype (Tensor::stored_dtype) is always converted:
-// to its dtype, or through it to `convert_to` as above (`via`).
+// converted is swapped (Way::swap; one-byte elements need nothing), and big_endian is false
+// whatever the tensor. Way::none with nbytes 0 for a broken tensor. A tensor stored in another
+// dtype (Tensor::stored_dtype) is always converted: to its dtype, or through it to `convert_to`
+// as above (`via`).
 //
 // A block-quantized tensor (Tensor::blocks) is served as its values: Way::dequantize to float32,
 // or to `convert_to` when convertible(float32, convert_to); Way::none with nbytes 0 when they

@@ -121,10 +121,15 @@ std::optional<std::string> key_of_name(std::string_view name, std::size_t max_by
   return key;
 }
 
+bool suffix_is_own_key(std::string_view key, std::uint64_t n, const TextViewSet& own_keys) {
+  return own_keys.contains(fmt::format("{}%#{}", key, n));
+}
+
 std::string NameAllocator::name(std::string_view key) {
   std::string plain = directory_name(key, max_bytes_);
   if (taken_.insert(plain).second) return plain;
   for (std::uint64_t n = 2;; ++n) {
+    if (own_keys_ && suffix_is_own_key(key, n, *own_keys_)) continue;
     std::string candidate = suffixed_name(key, n, max_bytes_);
     if (taken_.insert(candidate).second) return candidate;
   }

@@ -38,14 +38,8 @@ Model selected_model(const Model& model, const Selection& selection) {
   return sub;
 }
 
-void write_safetensors(const Model& sub, Sources sources, std::optional<DType> convert_to,
-                       OutputFile& out) {
-  const SafetensorsExport layout(sub, 0, convert_to);
-  if (layout.tensors().size() != sub.entries.size()) {
-    // select_entries() left out what the export leaves out; only a tensor larger than a file
-    // can be (its own bytes and the header's) is left out here.
-    throw Error(ExitCode::unsupported, "a tensor too large for a safetensors file");
-  }
+void write_safetensors(const Model& sub, const SafetensorsExport& layout, Sources sources,
+                       std::optional<DType> convert_to, OutputFile& out) {
   const SafetensorsExport::File& file = layout.files().at(0);
   out.write(file.header);
   ReadBuffer buffer;
@@ -143,10 +137,26 @@ PackResult pack(const Model& model, Sources sources, const PackOptions& options)
   // the model alone.
   std::optional<TorchPack> torch;
   std::optional<Model> sub;
+  std::optional<SafetensorsExport> layout;
+  // The key each selected entry is written under.
+  std::vector<std::string_view> written(selection.keys.begin(), selection.keys.end());
   if (*format == PackFormat::torch) {
     torch.emplace(model, selection, torch_prefix_of(options.output), options.dtype);
   } else {
     sub = selected_model(model, selection);
+    layout.emplace(*sub, 0, options.dtype);
+    if (layout->tensors().size() != sub->entries.size()) {
+      // select_entries() left out what the export leaves out; only a tensor larger than a file
+      // can be (its own bytes and the header's) is left out here.
+      throw Error(ExitCode::unsupported, "a tensor too large for a safetensors file");
+    }
+    // The header's keys: a byte that is not UTF-8 is U+FFFD, a tensor named __metadata__ and
+    // texts that then become equal get "%#<n>" (the export's rule).
+    for (const SafetensorsExport::Tensor& st : layout->tensors()) written[st.entry] = st.key;
+  }
+  for (std::size_t k = 0; k < selection.entries.size(); ++k) {
+    const std::string& key = model.entries[selection.entries[k]].key;
+    if (written[k] != key) result.renamed.emplace_back(key, written[k]);
   }
   OutputFile out(options.output, options.overwrite, permissions_of(sources));
   if (options.progress) {
@@ -165,7 +175,7 @@ PackResult pack(const Model& model, Sources sources, const PackOptions& options)
   if (torch) {
     torch->write(model, sources, out);
   } else {
-    write_safetensors(*sub, sources, options.dtype, out);
+    write_safetensors(*sub, *layout, sources, options.dtype, out);
   }
   result.bytes = out.size();
   out.commit();

@@ -5,7 +5,7 @@
 #include <ckptfs/base/hash.hpp>
 #include <ckptfs/base/json_reader.hpp>
 #include <ckptfs/base/text.hpp>
-#include <ckptfs/format/pickle/plain_value.hpp>
+#include <ckptfs/format/pickle/read_plain_value.hpp>
 #include <ckptfs/format/pickle/value_json.hpp>
 #include <ckptfs/pack/selection.hpp>
 #include <ckptfs/view/safetensors_export.hpp>
@@ -60,7 +60,7 @@ std::string quantized_problem(const Model& model, const Tensor& t) {
 std::string why_not_plain(std::string_view value_json) {
   using Token = JsonReader::Token;
   JsonLimits limits;
-  limits.max_depth = max_value_depth + 1;
+  limits.max_depth = 3 * max_value_depth + 2;
   limits.surrogate_escapes = true;
   try {
     JsonReader json(value_json, limits);
@@ -78,6 +78,10 @@ std::string why_not_plain(std::string_view value_json) {
         if (key == "__persistent_id__") return "a reference to a storage outside a tensor";
         if (key == "__truncated__") return "a value cut at ckptfs's limits";
         if (key == "__recursion__") return "a value that contains itself";
+        if (key == "__dict__" || key == "__set__" || key == "__frozenset__") {
+          // Read back only with hashable keys and items.
+          return "a dict key or set item Python cannot hash";
+        }
       }
       object_opened = t == Token::begin_object;
     }
@@ -131,18 +135,17 @@ Selection select_entries(const Model& model, std::span<const KeyGlob> globs, Pac
   for (std::size_t i = 0; i < model.entries.size(); ++i) {
     if (!selected[i]) continue;
     const Entry& e = model.entries[i];
-    pickle::Value value;
+    std::shared_ptr<const PlainValue> value;
     if (e.kind == Entry::Kind::value) {
       if (format == PackFormat::safetensors) {
         out.left_out.push_back({i, "a value: safetensors holds tensors only"});
         continue;
       }
-      auto plain = plain_value(e.value_json);
-      if (!plain) {
+      value = entry_value(e);
+      if (!value) {
         out.left_out.push_back({i, "not a plain value: " + why_not_plain(e.value_json)});
         continue;
       }
-      value = std::move(*plain);
     } else {
       const Tensor& t = model.tensors[e.tensor];
       if (!t.broken.empty()) {

@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <map>
 #include <stdexcept>
 #include <unordered_map>
@@ -15,8 +16,34 @@
 namespace ckptfs {
 namespace {
 
-// A record's bytes are read this much at a time when they are made (gathered, converted).
+// A record's bytes are read this much at a time when they are made (gathered, converted,
+// swapped): a multiple of every swap unit.
 constexpr std::size_t chunk_bytes = 1 << 20;
+
+// Writes storage `s` whole with the bytes of each `unit`-byte element reversed (big-endian
+// stored, little-endian written), through OutputFile's buffer; returns the CRC-32 written.
+std::uint32_t write_swapped(const Storage& s, std::size_t unit, Sources sources, OutputFile& out) {
+  const ByteSource& source = *sources[s.source];
+  const std::uint64_t at = data_offset(s);
+  std::span<char> buffer = out.buffer();
+  const std::size_t step = buffer.size() - buffer.size() % unit;
+  std::uint32_t crc = 0;
+  for (std::uint64_t done = 0; done < s.nbytes; done += step) {
+    const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(step, s.nbytes - done));
+    try {
+      source.read(at + done, std::as_writable_bytes(buffer.first(n)));
+    } catch (const Error& e) {
+      throw Error(e.code(), fmt::format("{}: {}", source.name(), e.what()));
+    }
+    for (std::size_t i = 0; i + unit <= n; i += unit) {
+      std::reverse(buffer.begin() + static_cast<std::ptrdiff_t>(i),
+                   buffer.begin() + static_cast<std::ptrdiff_t>(i + unit));
+    }
+    crc = crc32(crc, buffer.data(), n);
+    out.write({buffer.data(), n});
+  }
+  return crc;
+}
 
 }  // namespace
 
@@ -34,25 +61,11 @@ TorchPack::TorchPack(const Model& model, const Selection& selection, std::string
   TorchPickler torch(w);
   std::map<std::pair<std::size_t, DType>, std::uint64_t> by_storage;
 
-  // torch.load swaps a big-endian file's untyped storages (uint16-64, complex32...: dtypes
-  // without a storage class) as bytes, that is not at all (torch 2.14): when one is packed, the
-  // whole file is written little-endian, each big-endian tensor's bytes swapped in a record of
-  // its own (a file has one byte order).
-  ByteOrder order = ByteOrder::as_stored;
-  for (const std::size_t entry : selection.entries) {
-    const Entry& e = model.entries[entry];
-    if (e.kind != Entry::Kind::tensor) continue;
-    const Tensor& t = model.tensors[e.tensor];
-    if (big_endian(model, t) && info(t.dtype).storage_class.empty() && swap_unit(t.dtype) > 1) {
-      order = ByteOrder::little;
-    }
-  }
-
-  // A record of the tensor's own bytes as served (converted, or in C order).
+  // A record of the tensor's own bytes as served (converted, or in C order), little-endian.
   auto own_record = [&](std::size_t index, std::optional<DType> convert) {
-    const ServedTensor served = serve(model, model.tensors[index], convert, order);
+    const ServedTensor served = serve(model, model.tensors[index], convert, ByteOrder::little);
     payloads_.push_back(
-        {StoragePayload::Way::tensor, 0, index, convert, served.nbytes, served.big_endian});
+        {StoragePayload::Way::tensor, 0, index, convert, served.nbytes, served.dtype, 1});
     return TensorArgs{served.dtype,
                       payloads_.size() - 1,
                       served.nbytes,
@@ -63,9 +76,11 @@ TorchPack::TorchPack(const Model& model, const Selection& selection, std::string
   };
   auto args_of = [&](std::size_t index, std::optional<DType> convert) {
     const Tensor& t = model.tensors[index];
-    const ServedTensor served = serve(model, t, convert, order);
+    const ServedTensor served = serve(model, t, convert, ByteOrder::little);
+    // Converted or dequantized (an empty tensor too: no bytes, but the dtype it is served as),
+    // or stored in another dtype.
     if (served.way == ServedTensor::Way::convert || served.way == ServedTensor::Way::dequantize ||
-        served.way == ServedTensor::Way::swap || !t.storage || t.stored_dtype) {
+        served.dtype != t.dtype || !t.storage || t.stored_dtype) {
       return own_record(index, convert);
     }
     const Storage& s = model.storages[*t.storage];
@@ -73,8 +88,9 @@ TorchPack::TorchPack(const Model& model, const Selection& selection, std::string
     if (typed && s.nbytes % t.element_size() != 0) return own_record(index, convert);
     auto [it, fresh] = by_storage.try_emplace({*t.storage, t.dtype}, payloads_.size());
     if (fresh) {
-      payloads_.push_back(
-          {StoragePayload::Way::storage, *t.storage, 0, std::nullopt, s.nbytes, s.big_endian});
+      // A big-endian storage is written swapped, element by element of this dtype.
+      payloads_.push_back({StoragePayload::Way::storage, *t.storage, 0, std::nullopt, s.nbytes,
+                           t.dtype, s.big_endian ? swap_unit(t.dtype) : std::size_t{1}});
     }
     return TensorArgs{t.dtype, it->second, s.nbytes,       t.storage_offset,
                       t.shape, t.stride,   t.requires_grad};
@@ -85,7 +101,7 @@ TorchPack::TorchPack(const Model& model, const Selection& selection, std::string
     w.string(selection.keys[i]);
     const Entry& e = model.entries[selection.entries[i]];
     if (e.kind == Entry::Kind::value) {
-      write_value(w, selection.values[i]);
+      write_value(w, *selection.values[i]);
       return;
     }
     if (auto it = pickled.find(e.tensor); it != pickled.end()) {
@@ -116,17 +132,12 @@ TorchPack::TorchPack(const Model& model, const Selection& selection, std::string
     pickled.emplace(e.tensor, slot);
   });
 
-  bool big = false, little = false;
-  for (const StoragePayload& p : payloads_) (p.big_endian ? big : little) = true;
-  if (big && little) {
-    throw Error(ExitCode::unsupported,
-                "its tensors are of both byte orders, and torch's zip format has one byteorder "
-                "record: pack them apart (--keys), or convert them (--dtype)");
-  }
+  // Every record little-endian, whatever the sources' byte orders: torch before 2.1 reads the
+  // bytes as little-endian whatever the byteorder record says.
   std::vector<StorageRecord> storages = torch.storages();
   archive_.emplace(std::move(w).finish(), std::move(storages),
                    TorchArchiveOptions{
-                       .prefix = std::move(prefix), .byteorder_record = true, .big_endian = big});
+                       .prefix = std::move(prefix), .byteorder_record = true, .big_endian = false});
 }
 
 const StoragePayload& TorchPack::payload(std::size_t i) const {
@@ -153,6 +164,10 @@ void TorchPack::write(const Model& model, Sources sources, OutputFile& out) cons
       }
       case TorchRecord::Source::storage: {
         const StoragePayload& p = payload(r.storage);
+        if (p.way == StoragePayload::Way::storage && p.swap_unit > 1) {
+          crcs[i] = write_swapped(model.storages[p.storage], p.swap_unit, sources, out);
+          break;
+        }
         if (p.way == StoragePayload::Way::storage) {
           const Storage& s = model.storages[p.storage];
           const ByteSource& source = *sources[s.source];
@@ -168,9 +183,7 @@ void TorchPack::write(const Model& model, Sources sources, OutputFile& out) cons
           break;
         }
         const Tensor& t = model.tensors[p.tensor];
-        // Swapped when its bytes are written little-endian (see the constructor).
-        const ServedTensor served =
-            serve(model, t, p.convert_to, p.big_endian ? ByteOrder::as_stored : ByteOrder::little);
+        const ServedTensor served = serve(model, t, p.convert_to, ByteOrder::little);
         std::uint32_t crc = 0;
         for (std::uint64_t at = 0; at < served.nbytes; at += chunk_bytes) {
           const auto n =

@@ -92,10 +92,10 @@ FileIdentity file_identity(const struct stat& st) noexcept {
 }
 
 bool same_identity(const struct stat& st, const FileIdentity& id) noexcept {
+  // Not the ctime: chmod, chown, a hard link or an atime update move it without touching a byte.
   return st.st_dev == id.device && st.st_ino == id.inode &&
          static_cast<std::uint64_t>(st.st_size) == id.size && st.st_mtim.tv_sec == id.mtime_sec &&
-         st.st_mtim.tv_nsec == id.mtime_nsec && st.st_ctim.tv_sec == id.ctime_sec &&
-         st.st_ctim.tv_nsec == id.ctime_nsec;
+         st.st_mtim.tv_nsec == id.mtime_nsec;
 }
 
 void pread_exactly(int fd, std::uint64_t offset, std::span<std::byte> out) {

@@ -256,14 +256,18 @@ ServedTensor serve(const Model& model, const Tensor& tensor, std::optional<DType
     if (s.nbytes != 0) s.way = ServedTensor::Way::convert;
     return s;
   }
+  if (order == ByteOrder::little && s.big_endian) {
+    // Swapped; one-byte elements (and no elements) are the same bytes in either order.
+    s.big_endian = false;
+    if (s.nbytes != 0 && swap_unit(tensor.dtype) > 1) {
+      s.way = ServedTensor::Way::swap;
+      return s;
+    }
+  }
   if (s.nbytes == 0) return s;
   s.way = begin             ? ServedTensor::Way::range
           : tensor.assembly ? ServedTensor::Way::pieces
                             : ServedTensor::Way::gather;
-  if (order == ByteOrder::little && s.big_endian && swap_unit(tensor.dtype) > 1) {
-    s.way = ServedTensor::Way::swap;
-    s.big_endian = false;
-  }
   return s;
 }
 

@@ -6,7 +6,7 @@
 #include <ckptfs/base/json_writer.hpp>
 #include <ckptfs/base/names.hpp>
 #include <ckptfs/base/numbers.hpp>
-#include <ckptfs/format/pickle/plain_value.hpp>
+#include <ckptfs/format/pickle/read_plain_value.hpp>
 #include <ckptfs/format/torch/torch_writer.hpp>
 #include <ckptfs/view/describe.hpp>
 #include <ckptfs/view/npy.hpp>
@@ -69,12 +69,13 @@ constexpr Tree::Kind entry_file_kinds[] = {Tree::Kind::data, Tree::Kind::meta_js
 // are slot 0.
 constexpr std::uint8_t known_slots = 0x80;
 
-// The byte order of a tensor's bytes in its tensor.pt. torch.load byte-swaps a big-endian file's
-// storage by the element size of its typed storage class; a dtype without one (uint16-64,
-// complex32, bcomplex32: torch.storage.UntypedStorage, as torch 2.x saves them) it swaps as
-// bytes, that is not at all (measured with torch 2.14): those are written little-endian.
-ByteOrder torch_file_order(DType dtype) {
-  return info(dtype).storage_class.empty() ? ByteOrder::little : ByteOrder::as_stored;
+// How a tensor's bytes are served in tensor.pt (and the RFC layout's <key>.pt): little-endian
+// whatever the checkpoint's byte order, as torch before 2.1 ignores the byteorder record and
+// would load big-endian bytes swapped (data and tensor.npy keep the checkpoint's: their readers
+// are told the order by meta.json and the npy descr).
+ServedTensor serve_torch_file(const Model& model, const Tensor& tensor,
+                              std::optional<DType> convert_to) {
+  return serve(model, tensor, convert_to, ByteOrder::little);
 }
 
 // The archive tensor.pt holds for a tensor served as `served`; nullopt when torch cannot hold it
@@ -90,10 +91,11 @@ std::optional<TorchArchive> torch_file_of(const Model& model, const Tensor& tens
   }
 }
 
-// The file torch.save(value) writes for the value a value entry's JSON describes whole; nullopt
-// for a value it only describes, or one a pickle cannot hold.
-std::optional<std::string> value_file_of(const std::string& value_json) {
-  auto value = plain_value(value_json);
+// The file torch.save(value) writes for the plain value a value entry holds (entry_value():
+// exactly as the checkpoint held it, or as its value.json says it); nullopt for a value that is
+// no plain data, or one a pickle cannot hold.
+std::optional<std::string> value_file_of(const Entry& e) {
+  const auto value = entry_value(e);
   if (!value) return std::nullopt;
   try {
     return value_file(*value).bytes();
@@ -145,10 +147,10 @@ bool Tree::has_rfc_file(std::size_t entry) const {
   } catch (const Error&) {
     return false;
   }
-  if (e.kind == Entry::Kind::value) return value_file_of(e.value_json).has_value();
+  if (e.kind == Entry::Kind::value) return value_file_of(e).has_value();
   const Tensor& t = model_.tensors[e.tensor];
   return t.broken.empty() && values_not_served(model_, t).empty() &&
-         torch_file_of(model_, t, serve(model_, t, options_.dtype, torch_file_order(t.dtype)));
+         torch_file_of(model_, t, serve_torch_file(model_, t, options_.dtype));
 }
 
 Tree::Tree(Model model, TreeOptions options)
@@ -195,13 +197,22 @@ Tree::Tree(Model model, TreeOptions options)
   std::size_t slots = 16;
   while (slots < 2 * entries) slots *= 2;
   root_slots_.assign(slots, 0);
+  TextViewSet own_keys;
   for (std::size_t i = 0; i < entries; ++i) {
     if (rfc && !has_file_[i]) continue;
     const std::string& key = model_.entries[i].key;
     std::string name = is_own_name(key, max_bytes) ? std::string() : directory_name(key, max_bytes);
     if (find_entry(name.empty() ? std::string_view(key) : name)) {
       keys_unique_ = false;  // an earlier key has this name: the same text
+      if (own_keys.empty()) {
+        // The texts of every key named (names.hpp's rule for keys of equal text), made once,
+        // on the first collision: most models have none.
+        for (std::size_t j = 0; j < entries; ++j) {
+          if (!rfc || has_file_[j]) own_keys.insert(model_.entries[j].key);
+        }
+      }
       for (std::uint64_t n = 2;; ++n) {
+        if (suffix_is_own_key(key, n, own_keys)) continue;
         name = suffixed_name(key, n, max_bytes);
         if (!find_entry(name)) break;
       }
@@ -417,15 +428,14 @@ const Tree::EntryFiles& Tree::entry_files(std::size_t entry) const {
     EntryFiles& f = *made;
     const Entry& e = model_.entries[entry];
     if (e.kind == Entry::Kind::value) {
-      f.value_file = value_file_of(e.value_json).value_or(std::string());
+      f.value_file = value_file_of(e).value_or(std::string());
       return made;
     }
     const Tensor& t = model_.tensors[e.tensor];
     if (t.broken.empty() && values_not_served(model_, t).empty()) {
       const ServedTensor served = serve(model_, t, options_.dtype);
       f.npy_header = npy_header(numpy_descr(served.dtype, served.big_endian), t.shape);
-      f.archive =
-          torch_file_of(model_, t, serve(model_, t, options_.dtype, torch_file_order(t.dtype)));
+      f.archive = torch_file_of(model_, t, serve_torch_file(model_, t, options_.dtype));
       if (f.archive) {
         f.segments = f.archive->plan().segments();
         for (std::size_t i = 0; i < f.archive->records().size(); ++i) {
@@ -639,7 +649,7 @@ std::uint32_t Tree::storage_crc(std::size_t entry, const EntryFiles& files, std:
   const Tensor& t = tensor_of_storage(entry, storage);
   // Only the tensor itself is converted; the quantization parameters are served as stored.
   const ServedTensor served =
-      serve(model_, t, storage == 0 ? options_.dtype : std::nullopt, torch_file_order(t.dtype));
+      serve_torch_file(model_, t, storage == 0 ? options_.dtype : std::nullopt);
   std::uint32_t crc = 0;
   const Storage* whole = t.storage ? &model_.storages[*t.storage] : nullptr;
   if (served.way == ServedTensor::Way::range && whole && whole->record_crc32 && served.begin == 0 &&
@@ -699,8 +709,7 @@ void Tree::read_torch_file(std::size_t entry, std::uint64_t offset, std::size_t 
         } else {
           const Tensor& t = tensor_of_storage(entry, record.storage);
           const auto convert_to = record.storage == 0 ? options_.dtype : std::nullopt;
-          read_served(model_, t, serve(model_, t, convert_to, torch_file_order(t.dtype)), a, n,
-                      sources, out);
+          read_served(model_, t, serve_torch_file(model_, t, convert_to), a, n, sources, out);
         }
         break;
       }

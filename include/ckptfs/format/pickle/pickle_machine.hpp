@@ -27,11 +27,12 @@ enum class Kind : std::uint8_t {
   integer,      // fits in int64
   big_integer,  // LONG/LONG1/LONG4 beyond int64: little-endian two's complement bytes
   floating,
-  string,  // unicode text (UTF-8 bytes, unvalidated: surrogatepass can make them invalid)
-  bytes,   // BINBYTES*, BYTEARRAY8, and _codecs.encode(s, "latin1") / bytearray(...)
+  string,     // unicode text (UTF-8 bytes, unvalidated: surrogatepass can make them invalid)
+  bytes,      // BINBYTES*, _codecs.encode(s, "latin1"), bytes(...)
+  bytearray,  // BYTEARRAY8, bytearray(...)
   tuple,
   list,
-  dict,  // also collections.OrderedDict(): items in insertion order, duplicates kept
+  dict,  // also collections.OrderedDict() (ordered()): items in insertion order, duplicates kept
   set,
   frozenset,
   global,         // GLOBAL / STACK_GLOBAL / INST's class: a dotted name, never resolved
@@ -71,9 +72,10 @@ class Graph {
   std::int64_t integer(NodeId id) const;
   const std::string& big_integer(NodeId id) const;  // little-endian two's complement
   double floating(NodeId id) const;
-  const std::string& text(NodeId id) const;           // string or bytes
+  const std::string& text(NodeId id) const;           // string, bytes or bytearray
   const std::vector<NodeId>& items(NodeId id) const;  // tuple, list, set, frozenset
   const std::vector<std::pair<NodeId, NodeId>>& dict_items(NodeId id) const;  // dict
+  bool ordered(NodeId id) const;  // dict: made by collections.OrderedDict
   const Global& global(NodeId id) const;
   const Object& object(NodeId id) const;
   NodeId persistent_id(NodeId id) const;  // the pid value
@@ -97,6 +99,7 @@ class Graph {
   std::vector<std::vector<NodeId>> sequences_;
   std::vector<std::vector<std::pair<NodeId, NodeId>>> dicts_;
   std::vector<NodeId> dict_states_;  // parallel to dicts_
+  std::vector<bool> dict_ordered_;   // parallel to dicts_
   std::vector<Global> globals_;
   std::vector<Object> objects_;
   std::vector<NodeId> persistent_ids_;

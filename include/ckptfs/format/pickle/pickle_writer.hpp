@@ -21,6 +21,7 @@
 #pragma once
 
 #include <ckptfs/base/hash.hpp>
+#include <ckptfs/model/plain_value.hpp>
 
 #include <algorithm>
 #include <cstddef>
@@ -133,66 +134,25 @@ class Writer {
   MemoSlot latin1_ = no_slot;  // the 'latin1' of bytes(), shared as CPython's
 };
 
-// ---- A small value tree: what map.pt and the <key>.pt files of plain values hold. ----
+// ---- Plain values (model/plain_value.hpp): what map.pt, the <key>.pt files of plain values and
+// pack's values hold. ----
 
-// A plain Python value: what JSON holds, plus the kinds pickles tell apart (tuples, bytes, ints
-// past 64 bits, dicts with keys that are not strings, OrderedDicts).
-//
-//   Value::dict({{Value::str("epoch"), Value::integer(7)}, {Value::str("lr"), Value::real(0.1)}})
-struct DictEntry;
-
-struct Value {
-  enum class Kind : std::uint8_t {
-    none,
-    boolean,
-    integer,       // fits in int64
-    big_integer,   // `text`: little-endian two's complement bytes
-    real,          // a Python float
-    string,        // `text`: UTF-8, encoded surrogates allowed (see Writer::string)
-    bytes,         // `text`
-    list,          // `items`
-    tuple,         // `items`
-    dict,          // `entries`, in order (keys: any hashable value: str, int, tuple...)
-    ordered_dict,  // `entries`, as collections.OrderedDict
-  };
-  Kind kind = Kind::none;
-  bool flag = false;               // boolean
-  std::int64_t number = 0;         // integer
-  double real_value = 0;           // real
-  std::string text;                // big_integer, string, bytes
-  std::vector<Value> items;        // list, tuple
-  std::vector<DictEntry> entries;  // dict, ordered_dict
-
-  static Value none_value();
-  static Value boolean(bool b);
-  static Value integer(std::int64_t n);
-  static Value big_integer(std::string twos_complement_le);
-  static Value real(double x);
-  static Value str(std::string utf8);
-  static Value bytes_value(std::string data);
-  static Value list(std::vector<Value> items);
-  static Value tuple(std::vector<Value> items);
-  static Value dict(std::vector<DictEntry> entries);
-  static Value ordered_dict(std::vector<DictEntry> entries);
-};
-
-// A key and its value. Not a std::pair, and nothing in Value's body that destroys a Value: clang
-// with libstdc++ 12 instantiates those while Value is still incomplete, and fails.
-struct DictEntry {
-  Value first;   // the key
-  Value second;  // the value
-};
-
-inline Value Value::none_value() { return {}; }
+using Value = PlainValue;
+using DictEntry = PlainDictEntry;
 
 // Containers nested deeper than this are refused (Error(bad_checkpoint)): writing recurses.
 inline constexpr std::size_t max_value_depth_written = 1000;
 
-// Writes `value` as CPython pickles it (every str and container its own memo slot).
+// Writes `value` as CPython pickles it at protocol 2 (every str and container its own memo
+// slot): sets and frozensets as __builtin__.set([items]) (as REDUCE), bytearrays as
+// __builtin__.bytearray(bytes) (bytearray() when empty), a call as module.name(*args) REDUCE then
+// its state BUILD. Throws Error(bad_checkpoint) for what a pickle cannot hold (a str that is not
+// UTF-8 with surrogates, nesting past max_value_depth_written, a call of no plain constructor).
 void write_value(Writer& writer, const Value& value);
 
 // The oldest torch whose weights_only loader reads `value`: {1, 13}, {2, 0} for floats, {2, 5}
-// for bytes (the first release it may be in; see the table above); {0, 0} when none does.
+// for bytes (the first release it may be in; see the table above); {0, 0} when none is known to
+// (sets, frozensets, bytearrays and numpy scalars are not in the table: {0, 0}).
 struct TorchVersion {
   int major = 0;
   int minor = 0;

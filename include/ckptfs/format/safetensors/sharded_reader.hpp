@@ -45,8 +45,10 @@ ShardIndex read_shard_index(const ByteSource& index, const ShardLimits& limits =
 // One Model of the shards' models (shard_models[i] read from index.shards[i], each with its
 // storages in source 0): its sources are index.shards, its entries the weight_map's keys in
 // order, each the entry of that key in its shard. A key its shard lacks is a broken tensor
-// saying so; a shard's entries the weight_map does not list are not shown. Format::sharded;
-// metadata: the index's.
+// saying so; a shard's entries the weight_map does not list are not shown, and their tensors
+// and storages are not in the Model (those of the listed tensors only, with a per-channel
+// quantized tensor's scales and zero points, renumbered in order). Format::sharded; metadata:
+// the index's.
 Model combine_shards(const ShardIndex& index, std::vector<Model> shard_models);
 
 }  // namespace ckptfs

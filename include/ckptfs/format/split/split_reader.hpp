@@ -31,9 +31,11 @@ struct SplitLimits {
   std::uint64_t max_meta_json_bytes = 1u << 20;    // one meta.json (the mount's: ~1 KiB + key)
   std::uint64_t max_value_json_bytes = 16u << 20;  // one value.json (the mount's: <= ~1 MiB)
   std::uint64_t max_json_bytes = 1ull << 30;       // every meta.json and value.json together
-  std::size_t max_depth = 32;                      // JSON nesting of meta.json and index.json
-  std::size_t max_value_depth = 256;               // JSON nesting of a value.json
-  std::size_t max_dims = 64;                       // torch's own limit on dimensions
+  std::size_t max_depth = 32;  // JSON nesting of meta.json, and of index.json but its values
+  // JSON nesting of a value.json (and of a value in index.json): value_json()'s, whose
+  // {"__dict__": [[key, value]]} takes three levels a value level, 200 levels deep.
+  std::size_t max_value_depth = 3 * 200 + 2;
+  std::size_t max_dims = 64;  // torch's own limit on dimensions
 };
 
 // Reads the split directory `directory`.
@@ -49,6 +51,9 @@ struct SplitLimits {
 // the other directories after them, and all of them without index.json, sorted by key (its
 // UTF-8 bytes), then key path.
 //
+// Every JSON file is read as the mount writes it: a \udcXX escape (alone, not a surrogate pair)
+// is the byte 0xXX of a key or string that is not UTF-8 (a str with a lone surrogate), so that
+// such a key reads back as the very bytes the mount had.
 // meta.json: "key" a string; "dtype" a torch dtype name; "shape" at most max_dims integers in
 // [0, 2^63); "nbytes" their product times the element size, which must not overflow; "data" a
 // regular file of exactly nbytes bytes. Optional: "key_path" (an array of strings, numbers,

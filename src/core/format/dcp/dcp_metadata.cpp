@@ -37,6 +37,8 @@ std::string what_is(const Graph& g, NodeId id) {
       return "a str";
     case Kind::bytes:
       return "bytes";
+    case Kind::bytearray:
+      return "a bytearray";
     case Kind::tuple:
       return "a tuple";
     case Kind::list:

@@ -4,11 +4,13 @@
 #include <ckptfs/base/hash.hpp>
 #include <ckptfs/base/text.hpp>
 #include <ckptfs/format/pickle/flatten.hpp>
+#include <ckptfs/format/pickle/read_plain_value.hpp>
 #include <ckptfs/format/pickle/value_json.hpp>
 
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <memory>
 #include <string>
 #include <unordered_map>
 
@@ -47,7 +49,9 @@ class Flattener {
         plan_(options.plan),
         tensors_only_(options.tensors_only),
         root_part_(options.root_part),
-        allowed_bytes_(std::max<std::uint64_t>(limits.max_flattened_bytes, 64 * g.size())) {}
+        allowed_bytes_(std::max<std::uint64_t>(limits.max_flattened_bytes, 64 * g.size())),
+        value_nodes_left_(
+            std::min<std::uint64_t>(limits.max_plain_value_nodes, g.size() + plain_value_slack)) {}
 
   std::vector<Entry> run() {
     NodeId root = resolve(g_.root());
@@ -420,6 +424,10 @@ class Flattener {
     Entry& e = new_entry(leaf, Entry::Kind::value, std::move(key));
     e.value_json = value_json(g_, leaf.node, limits_.max_value_json);
     charge(e.value_json.size());
+    // The value itself, for pack and the RFC layout, when it is plain data.
+    if (auto value = plain_value(g_, leaf.node, value_nodes_left_)) {
+      e.value = std::make_shared<const PlainValue>(std::move(*value));
+    }
   }
 
   // Entries whose text another entry has too get their key path, so that index.json says which
@@ -457,6 +465,10 @@ class Flattener {
   const bool tensors_only_;
   const std::string root_part_;
   const std::uint64_t allowed_bytes_;
+  // Nodes the exact values may still take: the pickle's own count (values whose parts are shared
+  // are built once per path) and some slack, at most limits.max_plain_value_nodes.
+  static constexpr std::uint64_t plain_value_slack = 65'536;
+  std::uint64_t value_nodes_left_;
   std::vector<bool> has_tensor_;
   std::vector<Frame> stack_;
   Children kids_;              // the children of every frame of stack_, in frame order

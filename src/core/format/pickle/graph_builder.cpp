@@ -38,6 +38,7 @@ NodeId GraphBuilder::string(std::string text) {
 NodeId GraphBuilder::dict() {
   graph_.dicts_.emplace_back();
   graph_.dict_states_.push_back(no_node);
+  graph_.dict_ordered_.push_back(false);  // a plain dict (Graph::ordered())
   return add_node(Kind::dict, graph_.dicts_.size() - 1);
 }
 
@@ -92,6 +93,8 @@ NodeId GraphBuilder::graft(const Graph& other) {
     for (auto& [key, value] : copy) key = shifted(key, by), value = shifted(value, by);
   }
   for (const NodeId state : other.dict_states_) g.dict_states_.push_back(shifted(state, by));
+  g.dict_ordered_.insert(g.dict_ordered_.end(), other.dict_ordered_.begin(),
+                         other.dict_ordered_.end());
   for (const Object& o : other.objects_) {
     Object& copy = g.objects_.emplace_back(o);
     copy.callable = shifted(copy.callable, by);
@@ -117,6 +120,7 @@ NodeId GraphBuilder::graft(const Graph& other) {
       case Kind::big_integer:
       case Kind::string:
       case Kind::bytes:
+      case Kind::bytearray:
         base = texts;
         break;
       case Kind::tuple:

@@ -84,6 +84,8 @@ std::string_view a_kind(Kind kind) {
       return "a str";
     case Kind::bytes:
       return "a bytes";
+    case Kind::bytearray:
+      return "a bytearray";
     case Kind::tuple:
       return "a tuple";
     case Kind::list:
@@ -263,13 +265,13 @@ class Machine {
   NodeId add_float(double value);
   NodeId add_text(Kind kind, std::string text);
   NodeId add_sequence(Kind kind, std::vector<NodeId> items);
-  NodeId add_dict(std::vector<std::pair<NodeId, NodeId>> items);
+  NodeId add_dict(std::vector<std::pair<NodeId, NodeId>> items, bool ordered = false);
   NodeId add_global(std::string module, std::string name);
   NodeId add_decimal(std::string_view text);
   NodeId add_long(std::string bytes);
   NodeId add_call(NodeId callable, NodeId args, NodeId kwargs);
   std::optional<NodeId> construct_builtin(NodeId callable, NodeId args, NodeId kwargs);
-  std::optional<NodeId> latin1_bytes(NodeId text, NodeId encoding);
+  std::optional<NodeId> latin1_bytes(NodeId text, NodeId encoding, Kind result = Kind::bytes);
   void charge_copy(std::uint64_t amount);
   void build(NodeId target, NodeId state);
   double parse_float(std::string_view text) const;
@@ -534,9 +536,10 @@ NodeId Machine::add_sequence(Kind sequence_kind, std::vector<NodeId> items) {
   return add_node(sequence_kind, graph_.sequences_.size() - 1);
 }
 
-NodeId Machine::add_dict(std::vector<std::pair<NodeId, NodeId>> items) {
+NodeId Machine::add_dict(std::vector<std::pair<NodeId, NodeId>> items, bool ordered) {
   graph_.dicts_.push_back(std::move(items));
   graph_.dict_states_.push_back(no_node);
+  graph_.dict_ordered_.push_back(ordered);
   return add_node(Kind::dict, graph_.dicts_.size() - 1);
 }
 
@@ -603,14 +606,14 @@ NodeId Machine::add_call(NodeId callable, NodeId args, NodeId kwargs) {
   return add_node(Kind::object, graph_.objects_.size() - 1);
 }
 
-std::optional<NodeId> Machine::latin1_bytes(NodeId text, NodeId encoding) {
+std::optional<NodeId> Machine::latin1_bytes(NodeId text, NodeId encoding, Kind result) {
   if (kind(text) != Kind::string || kind(encoding) != Kind::string) return std::nullopt;
   const std::string& codec = graph_.texts_[index(encoding)];
   if (codec != "latin1" && codec != "latin-1") return std::nullopt;
   auto bytes = latin1_from_utf8(graph_.texts_[index(text)]);
   if (!bytes) return std::nullopt;
   charge_copy(bytes->size());
-  return add_text(Kind::bytes, std::move(*bytes));
+  return add_text(result, std::move(*bytes));
 }
 
 // The inert built-in constructions torch writes all the time become plain data, as pickle would
@@ -628,12 +631,12 @@ std::optional<NodeId> Machine::construct_builtin(NodeId callable, NodeId args, N
   };
 
   if (callee.module == "collections" && callee.name == "OrderedDict") {
-    if (arguments.empty()) return add_dict({});
+    if (arguments.empty()) return add_dict({}, true);
     if (arguments.size() != 1) return std::nullopt;
     if (kind(arguments[0]) == Kind::dict) {
       auto items = graph_.dicts_[index(arguments[0])];
       charge_copy(items.size());
-      return add_dict(std::move(items));
+      return add_dict(std::move(items), true);
     }
     if (!is_sequence(arguments[0])) return std::nullopt;
     std::vector<std::pair<NodeId, NodeId>> items;
@@ -643,7 +646,7 @@ std::optional<NodeId> Machine::construct_builtin(NodeId callable, NodeId args, N
       items.emplace_back(key_value[0], key_value[1]);
     }
     charge_copy(items.size());
-    return add_dict(std::move(items));
+    return add_dict(std::move(items), true);
   }
   if (callee.module == "_codecs" && callee.name == "encode" && arguments.size() == 2) {
     return latin1_bytes(arguments[0], arguments[1]);
@@ -662,12 +665,16 @@ std::optional<NodeId> Machine::construct_builtin(NodeId callable, NodeId args, N
     return add_sequence(result, std::move(items));
   }
   if (callee.name == "bytearray" || callee.name == "bytes") {
-    if (arguments.empty()) return add_text(Kind::bytes, {});
-    if (arguments.size() == 2) return latin1_bytes(arguments[0], arguments[1]);
-    if (arguments.size() != 1 || kind(arguments[0]) != Kind::bytes) return std::nullopt;
+    const Kind result = callee.name == "bytes" ? Kind::bytes : Kind::bytearray;
+    if (arguments.empty()) return add_text(result, {});
+    if (arguments.size() == 2) return latin1_bytes(arguments[0], arguments[1], result);
+    if (arguments.size() != 1 ||
+        (kind(arguments[0]) != Kind::bytes && kind(arguments[0]) != Kind::bytearray)) {
+      return std::nullopt;
+    }
     auto bytes = graph_.texts_[index(arguments[0])];
     charge_copy(bytes.size());
-    return add_text(Kind::bytes, std::move(bytes));
+    return add_text(result, std::move(bytes));
   }
   return std::nullopt;
 }
@@ -913,8 +920,10 @@ ParseResult Machine::run() {
         push(add_text(Kind::bytes, read_counted(read_le<std::uint32_t>())));
         break;
       case BINBYTES8:
-      case BYTEARRAY8:
         push(add_text(Kind::bytes, read_counted(read_le<std::uint64_t>())));
+        break;
+      case BYTEARRAY8:
+        push(add_text(Kind::bytearray, read_counted(read_le<std::uint64_t>())));
         break;
 
       // Containers.
@@ -1201,7 +1210,8 @@ double Graph::floating(NodeId id) const {
 }
 
 const std::string& Graph::text(NodeId id) const {
-  return texts_[checked_index(nodes_, id, bit(Kind::string) | bit(Kind::bytes), "text")];
+  return texts_[checked_index(nodes_, id,
+                              bit(Kind::string) | bit(Kind::bytes) | bit(Kind::bytearray), "text")];
 }
 
 const std::vector<NodeId>& Graph::items(NodeId id) const {
@@ -1212,6 +1222,10 @@ const std::vector<NodeId>& Graph::items(NodeId id) const {
 
 const std::vector<std::pair<NodeId, NodeId>>& Graph::dict_items(NodeId id) const {
   return dicts_[checked_index(nodes_, id, bit(Kind::dict), "dict_items")];
+}
+
+bool Graph::ordered(NodeId id) const {
+  return dict_ordered_[checked_index(nodes_, id, bit(Kind::dict), "ordered")];
 }
 
 const Global& Graph::global(NodeId id) const {

@@ -214,69 +214,6 @@ std::string Writer::finish() && {
   return std::move(out_);
 }
 
-// ---- Value ----
-
-Value Value::boolean(bool b) {
-  Value v;
-  v.kind = Kind::boolean;
-  v.flag = b;
-  return v;
-}
-Value Value::integer(std::int64_t n) {
-  Value v;
-  v.kind = Kind::integer;
-  v.number = n;
-  return v;
-}
-Value Value::big_integer(std::string twos_complement_le) {
-  Value v;
-  v.kind = Kind::big_integer;
-  v.text = std::move(twos_complement_le);
-  return v;
-}
-Value Value::real(double x) {
-  Value v;
-  v.kind = Kind::real;
-  v.real_value = x;
-  return v;
-}
-Value Value::str(std::string utf8) {
-  Value v;
-  v.kind = Kind::string;
-  v.text = std::move(utf8);
-  return v;
-}
-Value Value::bytes_value(std::string data) {
-  Value v;
-  v.kind = Kind::bytes;
-  v.text = std::move(data);
-  return v;
-}
-Value Value::list(std::vector<Value> items) {
-  Value v;
-  v.kind = Kind::list;
-  v.items = std::move(items);
-  return v;
-}
-Value Value::tuple(std::vector<Value> items) {
-  Value v;
-  v.kind = Kind::tuple;
-  v.items = std::move(items);
-  return v;
-}
-Value Value::dict(std::vector<DictEntry> entries) {
-  Value v;
-  v.kind = Kind::dict;
-  v.entries = std::move(entries);
-  return v;
-}
-Value Value::ordered_dict(std::vector<DictEntry> entries) {
-  Value v;
-  v.kind = Kind::ordered_dict;
-  v.entries = std::move(entries);
-  return v;
-}
-
 namespace {
 
 void write_value_at(Writer& w, const Value& v, std::size_t depth) {
@@ -324,6 +261,39 @@ void write_value_at(Writer& w, const Value& v, std::size_t depth) {
     case Value::Kind::ordered_dict:
       w.ordered_dict(v.entries.size(), entry);
       return;
+    case Value::Kind::bytearray:
+      w.global("__builtin__", "bytearray");
+      if (v.text.empty()) {
+        w.tuple(0, item);
+      } else {
+        w.tuple(1, [&](std::size_t) { w.bytes(v.text); });
+      }
+      w.reduce();
+      w.put();
+      return;
+    case Value::Kind::set:
+    case Value::Kind::frozenset:
+      w.global("__builtin__", v.kind == Value::Kind::set ? "set" : "frozenset");
+      w.tuple(1, [&](std::size_t) { w.list(v.items.size(), item); });
+      w.reduce();
+      w.put();
+      return;
+    case Value::Kind::call:
+      if (!is_plain_call(v.call_module(), v.call_name()) || v.items.empty() ||
+          v.items[0].kind != Value::Kind::tuple) {
+        throw Error(ExitCode::bad_checkpoint,
+                    fmt::format("{}.{} is no constructor of plain data: it is not written",
+                                v.call_module(), v.call_name()));
+      }
+      w.global(v.call_module(), v.call_name());
+      write_value_at(w, v.items[0], depth + 1);
+      w.reduce();
+      w.put();
+      if (v.flag && v.items.size() > 1) {
+        write_value_at(w, v.items[1], depth + 1);
+        w.build();
+      }
+      return;
   }
 }
 
@@ -340,6 +310,13 @@ TorchVersion since_at(const Value& v, std::size_t depth) {
       return {2, 0};
     case Value::Kind::bytes:
       return {2, 5};
+    case Value::Kind::bytearray:
+    case Value::Kind::set:
+    case Value::Kind::frozenset:
+      return {};
+    case Value::Kind::call:
+      if (v.call_module() != "torch" || v.call_name() != "Size" || v.items.empty()) return {};
+      return later(version, since_at(v.items[0], depth + 1));
     case Value::Kind::big_integer:
       return shortest_twos_complement(v.text).size() < 256 ? version : TorchVersion{};
     case Value::Kind::list:

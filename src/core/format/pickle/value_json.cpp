@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: MIT
 // key_text() and value_json(): Python-like and JSON renderings of inert pickle values.
+#include <ckptfs/base/hash.hpp>
 #include <ckptfs/base/numbers.hpp>
 #include <ckptfs/format/pickle/value_json.hpp>
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -58,13 +60,39 @@ std::string big_integer_text(const std::string& le) {
   return {digits.rbegin(), digits.rend()};
 }
 
+// The longest int value_json() writes as a JSON number, in the pickle's bytes (its minimal two's
+// complement): 1024 bytes are at most 2467 decimal digits.
+constexpr std::size_t max_json_integer_bytes = 1024;
+
+// "0x<hex>" or "-0x<hex>" of a little-endian two's complement integer: its magnitude in
+// hexadecimal, as {"__int__": ...} holds it.
+std::string signed_hex(const std::string& le) {
+  std::vector<unsigned char> mag(le.begin(), le.end());
+  const bool negative = !mag.empty() && (mag.back() & 0x80);
+  if (negative) {
+    unsigned carry = 1;
+    for (auto& b : mag) {
+      const unsigned v = static_cast<unsigned char>(~b) + carry;
+      b = static_cast<unsigned char>(v);
+      carry = v >> 8;
+    }
+  }
+  while (mag.size() > 1 && mag.back() == 0) mag.pop_back();
+  std::string out = negative ? "-0x" : "0x";
+  for (auto it = mag.rbegin(); it != mag.rend(); ++it) {
+    fmt::format_to(std::back_inserter(out), "{:02x}", *it);
+  }
+  if (mag.empty()) out += "00";
+  return out;
+}
+
 const pickle::Global* global_of(const Graph& g, NodeId id) {
   return id != no_node && g.kind(id) == Kind::global ? &g.global(id) : nullptr;
 }
 
-// numpy.core.multiarray.scalar(dtype('f8'), b'...') as a JSON number, when it is a plain
-// little-endian number.
-std::optional<std::string> numpy_scalar(const Graph& g, const pickle::Object& obj) {
+}  // namespace
+
+std::optional<std::string> numpy_scalar_json(const Graph& g, const pickle::Object& obj) {
   const auto* fn = global_of(g, obj.callable);
   if (!fn || fn->name != "scalar" ||
       (fn->module != "numpy.core.multiarray" && fn->module != "numpy._core.multiarray")) {
@@ -123,6 +151,8 @@ std::optional<std::string> numpy_scalar(const Graph& g, const pickle::Object& ob
   return out;
 }
 
+namespace {
+
 // A frame of the iterative writer: literal text and child nodes, emitted in order.
 using Token = std::variant<std::string, NodeId>;
 struct Frame {
@@ -131,44 +161,116 @@ struct Frame {
   std::size_t next = 0;
 };
 
-void add_sequence(const Graph& g, std::vector<Token>& t, const std::vector<NodeId>& items) {
+void add_sequence(std::vector<Token>& t, const std::vector<NodeId>& items) {
   t.emplace_back(std::string("["));
   for (std::size_t i = 0; i < items.size(); ++i) {
     if (i) t.emplace_back(std::string(","));
     t.emplace_back(items[i]);
   }
   t.emplace_back(std::string("]"));
-  (void)g;
 }
 
-void add_key(const Graph& g, std::vector<Token>& t, NodeId key, bool first) {
-  std::string s = first ? "" : ",";
-  append_json_string(s, key_text(g, key));
-  s += ':';
-  t.emplace_back(std::move(s));
-}
-
-void add_dict(const Graph& g, std::vector<Token>& t,
-              const std::vector<std::pair<NodeId, NodeId>>& items) {
-  t.emplace_back(std::string("{"));
-  for (std::size_t i = 0; i < items.size(); ++i) {
-    add_key(g, t, items[i].first, i == 0);
-    t.emplace_back(items[i].second);
-  }
+// A sequence inside a marker object: {"__tuple__":[...]}.
+void add_marked_sequence(std::vector<Token>& t, const char* marker,
+                         const std::vector<NodeId>& items) {
+  t.emplace_back(fmt::format("{{\"{}\":", marker));
+  add_sequence(t, items);
   t.emplace_back(std::string("}"));
+}
+
+// Whether a str key would read as one of value_json()'s markers: it starts and ends with "__".
+bool marker_like(std::string_view key) {
+  return key.size() >= 4 && key.starts_with("__") && key.ends_with("__");
+}
+
+// A dict as Python holds it: keys it finds equal (1 == 1.0 == True) merged, the first position
+// keeping the last value; then as a JSON object when every key is a str that reads as no marker,
+// else as {"__dict__":[[key,value],...]} with keys written as values are (0 stays the int 0).
+void add_dict(const Graph& g, std::vector<Token>& t,
+              const std::vector<std::pair<NodeId, NodeId>>& raw) {
+  std::vector<std::pair<NodeId, NodeId>> items;
+  items.reserve(raw.size());
+  TextMap<std::size_t> first;
+  for (const auto& [key, value] : raw) {
+    if (std::string identity = key_identity(g, key); !identity.empty()) {
+      auto [it, fresh] = first.emplace(std::move(identity), items.size());
+      if (!fresh) {
+        items[it->second].second = value;
+        continue;
+      }
+    }
+    items.emplace_back(key, value);
+  }
+  const bool object = std::all_of(items.begin(), items.end(), [&](const auto& item) {
+    return g.kind(item.first) == Kind::string && !marker_like(g.text(item.first));
+  });
+  if (object) {
+    t.emplace_back(std::string("{"));
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      std::string s = i == 0 ? "" : ",";
+      append_json_string(s, g.text(items[i].first));
+      s += ':';
+      t.emplace_back(std::move(s));
+      t.emplace_back(items[i].second);
+    }
+    t.emplace_back(std::string("}"));
+    return;
+  }
+  t.emplace_back(std::string("{\"__dict__\":["));
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    t.emplace_back(std::string(i == 0 ? "[" : ",["));
+    t.emplace_back(items[i].first);
+    t.emplace_back(std::string(","));
+    t.emplace_back(items[i].second);
+    t.emplace_back(std::string("]"));
+  }
+  t.emplace_back(std::string("]}"));
+}
+
+// torch.Size((int, ...)): the tuple of ints it holds, or nullptr.
+const std::vector<NodeId>* torch_size_dims(const Graph& g, const pickle::Object& obj) {
+  const auto* cls = global_of(g, obj.callable);
+  if (!cls || cls->dotted() != "torch.Size" || obj.args == no_node ||
+      g.kind(obj.args) != Kind::tuple || g.items(obj.args).size() != 1 || obj.state != no_node ||
+      obj.kwargs != no_node) {
+    return nullptr;
+  }
+  const NodeId dims = g.items(obj.args)[0];
+  if (g.kind(dims) != Kind::tuple) return nullptr;
+  for (NodeId d : g.items(dims)) {
+    if (g.kind(d) != Kind::integer) return nullptr;
+  }
+  return &g.items(dims);
 }
 
 // The tokens of a container or object node; scalars are written directly by the caller.
 std::vector<Token> tokens_of(const Graph& g, NodeId id) {
   std::vector<Token> t;
   switch (g.kind(id)) {
-    case Kind::tuple:
     case Kind::list:
+      add_sequence(t, g.items(id));
+      break;
+    case Kind::tuple:
+      add_marked_sequence(t, "__tuple__", g.items(id));
+      break;
     case Kind::set:
+      add_marked_sequence(t, "__set__", g.items(id));
+      break;
     case Kind::frozenset:
-      add_sequence(g, t, g.items(id));
+      add_marked_sequence(t, "__frozenset__", g.items(id));
       break;
     case Kind::dict:
+      if (const NodeId state = g.build_state(id); state != no_node) {
+        // Attributes set on a dict (a hand-made pickle; an OrderedDict subclass): described as
+        // an object, which no reader takes for plain data.
+        t.emplace_back(fmt::format("{{\"__class__\":\"{}\",\"dict\":",
+                                   g.ordered(id) ? "collections.OrderedDict" : "builtins.dict"));
+        add_dict(g, t, g.dict_items(id));
+        t.emplace_back(std::string(",\"state\":"));
+        t.emplace_back(state);
+        t.emplace_back(std::string("}"));
+        break;
+      }
       add_dict(g, t, g.dict_items(id));
       break;
     case Kind::persistent_id: {
@@ -180,16 +282,15 @@ std::vector<Token> tokens_of(const Graph& g, NodeId id) {
     }
     case Kind::object: {
       const auto& obj = g.object(id);
-      if (auto number = numpy_scalar(g, obj)) {
+      if (auto number = numpy_scalar_json(g, obj)) {
         t.emplace_back(*number);
         break;
       }
-      const auto* cls = global_of(g, obj.callable);
-      if (cls && cls->dotted() == "torch.Size" && obj.args != no_node &&
-          g.kind(obj.args) == Kind::tuple && g.items(obj.args).size() == 1) {
-        t.emplace_back(g.items(obj.args)[0]);
+      if (const auto* dims = torch_size_dims(g, obj)) {  // a tuple, as torch.Size is one
+        add_marked_sequence(t, "__tuple__", *dims);
         break;
       }
+      const auto* cls = global_of(g, obj.callable);
       std::string head = "{\"__class__\":";
       if (cls) {
         append_json_string(head, cls->dotted());
@@ -203,12 +304,18 @@ std::vector<Token> tokens_of(const Graph& g, NodeId id) {
         t.emplace_back(fmt::format(",\"{}\":", name));
         t.emplace_back(child);
       };
-      field("args", obj.args);
+      if (obj.args != no_node && g.kind(obj.args) == Kind::tuple) {
+        // A call's arguments are always a tuple: shown as an array, this is a description.
+        t.emplace_back(std::string(",\"args\":"));
+        add_sequence(t, g.items(obj.args));
+      } else {
+        field("args", obj.args);
+      }
       field("kwargs", obj.kwargs);
       field("state", obj.state);
       if (!obj.list_items.empty()) {
         t.emplace_back(std::string(",\"items\":"));
-        add_sequence(g, t, obj.list_items);
+        add_sequence(t, obj.list_items);
       }
       if (!obj.dict_items.empty()) {
         t.emplace_back(std::string(",\"dict\":"));
@@ -235,15 +342,17 @@ bool write_scalar(const Graph& g, NodeId id, std::string& out) {
     case Kind::integer:
       out += std::to_string(g.integer(id));
       return true;
-    case Kind::big_integer: {
-      std::string text = big_integer_text(g.big_integer(id));
-      if (text.starts_with("0x")) {
-        append_json_string(out, text);
+    case Kind::big_integer:
+      if (g.big_integer(id).size() > max_json_integer_bytes) {
+        // Its hexadecimal digits: readers refuse numbers that long (Python's json past 4300
+        // digits).
+        out += "{\"__int__\":";
+        append_json_string(out, signed_hex(g.big_integer(id)));
+        out += '}';
       } else {
-        out += text;
+        out += big_integer_text(g.big_integer(id));
       }
       return true;
-    }
     case Kind::floating: {
       double v = g.floating(id);
       out += float_json(v);
@@ -252,10 +361,11 @@ bool write_scalar(const Graph& g, NodeId id, std::string& out) {
     case Kind::string:
       append_json_string(out, g.text(id));
       return true;
-    case Kind::bytes: {
+    case Kind::bytes:
+    case Kind::bytearray: {
       const std::string& b = g.text(id);
-      out += "{\"__bytes__\":\"";
-      for (unsigned char c : b) out += fmt::format("{:02x}", c);
+      out += g.kind(id) == Kind::bytes ? "{\"__bytes__\":\"" : "{\"__bytearray__\":\"";
+      for (unsigned char c : b) fmt::format_to(std::back_inserter(out), "{:02x}", c);
       out += "\"}";
       return true;
     }

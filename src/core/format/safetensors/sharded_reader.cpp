@@ -124,6 +124,58 @@ class IndexParser {
   std::uint32_t last_ = 0;
 };
 
+// Keeps only what the entries use: their tensors (with a per-channel quantized tensor's scales
+// and zero points) and those tensors' storages, renumbered in their order. A shard's tensors the
+// weight_map does not list are then no part of the model: inspect does not count their storages
+// and no view holds their bytes. (Shards are safetensors and torch files: no assemblies.)
+void keep_used_only(Model& m) {
+  constexpr std::size_t none = static_cast<std::size_t>(-1);
+  std::vector<std::size_t> tensor_at(m.tensors.size(), none);
+  std::vector<std::size_t> used;  // old indices of the tensors kept
+  auto use = [&](std::optional<std::size_t> t) {
+    if (t && tensor_at[*t] == none) {
+      tensor_at[*t] = 0;
+      used.push_back(*t);
+    }
+  };
+  for (const Entry& e : m.entries) {
+    if (e.kind == Entry::Kind::tensor) use(e.tensor);
+  }
+  for (std::size_t k = 0; k < used.size(); ++k) {  // grows by the scales and zero points
+    if (const auto& q = m.tensors[used[k]].quantization) {
+      use(q->scales);
+      use(q->zero_points);
+    }
+  }
+  std::sort(used.begin(), used.end());
+  std::vector<std::size_t> storage_at(m.storages.size(), none);
+  std::vector<Storage> storages;
+  std::vector<Tensor> tensors;
+  tensors.reserve(used.size());
+  for (const std::size_t t : used) {
+    tensor_at[t] = tensors.size();
+    tensors.push_back(std::move(m.tensors[t]));
+    if (auto& s = tensors.back().storage) {
+      if (storage_at[*s] == none) {
+        storage_at[*s] = storages.size();
+        storages.push_back(std::move(m.storages[*s]));
+      }
+      s = storage_at[*s];
+    }
+  }
+  for (Tensor& t : tensors) {
+    if (t.quantization) {
+      if (auto& i = t.quantization->scales) i = tensor_at[*i];
+      if (auto& i = t.quantization->zero_points) i = tensor_at[*i];
+    }
+  }
+  for (Entry& e : m.entries) {
+    if (e.kind == Entry::Kind::tensor) e.tensor = tensor_at[e.tensor];
+  }
+  m.tensors = std::move(tensors);
+  m.storages = std::move(storages);
+}
+
 }  // namespace
 
 ShardIndex read_shard_index(const ByteSource& index, const ShardLimits& limits) {
@@ -154,8 +206,8 @@ Model combine_shards(const ShardIndex& index, std::vector<Model> shard_models) {
   m.format = Format::sharded;
   m.sources = index.shards;
   m.metadata = index.metadata;
-  // Every storage and tensor of every shard, renumbered; only the listed keys become entries.
-  // (A shard's tensors that no entry uses cost their size in memory and nothing else.)
+  // Every storage and tensor of every shard, renumbered; only the listed keys become entries,
+  // and only their tensors and storages stay (keep_used_only()).
   struct Shard {
     std::size_t first_tensor = 0;
     std::vector<std::uint32_t> by_key;  // its entries, sorted by key
@@ -208,6 +260,7 @@ Model combine_shards(const ShardIndex& index, std::vector<Model> shard_models) {
     e.key = key;
     m.entries.push_back(std::move(e));
   }
+  keep_used_only(m);
   return m;
 }
 

@@ -107,9 +107,11 @@ DirectoryModel read_rfc_directory(const std::string& directory, const ReadLimits
 
   ReadLimits one_entry = limits;
   one_entry.root_is_one_entry = true;
-  NameAllocator names(rfc_name_bytes);  // <name> and ".pt" within NAME_MAX, as the mount names it
+  // <name> and ".pt" within NAME_MAX, keys of equal text as the mount names them.
+  const TextViewSet own_keys(keys.begin(), keys.end());
+  NameAllocator names(rfc_name_bytes, &own_keys);
   m.entries.reserve(keys.size());
-  for (std::string& key : keys) {
+  for (const std::string& key : keys) {
     const std::string file = names.name(key) + ".pt";
     auto source = naming(file, [&] { return std::make_unique<DirectoryFileSource>(dir, file); });
     Model part = naming(file, [&] { return read_torch(*source, file, one_entry); });
@@ -126,7 +128,7 @@ DirectoryModel read_rfc_directory(const std::string& directory, const ReadLimits
                               part.entries.empty() ? "none" : quote(part.entries[0].key)));
     }
     Entry entry = std::move(part.entries[0]);
-    entry.key = std::move(key);
+    entry.key = key;  // a copy: own_keys views the keys
     const std::size_t storage_base = m.storages.size();
     const std::size_t tensor_base = m.tensors.size();
     if (part.storages.empty()) {

@@ -24,6 +24,18 @@ namespace {
 
 using Token = JsonReader::Token;
 
+// The limits of a reader of the mount's own JSON (index.json, meta.json, value.json), nested at
+// most `depth` deep: what the mount writes reads back, the \udcXX escapes of bytes that are not
+// UTF-8 (a key or str with a lone surrogate) and value_json()'s ints of up to 1024 bytes (2467
+// digits) included.
+JsonLimits own_json_limits(std::size_t depth) {
+  JsonLimits limits;
+  limits.max_depth = depth;
+  limits.max_number_chars = 4096;
+  limits.surrogate_escapes = true;
+  return limits;
+}
+
 [[noreturn]] void fail(ExitCode code, std::string_view file, std::string_view what) {
   throw Error(code, fmt::format("{}: {}", quote(file, 300), what));
 }
@@ -163,7 +175,7 @@ Index read_index(const Directory& dir, const std::string& name, const SplitLimit
         consumed += n;
         return n;
       },
-      JsonLimits{limits.max_depth, JsonLimits{}.max_string_bytes, JsonLimits{}.max_number_chars});
+      own_json_limits(limits.max_depth + limits.max_value_depth));  // entries hold values
   Index index;
   naming(name, [&] {
     if (json.next() != Token::begin_object) json.fail("not a JSON object");
@@ -289,8 +301,7 @@ QuantizationFields read_quantization(JsonReader& json) {
 }
 
 Meta parse_meta(std::string_view text, const SplitLimits& limits) {
-  JsonReader json(text, JsonLimits{limits.max_depth, JsonLimits{}.max_string_bytes,
-                                   JsonLimits{}.max_number_chars});
+  JsonReader json(text, own_json_limits(limits.max_depth));
   Meta m;
   if (json.next() != Token::begin_object) json.fail("not a JSON object");
   for (Token t = json.next(); t != Token::end_object; t = json.next()) {
@@ -619,10 +630,8 @@ DirectoryModel read_split_directory(const std::string& directory, const SplitLim
           read_small_file(*dir, value_name, limits.max_value_json_bytes, out.times);
       charge(text.size(), value_name);
       f.entry.kind = Entry::Kind::value;
-      f.entry.value_json = naming(value_name, [&] {
-        return compact_json(text, JsonLimits{limits.max_value_depth, JsonLimits{}.max_string_bytes,
-                                             JsonLimits{}.max_number_chars});
-      });
+      f.entry.value_json = naming(
+          value_name, [&] { return compact_json(text, own_json_limits(limits.max_value_depth)); });
       if (in_index) {
         if (!in_index->value)
           fail(ExitCode::bad_checkpoint, e.name, "index.json says it holds a tensor");
