@@ -38,7 +38,8 @@ using ckptfs::cli::fail;
 
 constexpr const char* usage_text = R"(usage: ckptfs [options] CHECKPOINT MOUNTPOINT
        ckptfs inspect CHECKPOINT [--json] [-o OPT[,OPT...]]
-       ckptfs pack SRC OUT [--keys GLOB]... [--dtype NAME] [--force] [-o OPT[,OPT...]]
+       ckptfs pack SRC OUT [--keys GLOB]... [--dtype NAME] [--force] [--progress|--quiet]
+                  [-o OPT[,OPT...]]
        ckptfs -h | --help | -V | --version
 
 Mounts a checkpoint read-only: a PyTorch file written by torch.save or torch.jit.save
@@ -77,6 +78,9 @@ options (before or after CHECKPOINT MOUNTPOINT):
        dtype=NAME          serve every floating-point tensor as float16, bfloat16 or float32,
                            converted on read as torch's .to() converts (a GGUF's quantized
                            tensors: their dequantized values)
+       log=FILE            the mount's log appended to FILE (foreground and daemon);
+                           default: stderr in the foreground, syslog in a daemon (which
+                           says once when no syslog listens on /dev/log)
        direct_io           reads bypass the mount's page cache: for one-pass copies of a
                            remote checkpoint (rsync, cp); a shared mmap of a file fails
                            unless libfuse >= 3.16 and Linux >= 6.6 allow it
@@ -110,9 +114,11 @@ options (before or after CHECKPOINT MOUNTPOINT):
        insecure            do not verify HTTPS certificates
        ...                 ro and default_permissions are implied; the mount flags nodev,
                            nosuid, noexec, noatime, sync, dirsync (and dev, suid, exec, atime,
-                           async) go to the kernel; rw and fstab's own options (defaults,
-                           noauto, nofail, _netdev, user=, x-*) are ignored; any other option
-                           is refused (exit 1)
+                           async) go to the kernel; fstab's own options (defaults, noauto,
+                           nofail, _netdev, user=, x-*) are ignored; rw is ignored with a
+                           warning (writes fail with EROFS); any other option is refused
+                           (exit 1), nonempty too, as fusermount3 refuses it (a non-empty
+                           mountpoint is mounted over, with a warning)
   --notify-fd N          the same as -o notify_fd=N
   -h, --help             show this help and exit
   -V, --version          show the version and exit
@@ -126,19 +132,23 @@ inspect CHECKPOINT [--json] [-o OPT[,OPT...]]
   --json prints {"format", "byteorder", "sources", "metadata", "entries": [...]}; -o takes the
   remote options above; CHECKPOINT may also be a split or an RFC directory (see pack)
 
-pack SRC OUT [--keys GLOB]... [--dtype NAME] [--force] [-o OPT[,OPT...]]
+pack SRC OUT [--keys GLOB]... [--dtype NAME] [--force] [--progress] [--quiet] [-o OPT,...]
   writes SRC back as one file OUT, streaming in bounded memory: torch's zip format for
-  OUT.pth, .pt or .bin, safetensors for OUT.safetensors; SRC is a CHECKPOINT, a split
-  directory (key directories copied out of a mount: meta.json and data, or value.json) or an
-  RFC directory (map.pt and <name>.pt files); --keys packs the keys GLOB matches (repeatable),
-  --dtype float16|bfloat16|float32 converts floating-point tensors, --force replaces OUT; OUT
-  gets its name only once complete (details: ckptfs pack --help)
+  OUT.pth, .pt, .bin or .ckpt, safetensors for OUT.safetensors (any case); SRC is a
+  CHECKPOINT, a split directory (key directories copied out of a mount: meta.json and data,
+  or value.json) or an RFC directory (map.pt and <name>.pt files); --keys packs the keys
+  GLOB matches (repeatable), --dtype float16|bfloat16|float32 converts floating-point
+  tensors, --force replaces OUT; progress on a terminal (--progress elsewhere), a summary
+  line at the end (--quiet: neither); OUT gets its name only once complete (details:
+  ckptfs pack --help)
 
 CHECKPOINT, besides a torch.save file:
   FILE.safetensors                a safetensors file (also any file with its header)
-  DIR                             model.safetensors, model.safetensors.index.json,
-                                  pytorch_model.bin or pytorch_model.bin.index.json in DIR (the
-                                  first there), else its one *.index.json or *.safetensors
+  DIR                             DIR's one checkpoint (a set counts once: an index with its
+                                  shards, a GGUF split set, a DCP or ZeRO checkpoint); of
+                                  transformers' names (model.safetensors, pytorch_model.bin,
+                                  their *.index.json) alone, the first; several: refused,
+                                  listed, with how to name one
   DIR/NAME.index.json             a sharded set: each key from the shard its weight_map names
                                   (a URL too: the shards beside it)
   DIR, DIR/.metadata              a PyTorch DCP checkpoint (.metadata, __R_N.distcp): the model
@@ -182,21 +192,42 @@ unmount with: fusermount3 -u MOUNTPOINT (or umount as root)
 exit status:
   0  success
   1  usage error (the command line, an unsupported -o option; pack: OUT exists)
-  2  the checkpoint or a shard cannot be opened or read (or is not a regular file); pack:
-     a file of SRC is missing, or OUT cannot be written
-  3  the zip container is invalid
+  2  the checkpoint or a shard cannot be opened or read (or is not a regular file; a Git LFS
+     pointer, an HTML page); a directory of no checkpoint or several; pack: a file of SRC is
+     missing, or OUT cannot be written
+  3  the zip container is invalid (or truncated)
   4  the pickle, safetensors or GGUF header, .npy header or index is invalid, or the
      checkpoint is inconsistent
      (pack: a meta.json that disagrees with its data, a link leading out of SRC)
   5  a valid file ckptfs does not serve (compressed record, tar format, no tensors, F6 dtype,
+     a gzip, zstd, xz, bzip2 or 7-Zip file, a tar archive: decompress or extract it first,
      a GGUF header past ckptfs's limits)
   6  the mount failed or never came up (mountpoint, /dev/fuse, permissions, INIT refused)
   7  a server refused access (HTTP 401 or 403: credentials, S3 signature)
   8  a server could not be reached or did not answer (connection, TLS, timeout, HTTP 5xx)
 )";
 
+constexpr const char* inspect_usage = R"(usage: ckptfs inspect CHECKPOINT [--json] [-o OPT[,OPT...]]
+
+Lists every entry of CHECKPOINT without mounting it: key, kind, dtype, shape, bytes and file
+offset (or how the tensor is made: pieces, strided, converted), then the totals. CHECKPOINT is
+anything a mount reads (see ckptfs --help), a split directory or an RFC directory.
+
+  --json        {"format", "byteorder", "sources", "metadata", "entries": [...]} instead
+  -o OPT,...    remote options for a URL (timeout=, cache_size=, cacert=, insecure...)
+  -h, --help    show this help and exit
+
+exit status: 0 listed; 1 usage; 2-5 the checkpoint cannot be read or is invalid, as a mount's
+(see ckptfs --help); 7, 8 a server refused or did not answer.
+)";
+
 int usage_error(const std::string& message) {
   fmt::print(stderr, "ckptfs: {} (try 'ckptfs --help')\n", message);
+  return static_cast<int>(ExitCode::usage);
+}
+
+int inspect_usage_error(const std::string& message) {
+  fmt::print(stderr, "ckptfs: inspect: {} (try 'ckptfs inspect --help')\n", message);
   return static_cast<int>(ExitCode::usage);
 }
 
@@ -209,10 +240,13 @@ int run_inspect(const std::vector<std::string>& args) {
   ckptfs::RemoteOptions remote_options;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
-    if (arg == "--json") {
+    if (arg == "-h" || arg == "--help") {
+      fmt::print("{}", inspect_usage);
+      return 0;
+    } else if (arg == "--json") {
       json = true;
     } else if (arg == "-o" || (arg.starts_with("-o") && arg.size() > 2)) {
-      if (arg == "-o" && i + 1 == args.size()) return usage_error("-o needs an argument");
+      if (arg == "-o" && i + 1 == args.size()) return inspect_usage_error("-o needs an argument");
       std::string_view list =
           arg == "-o" ? std::string_view(args[++i]) : std::string_view(arg).substr(2);
       while (true) {
@@ -220,21 +254,21 @@ int run_inspect(const std::vector<std::string>& args) {
         const std::string_view item = list.substr(0, comma);
         std::string error;
         if (!ckptfs::cli::take_remote_option(item, remote_options, error)) {
-          return usage_error(fmt::format("inspect: unknown option {}", ckptfs::quote(item)));
+          return inspect_usage_error(fmt::format("unknown option {}", ckptfs::quote(item)));
         }
-        if (!error.empty()) return usage_error(error);
+        if (!error.empty()) return inspect_usage_error(error);
         if (comma == std::string_view::npos) break;
         list.remove_prefix(comma + 1);
       }
     } else if (arg.starts_with("-") && arg != "-") {
-      return usage_error(fmt::format("inspect: unknown option {}", ckptfs::quote(arg)));
+      return inspect_usage_error(fmt::format("unknown option {}", ckptfs::quote(arg)));
     } else if (path.empty()) {
       path = arg;
     } else {
-      return usage_error("inspect takes one checkpoint");
+      return inspect_usage_error("takes one CHECKPOINT");
     }
   }
-  if (path.empty()) return usage_error("inspect: missing CHECKPOINT");
+  if (path.empty()) return inspect_usage_error("missing CHECKPOINT");
   const std::string shown = ckptfs::display_location(path);
   try {
     auto remote = ckptfs::cli::remote_for(path, remote_options);
@@ -338,6 +372,11 @@ int run_mount(const std::vector<std::string>& args) {
   } catch (const ckptfs::Error& e) {
     return usage_error(e.what());
   }
+  if (o.rw) {
+    fmt::print(stderr,
+               "ckptfs: warning: -o rw ignored: the mount is read-only (writes fail with EROFS); "
+               "say ro\n");
+  }
   // A URL is shown (messages, /proc/mounts, index.json) without its credentials.
   const std::string shown = ckptfs::display_location(o.checkpoint);
   char resolved[PATH_MAX];
@@ -388,6 +427,7 @@ int run_mount(const std::vector<std::string>& args) {
   request.notifier = &notifier;
   // A signal unmounts at once, even while reads wait for a stalled server.
   if (remote) request.on_stop = [context = remote.get()] { context->cancel(); };
+  request.log_file = o.log_file;
   request.ready_line = ready_line(tree->model(), shown, o.mountpoint);
   try {
     // The remote threads stop before the mount may fork into a daemon, and start again in

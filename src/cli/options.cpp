@@ -70,6 +70,35 @@ std::string invalid_files(std::string_view name) {
       name);
 }
 
+// What a mount says of an option it does not take: a mount option given as --NAME[=VALUE]
+// ("--dtype float16") is pointed at -o NAME=VALUE, an option of inspect or pack at the command.
+std::string unknown_option(std::string_view arg) {
+  std::string_view name = arg;
+  while (name.starts_with('-')) name.remove_prefix(1);
+  name = name.substr(0, name.find('='));
+  static constexpr std::string_view with_value[] = {
+      "uid",      "gid",     "umask",      "notify_fd", "read_ahead_kb",  "busy_poll_us",
+      "max_read", "dtype",   "shard_size", "layout",    "files",          "fsname",
+      "subtype",  "timeout", "cache_size", "cache_dir", "cache_dir_size", "cacert",
+      "log"};
+  static constexpr std::string_view flags[] = {"direct_io",    "allow_other", "allow_root",
+                                               "auto_unmount", "insecure",    "ro"};
+  for (auto known : with_value) {
+    if (name == known) {
+      return fmt::format("unknown option '{}': a mount takes it as -o {}=VALUE", arg, known);
+    }
+  }
+  for (auto known : flags) {
+    if (name == known)
+      return fmt::format("unknown option '{}': a mount takes it as -o {}", arg, known);
+  }
+  if (name == "json") return fmt::format("unknown option '{}': an option of ckptfs inspect", arg);
+  if (name == "keys" || name == "force") {
+    return fmt::format("unknown option '{}': an option of ckptfs pack", arg);
+  }
+  return fmt::format("unknown option '{}'", arg);
+}
+
 // One -o item; returns an error message or "".
 std::string take_option(std::string_view item, MountOptions& o) {
   if (std::string error; take_remote_option(item, o.remote, error)) return error;
@@ -137,12 +166,16 @@ std::string take_option(std::string_view item, MountOptions& o) {
     o.files = *bit;  // a later files= replaces an earlier one
   } else if (item == "files=") {
     return invalid_files("");
+  } else if (auto lf = value_of("log")) {
+    if (!absolute_path(*lf, o.log_file)) return fmt::format("invalid log '{}'", *lf);
   } else if (item == "direct_io") {
     o.direct_io = true;
   } else if (item == "no_open") {
     o.no_open = true;
   } else if (item == "io_uring") {
     o.io_uring = true;
+  } else if (item == "rw") {
+    o.rw = true;  // ignored, with a warning (run_mount): the mount is read-only
   } else if (item == "ro" || item.empty() || is_ignored_option(item)) {
     // always read-only; fstab-only options mean nothing here
   } else if (is_passed_option(item)) {
@@ -319,7 +352,7 @@ ParseResult parse_mount_options(const std::vector<std::string>& args) {
         error = "--notify-fd needs an argument";
       }
     } else if (a.starts_with("-") && a != "-") {
-      error = fmt::format("unknown option '{}'", a);
+      error = unknown_option(a);
     } else {
       positional.push_back(a);
     }

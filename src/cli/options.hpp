@@ -43,6 +43,8 @@ struct MountOptions {
   bool direct_io = false;             // -o direct_io: reads bypass the mount's page cache
   bool no_open = false;               // -o no_open: opens send no request (checks at reads only)
   bool io_uring = false;              // -o io_uring: FUSE over io_uring where available
+  std::string log_file;               // -o log=FILE: the mount's log (made absolute)
+  bool rw = false;                    // -o rw: ignored, the mount being read-only (a warning)
   std::vector<std::string> fuse_options;  // the accepted libfuse and kernel options (below)
   RemoteOptions remote;  // insecure, cacert=, cache_size=, cache_dir=, cache_dir_size=, timeout=
 };
@@ -58,8 +60,9 @@ struct MountOptions {
 //     files= that are such names belong to it, "-o files=data,meta.json,allow_other"; with
 //     layout=rfc, which has no key directories, a usage error), direct_io, no_open, io_uring;
 //   - passed to libfuse and the kernel, each known to work (is_passed_option());
-//   - ignored: "ro" is implied and "rw" (which mount.fuse3 passes when
-//     fstab says nothing) means nothing, the mount being read-only either way; so do the options
+//   - ignored: "ro" is implied and "rw" (which mount.fuse3 passes when fstab says nothing)
+//     means nothing, the mount being read-only either way (it sets `rw`: run_mount() warns);
+//     so do the options
 //     that only mean something to mount(8), fstab or systemd, and the access-time flags libfuse
 //     does not know;
 //   - every other one is a usage error naming it, never a mount that fails later or half works.

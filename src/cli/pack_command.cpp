@@ -4,6 +4,7 @@
 
 #include "messages.hpp"
 #include "options.hpp"
+#include "progress.hpp"
 #include "remote_open.hpp"
 
 #include <ckptfs/base/error.hpp>
@@ -14,13 +15,16 @@
 #include <fmt/format.h>
 
 #include <sys/stat.h>
+#include <unistd.h>
+#include <chrono>
 #include <map>
 
 namespace ckptfs::cli {
 namespace {
 
 constexpr const char* pack_usage =
-    R"(usage: ckptfs pack SRC OUT [--keys GLOB]... [--dtype NAME] [--force] [-o OPT,...]
+    R"(usage: ckptfs pack SRC OUT [--keys GLOB]... [--dtype NAME] [--force] [--progress|--quiet]
+                [-o OPT,...]
 
 Writes SRC back as one file, OUT, streaming: memory stays bounded whatever the size of the
 tensors, bytes are copied from file to file by the kernel where they can be. OUT appears only
@@ -32,18 +36,25 @@ SRC  anything ckptfs reads (a .pth/.pt/.bin file, a safetensors file, a sharded 
      value.json), with or without the mount's .ckptfs/index.json, e.g. after
      rsync -a /mnt/model/decoder.* dest/  (or a whole mount: rsync -a /mnt/model/ dest/)
      an RFC directory: map.pt (torch.save of the list of keys) and one <name>.pt per key
-OUT  gets SRC's permission bits under the umask, as cp gives them; its suffix picks the
-     format:
-     .pth .pt .bin   torch.save's zip format: a flat OrderedDict of the keys in order, shared
-                     storages shared, views kept, plain values kept, a byteorder record
-     .safetensors    safetensors: the tensors, each its own contiguous bytes (tied ones too),
-                     {"format": "pt"} in __metadata__
+OUT  gets SRC's permission bits under the umask, as cp gives them; its suffix, in any case,
+     picks the format:
+     .pth .pt .bin .ckpt  torch.save's zip format: a flat OrderedDict of the keys in
+                          order, shared storages shared, views kept, plain values kept, a
+                          byteorder record
+     .safetensors         safetensors: the tensors, each its own contiguous bytes (tied
+                          ones too), {"format": "pt"} in __metadata__
 
   --keys GLOB   pack only the keys GLOB matches (fnmatch: * ? [seq] [!seq]; '*' takes '.' too);
                 repeatable: a key any of them matches; a GLOB matching no key is an error
   --dtype NAME  float16, bfloat16 or float32: floating-point tensors converted as torch's .to()
   --force       replace OUT if it exists (else: refused, exit 1); it keeps its mode bits
+  --progress    show progress even when stderr is no terminal (a line every 2 s); on a
+                terminal it is shown anyway, one line redrawn: bytes, rate, ETA, tensors
+  --quiet, -q   no progress and no summary: only errors and what was left out
   -o OPT,...    remote options for a URL (timeout=, cache_size=, cacert=, insecure...)
+
+When done, one line on stderr (unless --quiet): what was written, how much, how fast:
+  ckptfs: OUT: packed 480 tensors, 2 values (1.6 GiB) in 2.4 s (680.5 MiB/s)
 
 Left out, each said on stderr: values that are no plain Python value (objects ckptfs never
 builds), quantized tensors ckptfs does not write (quint4x2, quint2x4), a GGUF's quantized
@@ -86,6 +97,21 @@ void tell_left_out(const PackResult& result, const std::string& out) {
   }
 }
 
+// "ckptfs: OUT: packed 480 tensors, 2 values (1.6 GiB) in 2.4 s (680.5 MiB/s), left out 3
+// entries (above)".
+void print_summary(const PackResult& result, const std::string& out,
+                   std::chrono::steady_clock::duration took) {
+  const double seconds = std::chrono::duration<double>(took).count();
+  fmt::print(stderr, "ckptfs: {}: packed {} tensor{}, {} value{} ({}) in {:.1f} s ({}/s){}\n", out,
+             result.tensors, result.tensors == 1 ? "" : "s", result.values,
+             result.values == 1 ? "" : "s", human_size(result.bytes), seconds,
+             human_size(seconds > 0 ? static_cast<std::uint64_t>(result.bytes / seconds) : 0),
+             result.left_out.empty()
+                 ? std::string()
+                 : fmt::format(", left out {} entr{} (above)", result.left_out.size(),
+                               result.left_out.size() == 1 ? "y" : "ies"));
+}
+
 // The keys written under another name, in one line: keys of equal text get "%#<n>"; in
 // safetensors a byte that is not UTF-8 is U+FFFD.
 void tell_renamed(const PackResult& result, const std::string& out) {
@@ -112,6 +138,7 @@ int run_pack(const std::vector<std::string>& args) {
   PackOptions options;
   RemoteOptions remote_options;
   std::vector<std::string> positional;
+  bool progress = false, quiet = false;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     auto value = [&](std::string_view name) -> std::optional<std::string> {
@@ -136,6 +163,10 @@ int run_pack(const std::vector<std::string>& args) {
             fmt::format("invalid --dtype {} (float16, bfloat16 or float32)", quote(*name)));
       }
       options.dtype = dtype_from_name(*name);
+    } else if (a == "--progress") {
+      progress = true;
+    } else if (a == "--quiet" || a == "-q") {
+      quiet = true;
     } else if (a == "--force" || a == "-f") {
       options.overwrite = Overwrite::yes;
     } else if (a == "-o" || (a.starts_with("-o") && a.size() > 2)) {
@@ -160,11 +191,13 @@ int run_pack(const std::vector<std::string>& args) {
     }
   }
   if (positional.size() != 2) return usage_error("needs SRC and OUT");
+  if (progress && quiet) return usage_error("--progress and --quiet say the opposite");
   const std::string& source = positional[0];
   options.output = positional[1];
   if (!pack_format_of(options.output)) {
-    return usage_error(fmt::format("OUT {} must end in .pth, .pt, .bin (torch) or .safetensors",
-                                   quote(options.output)));
+    return usage_error(
+        fmt::format("OUT {} must end in .pth, .pt, .bin, .ckpt (torch) or .safetensors (any case)",
+                    quote(options.output)));
   }
   // Refused before SRC is read (which may take long, remote): checked again when OUT is named.
   struct stat st {};
@@ -177,9 +210,25 @@ int run_pack(const std::vector<std::string>& args) {
   try {
     auto remote = remote_for(source, remote_options);
     OpenedModel opened = open_model(source, open_options(remote.get()));
-    const PackResult result = pack(opened.model(), opened.sources(), options);
+    const auto start = std::chrono::steady_clock::now();
+    // On a terminal, progress unless --quiet; elsewhere only with --progress.
+    const bool tty = ::isatty(STDERR_FILENO) == 1;
+    std::optional<ProgressLine> line;
+    if (progress || (tty && !quiet)) {
+      line.emplace(stderr, options.output, tty);
+      options.progress = [&line](const PackProgress& p) { line->update(p); };
+    }
+    PackResult result;
+    try {
+      result = pack(opened.model(), opened.sources(), options);
+    } catch (...) {
+      if (line) line->finish();
+      throw;
+    }
+    if (line) line->finish();
     tell_left_out(result, options.output);
     tell_renamed(result, options.output);
+    if (!quiet) print_summary(result, options.output, std::chrono::steady_clock::now() - start);
     return 0;
   } catch (const OutputError& e) {
     return fail(e.code(), fmt::format("{}: {}", options.output, e.what()));

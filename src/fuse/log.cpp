@@ -7,11 +7,15 @@
 
 #include <fmt/format.h>
 
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <syslog.h>
 #include <unistd.h>
 #include <chrono>
 #include <cstdarg>
 #include <cstdio>
+#include <cstring>
+#include <ctime>
 #include <mutex>
 
 namespace ckptfs::fuse::log {
@@ -22,6 +26,7 @@ using Clock = std::chrono::steady_clock;
 // Everything below is guarded by `mutex`.
 std::mutex mutex;
 bool to_syslog = false;
+int log_fd = -1;                   // -o log=FILE
 Clock::time_point window_start{};  // the minute the last lines that got through belong to
 unsigned lines_in_window = 0;
 unsigned long long held_back = 0;  // lines not logged since the last one that was
@@ -33,6 +38,16 @@ std::string last_libfuse_error;
 std::string partial_libfuse_message;
 
 void write_line(Level level, std::string_view message) {
+  if (log_fd >= 0) {
+    const std::time_t now = std::time(nullptr);
+    std::tm local{};
+    ::localtime_r(&now, &local);
+    char when[32];
+    std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%S", &local);
+    const std::string text = fmt::format("{} ckptfs[{}]: {}\n", when, ::getpid(), message);
+    (void)::write(log_fd, text.data(), text.size());  // O_APPEND: one line, one write
+    return;
+  }
   if (to_syslog) {
     ::syslog(level == Level::error ? LOG_ERR : LOG_WARNING, "%.*s",
              static_cast<int>(message.size()), message.data());
@@ -89,6 +104,26 @@ void use_syslog() noexcept {
   std::lock_guard lock(mutex);
   ::openlog("ckptfs", LOG_PID | LOG_NDELAY, LOG_DAEMON);
   to_syslog = true;
+}
+
+void use_file(int fd) noexcept {
+  std::lock_guard lock(mutex);
+  log_fd = fd;
+}
+
+bool syslog_listens() noexcept {
+  for (int type : {SOCK_DGRAM, SOCK_STREAM}) {
+    const int fd = ::socket(AF_UNIX, type | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    sockaddr_un address{};
+    address.sun_family = AF_UNIX;
+    std::strcpy(address.sun_path, "/dev/log");
+    const bool connected =
+        ::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0;
+    ::close(fd);
+    if (connected) return true;
+  }
+  return false;
 }
 
 void line(Level level, std::string_view message) noexcept {

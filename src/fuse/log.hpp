@@ -12,6 +12,13 @@ namespace ckptfs::fuse::log {
 // Lines go to stderr until use_syslog() is called (by a daemon, once its stderr is /dev/null);
 // from then on to syslog, identity "ckptfs", facility daemon.
 void use_syslog() noexcept;
+// From now on lines go to `fd` (-o log=FILE, opened for appending), each with its time and
+// process id ("2026-11-27T19:58:00 ckptfs[123]: ..."), in the foreground as in a daemon. The
+// descriptor is kept open until the process ends.
+void use_file(int fd) noexcept;
+// Whether a syslog daemon (or journald) listens on /dev/log: without one, syslog() drops every
+// line, silently.
+bool syslog_listens() noexcept;
 
 // Logs "ckptfs: MESSAGE". Of the lines logged within one minute, the first `lines_per_minute`
 // get through; the others are counted, and the count is logged once the minute is over (with

@@ -14,6 +14,7 @@
 
 #include <fmt/format.h>
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <malloc.h>
 #include <sched.h>
@@ -65,6 +66,22 @@ void notify_systemd(std::string_view state) {
   ::close(fd);
 }
 
+// `path` as a shell word, for a command a message suggests: as it is when it holds only
+// characters no shell treats specially, else in single quotes. Control characters are shown
+// escaped (quote()): such a name is copied by hand anyway.
+std::string shell_quote(const std::string& path) {
+  if (!path.empty() && path.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                              "0123456789/._-+,:@%=") == std::string::npos) {
+    return path;
+  }
+  for (unsigned char c : path) {
+    if (c < 0x20 || c == 0x7f) return quote(path);
+  }
+  std::string out = "'";
+  for (char c : path) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
 // What is mounted: an absolute path (the daemon changes directory to "/", and libfuse unmounts
 // the path it mounted: a relative one then names nothing, and a dead mount stayed), resolved
 // before the mount exists (afterwards, resolving would ask the mount). It must be an existing
@@ -73,18 +90,38 @@ void notify_systemd(std::string_view state) {
 std::string resolve_mountpoint(const std::string& path) {
   if (is_fuse_fd_path(path)) return path;  // checked by libfuse: an open /dev/fuse descriptor
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) throw mount_error(std::strerror(errno));
-  if (!S_ISDIR(st.st_mode)) throw mount_error("not a directory");
+  if (::stat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) {
+      throw mount_error(fmt::format("the mountpoint does not exist: create it with mkdir -p {}",
+                                    shell_quote(path)));
+    }
+    throw mount_error(fmt::format("the mountpoint: {}", std::strerror(errno)));
+  }
+  if (!S_ISDIR(st.st_mode)) throw mount_error("the mountpoint is not a directory");
   struct stat parent {};
   if (::stat((path + "/..").c_str(), &parent) != 0) throw mount_error(std::strerror(errno));
   if (parent.st_dev != st.st_dev || parent.st_ino == st.st_ino) {
-    throw mount_error("already a mount point");
+    throw mount_error(fmt::format("already a mount point: unmount it first (fusermount3 -u {})",
+                                  shell_quote(path)));
   }
   char* resolved = ::realpath(path.c_str(), nullptr);
   if (resolved == nullptr) throw mount_error(std::strerror(errno));
   std::string absolute = resolved;
   std::free(resolved);
   return absolute;
+}
+
+// How many entries a directory holds besides . and .. (0 when it cannot be read).
+std::size_t entries_in(const std::string& directory) {
+  std::size_t n = 0;
+  if (DIR* d = ::opendir(directory.c_str())) {
+    while (const dirent* e = ::readdir(d)) {
+      const std::string_view name = e->d_name;
+      if (name != "." && name != "..") ++n;
+    }
+    ::closedir(d);
+  }
+  return n;
 }
 
 unsigned usable_cpus() {
@@ -230,6 +267,12 @@ int wait_for_daemon(int report_fd, pid_t child, fuse_session* se, const MountReq
   }
   ::close(report_fd);
   if (report == "R") {
+    // Once the mount is up, and only then: said when its log (syslog, in a daemon) has no home.
+    if (request.log_file.empty() && !log::syslog_listens()) {
+      fmt::print(stderr,
+                 "ckptfs: warning: no syslog listens on /dev/log: the mount's log (read and "
+                 "server errors) is lost; -o log=FILE keeps it\n");
+    }
     if (request.notifier != nullptr) request.notifier->send(true);
     return 0;
   }
@@ -285,6 +328,25 @@ void ReadinessNotifier::send(bool ready) {
 
 void mount_and_serve(const Tree& tree, Sources sources, const MountRequest& request) {
   const std::string mountpoint = resolve_mountpoint(request.mountpoint);
+  // Mounted over all the same, as fusermount3 does (fuse3 has no `nonempty`: it is always so);
+  // said once, since what the directory held is out of sight until the unmount.
+  if (!is_fuse_fd_path(mountpoint)) {
+    if (const std::size_t n = entries_in(mountpoint); n != 0) {
+      log::warning(
+          fmt::format("warning: {} is not empty: its {} entr{} hidden until it is unmounted",
+                      quote(request.mountpoint), n, n == 1 ? "y is" : "ies are"));
+    }
+  }
+  // The log: FILE (opened now, so that a bad path is a failure at once), else stderr in the
+  // foreground and syslog in a daemon, which is said when no syslog listens to keep it.
+  if (!request.log_file.empty()) {
+    const int fd = ::open(request.log_file.c_str(),
+                          O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY, 0600);
+    if (fd < 0) {
+      throw mount_error(fmt::format("log={}: {}", quote(request.log_file), std::strerror(errno)));
+    }
+    log::use_file(fd);
+  }
   log::capture_libfuse(request.debug);
 
   SessionOptions options;
@@ -375,7 +437,7 @@ void mount_and_serve(const Tree& tree, Sources sources, const MountRequest& requ
     }
     if (report) {
       detach_stdio();
-      log::use_syslog();
+      if (request.log_file.empty()) log::use_syslog();
       report->ready();
       return;
     }

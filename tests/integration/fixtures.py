@@ -221,3 +221,28 @@ def processes_with_arg(arg):
         if os.fsencode(str(arg)) in argv and argv[0].endswith(b"ckptfs"):
             pids.append(int(d.name))
     return pids
+
+
+# What a daemon mount (without -f and without -o log=) says on stderr: nothing when a syslog
+# daemon or journald listens on /dev/log, where its log goes; else the one line saying that its
+# log is lost, and how to keep it (issue 21).
+LOST_LOG_LINE = (b"ckptfs: warning: no syslog listens on /dev/log: the mount's log (read and "
+                 b"server errors) is lost; -o log=FILE keeps it\n")
+
+
+def syslog_listens():
+    """Whether something listens on /dev/log, as ckptfs checks it (datagram, then stream)."""
+    import socket
+    for kind in (socket.SOCK_DGRAM, socket.SOCK_STREAM):
+        with socket.socket(socket.AF_UNIX, kind) as s:
+            try:
+                s.connect("/dev/log")
+                return True
+            except OSError:
+                pass
+    return False
+
+
+def daemon_stderr():
+    """The stderr of a daemon mount that succeeds: b"" or LOST_LOG_LINE (see above)."""
+    return b"" if syslog_listens() else LOST_LOG_LINE

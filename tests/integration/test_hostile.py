@@ -308,7 +308,7 @@ class NotARegularFileTests(HostileTestCase):
         cases = {"FIFO": (fifo, r"not a regular file"),
                  "socket": (self.tmp / "socket", r"not a regular file"),
                  "character device": (Path("/dev/zero"), r"not a regular file"),
-                 "directory": (self.new_dir("dir"), r"a directory without model.safetensors, "
+                 "directory": (self.new_dir("dir"), r"a directory without a checkpoint "
                                                     r".*: nothing to mount")}
         for what, (target, message) in cases.items():
             link = self.tmp / f"link-to-{target.name}"
@@ -1263,8 +1263,10 @@ class HostileIndexTests(HostileTestCase):
         self.assert_refused(empty, EXIT["io"], r"nothing to mount")
         d, _ = self.set_with("two_indexes", {"a": "model-1.safetensors"}, index_name="a.index.json")
         (d / "b.index.json").write_bytes(index_bytes({"a": "model-1.safetensors"}))
-        self.assert_refused(d, EXIT["io"], r'2 \*.index.json files \("a.index.json", '
-                                           r'"b.index.json"\): name the one to mount')
+        self.assert_refused(d, EXIT["io"], r'a directory of 2 checkpoints: "a.index.json" \(a '
+                                           r'sharded set\), "b.index.json" \(a sharded set\): '
+                                           r"name the one to mount, as in: ckptfs .*/a.index.json "
+                                           r"MOUNTPOINT$")
 
     def test_key_its_shard_lacks_is_broken(self):
         d, index = self.set_with("lacks", {"a": "model-1.safetensors",

@@ -220,14 +220,19 @@ class PackTestCase(unittest.TestCase):
         return d
 
     def pack(self, src, out, *args):
-        """Runs pack, which must succeed and print nothing but what it left out and what it
-        renamed (keys of equal text)."""
+        """Runs pack, which must succeed and print nothing but what it left out, what it
+        renamed (keys of equal text) and, last, its one-line summary (off a terminal: no
+        progress)."""
         r = run("pack", src, out, *args)
         err = r.stderr.decode(errors="replace")
         self.assertEqual(r.returncode, 0, f"ckptfs pack {src} {out} {' '.join(args)}: {err}")
-        for line in err.splitlines():
+        lines = err.splitlines()
+        self.assertTrue(lines, "no summary")
+        self.assertRegex(lines[-1], r"^ckptfs: .*: packed \d+ tensors?, \d+ values? \(.*\) in "
+                                    r"[\d.]+ s \(.*/s\)(, left out \d+ entr(y|ies) \(above\))?$")
+        for line in lines[:-1]:
             self.assertRegex(line, r"^ckptfs: .*: (left out|renamed) \d+ entr(y|ies) \(")
-        return err
+        return "".join(line + "\n" for line in lines[:-1])
 
     def assert_refused(self, src, out, code, message, *args):
         """pack fails with `code`, one line matching `message`, and leaves nothing beside OUT:

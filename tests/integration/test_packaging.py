@@ -41,7 +41,7 @@ require("fuse", "torch")
 
 from ckptfs_mounts import is_mounted, mount_of, mount_points  # noqa: E402
 from ckptfs_mounts import unmount as force_unmount  # noqa: E402
-from fixtures import processes_with_arg, wait_until  # noqa: E402
+from fixtures import daemon_stderr, processes_with_arg, wait_until  # noqa: E402
 CKPTFS = Path(os.environ.get("CKPTFS", REPO / "build" / "ckptfs")).absolute()
 BUILD = CKPTFS.parent
 PACKAGING = REPO / "packaging"
@@ -500,7 +500,7 @@ class ReadinessTests(TempDirTestCase):
                 os.close(w_fd)
                 try:
                     self.assertEqual(r.returncode, 0, text(r))
-                    self.assertEqual(r.stderr, b"")
+                    self.assertEqual(r.stderr, daemon_stderr())
                     self.assertEqual(read_pipe(r_fd), b"1\n")
                     self.assertTrue(is_mounted(mnt))
                     self.unmount(mnt)
@@ -894,7 +894,8 @@ class CompletionTests(TempDirTestCase):
         self.assertEqual(self.complete("ckptfs --v"), ["--version"])
         self.assertEqual(self.complete("ckptfs inspect a.pth -"), ["--json"])
         self.assertEqual(self.complete("ckptfs pack a.pth out.pth -"),
-                         sorted(["--keys", "--dtype", "--force", "-o", "-h", "--help"]))
+                         sorted(["--keys", "--dtype", "--force", "--progress", "--quiet", "-o",
+                                 "-h", "--help"]))
         self.assertEqual(self.complete("ckptfs pack a.pth --f"), ["--force"])
         self.assertEqual(self.complete("ckptfs pack a.pth out.pth --dtype "),
                          ["bfloat16", "float16", "float32"])
@@ -923,8 +924,8 @@ class CompletionTests(TempDirTestCase):
                          ["mnt", "model.safetensors", "model.safetensors.index.json", "models",
                           "my model.pth"])
         self.assertEqual(self.complete("ckptfs pack a.pth "),
-                         ["a.pth", "b.PT", "d.bin", "mnt", "model.safetensors", "models",
-                          "my model.pth"])
+                         ["a.pth", "b.PT", "c.ckpt", "d.bin", "mnt", "model.safetensors",
+                          "models", "my model.pth"])
         self.assertEqual(self.complete("ckptfs pack --dtype float16 a.pth mo"),
                          ["model.safetensors", "models"])
         self.assertEqual(self.complete("ckptfs pack a.pth out.pth "), [])

@@ -541,7 +541,8 @@ class PathOptionTests(RemoteTestCase):
         check here."""
         help_text = run([CKPTFS, "--help"]).stdout.decode()
         found = set(re.findall(r"\b([a-z_]+)=(?:FILE|DIR)\b", help_text))
-        checks = {"cacert": self.check_cacert, "cache_dir": self.check_cache_dir}
+        checks = {"cacert": self.check_cacert, "cache_dir": self.check_cache_dir,
+                  "log": self.check_log}
         self.assertEqual(found, set(checks), "a path option of --help has no check here")
         for name in sorted(found):
             with self.subTest(option=name):
@@ -571,6 +572,22 @@ class PathOptionTests(RemoteTestCase):
         shutil.copy(self.nginx.ca, work / "ca.pem")
         got = self.daemon(self.nginx.url("layers.pth", tls=True), "cacert=ca.pem", work)
         self.assertEqual(got, self.want(self.root / "layers.pth"))
+
+    def check_log(self):
+        """log=rel.log: the daemon's log lines land in ./rel.log (a read of a checkpoint that
+        shrank after the mount fails, and is logged)."""
+        work = self.new_dir("work")
+        shutil.copy(self.root / "layers.pth", work / "layers.pth")
+        (work / "mnt").mkdir()
+        self.addCleanup(force_unmount, work / "mnt")
+        r = run([CKPTFS, "-o", "log=rel.log", "layers.pth", "mnt"], cwd=work)
+        self.assertEqual((r.returncode, r.stderr), (0, b""))
+        os.truncate(work / "layers.pth", 100)
+        key = next(p for p in (work / "mnt").iterdir() if (p / "data").is_file())
+        with self.assertRaises(OSError):
+            (key / "data").read_bytes()
+        self.assertEqual(fusermount_u(work / "mnt").returncode, 0)
+        self.assertIn("changed while mounted", (work / "rel.log").read_text())
 
     def check_cache_dir(self):
         work = self.new_dir("work")

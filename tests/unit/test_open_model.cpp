@@ -134,8 +134,21 @@ TEST_CASE("a directory: transformers' names first, else its one index or safeten
   TempDir bin;
   bin.write("pytorch_model.bin",
             torch_zip(state_dict_pickle({{"w", "0", 2, 0, {2}, {1}}}), {{"0", floats(2)}}));
-  bin.write("adapter.safetensors", one_tensor("x"));
   CHECK(keys(open_model(bin.path()).model()) == std::vector<std::string>{"w"});
+  // A second checkpoint beside it (a PEFT adapter, a stray file): two, and neither is guessed.
+  bin.write("adapter.safetensors", one_tensor("x"));
+  auto [bin_code, bin_message] = refusal(bin.path());
+  CHECK(bin_code == ExitCode::io);
+  CHECK(bin_message ==
+        "a directory of 2 checkpoints: \"adapter.safetensors\", "
+        "\"pytorch_model.bin\": name the one to mount, as in: ckptfs " +
+            bin.path() + "/adapter.safetensors MOUNTPOINT");
+  // transformers' two formats of one model: as transformers loads them, safetensors first.
+  TempDir both;
+  both.write("pytorch_model.bin",
+             torch_zip(state_dict_pickle({{"w", "0", 2, 0, {2}, {1}}}), {{"0", floats(2)}}));
+  both.write("model.safetensors", one_tensor("st"));
+  CHECK(keys(open_model(both.path()).model()) == std::vector<std::string>{"st"});
 
   TempDir other;  // diffusers' names: the one index there is
   other.write("diffusion_pytorch_model.safetensors.index.json",
@@ -153,8 +166,9 @@ TEST_CASE("a directory: transformers' names first, else its one index or safeten
   auto [code, message] = refusal(two.path());
   CHECK(code == ExitCode::io);
   CHECK(message ==
-        "a directory with 2 *.index.json files (\"a.index.json\", \"b.index.json\"): "
-        "name the one to mount");
+        "a directory of 2 checkpoints: \"a.index.json\" (a sharded set), "
+        "\"b.index.json\" (a sharded set): name the one to mount, as in: ckptfs " +
+            two.path() + "/a.index.json MOUNTPOINT");
 
   TempDir empty;
   CHECK(refusal(empty.path()).first == ExitCode::io);

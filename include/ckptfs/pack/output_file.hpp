@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -79,6 +80,12 @@ class OutputFile {
 
   std::uint64_t size() const noexcept { return size_; }
 
+  // Calls `on_written(size())` each time bytes were appended (at least every
+  // watched_copy_bytes of an in-kernel copy): a progress display. Called on this thread; what it
+  // throws is thrown by the write or copy.
+  static constexpr std::uint64_t watched_copy_bytes = 64 << 20;
+  void watch(std::function<void(std::uint64_t)> on_written) { on_written_ = std::move(on_written); }
+
   // fsync()s the file, gives it its name (atomically: linkat of the unnamed file, or rename of
   // the temporary one; with Overwrite::no never replacing a file that appeared meanwhile), and
   // fsync()s the directory. Throws OutputError(usage) for a file that appeared under the name,
@@ -98,6 +105,7 @@ class OutputFile {
   bool committed_ = false;
   std::uint64_t size_ = 0;
   std::vector<char> buffer_;
+  std::function<void(std::uint64_t)> on_written_;
 };
 
 }  // namespace ckptfs

@@ -11,6 +11,7 @@
 #include <ckptfs/view/read_buffer.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -18,11 +19,22 @@
 
 namespace ckptfs {
 
+// How far a pack is, as it writes: bytes of the file and tensors whose bytes are all written.
+struct PackProgress {
+  std::uint64_t bytes = 0;        // written so far
+  std::uint64_t total_bytes = 0;  // of the whole file
+  std::size_t tensors = 0;        // whose bytes are all written
+  std::size_t total_tensors = 0;
+};
+
 struct PackOptions {
   std::string output;                   // OUT: its suffix picks the format (pack_format_of())
   std::vector<std::string> keys;        // --keys patterns (key_glob.hpp); none: every entry
   std::optional<DType> dtype;           // --dtype: floating tensors converted as serve() does
   Overwrite overwrite = Overwrite::no;  // --force
+  // Called as the file is written (OutputFile::watch(): at every write, at least every 64 MiB),
+  // once before the first byte and once when every byte is written; on pack()'s thread.
+  std::function<void(const PackProgress&)> progress;
 };
 
 struct PackResult {
@@ -46,9 +58,9 @@ struct PackResult {
 //                kept), each tensor its own contiguous bytes (tied ones too), in the model's
 //                order, little-endian as the format is (a big-endian checkpoint's swapped).
 // `sources` holds the model's bytes (OpenedModel::sources()). Throws Error: usage for a name
-// without a known suffix ("OUT must end in .pth, .pt, .bin or .safetensors") or an existing file
-// without Overwrite::yes, and what select_entries(), TorchPack, OutputFile and the sources throw;
-// the output then never appears under its name.
+// without a known suffix ("OUT must end in .pth, .pt, .bin, .ckpt or .safetensors") or an existing
+// file without Overwrite::yes, and what select_entries(), TorchPack, OutputFile and the sources
+// throw; the output then never appears under its name.
 PackResult pack(const Model& model, Sources sources, const PackOptions& options);
 
 }  // namespace ckptfs

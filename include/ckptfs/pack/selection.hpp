@@ -22,8 +22,8 @@ enum class PackFormat : std::uint8_t {
   safetensors,  // tensors only
 };
 
-// The format a file name asks for: ".pth", ".pt", ".bin" torch's, ".safetensors" safetensors;
-// nullopt for any other name.
+// The format a file name asks for, its suffix in any case: ".pth", ".pt", ".bin", ".ckpt"
+// torch's, ".safetensors" safetensors; nullopt for any other name (or a bare suffix).
 std::optional<PackFormat> pack_format_of(std::string_view path);
 
 struct Selection {

@@ -2,6 +2,8 @@
 // open_model(): which reader reads what the user named: a file by its name and first bytes, a
 // directory by the files in it, a sharded set by its index, its shards opened in parallel.
 #include <ckptfs/base/error.hpp>
+#include <ckptfs/format/directory_choice.hpp>
+#include <ckptfs/format/impostor.hpp>
 #include <ckptfs/format/open_model.hpp>
 #include <ckptfs/source/inflated_source.hpp>
 #include <ckptfs/source/location.hpp>
@@ -9,7 +11,6 @@
 
 #include <fmt/format.h>
 
-#include <dirent.h>
 #include <sys/stat.h>
 #include <algorithm>
 #include <atomic>
@@ -148,7 +149,12 @@ OpenedModel open_dcp(const std::string& location, std::unique_ptr<ByteSource> me
                      const OpenOptions& options) {
   DcpModel dcp = read_dcp(
       *metadata,
-      [&](const std::string& name) { return options.open(sibling_location(location, name)); },
+      [&](const std::string& name) {
+        // A .distcp file holds raw bytes: only a text impostor (a Git LFS pointer) is told.
+        auto file = options.open(sibling_location(location, name));
+        refuse_impostor(*file, ImpostorCheck::text_only);  // the reader names the file
+        return file;
+      },
       options.limits, options.dcp);
   return OpenedModel(std::move(dcp.sources), std::move(dcp.model), metadata->times());
 }
@@ -184,66 +190,6 @@ OpenedModel open_file(const std::string& location, const OpenOptions& options) {
   return OpenedModel(std::move(sources), std::move(model));
 }
 
-bool is_regular_file(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-}
-
-// What a directory holds to be mounted (see open_model()), as a path in it; nullopt when it
-// holds none of those files.
-// The first of transformers' names for a model in a directory, as a path in it.
-std::optional<std::string> named_in_directory(const std::string& directory) {
-  const std::string dir = directory.ends_with('/') ? directory : directory + "/";
-  for (const char* name : {"model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
-                           "pytorch_model.bin.index.json"}) {
-    if (is_regular_file(dir + name)) return dir + name;
-  }
-  return std::nullopt;
-}
-
-// A directory's one *.index.json, else its one *.safetensors, as a path in it.
-std::optional<std::string> choose_in_directory(const std::string& directory) {
-  const std::string dir = directory.ends_with('/') ? directory : directory + "/";
-  // Opened as a directory (never waiting, whatever is there now), then listed.
-  OpenedFile opened = open_file(directory, FileKind::directory);
-  DIR* d = ::fdopendir(opened.fd.get());
-  if (d == nullptr) throw Error(ExitCode::io, std::strerror(errno));
-  opened.fd.release();  // closedir() closes it
-  std::vector<std::string> indexes, safetensors, ggufs;
-  while (const dirent* e = ::readdir(d)) {
-    std::string name = e->d_name;
-    if (name.ends_with(".index.json") && is_regular_file(dir + name)) {
-      indexes.push_back(name);
-    } else if (name.ends_with(".safetensors") && is_regular_file(dir + name)) {
-      safetensors.push_back(name);
-    } else if (name.ends_with(".gguf") && is_regular_file(dir + name)) {
-      // A GGUF split set counts once, by its first file (open_model() reads the rest).
-      const auto split = gguf_split_name(name);
-      if (split && split->count > 1) name = gguf_split_file(split->prefix, 1, split->count);
-      ggufs.push_back(name);
-    }
-  }
-  ::closedir(d);
-  std::sort(indexes.begin(), indexes.end());
-  std::sort(safetensors.begin(), safetensors.end());
-  std::sort(ggufs.begin(), ggufs.end());
-  ggufs.erase(std::unique(ggufs.begin(), ggufs.end()), ggufs.end());
-  const auto& found = !indexes.empty() ? indexes : !safetensors.empty() ? safetensors : ggufs;
-  if (found.size() == 1) return dir + found[0];
-  if (found.empty()) return std::nullopt;
-  std::string names;
-  for (std::size_t i = 0; i < found.size() && i < 4; ++i) {
-    names += (i ? ", " : "") + quote(found[i], 60);
-  }
-  throw Error(
-      ExitCode::io,
-      fmt::format("a directory with {} {} files ({}{}): name the one to mount", found.size(),
-                  &indexes == &found       ? "*.index.json"
-                  : &safetensors == &found ? "*.safetensors"
-                                           : "*.gguf",
-                  names, found.size() > 4 ? ", ..." : ""));
-}
-
 }  // namespace
 
 std::unique_ptr<ByteSource> open_local_file(const std::string& path) {
@@ -275,20 +221,17 @@ OpenedModel open_model(const std::string& location, const OpenOptions& options) 
     if (looks_like_split_directory(location)) {
       return opened(read_split_directory(location, options.split));
     }
-    const std::string metadata =
-        (location.ends_with('/') ? location : location + "/") + dcp_metadata_name;
-    if (is_regular_file(metadata)) return open_file(metadata, options);
-    if (auto named = named_in_directory(location)) return open_file(*named, options);
-    if (looks_like_zero_directory(location)) {
+    // Otherwise the directory's one checkpoint (directory_choice.hpp), its errors naming it.
+    const DirectoryCheckpoint chosen = choose_checkpoint_in(location);
+    if (chosen.name.empty()) {
       return opened(read_zero_directory(location, options.limits, options.zero));
     }
-    if (auto chosen = choose_in_directory(location)) return open_file(*chosen, options);
-    throw Error(ExitCode::io,
-                "a directory without model.safetensors, pytorch_model.bin, an *.index.json, a "
-                "*.safetensors file, a *.gguf file or split set, map.pt (an RFC directory), key "
-                "directories (a split directory), .metadata (a PyTorch DCP checkpoint) or "
-                "*_model_states.pt (a "
-                "DeepSpeed checkpoint): nothing to mount");
+    try {
+      return open_file((location.ends_with('/') ? location : location + "/") + chosen.name,
+                       options);
+    } catch (const Error& e) {
+      throw Error(e.code(), fmt::format("{}: {}", quote(chosen.name), e.what()));
+    }
   }
   if (is_url(location) && looks_like_zero_location(location)) {
     DirectoryModel d = read_zero_remote(location, options.open, options.limits, options.zero);

@@ -133,6 +133,7 @@ void OutputFile::write(std::string_view bytes) {
     bytes.remove_prefix(static_cast<std::size_t>(n));
     size_ += static_cast<std::uint64_t>(n);
   }
+  if (on_written_) on_written_(size_);
 }
 
 void OutputFile::copy(const ByteSource& source, std::uint64_t offset, std::uint64_t length) {
@@ -147,7 +148,9 @@ void OutputFile::copy(const ByteSource& source, std::uint64_t offset, std::uint6
   const bool kernel_copy = in >= 0;
   bool use_sendfile = false;
   while (length > 0 && kernel_copy) {
-    const std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(length, 1u << 30));
+    // Watched, a call copies less: progress moves as the bytes do.
+    const std::size_t want = static_cast<std::size_t>(
+        std::min<std::uint64_t>(length, on_written_ ? watched_copy_bytes : 1u << 30));
     ssize_t n;
     if (!use_sendfile) {
       auto at = static_cast<loff_t>(offset);
@@ -173,6 +176,7 @@ void OutputFile::copy(const ByteSource& source, std::uint64_t offset, std::uint6
     offset += static_cast<std::uint64_t>(n);
     length -= static_cast<std::uint64_t>(n);
     size_ += static_cast<std::uint64_t>(n);
+    if (on_written_) on_written_(size_);
   }
   while (length > 0) {
     const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(length, buffer_.size()));

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
 #include <stdexcept>
 
 namespace ckptfs {
@@ -73,12 +74,53 @@ void write_safetensors(const Model& sub, const SafetensorsExport& layout, Source
   }
 }
 
+// Where each tensor of `sub` ends in the safetensors file write_safetensors() writes, and the
+// file's size.
+std::pair<std::vector<std::uint64_t>, std::uint64_t> safetensors_tensor_ends(
+    const Model& sub, std::optional<DType> convert_to) {
+  const SafetensorsExport layout(sub, 0, convert_to);
+  std::vector<std::uint64_t> ends;
+  const std::uint64_t data_start = layout.files().at(0).header.size();
+  for (const auto& st : layout.tensors()) ends.push_back(data_start + st.begin + st.nbytes);
+  return {std::move(ends), layout.files().at(0).size};
+}
+
+// Where each selected tensor's bytes end in a torch file: the end of the record of its storage
+// (or of its own bytes, converted or gathered).
+std::vector<std::uint64_t> torch_tensor_ends(const Model& model, const Selection& selection,
+                                             const TorchPack& torch) {
+  const TorchArchive& archive = torch.archive();
+  std::map<std::size_t, std::uint64_t> by_storage, by_tensor;
+  for (std::size_t i = 0; i < archive.plan().record_count(); ++i) {
+    const TorchRecord& r = archive.record(i);
+    if (r.source != TorchRecord::Source::storage) continue;
+    const ZipRecordLayout& layout = archive.plan().layout(i);
+    const std::uint64_t end = layout.data_offset + layout.size;
+    const StoragePayload& p = torch.payload(r.storage);
+    (p.way == StoragePayload::Way::storage ? by_storage[p.storage] : by_tensor[p.tensor]) = end;
+  }
+  std::vector<std::uint64_t> ends;
+  for (const std::size_t i : selection.entries) {
+    const Entry& e = model.entries[i];
+    if (e.kind != Entry::Kind::tensor) continue;
+    const Tensor& t = model.tensors[e.tensor];
+    std::uint64_t end = 0;  // no bytes of its own: done from the start
+    if (auto it = by_tensor.find(e.tensor); it != by_tensor.end()) {
+      end = it->second;
+    } else if (t.storage) {
+      if (auto s = by_storage.find(*t.storage); s != by_storage.end()) end = s->second;
+    }
+    ends.push_back(end);
+  }
+  return ends;
+}
+
 }  // namespace
 
 PackResult pack(const Model& model, Sources sources, const PackOptions& options) {
   const auto format = pack_format_of(options.output);
   if (!format) {
-    throw Error(ExitCode::usage, "OUT must end in .pth, .pt, .bin (torch) or .safetensors");
+    throw Error(ExitCode::usage, "OUT must end in .pth, .pt, .bin, .ckpt (torch) or .safetensors");
   }
   std::vector<KeyGlob> globs(options.keys.begin(), options.keys.end());
   const Selection selection = select_entries(model, globs, *format, options.dtype);
@@ -117,6 +159,19 @@ PackResult pack(const Model& model, Sources sources, const PackOptions& options)
     if (written[k] != key) result.renamed.emplace_back(key, written[k]);
   }
   OutputFile out(options.output, options.overwrite, permissions_of(sources));
+  if (options.progress) {
+    // Where each selected tensor's bytes end in the file, sorted: the tensors done are those
+    // that end at or before the bytes written.
+    auto [ends, total] = torch ? std::pair(torch_tensor_ends(model, selection, *torch),
+                                           torch->archive().plan().size())
+                               : safetensors_tensor_ends(*sub, options.dtype);
+    std::sort(ends.begin(), ends.end());
+    out.watch([&options, ends = std::move(ends), total](std::uint64_t written) {
+      const auto done = std::upper_bound(ends.begin(), ends.end(), written) - ends.begin();
+      options.progress({written, total, static_cast<std::size_t>(done), ends.size()});
+    });
+    options.progress({0, total, 0, result.tensors});
+  }
   if (torch) {
     torch->write(model, sources, out);
   } else {

@@ -94,10 +94,14 @@ std::string why_not_plain(std::string_view value_json) {
 }  // namespace
 
 std::optional<PackFormat> pack_format_of(std::string_view path) {
-  for (std::string_view suffix : {".pth", ".pt", ".bin"}) {
-    if (path.ends_with(suffix) && path.size() > suffix.size()) return PackFormat::torch;
+  // Any case, as open_model() reads a MODEL.PTH or a .CKPT (its bytes say what it is).
+  std::string name(
+      path.substr(path.rfind('/') == std::string_view::npos ? 0 : path.rfind('/') + 1));
+  for (char& c : name) c = static_cast<char>(c >= 'A' && c <= 'Z' ? c + 32 : c);
+  for (std::string_view suffix : {".pth", ".pt", ".bin", ".ckpt"}) {
+    if (name.ends_with(suffix) && name.size() > suffix.size()) return PackFormat::torch;
   }
-  if (path.ends_with(".safetensors") && path.size() > 12) return PackFormat::safetensors;
+  if (name.ends_with(".safetensors") && name.size() > 12) return PackFormat::safetensors;
   return std::nullopt;
 }
 

@@ -6,6 +6,7 @@
 #include <ckptfs/base/hash.hpp>
 #include <ckptfs/base/text.hpp>
 #include <ckptfs/format/dcp/dcp_reader.hpp>
+#include <ckptfs/format/impostor.hpp>
 #include <ckptfs/format/pickle/flatten.hpp>
 #include <ckptfs/format/pickle/graph_builder.hpp>
 #include <ckptfs/model/assembly.hpp>
@@ -377,6 +378,7 @@ class DcpReader {
 
 DcpModel read_dcp(const ByteSource& metadata, const DcpOpener& open, const ReadLimits& limits,
                   const DcpLimits& dcp) {
+  refuse_impostor(metadata);
   return DcpReader(metadata, open, limits, dcp).run();
 }
 

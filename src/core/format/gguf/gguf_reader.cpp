@@ -6,6 +6,7 @@
 #include <ckptfs/base/numbers.hpp>
 #include <ckptfs/base/text.hpp>
 #include <ckptfs/format/gguf/gguf_reader.hpp>
+#include <ckptfs/format/impostor.hpp>
 
 #include <fmt/format.h>
 
@@ -371,6 +372,7 @@ bool looks_like_gguf(const ByteSource& source) {
 }
 
 Model read_gguf(const ByteSource& source, std::string source_name, const GgufLimits& limits) {
+  refuse_impostor(source);
   Cursor in(source, limits);
   if (source.size() < 8 || source.read_string(0, 4) != "GGUF") {
     throw Error(ExitCode::bad_checkpoint, "not a GGUF file: it does not start with \"GGUF\"");

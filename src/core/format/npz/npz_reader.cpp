@@ -3,6 +3,7 @@
 // for a deflated member's), checked against the member's size.
 #include <ckptfs/base/error.hpp>
 #include <ckptfs/base/text.hpp>
+#include <ckptfs/format/impostor.hpp>
 #include <ckptfs/format/npz/npy_format.hpp>
 #include <ckptfs/format/npz/npz_reader.hpp>
 
@@ -70,6 +71,7 @@ bool looks_like_npz(const ByteSource& source) {
 
 Model read_npz(const ByteSource& source, std::string source_name, const NpzLimits& limits,
                std::vector<DeflatedMember>* deflated_members) {
+  refuse_impostor(source);
   const ZipArchive zip(source, limits.zip);
   Model m;
   m.format = Format::npz;

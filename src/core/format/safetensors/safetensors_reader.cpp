@@ -3,6 +3,7 @@
 // every number and extent, and the Model of one storage per tensor.
 #include <ckptfs/base/error.hpp>
 #include <ckptfs/base/json_reader.hpp>
+#include <ckptfs/format/impostor.hpp>
 #include <ckptfs/format/safetensors/safetensors_reader.hpp>
 
 #include <fmt/format.h>
@@ -282,6 +283,7 @@ bool looks_like_safetensors(const ByteSource& source) {
 
 Model read_safetensors(const ByteSource& source, std::string source_name,
                        const SafetensorsLimits& limits) {
+  refuse_impostor(source);
   const std::uint64_t size = source.size();
   if (size < 8) {
     throw Error(ExitCode::bad_checkpoint,

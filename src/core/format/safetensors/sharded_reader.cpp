@@ -3,6 +3,7 @@
 // shards' models joined under its weight_map.
 #include <ckptfs/base/error.hpp>
 #include <ckptfs/base/json_reader.hpp>
+#include <ckptfs/format/impostor.hpp>
 #include <ckptfs/format/safetensors/sharded_reader.hpp>
 
 #include <fmt/format.h>
@@ -178,6 +179,7 @@ void keep_used_only(Model& m) {
 }  // namespace
 
 ShardIndex read_shard_index(const ByteSource& index, const ShardLimits& limits) {
+  refuse_impostor(index);
   const std::uint64_t size = index.size();
   if (size > limits.max_index_bytes) {
     throw Error(ExitCode::unsupported,

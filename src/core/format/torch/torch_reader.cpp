@@ -3,6 +3,7 @@
 // and tensor extent against the bytes that are really in the file.
 #include <ckptfs/base/error.hpp>
 #include <ckptfs/base/hash.hpp>
+#include <ckptfs/format/impostor.hpp>
 #include <ckptfs/format/pickle/flatten.hpp>
 #include <ckptfs/format/torch/torch_interpreter.hpp>
 #include <ckptfs/format/torch/torch_reader.hpp>
@@ -24,7 +25,7 @@ using namespace detail;
 
 // Refuses the files that are not torch.save output, saying what they are.
 void refuse_other_formats(const ByteSource& source) {
-  if (source.size() == 0) throw Error(ExitCode::bad_checkpoint, "empty file");
+  refuse_impostor(source);
   std::array<char, 8> head{};
   std::size_t n = std::min<std::uint64_t>(head.size(), source.size());
   source.read(0, std::as_writable_bytes(std::span(head.data(), n)));

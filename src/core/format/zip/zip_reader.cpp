@@ -146,7 +146,16 @@ Directory find_directory(const ByteSource& source, const ZipLimits& limits) {
       break;
     }
   }
-  if (!found) fail("no end of central directory record in the last {} bytes", tail_size);
+  if (!found) {
+    // A zip's first local header is there, its end is not: the end was cut off.
+    if (source.read_string(0, 4) == std::string_view("PK\x03\x04", 4)) {
+      fail(
+          "no end of central directory record in the last {} bytes: the file looks truncated "
+          "(an interrupted download or copy?): download or copy it again",
+          tail_size);
+    }
+    fail("no end of central directory record in the last {} bytes", tail_size);
+  }
   const std::uint64_t eocd_offset = tail_offset + *found;
   const std::string_view eocd = std::string_view(tail).substr(*found, eocd_size);
   const EndRecord classic{u16(eocd, 4),  u16(eocd, 6),  u16(eocd, 8),
