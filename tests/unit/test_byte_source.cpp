@@ -213,7 +213,7 @@ class LendingSource final : public ckptfs::ByteSource {
   Pin pin_ = std::make_shared<int>(0);
 };
 
-TEST_CASE("lend(): bounds-checked like read(); sources without memory lend nothing") {
+TEST_CASE("lend(): bounds-checked like read(), sources without memory lend nothing") {
   TempDir dir;
   const fs::path file = dir.path / "a.bin";
   write_file(file, "0123456789");

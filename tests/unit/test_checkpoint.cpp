@@ -200,7 +200,7 @@ TEST_CASE("flattening: nested training checkpoint, values, order") {
   CHECK(c.entries[3].value_json == "7");
 }
 
-TEST_CASE("a tensor reached twice is an entry under each key; keys with the same text all stay") {
+TEST_CASE("a tensor reached twice is an entry under each key, keys with the same text all stay") {
   PickleBuilder p;
   p.proto(2).empty_dict().mark();
   p.binunicode("a").tensor_v2("FloatStorage", "0", "cpu", 2, 0, {2}, {1}).binput(9);
@@ -254,7 +254,7 @@ TEST_CASE("distinct keys with the same text are all entries, with their key path
   for (std::size_t i = 0; i < 9; ++i) CHECK(tensor(c, i).storage == i);
 }
 
-TEST_CASE("keys Python finds equal are merged as Python merges them; others never") {
+TEST_CASE("keys Python finds equal are merged as Python merges them, others never") {
   // A hostile pickle may set a dict's key twice; torch.load keeps one (first place, last
   // value), and so 1, 1.0 and True are one key. 1 and "1" are not.
   PickleBuilder p;
@@ -285,7 +285,7 @@ TEST_CASE("keys as Python's str() writes them: tuples, bytes, floats") {
   CHECK(keys(c) == std::vector<std::string>{"(1, \"a'b\")", R"x(('q"\'', b"\x00'"))x", "1e+16",
                                             "0.5", "(7,)"});
 }
-TEST_CASE("a root tensor is the entry 'tensor'; a root value is 'value'") {
+TEST_CASE("a root tensor is the entry 'tensor', a root value is 'value'") {
   PickleBuilder p;
   p.proto(2).tensor_v2("HalfStorage", "0", "cpu", 3, 0, {3}, {1}).stop();
   Model c = read(torch_zip(p.bytes(), {{"0", std::string(6, '\0')}}));
@@ -301,7 +301,7 @@ TEST_CASE("a root tensor is the entry 'tensor'; a root value is 'value'") {
         R"({"__class__":"argparse.Namespace","args":[],"state":{"lr":0.5}})");
 }
 
-TEST_CASE("objects: a pickled module's tensors are found in its state; calls stay inert") {
+TEST_CASE("objects: a pickled module's tensors are found in its state, calls stay inert") {
   PickleBuilder p;
   p.proto(2).global("mymodels", "Net").empty_tuple().newobj().empty_dict().mark();
   p.binunicode("training").newtrue();
@@ -455,7 +455,7 @@ TEST_CASE("quantized tensors keep their quantization parameters") {
   CHECK(c.entries[2].key_path == R"(["pc",{"__part__":"q_per_channel_scales"}])");
 }
 
-TEST_CASE("a view too large for a file is broken, with the reason; none wraps") {
+TEST_CASE("a view too large for a file is broken, with the reason, none wraps") {
   // A stride-0 view of 2^62 float32 elements: 2^64 bytes.
   PickleBuilder p;
   p.proto(2).empty_dict().mark();

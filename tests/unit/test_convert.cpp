@@ -150,7 +150,7 @@ TEST_CASE("convertible: the floating dtypes to float16, bfloat16 and float32") {
   }
 }
 
-TEST_CASE("float16 -> float32 is exact; NaN is quieted, sign and payload kept") {
+TEST_CASE("float16 -> float32 is exact, NaN is quieted, sign and payload kept") {
   for (std::uint16_t h : all_16bit()) {
     const auto out = one<std::uint32_t>(f16, f32, h);
     if (f16_is_nan(h)) {
@@ -262,7 +262,7 @@ TEST_CASE("float64 -> float16 and bfloat16 round twice, through float32, as torc
   }
 }
 
-TEST_CASE("float16 <-> bfloat16 go through float32; NaN as torch writes it") {
+TEST_CASE("float16 <-> bfloat16 go through float32, NaN as torch writes it") {
   for (std::uint16_t h : all_16bit()) {
     const auto out = one<std::uint16_t>(f16, bf16, h);
     if (f16_is_nan(h)) {
@@ -337,7 +337,7 @@ TEST_CASE("the AVX2 path gives the scalar path's bits, for every pair and every 
   }
 }
 
-TEST_CASE("every float32 input: AVX2 == scalar (slow; run with --no-skip)" * doctest::skip()) {
+TEST_CASE("every float32 input: AVX2 == scalar (slow, run with --no-skip)" * doctest::skip()) {
   REQUIRE(detail::convert_path_available(ConvertPath::avx2));
   constexpr std::size_t block = 1 << 20;
   std::vector<std::uint32_t> in(block);

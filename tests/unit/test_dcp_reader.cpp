@@ -271,7 +271,7 @@ TEST_CASE("dcp: tensors assembled from chunks in two files, values nested by pla
   CHECK(served.way == ServedTensor::Way::pieces);
 }
 
-TEST_CASE("dcp: a subclass of Metadata with newer fields; FSDP's empty chunks; a strided chunk") {
+TEST_CASE("dcp: a subclass of Metadata with newer fields, FSDP's empty chunks, a strided chunk") {
   Checkpoint c = two_ranks();
   c.metadata_class = "MCoreMetadata";
   c.extra_fields = true;
@@ -292,7 +292,7 @@ TEST_CASE("dcp: a subclass of Metadata with newer fields; FSDP's empty chunks; a
   CHECK(std::find(c.opened.begin(), c.opened.end(), "__2_0.distcp") == c.opened.end());
 }
 
-TEST_CASE("dcp: hostile chunks break their tensor only, with the reason; no file outside") {
+TEST_CASE("dcp: hostile chunks break their tensor only, with the reason, no file outside") {
   auto broken = [](Checkpoint c) {
     const DcpModel m = c.read();
     for (const std::string& name : c.opened) {

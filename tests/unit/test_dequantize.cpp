@@ -68,7 +68,7 @@ TEST_CASE("Q4_0: d x (q - 8), low nibbles first") {
   }
 }
 
-TEST_CASE("Q8_0 and Q5_1: signed bytes; the fifth bit from qh, then + m") {
+TEST_CASE("Q8_0 and Q5_1: signed bytes, the fifth bit from qh, then + m") {
   std::vector<std::uint8_t> q8(34, 0);
   put16(q8, 0, half_half);
   q8[2] = 0x80;  // -128
@@ -151,7 +151,7 @@ TEST_CASE("IQ2_XXS: grid rows with the parity-completed signs") {
   CHECK(v[8] == db * 8.0f);
 }
 
-TEST_CASE("a NaN scale gives numpy's NaN: quieted, payload kept; Q4_1 keeps d's over m's") {
+TEST_CASE("a NaN scale gives numpy's NaN: quieted, payload kept, Q4_1 keeps d's over m's") {
   std::vector<std::uint8_t> q8(34, 1);
   put16(q8, 0, 0x7c01);  // a signalling NaN half
   const auto v = values_of(BlockFormat::q8_0, q8);

@@ -73,7 +73,7 @@ bool finishes(F&& f) {
 
 }  // namespace
 
-TEST_CASE("blocks round trip; a torn, changed or misplaced block is a miss") {
+TEST_CASE("blocks round trip, a torn, changed or misplaced block is a miss") {
   TempDir dir;
   DiskCache cache(dir.path("c"), 64 << 20);
   auto folder = cache.object_folder("https://h/m.pth\netag \"1\"\n");

@@ -131,7 +131,7 @@ TEST_CASE("metadata of every type as JSON, in the file's order, with GGUF's type
   check("empty", "ARRAY[UINT32]", "[]");
 }
 
-TEST_CASE("version 1: 32-bit counts, lengths and dimensions; version 2; alignment 64") {
+TEST_CASE("version 1: 32-bit counts, lengths and dimensions, version 2, alignment 64") {
   for (std::uint32_t version : {1u, 2u}) {
     CAPTURE(version);
     GgufWriter kv(version);
@@ -159,7 +159,7 @@ TEST_CASE("big-endian files: numbers read swapped, storages big-endian") {
   CHECK(m.byteorder() == "big");
 }
 
-TEST_CASE("a type ckptfs does not know is a broken tensor; types without values are data only") {
+TEST_CASE("a type ckptfs does not know is a broken tensor, types without values are data only") {
   const Model m = read(
       gguf_file({{"old", {32}, 4, std::string(20, '\0')}, {"q8k", {256}, 15, blocks(1, 292)}}));
   CHECK(m.tensors[0].broken.find("GGML type 4") != std::string::npos);
@@ -277,7 +277,7 @@ TEST_CASE("hostile files: one-line refusals with their exit codes") {
 }
 
 TEST_CASE(
-    "the tree: data holds the blocks, tensor.npy the values; data-only types have two files") {
+    "the tree: data holds the blocks, tensor.npy the values, data-only types have two files") {
   std::string q8(34, '\0');
   q8[0] = 0x00;
   q8[1] = 0x38;  // d = 0.5

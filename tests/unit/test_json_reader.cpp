@@ -124,7 +124,7 @@ TEST_CASE("tokens of a document, in order") {
   CHECK(trace("null") == "null");
 }
 
-TEST_CASE("after the end, next() keeps returning end; depth and offsets") {
+TEST_CASE("after the end, next() keeps returning end, depth and offsets") {
   JsonReader json(R"( {"a": [1]} )");
   CHECK(json.next() == Token::begin_object);
   CHECK(json.offset() == 1);

@@ -82,7 +82,7 @@ TEST_CASE("long names keep 200 bytes, %~ and the hash of the whole key") {
   }
 }
 
-TEST_CASE("a literal key always gets the rule's name; only real collisions get %#N") {
+TEST_CASE("a literal key always gets the rule's name, only real collisions get %#N") {
   // {"a.b": 1, "a": {"b": 2}, "a.b#2": 3}: the literal "a.b#2" keeps its own name.
   ckptfs::NameAllocator names;
   CHECK(names.name("a.b") == "a.b");

@@ -212,7 +212,7 @@ TEST_CASE(
   }
 }
 
-TEST_CASE("InflatedSource: sequential, skipping and backward reads; corrupt and short streams") {
+TEST_CASE("InflatedSource: sequential, skipping and backward reads, corrupt and short streams") {
   std::mt19937_64 random(1);
   std::string text;
   for (int i = 0; i < 300000; ++i) text += static_cast<char>('a' + random() % 4);

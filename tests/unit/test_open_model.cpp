@@ -243,7 +243,7 @@ TEST_CASE("symbolic links are followed: the Hugging Face cache is made of them")
   CHECK(keys(open_model(cache.path("snapshots/rev")).model()) == std::vector<std::string>{"w"});
 }
 
-TEST_CASE("a hundred shards: each opened once, in parallel; the first failure in order wins") {
+TEST_CASE("a hundred shards: each opened once, in parallel, the first failure in order wins") {
   TempDir dir;
   std::vector<std::pair<std::string, std::string>> map;
   for (int i = 0; i < 100; ++i) {

@@ -159,7 +159,7 @@ TEST_CASE("the output has no name until commit, and never replaces a file unaske
   CHECK(refusal([&] { out.copy(file, 10, 4u << 20); }).first == ExitCode::bad_checkpoint);
 }
 
-TEST_CASE("the output's mode: the sources' bits under the umask; a replaced file keeps its own") {
+TEST_CASE("the output's mode: the sources' bits under the umask, a replaced file keeps its own") {
   TempDir t;
   auto mode_of = [](const std::string& path) {
     struct stat st {};

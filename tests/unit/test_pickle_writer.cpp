@@ -120,7 +120,7 @@ TEST_CASE("None and bools") {
   CHECK(pickled([](Writer& w) { w.boolean(false); }) == begin().newfalse().stop().bytes());
 }
 
-TEST_CASE("strs: BINUNICODE then BINPUT; encoded surrogates pass, other bad UTF-8 does not") {
+TEST_CASE("strs: BINUNICODE then BINPUT, encoded surrogates pass, other bad UTF-8 does not") {
   const std::string surrogate = "a\xed\xa0\x80z";  // 'a\ud800z' as surrogatepass encodes it
   const std::string bytes = pickled([&](Writer& w) {
     w.list(3, [&](std::size_t i) { w.string(i == 0 ? "" : i == 1 ? "h\xc3\xa9" : surrogate); });
@@ -174,7 +174,7 @@ TEST_CASE("bytes: _codecs.encode(text, 'latin1'), the global and 'latin1' memoiz
   CHECK(result.graph.text(items[2]).empty());
 }
 
-TEST_CASE("globals: GLOBAL the first time, BINGET after; memo slots past 255 are LONG") {
+TEST_CASE("globals: GLOBAL the first time, BINGET after, memo slots past 255 are LONG") {
   Writer w;
   w.list(300, [&](std::size_t i) {
     if (i == 0 || i == 299) {

@@ -116,7 +116,7 @@ TEST_CASE("F4 is torch's float4_e2m1fn_x2: pairs along the last dimension") {
                      ExitCode::unsupported, "torch has no dtype"));
 }
 
-TEST_CASE("0-d, empty and large shapes; strides as torch computes them") {
+TEST_CASE("0-d, empty and large shapes, strides as torch computes them") {
   Model m = read(safetensors_file({{"scalar", "F32", {}, std::string(4, 'a')},
                                    {"empty", "F32", {2, 0, 3}, ""},
                                    {"none", "I64", {0}, ""},
@@ -160,7 +160,7 @@ TEST_CASE("0-d, empty and large shapes; strides as torch computes them") {
                      "more than 64 dimensions"));
 }
 
-TEST_CASE("storages: one per tensor, its bytes in the file; data order, not header order") {
+TEST_CASE("storages: one per tensor, its bytes in the file, data order, not header order") {
   // Written with data in the order b, a; described in the order a, b (as MLX does).
   std::string data = std::string(8, 'B') + std::string(4, 'A');
   std::string header = R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[8,12]},)"

@@ -95,7 +95,7 @@ TEST_CASE("key directories without index.json: sorted by key, each tensor its ow
   CHECK(keys(opened.model()) == keys(m));
 }
 
-TEST_CASE("index.json gives the order and the keys of values; more directories go after") {
+TEST_CASE("index.json gives the order and the keys of values, more directories go after") {
   TempDir t;
   tensor_dir(t, "w", "w", "float32", "[1]", "abcd");
   tensor_dir(t, "0", "0", "float32", "[1]", "efgh", R"(, "key_path": ["opt", 0])");
@@ -146,7 +146,7 @@ TEST_CASE("the mount's \\udcXX escapes read back as the bytes of a key that is n
   CHECK(keys(read_split_directory(t.path()).model).back() == "\xf0\x9f\x94\xa5");
 }
 
-TEST_CASE(".ckptfs/index.json of a whole mount copied; index.json at the root of older copies") {
+TEST_CASE(".ckptfs/index.json of a whole mount copied, index.json at the root of older copies") {
   // Entries in an order that is not the keys', and a value whose cut name needs the index.
   const std::string long_key(300, 'v');
   const std::string long_name = std::string(200, 'v') + "%~0123456789abcdef";

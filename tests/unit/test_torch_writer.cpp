@@ -125,7 +125,7 @@ TEST_CASE("tensor.pt of every dtype reads back as that tensor, contiguous, its d
   }
 }
 
-TEST_CASE("0-d, empty and strided-by-zero shapes; requires_grad; big-endian bytes") {
+TEST_CASE("0-d, empty and strided-by-zero shapes, requires_grad, big-endian bytes") {
   struct Case {
     std::vector<std::int64_t> shape;
     std::vector<std::int64_t> stride;

@@ -211,7 +211,7 @@ TEST_CASE("code_record_of: qualified names to code records, nothing else") {
   CHECK(code_record_of("__torch__.a-b.M") == "");
 }
 
-TEST_CASE("state_dict from the declarations: parameters, buffers, submodules; the rest apart") {
+TEST_CASE("state_dict from the declarations: parameters, buffers, submodules, the rest apart") {
   for (std::uint16_t method : {0, 8}) {
     CAPTURE(method);
     std::string file =
@@ -468,7 +468,7 @@ TEST_CASE("hostile archives: broken tensors or clear refusals") {
   }
 }
 
-TEST_CASE("modules shared, nested in themselves, with their own __getstate__; typed lists") {
+TEST_CASE("modules shared, nested in themselves, with their own __getstate__, typed lists") {
   SUBCASE("one submodule under two names is listed under both (as state_dict does)") {
     PickleBuilder p;
     training(begin_object(p.proto(2), "__torch__", "Net"));

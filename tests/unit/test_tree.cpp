@@ -216,7 +216,7 @@ TEST_CASE("key_file_bit, key_files_text: the names -o files= takes") {
   CHECK(key_files_text(all_key_files) == "data,meta.json,tensor.npy,tensor.pt");
 }
 
-TEST_CASE("modes follow the checkpoint's; umask= overrides") {
+TEST_CASE("modes follow the checkpoint's, umask= overrides") {
   auto modes = [](Modes m) { return std::pair{m.file, m.directory}; };
   CHECK(modes(modes_following(0644)) == std::pair<mode_t, mode_t>{0644, 0755});
   CHECK(modes(modes_following(0600)) == std::pair<mode_t, mode_t>{0600, 0700});
@@ -244,7 +244,7 @@ TEST_CASE("modes follow the checkpoint's; umask= overrides") {
   CHECK(st.st_mode == (S_IFDIR | 0700));
 }
 
-TEST_CASE("entries with the same text each get their name; literal keys keep the rule's") {
+TEST_CASE("entries with the same text each get their name, literal keys keep the rule's") {
   Mounted m(torch_zip(state_dict_pickle({{"a.b", "0", 2, 0, {2}, {1}},
                                          {"a.b#2", "0", 2, 0, {2}, {1}},
                                          {"model.safetensors", "0", 2, 0, {2}, {1}}}),
@@ -253,7 +253,7 @@ TEST_CASE("entries with the same text each get their name; literal keys keep the
         std::vector<std::string>{".ckptfs", "a.b", "a.b#2", "%model.safetensors"});
 }
 
-TEST_CASE("contiguous data is a range of the checkpoint; tensor.npy adds a header") {
+TEST_CASE("contiguous data is a range of the checkpoint, tensor.npy adds a header") {
   Mounted m(checkpoint_with_views());
   CHECK(m.read_all(m.path("w", "data")) == floats(12));
   std::string npy = m.read_all(m.path("w", "tensor.npy"));
@@ -688,7 +688,7 @@ TEST_CASE("derived files are made on first use, once") {
   CHECK(m.read_all(m.path("w", "meta.json")) == first);
 }
 
-TEST_CASE("sources: meta.json and index.json name each tensor's file; nodes know theirs") {
+TEST_CASE("sources: meta.json and index.json name each tensor's file, nodes know theirs") {
   std::string one = safetensors_file({{"a", "F32", {2}, floats(2)}}, {{"format", "pt"}});
   std::string two = safetensors_file({{"b", "U8", {3}, "xyz"}});
   MemorySource first(one, "one.safetensors"), second(two, "two.safetensors");

@@ -575,7 +575,7 @@ TEST_CASE("stage 3 across sub groups, and the bf16_ and plain names of optimizer
   check_model(read_zero_directory(t.path()), write_zero(t, l));
 }
 
-TEST_CASE("without the optimizer states: the fp32 weights broken, saying why; the rest served") {
+TEST_CASE("without the optimizer states: the fp32 weights broken, saying why, the rest served") {
   TempDir t;
   Layout l;
   l.stage = 3;
