@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -39,6 +40,9 @@ enum class Kind : std::uint8_t {
   object,         // the inert result of a call or instantiation (see Object)
   persistent_id,  // BINPERSID / PERSID: wraps the pid value
 };
+
+// A kind as a message says it: "a dict", "an int", "None"...
+std::string_view a_kind(Kind kind) noexcept;
 
 struct Global {
   std::string module;  // Python 2 names mapped to Python 3 ones (__builtin__ -> builtins, ...)

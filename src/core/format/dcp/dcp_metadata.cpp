@@ -23,44 +23,15 @@ using Items = std::vector<std::pair<NodeId, NodeId>>;
 // What a node is, for messages: "a dict", "an object of foo.Bar", ...
 std::string what_is(const Graph& g, NodeId id) {
   if (id == no_node) return "nothing";
-  switch (g.kind(id)) {
-    case Kind::none:
-      return "None";
-    case Kind::boolean:
-      return "a bool";
-    case Kind::integer:
-    case Kind::big_integer:
-      return "an int";
-    case Kind::floating:
-      return "a float";
-    case Kind::string:
-      return "a str";
-    case Kind::bytes:
-      return "bytes";
-    case Kind::bytearray:
-      return "a bytearray";
-    case Kind::tuple:
-      return "a tuple";
-    case Kind::list:
-      return "a list";
-    case Kind::dict:
-      return "a dict";
-    case Kind::set:
-    case Kind::frozenset:
-      return "a set";
-    case Kind::global:
-      return "the global " + quote(g.global(id).dotted(), 80);
-    case Kind::object: {
-      const NodeId callable = g.object(id).callable;
-      if (callable != no_node && g.kind(callable) == Kind::global) {
-        return "an object of " + quote(g.global(callable).dotted(), 80);
-      }
-      return "an object";
+  const Kind kind = g.kind(id);
+  if (kind == Kind::global) return "the global " + quote(g.global(id).dotted(), 80);
+  if (kind == Kind::object) {
+    const NodeId callable = g.object(id).callable;
+    if (callable != no_node && g.kind(callable) == Kind::global) {
+      return "an object of " + quote(g.global(callable).dotted(), 80);
     }
-    case Kind::persistent_id:
-      return "a persistent id";
   }
-  return "something";
+  return std::string(a_kind(kind));
 }
 
 // The class of an object (the global it calls), or nullptr.

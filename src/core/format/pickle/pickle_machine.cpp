@@ -69,43 +69,6 @@ constexpr std::size_t any_length = std::numeric_limits<std::size_t>::max() / 2;
 // by Python copies each source once, while a hostile one could copy one memoized list forever.
 constexpr std::uint64_t copy_slack = 1024 * 1024;
 
-std::string_view a_kind(Kind kind) {
-  switch (kind) {
-    case Kind::none:
-      return "None";
-    case Kind::boolean:
-      return "a bool";
-    case Kind::integer:
-    case Kind::big_integer:
-      return "an int";
-    case Kind::floating:
-      return "a float";
-    case Kind::string:
-      return "a str";
-    case Kind::bytes:
-      return "a bytes";
-    case Kind::bytearray:
-      return "a bytearray";
-    case Kind::tuple:
-      return "a tuple";
-    case Kind::list:
-      return "a list";
-    case Kind::dict:
-      return "a dict";
-    case Kind::set:
-      return "a set";
-    case Kind::frozenset:
-      return "a frozenset";
-    case Kind::global:
-      return "a global";
-    case Kind::object:
-      return "an object";
-    case Kind::persistent_id:
-      return "a persistent id";
-  }
-  return "a value";
-}
-
 void append_utf8(std::string& out, std::uint32_t code_point) {
   // Surrogates are encoded like any other code point (Python's surrogatepass).
   if (code_point < 0x80) {
@@ -201,6 +164,43 @@ std::string twos_complement_from_decimal(std::string_view digits, bool negative)
 }
 
 }  // namespace
+
+std::string_view a_kind(Kind kind) noexcept {
+  switch (kind) {
+    case Kind::none:
+      return "None";
+    case Kind::boolean:
+      return "a bool";
+    case Kind::integer:
+    case Kind::big_integer:
+      return "an int";
+    case Kind::floating:
+      return "a float";
+    case Kind::string:
+      return "a str";
+    case Kind::bytes:
+      return "a bytes";
+    case Kind::bytearray:
+      return "a bytearray";
+    case Kind::tuple:
+      return "a tuple";
+    case Kind::list:
+      return "a list";
+    case Kind::dict:
+      return "a dict";
+    case Kind::set:
+      return "a set";
+    case Kind::frozenset:
+      return "a frozenset";
+    case Kind::global:
+      return "a global";
+    case Kind::object:
+      return "an object";
+    case Kind::persistent_id:
+      return "a persistent id";
+  }
+  return "a value";
+}
 
 // Runs one pickle. Nodes go straight into the graph's flat tables; the stack, the marks and the
 // memo hold node ids, so nothing recurses and nothing is copied when a value is pushed twice.
