@@ -34,7 +34,7 @@ struct PackOptions {
   Overwrite overwrite = Overwrite::no;  // --force
   // Called as the file is written (OutputFile::watch(): at every write, at least every 64 MiB),
   // once before the first byte and once when every byte is written; on pack()'s thread.
-  std::function<void(const PackProgress&)> progress;
+  std::function<void(const PackProgress&)> progress = nullptr;  // none: no progress
 };
 
 struct PackResult {
