@@ -20,7 +20,7 @@ import tempfile
 import unittest
 from pathlib import Path
 
-from fixtures import CKPTFS, CORPUS, require
+from fixtures import CKPTFS, CORPUS, needs_corpus, require
 
 require("fuse", "torch")
 
@@ -116,6 +116,7 @@ class DcpMountTests(MountTestCase):
                 self.assertEqual(np.load(d / "tensor.npy").tobytes(), raw(t))
                 self.assertTrue(torch.equal(torch.load(d / "tensor.pt"), t))
 
+    @needs_corpus
     def test_corpus(self):
         for name in DCP_CORPUS:
             directory = CORPUS / "formats" / name
@@ -129,6 +130,7 @@ class DcpMountTests(MountTestCase):
                 self.assertEqual(r.returncode, 0, r.stderr)
                 self.assertEqual(json.loads(r.stdout)["format"], "dcp")
 
+    @needs_corpus
     def test_remote(self):
         """By URL of its .metadata: the files it names fetched by range beside it."""
         work = Path(tempfile.mkdtemp(prefix="ckptfs-dcp-remote-"))
@@ -153,6 +155,7 @@ class DcpMountTests(MountTestCase):
         r = run([CKPTFS, "inspect", "--json", path])
         return r, (json.loads(r.stdout) if r.returncode == 0 else None)
 
+    @needs_corpus
     def test_hostile_names_and_truncation(self):
         # A name that leaves the directory (the same length: the pickle stays valid), beside a
         # file of that name outside, which must never be read.
@@ -181,6 +184,7 @@ class DcpMountTests(MountTestCase):
         index = json.loads((views_dir(mnt) / "index.json").read_text())
         self.assertTrue(any(e["kind"] == "value" for e in index["entries"]))
 
+    @needs_corpus
     def test_hostile_metadata(self):
         # A .metadata of another class, and one that is no pickle: one line, exit status 4.
         for what, data in (("another class", pickle.dumps({"state_dict_metadata": {}})),

@@ -28,7 +28,7 @@ require("fuse", "torch")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import ckptfs_safetensors as st  # noqa: E402
-from fixtures import CKPTFS, CORPUS, views_dir  # noqa: E402
+from fixtures import CKPTFS, CORPUS, needs_corpus, views_dir  # noqa: E402
 from test_mount import MountTestCase, run  # noqa: E402
 
 
@@ -182,6 +182,7 @@ class NpzTests(MountTestCase):
         packed = torch.load(out)
         self.assertTrue(np.array_equal(packed["big"].numpy(), big))
 
+    @needs_corpus
     def test_corpus_npz_files(self):
         corpus = sorted((CORPUS / "formats").glob("*.npz"))
         self.assertEqual(len(corpus), 2, corpus)

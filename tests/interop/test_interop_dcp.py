@@ -30,7 +30,7 @@ sys.path.insert(0, str(HERE.parent / "integration"))
 
 from fixtures import CKPTFS, CORPUS as CORPUS_DIR, require  # noqa: E402
 
-require("fuse", "interop")  # else the module exits 77: skipped, with the reason
+require("fuse", "interop", "corpus")  # else the module exits 77: skipped, with the reason
 
 from interop_support import InteropCase, inside, outside, views_dir  # noqa: E402
 
