@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <utility>
 #include <unordered_set>
 #include <vector>
 
@@ -21,6 +22,21 @@ namespace {
 
 using Value = PlainValue;
 using VKind = PlainValue::Kind;
+
+// A magnitude's little-endian bytes as pickle's LONG two's complement: a sign byte (the
+// magnitude's top bit is clear), then the whole negated when the number is negative.
+std::string with_sign(std::string magnitude, bool negative) {
+  magnitude += '\0';
+  if (negative) {
+    unsigned carry = 1;
+    for (char& b : magnitude) {
+      const unsigned v = static_cast<unsigned char>(~static_cast<unsigned char>(b)) + carry;
+      b = static_cast<char>(v & 0xff);
+      carry = v >> 8;
+    }
+  }
+  return magnitude;
+}
 
 // Little-endian two's complement bytes of a decimal integer ("-123"), as pickle::Value's
 // big_integer takes them (the writer drops the bytes it does not need).
@@ -40,16 +56,7 @@ std::string twos_complement_le(std::string_view text) {
   for (const std::uint32_t limb : limbs) {
     for (int i = 0; i < 4; ++i) out += static_cast<char>((limb >> (8 * i)) & 0xff);
   }
-  out += '\0';  // a sign byte: the magnitude's top bit is clear
-  if (negative) {
-    unsigned carry = 1;
-    for (char& b : out) {
-      const unsigned v = static_cast<unsigned char>(~static_cast<unsigned char>(b)) + carry;
-      b = static_cast<char>(v & 0xff);
-      carry = v >> 8;
-    }
-  }
-  return out;
+  return with_sign(std::move(out), negative);
 }
 
 std::optional<std::string> from_hex(std::string_view hex) {
@@ -114,16 +121,7 @@ std::optional<std::string> hex_integer(std::string_view text) {
   auto big_endian = from_hex(digits);
   if (!big_endian) return std::nullopt;
   std::string out(big_endian->rbegin(), big_endian->rend());
-  out += '\0';  // the sign byte: the magnitude's top bit is clear
-  if (negative) {
-    unsigned carry = 1;
-    for (char& b : out) {
-      const unsigned v = static_cast<unsigned char>(~static_cast<unsigned char>(b)) + carry;
-      b = static_cast<char>(v & 0xff);
-      carry = v >> 8;
-    }
-  }
-  return out;
+  return with_sign(std::move(out), negative);
 }
 
 // The scalar of a marker object whose key `marker` was just read, up to its '}': nullopt when it
