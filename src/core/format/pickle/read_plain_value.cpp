@@ -13,8 +13,8 @@
 #include <cstdint>
 #include <limits>
 #include <string>
-#include <utility>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 namespace ckptfs {
