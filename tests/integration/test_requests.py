@@ -12,7 +12,8 @@ the kernel sends for every ioctl of a FUSE file, answered or not):
     RELEASE (names and attributes are cached forever: no LOOKUP, no GETATTR; no FLUSH);
   - with -o no_open: fresh, LOOKUP, LOOKUP, IOCTL, READ; again, IOCTL alone.
 Per ls -l of a directory: its listing (READDIRPLUS, names with attributes), then nothing again
-(directories are opened without OPENDIR, and their listing is cached).
+(directories are opened without OPENDIR, and their listing is cached). A walk of the whole mount
+(find | xargs stat): READDIRPLUS only, every batch with attributes and dentries, so no LOOKUP.
 
 Phases are told apart by a STATFS (os.statvfs), which nothing else sends.
 
@@ -139,6 +140,31 @@ class RequestCountTests(MountTestCase):
         self.assert_at_most(ls_fresh, {"OPENDIR": 1, "READDIRPLUS": 2, "GETXATTR": 1},
                             "ls -l, -o no_open")
         self.assert_at_most(ls_again, {}, "ls -l again, -o no_open")
+
+    def test_listing_names_need_no_lookup(self):
+        """A walk (find MNT | xargs stat, a glob, ls -l of each entry): every listing comes with
+        attributes and a dentry for each name (READDIRPLUS for every batch, not only the first,
+        as the kernel's adaptive READDIRPLUS would), so nothing the walk then stats or opens by a
+        listed name is looked up."""
+        mnt, proc = self.mount(self.checkpoint, "-d")
+        log_of = lambda: self.output(proc)  # noqa: E731
+        self.marker(mnt, log_of)  # the mount's own requests
+        walked = subprocess.run(f"find '{mnt}' -type f -print0 | xargs -0 stat -c %s",
+                                shell=True, capture_output=True, text=True)
+        self.assertEqual(walked.returncode, 0, walked.stderr)
+        self.marker(mnt, log_of)
+        self.unmount(mnt, proc)
+        counts = phases(self.output(proc))
+        # find asks statfs too: everything between the two markers is the walk's.
+        walk = sum(counts[1:-1], collections.Counter())
+        dirs = TENSORS + 2  # the root, .ckptfs and one per entry
+        self.assertGreaterEqual(len(walked.stdout.split()), 4 * TENSORS)
+        self.assertGreaterEqual(walk["READDIRPLUS"], dirs, dict(walk))
+        # Each directory: its names with attributes, then the end of the listing; no GETATTR,
+        # no plain READDIR, and a LOOKUP only for the views of .ckptfs whose size is made when
+        # first asked (model.safetensors: a listing does not make it).
+        self.assert_at_most(walk, {"READDIRPLUS": 3 * dirs, "OPENDIR": 1, "GETXATTR": 1,
+                                   "LOOKUP": 2}, "find | xargs stat")
 
     def test_no_open_changed_checkpoint_fails_reads(self):
         """-o no_open trades the check at open for one round trip: a checkpoint changed while
