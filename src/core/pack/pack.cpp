@@ -162,13 +162,16 @@ PackResult pack(const Model& model, Sources sources, const PackOptions& options)
   if (options.progress) {
     // Where each selected tensor's bytes end in the file, sorted: the tensors done are those
     // that end at or before the bytes written.
-    auto [ends, total] = torch ? std::pair(torch_tensor_ends(model, selection, *torch),
-                                           torch->archive().plan().size())
-                               : safetensors_tensor_ends(*sub, options.dtype);
+    // Not a structured binding: clang before 16 (clang-tidy's here) cannot capture one.
+    auto plan = torch ? std::pair(torch_tensor_ends(model, selection, *torch),
+                                  torch->archive().plan().size())
+                      : safetensors_tensor_ends(*sub, options.dtype);
+    std::vector<std::uint64_t> ends = std::move(plan.first);
+    const std::uint64_t total = plan.second;
     std::sort(ends.begin(), ends.end());
-    out.watch([&options, ends = std::move(ends), total](std::uint64_t written) {
-      const auto done = std::upper_bound(ends.begin(), ends.end(), written) - ends.begin();
-      options.progress({written, total, static_cast<std::size_t>(done), ends.size()});
+    out.watch([&options, ends = std::move(ends), total](std::uint64_t bytes) {
+      const auto done = std::upper_bound(ends.begin(), ends.end(), bytes) - ends.begin();
+      options.progress({bytes, total, static_cast<std::size_t>(done), ends.size()});
     });
     options.progress({0, total, 0, result.tensors});
   }

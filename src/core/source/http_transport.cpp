@@ -37,7 +37,7 @@ void HttpTransport::submit(std::shared_ptr<Job> job) {
   if (multi_ == nullptr)
     throw std::system_error(std::make_error_code(std::errc::not_enough_memory));
   multi_setopt(multi_, CURLMOPT_MAX_HOST_CONNECTIONS, static_cast<long>(options_.max_connections));
-  multi_setopt(multi_, CURLMOPT_MAXCONNECTS, static_cast<long>(2 * options_.max_connections));
+  multi_setopt(multi_, CURLMOPT_MAXCONNECTS, 2L * static_cast<long>(options_.max_connections));
   multi_setopt(multi_, CURLMOPT_PIPELINING, CURLPIPE_MULTIPLEX);
   stopping_ = false;
   thread_ = std::thread([this] { run(); });

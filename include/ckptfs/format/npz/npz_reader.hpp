@@ -47,7 +47,7 @@ bool looks_like_npz(const ByteSource& source);
 //     shows its dtype and shape).
 // Throws what ZipArchive throws for an invalid zip (Error(bad_zip)), and Error(bad_checkpoint)
 // for a stored member whose .npy header is invalid (read_npy_header()), naming the member.
-Model read_npz(const ByteSource& source, std::string source_name, const NpzLimits& limits = {},
-               std::vector<DeflatedMember>* deflated = nullptr);
+Model read_npz(const ByteSource& source, const std::string& source_name,
+               const NpzLimits& limits = {}, std::vector<DeflatedMember>* deflated = nullptr);
 
 }  // namespace ckptfs

@@ -277,8 +277,10 @@ class HeaderReader {
       check_json(out);
     }
     // "ARRAY[ARRAY[UINT8]]"; "ARRAY[ARRAY]" when no inner array said its items' type.
-    std::string name(type_names[types.back()]);
-    for (std::size_t i = 0; i < types.size(); ++i) name = "ARRAY[" + name + "]";
+    std::string name;
+    for (std::size_t i = 0; i < types.size(); ++i) name += "ARRAY[";
+    name += type_names[types.back()];
+    name.append(types.size(), ']');
     return name;
   }
 

@@ -69,7 +69,7 @@ bool looks_like_npz(const ByteSource& source) {
   return source.read_string(30, name_length).ends_with(".npy");
 }
 
-Model read_npz(const ByteSource& source, std::string source_name, const NpzLimits& limits,
+Model read_npz(const ByteSource& source, const std::string& source_name, const NpzLimits& limits,
                std::vector<DeflatedMember>* deflated_members) {
   refuse_impostor(source);
   const ZipArchive zip(source, limits.zip);
