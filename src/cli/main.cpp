@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // The ckptfs command line: mount (the default), `inspect`, `pack`, --help and --version. Every
 // failure is one line on stderr and a documented exit code.
+#include "../fuse/log_file.hpp"
 #include "../fuse/mount.hpp"
 #include "inspect.hpp"
 #include "messages.hpp"
@@ -78,9 +79,10 @@ options (before or after CHECKPOINT MOUNTPOINT):
        dtype=NAME          serve every floating-point tensor as float16, bfloat16 or float32,
                            converted on read as torch's .to() converts (a GGUF's quantized
                            tensors: their dequantized values)
-       log=FILE            the mount's log appended to FILE (foreground and daemon);
-                           default: stderr in the foreground, syslog in a daemon (which
-                           says once when no syslog listens on /dev/log)
+       log=FILE            the mount's log appended to FILE (foreground and daemon): a
+                           regular file of yours, or a new one (made 0600); never a link
+                           (status 1); default: stderr in the foreground, syslog in a
+                           daemon (when none listens on /dev/log, said at its first line)
        direct_io           reads bypass the mount's page cache: for one-pass copies of a
                            remote checkpoint (rsync, cp); a shared mmap of a file fails
                            unless libfuse >= 3.16 and Linux >= 6.6 allow it
@@ -372,6 +374,16 @@ int run_mount(const std::vector<std::string>& args) {
   } catch (const ckptfs::Error& e) {
     return usage_error(e.what());
   }
+  // -o log=FILE is opened with the options, before the checkpoint: a FILE that is not the user's
+  // own regular file is refused (status 1) before anything is read or mounted.
+  ckptfs::UniqueFd log_file;
+  if (!o.log_file.empty()) {
+    try {
+      log_file = ckptfs::fuse::open_log_file(o.log_file);
+    } catch (const ckptfs::Error& e) {
+      return fail(e.code(), fmt::format("log={}: {}", ckptfs::quote(o.log_file), e.what()));
+    }
+  }
   if (o.rw) {
     fmt::print(stderr,
                "ckptfs: warning: -o rw ignored: the mount is read-only (writes fail with EROFS); "
@@ -427,7 +439,7 @@ int run_mount(const std::vector<std::string>& args) {
   request.notifier = &notifier;
   // A signal unmounts at once, even while reads wait for a stalled server.
   if (remote) request.on_stop = [context = remote.get()] { context->cancel(); };
-  request.log_file = o.log_file;
+  request.log_fd = log_file.get();
   request.ready_line = ready_line(tree->model(), shown, o.mountpoint);
   try {
     // The remote threads stop before the mount may fork into a daemon, and start again in

@@ -267,12 +267,6 @@ int wait_for_daemon(int report_fd, pid_t child, fuse_session* se, const MountReq
   }
   ::close(report_fd);
   if (report == "R") {
-    // Once the mount is up, and only then: said when its log (syslog, in a daemon) has no home.
-    if (request.log_file.empty() && !log::syslog_listens()) {
-      fmt::print(stderr,
-                 "ckptfs: warning: no syslog listens on /dev/log: the mount's log (read and "
-                 "server errors) is lost; -o log=FILE keeps it\n");
-    }
     if (request.notifier != nullptr) request.notifier->send(true);
     return 0;
   }
@@ -337,16 +331,9 @@ void mount_and_serve(const Tree& tree, Sources sources, const MountRequest& requ
                       quote(request.mountpoint), n, n == 1 ? "y is" : "ies are"));
     }
   }
-  // The log: FILE (opened now, so that a bad path is a failure at once), else stderr in the
-  // foreground and syslog in a daemon, which is said when no syslog listens to keep it.
-  if (!request.log_file.empty()) {
-    const int fd = ::open(request.log_file.c_str(),
-                          O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY, 0600);
-    if (fd < 0) {
-      throw mount_error(fmt::format("log={}: {}", quote(request.log_file), std::strerror(errno)));
-    }
-    log::use_file(fd);
-  }
+  // The log: FILE (opened by the caller, so that a bad one is refused before anything is done),
+  // else stderr in the foreground and syslog in a daemon.
+  if (request.log_fd >= 0) log::use_file(request.log_fd);
   log::capture_libfuse(request.debug);
 
   SessionOptions options;
@@ -436,8 +423,9 @@ void mount_and_serve(const Tree& tree, Sources sources, const MountRequest& requ
       }
     }
     if (report) {
+      // Before stderr goes: a syslog without a listener is said there, at the first line.
+      if (request.log_fd < 0) log::use_syslog(mountpoint);
       detach_stdio();
-      if (request.log_file.empty()) log::use_syslog();
       report->ready();
       return;
     }

@@ -19,7 +19,9 @@ import json
 import lzma
 import os
 import re
+import select
 import shutil
+import stat
 import struct
 import subprocess
 import sys
@@ -37,7 +39,8 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from ckptfs_mounts import is_mounted  # noqa: E402
-from fixtures import CKPTFS, CORPUS  # noqa: E402
+from fixtures import (CKPTFS, CORPUS, processes_with_arg, syslog_listens,  # noqa: E402
+                      wait_until)
 from test_mount import MountTestCase, run  # noqa: E402
 
 EXIT = {"usage": 1, "io": 2, "zip": 3, "checkpoint": 4, "unsupported": 5, "mount": 6}
@@ -392,22 +395,143 @@ class LogTests(MessageTestCase):
     def test_unwritable_log_fails_at_once(self):
         src = self.tmp / "m.pth"
         torch.save({"w": torch.zeros(2)}, src)
-        r = run([CKPTFS, "-o", f"log={self.tmp}/no/such/dir/x.log", src, self.new_dir()])
-        self.assertEqual(r.returncode, EXIT["mount"])
-        self.assertIn("No such file or directory", r.stderr.decode())
+        log = self.tmp / "no" / "such" / "dir" / "x.log"
+        r = run([CKPTFS, "-o", f"log={log}", src, self.new_dir()])
+        self.assertEqual(r.returncode, EXIT["usage"])
+        self.assertEqual(r.stderr.decode(), f'ckptfs: log="{log}": No such file or directory\n')
 
-    def test_lost_log_is_said_once(self):
-        if os.path.exists("/dev/log"):
-            self.skipTest("a syslog listens here (the line is said only without one)")
+    def test_log_is_only_the_users_own_regular_file(self):
+        """Issue 29, items 2 and 8: in a sticky directory others may write (/tmp), a name that
+        leads anywhere but to a regular file of the user's, with one name, is refused at once
+        (status 1, one line, nothing mounted), and nothing is written, created or waited on."""
         src = self.tmp / "m.pth"
         torch.save({"w": torch.zeros(2)}, src)
+        shared = self.new_dir("sticky")
+        os.chmod(shared, 0o1777)
+        precious = self.tmp / "precious"  # root's, 0600
+        precious.write_bytes(b"root only\n")
+        os.chmod(precious, 0o600)
+        root = os.geteuid() == 0
+
+        def planted(name, make, chown=True):
+            path = shared / name
+            make(path)
+            if root and chown:  # made by another user, as in /tmp
+                os.chown(path, 65534, 65534, follow_symlinks=False)
+            return path
+
+        cases = [
+            ("a link", planted("link.log", lambda p: p.symlink_to(precious)),
+             r"a symbolic link: ckptfs does not follow one to its log"),
+            ("a dangling link", planted("dangling.log",
+                                        lambda p: p.symlink_to(self.tmp / "made-by-root")),
+             r"a symbolic link"),
+            ("a FIFO", planted("fifo.log", os.mkfifo), r"a FIFO, not a regular file"),
+            ("a directory", planted("dir.log", os.mkdir), r"a directory, not a regular file"),
+            ("a device", Path("/dev/null"), r"a character device, not a regular file"),
+            # (another name of root's file: its owner is root's, whoever made the name)
+            ("a hard link", planted("hard.log", lambda p: os.link(precious, p), chown=False),
+             r"has 2 hard links"),
+        ]
+        if root:
+            cases.append(("another user's file", planted("theirs.log", lambda p: p.write_bytes(b"")),
+                          r"owned by uid 65534, not by uid 0 who mounts"))
+        for name, log, pattern in cases:
+            with self.subTest(name):
+                mnt = self.new_dir()
+                # A FIFO's open would wait for a reader for ever: run() gives up after its
+                # timeout, and the test fails.
+                r = run([CKPTFS, "-o", f"log={log}", src, mnt])
+                err = r.stderr.decode()
+                self.assertEqual((r.returncode, r.stdout, err.count("\n")), (EXIT["usage"], b"", 1),
+                                 err)
+                self.assertRegex(err, "^ckptfs: log=" + re.escape(f'"{log}"') + ": " + pattern)
+                self.assertFalse(is_mounted(mnt))
+                run(["fusermount3", "-u", "-z", mnt])  # were it mounted all the same
+        self.assertEqual(precious.read_bytes(), b"root only\n")
+        st = precious.stat()
+        self.assertEqual((st.st_uid, stat.S_IMODE(st.st_mode)), (os.geteuid(), 0o600))
+        self.assertFalse(os.path.lexists(self.tmp / "made-by-root"))
+        self.assertEqual(os.listdir(shared / "dir.log"), [])
+        # A new name there is the user's own file from the start: created 0600, and appended to
+        # by the next mount.
+        log = shared / "new.log"
+        for _ in range(2):
+            mnt = self.new_dir()
+            r = run([CKPTFS, "-o", f"log={log}", src, mnt])
+            self.assertEqual((r.returncode, r.stderr), (0, b""))
+            self.assertEqual(run(["fusermount3", "-u", mnt]).returncode, 0)
+        st = log.lstat()
+        self.assertTrue(stat.S_ISREG(st.st_mode))
+        self.assertEqual((stat.S_IMODE(st.st_mode), st.st_uid), (0o600, os.geteuid()))
+
+    def daemon_with_stderr(self, stderr):
+        """A daemon mount of a checkpoint whose stderr is `stderr` (a descriptor); returns the
+        checkpoint, the mountpoint and the daemon's pid, once the command has returned 0."""
+        src = self.tmp / f"lost-{stderr}.pth"
+        torch.save({"a": torch.zeros(100000), "b": torch.ones(100000)}, src)
         mnt = self.new_dir()
-        r = run([CKPTFS, src, mnt])
+        r = subprocess.run([str(CKPTFS), str(src), str(mnt)], stdout=subprocess.PIPE,
+                           stderr=stderr, timeout=60)
         self.addCleanup(lambda: run(["fusermount3", "-u", "-z", mnt]))
         self.assertEqual(r.returncode, 0)
-        self.assertEqual(r.stderr, b"ckptfs: warning: no syslog listens on /dev/log: the mount's "
-                         b"log (read and server errors) is lost; -o log=FILE keeps it\n")
-        run(["fusermount3", "-u", mnt])
+        self.assertEqual(r.stdout, b"")
+        pids = processes_with_arg(mnt)
+        self.assertEqual(len(pids), 1)
+        return src, mnt, pids[0]
+
+    def unmount_and_wait(self, mnt, pid):
+        self.assertEqual(run(["fusermount3", "-u", mnt]).returncode, 0)
+        self.assertTrue(wait_until(lambda: not Path(f"/proc/{pid}").exists(), 60))
+
+    def fail_reads(self, src, mnt):
+        """Two reads that fail, each logged: the checkpoint's bytes are gone."""
+        os.truncate(src, 1000)
+        for key in ("a", "b"):
+            with self.assertRaises(OSError):
+                (mnt / key / "data").read_bytes()
+
+    def lost_line(self, mnt):
+        return (f"ckptfs: {mnt}: warning: no syslog listens on /dev/log: the mount's log (read "
+                "and server errors) is lost; -o log=FILE keeps it\n").encode()
+
+    def test_lost_log_is_said_at_the_first_line_once(self):
+        """Issue 29, item 12: a daemon without a syslog to hear it says so when it first logs,
+        once, on the file or terminal that was the mount's stderr; a mount that logs nothing says
+        nothing (it used to say it at every mount)."""
+        if syslog_listens():
+            self.skipTest("a syslog listens here (the line is said only without one)")
+        with self.subTest("stderr a file"):
+            err = self.tmp / "stderr.txt"
+            with open(err, "wb") as f:
+                src, mnt, pid = self.daemon_with_stderr(f.fileno())
+            self.assertEqual(err.read_bytes(), b"")  # mounted: nothing to say
+            self.assertEqual((mnt / "a" / "data").read_bytes(), bytes(400000))
+            self.assertEqual(err.read_bytes(), b"")  # read: nothing either
+            self.fail_reads(src, mnt)
+            self.assertTrue(wait_until(lambda: err.read_bytes() != b"", 60))
+            self.unmount_and_wait(mnt, pid)
+            self.assertEqual(err.read_bytes(), self.lost_line(mnt))
+        with self.subTest("stderr a terminal"):
+            master, slave = os.openpty()
+            self.addCleanup(os.close, master)
+            self.addCleanup(os.close, slave)  # open here, so that the master reads, not EIO
+            src, mnt, pid = self.daemon_with_stderr(slave)
+            # The daemon holds no descriptor of the terminal: it opens it again to say it.
+            pts = os.path.realpath(f"/proc/self/fd/{master}")
+            held = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+            self.assertFalse([h for h in held if h.startswith("/dev/pts/")], (pts, held))
+            self.fail_reads(src, mnt)
+            said = b""
+            while b"\n" not in said:
+                ready, _, _ = select.select([master], [], [], 60)
+                self.assertTrue(ready, f"nothing said on the terminal: {said!r}")
+                said += os.read(master, 4096)
+            self.unmount_and_wait(mnt, pid)
+            ready, _, _ = select.select([master], [], [], 0)
+            if ready:
+                said += os.read(master, 4096)
+            self.assertEqual(said.replace(b"\r\n", b"\n"), self.lost_line(mnt))
 
 
 class ProgressTests(MessageTestCase):

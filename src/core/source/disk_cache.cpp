@@ -161,8 +161,10 @@ std::vector<std::string> names_in(int dir) {
   return names;
 }
 
-// DIR itself: made when only its last component is missing, then opened (a link to it is
-// followed: what is checked is the directory opened) and checked.
+// DIR itself: made when only its last component is missing, then opened (a link of the user's
+// own to it is followed: what is checked is the directory opened) and checked. A link another
+// user owns is refused, as the kernel's fs.protected_symlinks refuses one in a sticky directory:
+// whoever made it chose which directory of the user's the cache's writes go to.
 int open_root(const std::string& directory) {
   auto refuse = [&](const std::string& why) {
     return Error(ExitCode::usage, fmt::format("cache_dir={}: {}", quote(directory), why));
@@ -175,6 +177,14 @@ int open_root(const std::string& directory) {
           quote(parent)));
     }
     throw refuse(fmt::format("cannot make it: {}", std::strerror(errno)));
+  }
+  struct stat named {};
+  if (::lstat(directory.c_str(), &named) == 0 && S_ISLNK(named.st_mode) &&
+      named.st_uid != ::geteuid()) {
+    throw refuse(fmt::format(
+        "a symbolic link owned by uid {}, not by uid {} who runs ckptfs: another user may have "
+        "made it to lead the cache into a directory of yours; name the directory itself",
+        named.st_uid, ::geteuid()));
   }
   Fd fd(::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!fd) throw refuse(std::strerror(errno));
