@@ -20,25 +20,6 @@ constexpr int open_flags = O_WRONLY | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_NOC
 
 [[noreturn]] void refuse(const std::string& why) { throw Error(ExitCode::usage, why); }
 
-const char* kind_of(mode_t mode) {
-  switch (mode & S_IFMT) {
-    case S_IFDIR:
-      return "a directory";
-    case S_IFLNK:
-      return "a symbolic link";
-    case S_IFIFO:
-      return "a FIFO";
-    case S_IFSOCK:
-      return "a socket";
-    case S_IFCHR:
-      return "a character device";
-    case S_IFBLK:
-      return "a block device";
-    default:
-      return "not a regular file";
-  }
-}
-
 // Refuses `st` (of the name, or of the descriptor opened) unless it is a regular file of the
 // user, with one name.
 void check_own_regular_file(const struct stat& st) {
@@ -49,7 +30,7 @@ void check_own_regular_file(const struct stat& st) {
   }
   if (!S_ISREG(st.st_mode)) {
     refuse(fmt::format("{}, not a regular file: name a file of yours for the log",
-                       kind_of(st.st_mode)));
+                       file_kind_name(st.st_mode)));
   }
   if (st.st_uid != ::geteuid()) {
     refuse(fmt::format(

@@ -3,6 +3,7 @@
 #include <ckptfs/base/crc32.hpp>
 #include <ckptfs/base/error.hpp>
 #include <ckptfs/pack/output_file.hpp>
+#include <ckptfs/source/open_file.hpp>
 
 #include <fmt/format.h>
 
@@ -49,23 +50,6 @@ std::string temporary_name(const std::string& directory, const std::string& base
   return fmt::format("{}/.{}.ckptfs-pack-{:016x}", directory, base, random());
 }
 
-const char* kind_of(mode_t mode) {
-  switch (mode & S_IFMT) {
-    case S_IFDIR:
-      return "a directory";
-    case S_IFIFO:
-      return "a FIFO";
-    case S_IFSOCK:
-      return "a socket";
-    case S_IFCHR:
-      return "a character device";
-    case S_IFBLK:
-      return "a block device";
-    default:
-      return "not a regular file";
-  }
-}
-
 std::string directory_of(const std::string& path) {
   const auto slash = path.rfind('/');
   return slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
@@ -82,7 +66,7 @@ std::optional<struct stat> check_output_name(const std::string& path, Overwrite 
     throw OutputError(ExitCode::usage,
                       fmt::format("{}, not a regular file: pack writes and replaces regular "
                                   "files only; name another OUT",
-                                  kind_of(st.st_mode)));
+                                  file_kind_name(st.st_mode)));
   }
   struct stat directory {};
   if (st.st_uid != ::geteuid() && ::stat(directory_of(path).c_str(), &directory) == 0 &&

@@ -7,6 +7,7 @@
 #include <ckptfs/base/error.hpp>
 #include <ckptfs/base/sha256.hpp>
 #include <ckptfs/base/text.hpp>
+#include <ckptfs/source/open_file.hpp>
 
 #include <fmt/format.h>
 
@@ -95,29 +96,9 @@ bool own(const struct stat& st, mode_t type) {
   return (st.st_mode & S_IFMT) == type && st.st_uid == ::geteuid() && (st.st_mode & 022) == 0;
 }
 
-const char* kind_of(mode_t mode) {
-  switch (mode & S_IFMT) {
-    case S_IFREG:
-      return "a file";
-    case S_IFDIR:
-      return "a directory";
-    case S_IFLNK:
-      return "a symbolic link";
-    case S_IFIFO:
-      return "a FIFO";
-    case S_IFSOCK:
-      return "a socket";
-    case S_IFCHR:
-    case S_IFBLK:
-      return "a device";
-    default:
-      return "an unknown kind of file";
-  }
-}
-
 // Why `st` is not what own() wants, in words.
 std::string why_not_own(const struct stat& st, mode_t type) {
-  if ((st.st_mode & S_IFMT) != type) return kind_of(st.st_mode);
+  if ((st.st_mode & S_IFMT) != type) return file_kind_name(st.st_mode);
   if (st.st_uid != ::geteuid()) {
     return fmt::format("owned by uid {}, not by uid {} who runs ckptfs", st.st_uid, ::geteuid());
   }
@@ -242,7 +223,7 @@ DiskCache::DiskCache(const std::string& directory, std::uint64_t limit, Warn war
     std::string why = fmt::format("{}: {}", blocks_folder, std::strerror(error));
     if (::fstatat(dir.get(), blocks_folder, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
         !S_ISDIR(st.st_mode)) {
-      why = fmt::format("{} is {}, not a directory{}", blocks_folder, kind_of(st.st_mode),
+      why = fmt::format("{} is {}, not a directory{}", blocks_folder, file_kind_name(st.st_mode),
                         S_ISLNK(st.st_mode) ? " (ckptfs never follows a link in its cache)" : "");
     }
     throw Error(ExitCode::usage, fmt::format("cache_dir={}: {}", quote(directory), why));
@@ -277,7 +258,7 @@ std::shared_ptr<const DiskCache::Folder> DiskCache::object_folder(std::string_vi
   if (!folder) {
     if (errno == ELOOP || errno == ENOTDIR) {
       if (::fstatat(root_fd_, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
-        ignore(fmt::format("{} ({})", shown, kind_of(st.st_mode)));
+        ignore(fmt::format("{} ({})", shown, file_kind_name(st.st_mode)));
       }
     }
     return nullptr;
@@ -307,7 +288,7 @@ std::shared_ptr<const DiskCache::Folder> DiskCache::object_folder(std::string_vi
     }
     if (errno != ENOENT) {
       if (::fstatat(folder.get(), "key", &st, AT_SYMLINK_NOFOLLOW) == 0) {
-        ignore(fmt::format("{}/key ({})", shown, kind_of(st.st_mode)));
+        ignore(fmt::format("{}/key ({})", shown, file_kind_name(st.st_mode)));
       }
       return nullptr;
     }
