@@ -14,6 +14,7 @@
 #include <ckptfs/source/byte_source.hpp>
 #include <ckptfs/source/location.hpp>
 #include <ckptfs/source/remote.hpp>
+#include <ckptfs/view/describe.hpp>
 #include <ckptfs/view/served.hpp>
 #include <ckptfs/view/tree.hpp>
 
@@ -400,6 +401,8 @@ int run_mount(const std::vector<std::string>& args) {
     tree_options.shard_size = o.shard_size;
     tree_options.layout = o.layout;
     tree_options.files = o.files.value_or(ckptfs::all_key_files);
+    // Before the daemon changes to "/": relative paths are made absolute now.
+    tree_options.local_files = ckptfs::local_files(opened->sources());
     tree.emplace(std::move(opened->model()), tree_options);
   } catch (const ckptfs::Error& e) {
     return fail(e.code(), fmt::format("{}: {}", shown, e.what()));
