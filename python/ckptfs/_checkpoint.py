@@ -225,9 +225,9 @@ class Checkpoint(Mapping):
 
         DESCRIPTION
             As safetensors' get_slice: slice[0:128], slice[10], slice[:, 2:5] read only the
-            rows the first index selects (through the mount: one pread of their bytes of
-            tensor.npy; on the fast path: those rows of the mapped file), then apply the rest
-            of the index in memory. Its results are torch tensors where torch is importable,
+            rows the first index selects, with one pread of their bytes (on the fast path, of
+            the checkpoint's file itself; else of the mount's tensor.npy), then apply the rest
+            of the index in memory: no mapping of the file is kept. Its results are torch tensors where torch is importable,
             numpy arrays with numpy=True (or without torch). slice.get_shape() and
             slice.get_dtype() say what it is; the path (slice.path: "file" or "mount") is
             chosen, and the file checked, when get_slice is called.
@@ -470,10 +470,12 @@ class Slice:
         s[0:128]  s[5]  s[:, 10:20]  s[...]  s.get_shape()  s.get_dtype()  s.path
 
     DESCRIPTION
-        The first index (an int, or a slice of any step) selects the rows read; the rest of the
-        index (and any fancy index, which reads every row) applies in memory. A 0-d tensor is
-        read whole. Results are copies, but for the fast path's basic slices: views of the
-        mapped file (copy-on-write).
+        The first index (an int, or a slice of any step) selects the rows read, with one pread
+        of their bytes: of the checkpoint's file itself on the fast path (s.path "file"; the
+        file checked when get_slice was called), else of the mount's tensor.npy; the rest of
+        the index (and any fancy index, which reads every row) applies in memory. A 0-d tensor
+        is read whole. Each result is an array or tensor of its own (a copy: no mapping of the
+        file stays, and nothing read is kept).
     """
 
     def __init__(self, checkpoint, key, entry, as_numpy):
@@ -482,19 +484,21 @@ class Slice:
         self.dtype = entry["dtype"]
         self._as_numpy = as_numpy
         self._checkpoint = checkpoint
-        self._entry = entry
-        self._array = None
+        self._fd = None
+        self._row_bytes = None
         local = checkpoint._local_range(entry)
         if local is not None:
-            self._array = checkpoint._array(key, entry)
+            f, self._data_offset, self._npy_dtype = local
+            self._file_path = f.path
+            self._fd = os.dup(f.fd)  # (stays valid while the Slice lives, whatever closes)
+            weakref.finalize(self, os.close, self._fd)
             self.path = FILE
         else:
-            self.path = MOUNT
-            checkpoint._taken[key] = MOUNT
             self._file_path = os.path.join(checkpoint._dir(entry), "tensor.npy")
-            self._fd = None
             self._data_offset = None
             self._npy_dtype = None
+            self.path = MOUNT
+        checkpoint._taken[key] = self.path
 
     def get_shape(self):
         """The tensor's shape, a list (as safetensors' get_shape)."""
@@ -510,9 +514,12 @@ class Slice:
         return self.shape[0]
 
     def __getitem__(self, index):
+        rows = self.shape[0] if self.shape else None
+        if type(index) is slice and index.step is None and rows is not None:
+            start, stop, _ = index.indices(rows)  # the common case: rows a:b, read as they are
+            return self._result(self._rows(start, max(start, stop)))
         if not isinstance(index, tuple):
             index = (index,)
-        rows = self.shape[0] if self.shape else None
         first = index[0] if index else slice(None)
         if rows is None or first is Ellipsis or first is None or not isinstance(
                 first, (int, np.integer, slice)) or isinstance(first, bool):
@@ -534,30 +541,30 @@ class Slice:
             i %= rows
             block, rest = self._rows(i, i + 1), (0,) + index[1:]
         result = block[rest]
-        if self._as_numpy:
-            return result
         if not isinstance(result, np.ndarray):
             result = np.asarray(result)
-        return _tensors.to_torch(result, self.dtype, self.key)
+        return self._result(result)
+
+    def _result(self, array):
+        return array if self._as_numpy else _tensors.to_torch(array, self.dtype, self.key)
 
     def _rows(self, lo, hi, whole=False):
-        """Rows [lo, hi) (whole: the tensor) as a numpy array."""
-        if self._array is not None:
-            return self._array if whole else self._array[lo:hi]
+        """Rows [lo, hi) (whole: the tensor) as a numpy array of its own, one pread."""
         self._checkpoint._check_open()
         if self._fd is None:
             self._open()
-        shape = self.shape if whole else (hi - lo,) + self.shape[1:]
-        out = np.empty(shape, self._npy_dtype)
-        row_bytes = self._npy_dtype.itemsize * int(np.prod(self.shape[1:], dtype=np.int64))
-        offset = self._data_offset + (0 if whole else lo * row_bytes)
+        if self._row_bytes is None:
+            self._row_bytes = self._npy_dtype.itemsize * int(
+                np.prod(self.shape[1:], dtype=np.int64))
+        out = np.empty(self.shape if whole else (hi - lo,) + self.shape[1:], self._npy_dtype)
+        offset = self._data_offset + (0 if whole else lo * self._row_bytes)
         view = _bytes_of(out)
-        done = 0
         try:
+            done = os.preadv(self._fd, [view], offset)
             while done < len(view):
                 n = os.preadv(self._fd, [view[done:]], offset + done)
                 if n == 0:
-                    raise Error(f"ckptfs: {self._file_path}: shorter than its header says",
+                    raise Error(f"ckptfs: {self._file_path}: shorter than index.json says",
                                 errno=errnos.EIO)
                 done += n
         except OSError as e:
@@ -565,6 +572,7 @@ class Slice:
         return out
 
     def _open(self):
+        """The mount's tensor.npy, its header read."""
         try:
             with open(self._file_path, "rb") as f:
                 shape, fortran, dtype = _read_header(f)

@@ -8,7 +8,8 @@ os.stat() of its path and os.fstat() of the descriptor read: a file replaced (an
 rewritten, truncated or touched (another size or mtime) is refused, and the tensor is read
 through the mount, which serves the bytes it has or fails with EIO, never wrong ones. It is
 made each time a tensor is looked up; a file changed after that, while a tensor maps it, shows
-the change to that tensor, as the mount's own page cache would."""
+the change to that tensor, as the mount's own page cache would (and one truncated raises SIGBUS
+where its lost pages are touched, as any mapping of a file does)."""
 
 import mmap
 import os
