@@ -486,6 +486,9 @@ class Slice:
         self._checkpoint = checkpoint
         self._fd = None
         self._row_bytes = None
+        self._tail = self.shape[1:]
+        # torch.from_numpy gives the dtype itself (no view of the bits needed): the plain ones.
+        self._direct = not as_numpy and self.dtype in _tensors.FROM_NUMPY
         local = checkpoint._local_range(entry)
         if local is not None:
             f, self._data_offset, self._npy_dtype = local
@@ -517,7 +520,10 @@ class Slice:
         rows = self.shape[0] if self.shape else None
         if type(index) is slice and index.step is None and rows is not None:
             start, stop, _ = index.indices(rows)  # the common case: rows a:b, read as they are
-            return self._result(self._rows(start, max(start, stop)))
+            array = self._rows(start, max(start, stop))
+            if self._direct and array.dtype.isnative:
+                return _tensors.torch().from_numpy(array)
+            return self._result(array)
         if not isinstance(index, tuple):
             index = (index,)
         first = index[0] if index else slice(None)
@@ -550,23 +556,26 @@ class Slice:
 
     def _rows(self, lo, hi, whole=False):
         """Rows [lo, hi) (whole: the tensor) as a numpy array of its own, one pread."""
-        self._checkpoint._check_open()
+        if self._checkpoint.closed:
+            self._checkpoint._check_open()
         if self._fd is None:
             self._open()
         if self._row_bytes is None:
-            self._row_bytes = self._npy_dtype.itemsize * int(
-                np.prod(self.shape[1:], dtype=np.int64))
-        out = np.empty(self.shape if whole else (hi - lo,) + self.shape[1:], self._npy_dtype)
-        offset = self._data_offset + (0 if whole else lo * self._row_bytes)
-        view = _bytes_of(out)
+            self._row_bytes = self._npy_dtype.itemsize * int(np.prod(self._tail, dtype=np.int64))
+        if whole:
+            lo, hi = 0, self.shape[0] if self.shape else 1
+        out = np.empty(self.shape if whole else (hi - lo,) + self._tail, self._npy_dtype)
+        offset = self._data_offset + lo * self._row_bytes
         try:
-            done = os.preadv(self._fd, [view], offset)
-            while done < len(view):
-                n = os.preadv(self._fd, [view[done:]], offset + done)
-                if n == 0:
-                    raise Error(f"ckptfs: {self._file_path}: shorter than index.json says",
-                                errno=errnos.EIO)
-                done += n
+            done = os.preadv(self._fd, [out], offset)  # (a C-contiguous array is its bytes)
+            if done < out.nbytes:
+                raw = _bytes_of(out)
+                while done < len(raw):
+                    n = os.preadv(self._fd, [raw[done:]], offset + done)
+                    if n == 0:
+                        raise Error(f"ckptfs: {self._file_path}: shorter than index.json says",
+                                    errno=errnos.EIO)
+                    done += n
         except OSError as e:
             raise _read_error(self._file_path, e) from None
         return out

@@ -21,6 +21,9 @@ _NUMPY = {
     "bits8": "u1", "bits16": "u2", "bits1x8": "u1", "bits2x4": "u1", "bits4x2": "u1",
     "bcomplex32": "u4",
 }
+# The dtypes whose numpy arrays torch.from_numpy takes as they are (of the same dtype).
+FROM_NUMPY = {"float32", "float64", "float16", "int8", "int16", "int32", "int64", "uint8", "bool",
+              "complex64", "complex128"}
 # Quantized tensors need their scale and zero point (tensor.pt holds them): never made from bytes.
 QUANTIZED = {"qint8", "quint8", "qint32", "quint4x2", "quint2x4"}
 # The numpy types torch.from_numpy takes, by width, for the bits of an unsigned type it may not
