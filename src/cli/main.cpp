@@ -15,6 +15,7 @@
 #include <ckptfs/source/byte_source.hpp>
 #include <ckptfs/source/location.hpp>
 #include <ckptfs/source/remote.hpp>
+#include <ckptfs/view/describe.hpp>
 #include <ckptfs/view/served.hpp>
 #include <ckptfs/view/tree.hpp>
 
@@ -412,6 +413,8 @@ int run_mount(const std::vector<std::string>& args) {
     tree_options.shard_size = o.shard_size;
     tree_options.layout = o.layout;
     tree_options.files = o.files.value_or(ckptfs::all_key_files);
+    // Before the daemon changes to "/": relative paths are made absolute now.
+    tree_options.local_files = ckptfs::local_files(opened->sources());
     tree.emplace(std::move(opened->model()), tree_options);
   } catch (const ckptfs::Error& e) {
     return fail(e.code(), fmt::format("{}: {}", shown, e.what()));

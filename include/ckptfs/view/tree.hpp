@@ -10,6 +10,7 @@
 #include <ckptfs/base/names.hpp>
 #include <ckptfs/model/model.hpp>
 #include <ckptfs/source/byte_source.hpp>
+#include <ckptfs/view/describe.hpp>
 #include <ckptfs/view/read_buffer.hpp>
 
 #include <sys/stat.h>
@@ -86,6 +87,9 @@ struct TreeOptions {
   // The split layout: which files a tensor's directory holds (KeyFile bits). A value's directory
   // holds value.json and a broken tensor's meta.json whatever this says (it is all they have).
   std::uint8_t files = all_key_files;
+  // Per source (Model::sources' order), the local file it is (local_files(), describe.hpp):
+  // index.json's "source_files" and its tensors' "file_range". Empty: none published.
+  std::vector<std::optional<LocalFile>> local_files = {};
 };
 
 class Tree {

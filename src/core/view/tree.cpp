@@ -550,6 +550,7 @@ void Tree::write_index_json(std::string& out, Flush flush) const {
   j.key("values").number(std::uint64_t{model_.entries.size() - tensors});
   j.key("total_bytes").raw(decimal(total_bytes));
   write_sources_and_metadata(j, model_);
+  write_source_files(j, options_.local_files);
   j.key("entries").begin_array();
   for (std::size_t i = 0; i < model_.entries.size(); ++i) {
     const Entry& e = model_.entries[i];
@@ -578,6 +579,7 @@ void Tree::write_index_json(std::string& out, Flush flush) const {
       } else {
         j.null();
       }
+      write_file_range(j, model_, served, options_.local_files);
     }
     j.end_object();
     if (out.size() > flush_at) flush();
