@@ -697,8 +697,11 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
   void fail(Failure f) {
     f.message = object_->scrub(std::move(f.message));
     // The last attempt may have been one the deadline stopped before it started: the server
-    // failed all the same.
-    if ((f.retry || server_failed_) && !cancelled) shared_.server_failed(f.message);
+    // failed all the same. Only a read's request says so: a background check of the identity
+    // makes one attempt, and one lost answer must not fail the reads that come after it.
+    if ((f.retry || server_failed_) && !cancelled && mode_ == Mode::read) {
+      shared_.server_failed(f.message);
+    }
     if (mode_ == Mode::read) {
       for (std::size_t k = 0; k < blocks_.size(); ++k) {
         auto& block = blocks_[k];
