@@ -75,7 +75,9 @@ TENSORS = {"head.bias": (1, 1024), **{f"layer{i}.weight": (256, 1024) for i in r
 
 def tree(root):
     """{relative path: sha256 of the bytes} of every file under `root`, and .ckptfs/index.json
-    without its "source" (the path or URL named on the command line)."""
+    without what says where the bytes are read from: its "source" (the path or URL named on the
+    command line), "source_files" and each entry's "file_range" (a local file's identity and
+    ranges, null for a URL)."""
     out = {}
     for directory, dirs, files in os.walk(root):
         dirs.sort()
@@ -86,6 +88,9 @@ def tree(root):
             if rel == f"{VIEWS_FOLDER}/index.json":
                 doc = json.loads(data)
                 doc.pop("source", None)
+                doc.pop("source_files", None)
+                for entry in doc.get("entries", []):
+                    entry.pop("file_range", None)
                 data = json.dumps(doc, sort_keys=True).encode()
             out[rel] = hashlib.sha256(data).hexdigest()
     return out
