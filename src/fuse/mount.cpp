@@ -251,6 +251,7 @@ int wait_for_daemon(int report_fd, pid_t child, fuse_session* se, const MountReq
   }
   ::close(report_fd);
   if (report == "R") {
+    if (!request.notice.empty()) fmt::print(stderr, "ckptfs: {}\n", request.notice);
     // Once the mount is up, and only then: said when its log (syslog, in a daemon) has no home.
     if (request.log_file.empty() && !log::syslog_listens()) {
       fmt::print(stderr,
@@ -426,6 +427,7 @@ void mount_and_serve(const Tree& tree, Sources sources, const MountRequest& requ
       return;
     }
     if (request.notifier != nullptr) request.notifier->send(true);
+    if (!request.notice.empty()) fmt::print(stderr, "ckptfs: {}\n", request.notice);
     if (!request.ready_line.empty()) fmt::print(stderr, "{}\n", request.ready_line);
     std::fflush(stderr);
     notify_systemd("READY=1\nSTATUS=" + request.ready_line);
