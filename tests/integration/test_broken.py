@@ -131,6 +131,14 @@ class KeyFileTests(BrokenTestCase):
                         self.assert_eio(mnt / "gone" / name)
                 self.unmount(mnt, proc)
 
+    def test_no_open_fails_the_read(self):
+        """-o no_open: once the kernel opens files without asking, the read itself fails."""
+        mnt, proc = self.mount(self.ckpt, "-o", "no_open")
+        self.assertEqual((mnt / "a" / "data").read_bytes(), self.sound["a"])  # the first open
+        for name in ("data", "tensor.npy", "tensor.pt"):
+            self.assert_eio(mnt / "gone" / name)
+        self.unmount(mnt, proc)
+
     def test_a_daemon_says_it_and_logs_why(self):
         mnt, log = self.new_dir(), self.tmp / "ckptfs.log"
         self.addCleanup(force_unmount, mnt)
