@@ -178,8 +178,12 @@ the tree (layout=split): the root holds the key directories and the hidden .ckpt
   MOUNTPOINT/<key>/tensor.pt      the tensor alone, as torch.save writes it (torch.load reads it)
   MOUNTPOINT/<key>/value.json     a non-tensor value as JSON
   MOUNTPOINT/.ckptfs/index.json   every entry: key, path, kind, dtype, shape, nbytes; the
-                                  files read (sources) and the file's metadata
+                                  files read (sources), the file's metadata, and what each
+                                  view lacks and why (exports)
   MOUNTPOINT/.ckptfs/model.safetensors  every tensor as one safetensors file (see shard_size=)
+  a broken tensor (a record missing...) keeps its files, but reads of them fail with EIO, and
+  so do those of model.safetensors, which would lack it: the log says why, and the mount says
+  how many tensors are broken (ckptfs inspect lists them)
 the tree (layout=rfc):
   MOUNTPOINT/map.pt               torch.save of the list of keys that have a file, in order
                                   (beside the <key>.pt files, where the RFC's loaders look)
@@ -332,8 +336,23 @@ ckptfs::Modes mount_modes(const ckptfs::cli::MountOptions& o) {
   return ckptfs::modes_following(st.st_mode);
 }
 
+// "B of N tensors are broken (see: ckptfs inspect CHECKPOINT)", or "" when none is: said at every
+// mount, for their files (and the views that would hold them) fail their reads with EIO.
+std::string broken_summary(const ckptfs::Model& c, const std::string& checkpoint) {
+  std::size_t tensors = 0, broken = 0;
+  for (const auto& e : c.entries) {
+    if (e.kind != ckptfs::Entry::Kind::tensor) continue;
+    ++tensors;
+    if (!c.tensors[e.tensor].broken.empty()) ++broken;
+  }
+  if (broken == 0) return {};
+  return fmt::format("{} of {} tensor{} {} broken (see: ckptfs inspect {})", broken, tensors,
+                     tensors == 1 ? "" : "s", broken == 1 ? "is" : "are",
+                     ckptfs::shell_quote(checkpoint));
+}
+
 // "ckptfs: mounted CHECKPOINT on MOUNTPOINT (N tensors, M values, X bytes)": X counts the bytes
-// of the tensors that are served, as index.json's total_bytes.
+// of the tensors that are served, as index.json's total_bytes; then broken_summary(), if any.
 std::string ready_line(const ckptfs::Model& c, const std::string& checkpoint,
                        const std::string& mountpoint) {
   std::size_t tensors = 0;
@@ -344,8 +363,10 @@ std::string ready_line(const ckptfs::Model& c, const std::string& checkpoint,
     const auto& t = c.tensors[e.tensor];
     if (t.broken.empty() && ckptfs::values_not_served(c, t).empty()) bytes += t.nbytes();
   }
-  return fmt::format("ckptfs: mounted {} on {} ({} tensors, {} values, {} bytes)", checkpoint,
-                     mountpoint, tensors, c.entries.size() - tensors, ckptfs::decimal(bytes));
+  const std::string broken = broken_summary(c, checkpoint);
+  return fmt::format("ckptfs: mounted {} on {} ({} tensors, {} values, {} bytes){}", checkpoint,
+                     mountpoint, tensors, c.entries.size() - tensors, ckptfs::decimal(bytes),
+                     broken.empty() ? "" : "; " + broken);
 }
 
 int run_mount(const std::vector<std::string>& args) {
@@ -444,6 +465,7 @@ int run_mount(const std::vector<std::string>& args) {
   if (remote) request.on_stop = [context = remote.get()] { context->cancel(); };
   request.log_fd = log_file.get();
   request.ready_line = ready_line(tree->model(), shown, o.mountpoint);
+  request.notice = broken_summary(tree->model(), shown);
   try {
     // The remote threads stop before the mount may fork into a daemon, and start again in
     // whichever process reads next.

@@ -66,22 +66,6 @@ void notify_systemd(std::string_view state) {
   ::close(fd);
 }
 
-// `path` as a shell word, for a command a message suggests: as it is when it holds only
-// characters no shell treats specially, else in single quotes. Control characters are shown
-// escaped (quote()): such a name is copied by hand anyway.
-std::string shell_quote(const std::string& path) {
-  if (!path.empty() && path.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                              "0123456789/._-+,:@%=") == std::string::npos) {
-    return path;
-  }
-  for (unsigned char c : path) {
-    if (c < 0x20 || c == 0x7f) return quote(path);
-  }
-  std::string out = "'";
-  for (char c : path) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
 // What is mounted: an absolute path (the daemon changes directory to "/", and libfuse unmounts
 // the path it mounted: a relative one then names nothing, and a dead mount stayed), resolved
 // before the mount exists (afterwards, resolving would ask the mount). It must be an existing
@@ -267,6 +251,7 @@ int wait_for_daemon(int report_fd, pid_t child, fuse_session* se, const MountReq
   }
   ::close(report_fd);
   if (report == "R") {
+    if (!request.notice.empty()) fmt::print(stderr, "ckptfs: {}\n", request.notice);
     if (request.notifier != nullptr) request.notifier->send(true);
     return 0;
   }
@@ -430,6 +415,7 @@ void mount_and_serve(const Tree& tree, Sources sources, const MountRequest& requ
       return;
     }
     if (request.notifier != nullptr) request.notifier->send(true);
+    if (!request.notice.empty()) fmt::print(stderr, "ckptfs: {}\n", request.notice);
     if (!request.ready_line.empty()) fmt::print(stderr, "{}\n", request.ready_line);
     std::fflush(stderr);
     notify_systemd("READY=1\nSTATUS=" + request.ready_line);

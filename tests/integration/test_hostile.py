@@ -115,6 +115,18 @@ def v2(key, numel, shape, stride=None, offset=0, storage="FloatStorage"):
              (pid, offset, tuple(shape), tuple(stride), False, ordered_dict()))
 
 
+def assert_read_fails(test, path):
+    """Opening and reading `path` fails with EIO (a broken tensor's files: never empty, never
+    missing)."""
+    with test.assertRaises(OSError, msg=str(path)) as caught:
+        with open(path, "rb") as f:
+            f.read()
+    test.assertEqual(caught.exception.errno, errno.EIO, f"{path}: {caught.exception}")
+
+
+BROKEN_FILES = ["data", "meta.json", "tensor.npy", "tensor.pt"]  # as a sound tensor's
+
+
 def floats(n, start=0):
     return struct.pack(f"<{n}f", *range(start, start + n))
 
@@ -456,8 +468,8 @@ class InconsistentCheckpointTests(HostileTestCase):
             self.assert_refused(path, EXIT["unsupported"], r"compressed \(method 8\)")
 
     def assert_broken_mount(self, path, broken, fine):
-        """inspect exits 0; `broken` keys are marked broken (meta.json only), `fine` keys
-        (key -> expected data bytes) are served."""
+        """inspect exits 0; `broken` keys are marked broken (their files there, reads failing
+        with EIO), `fine` keys (key -> expected data bytes) are served."""
         r = self.inspect(path)
         self.assertEqual(r.returncode, 0, r.stderr.decode(errors="replace"))
         doc = {e["key"]: e for e in json.loads(r.stdout)["entries"]}
@@ -465,7 +477,9 @@ class InconsistentCheckpointTests(HostileTestCase):
             self.assertRegex(doc[key]["broken"] or "", why, key)
         mnt, proc = self.mount(path)
         for key, why in broken.items():
-            self.assertEqual(os.listdir(mnt / key), ["meta.json"], key)
+            self.assertEqual(sorted(os.listdir(mnt / key)), BROKEN_FILES, key)
+            for name in ("data", "tensor.npy", "tensor.pt"):
+                assert_read_fails(self, mnt / key / name)
             meta = json.loads((mnt / key / "meta.json").read_bytes())
             self.assertRegex(meta["broken"] or "", why, key)
         for key, data in fine.items():
@@ -700,7 +714,11 @@ class HugeSizeTests(HostileTestCase):
                 for name in os.listdir(mnt / entry):
                     st = os.stat(mnt / entry / name)  # never EIO, never a negative size
                     self.assertGreaterEqual(st.st_size, 0, f"{entry}/{name}")
-        self.assertEqual(os.listdir(mnt / "wraps_u64"), ["meta.json"])
+        # Broken: its files all the same, data of 0 bytes (no file can have its size), no
+        # tensor.pt (torch cannot hold it), reads failing with EIO.
+        self.assertEqual(sorted(os.listdir(mnt / "wraps_u64")), ["data", "meta.json", "tensor.npy"])
+        self.assertEqual(os.stat(mnt / "wraps_u64" / "data").st_size, 0)
+        assert_read_fails(self, mnt / "wraps_u64" / "data")
         meta = json.loads((mnt / "past_off_t" / "meta.json").read_bytes())
         self.assertRegex(meta["broken"], "do not fit a file")
         fits = mnt / "fits"
@@ -826,7 +844,8 @@ class TorchScriptTests(HostileTestCase):
         mnt, proc = self.mount(path)
         for key, want in self.expected.items():
             if key in broken:
-                self.assertEqual(os.listdir(mnt / key), ["meta.json"], key)
+                self.assertIn("data", os.listdir(mnt / key), key)
+                assert_read_fails(self, mnt / key / "data")
                 continue
             data = (mnt / key / "data").read_bytes()
             self.assertEqual(hashlib.sha256(data).hexdigest(), want["sha256"], key)
@@ -1276,7 +1295,8 @@ class HostileIndexTests(HostileTestCase):
         mnt, proc = self.mount(d)
         self.assertEqual(sorted(os.listdir(mnt)), [VIEWS_FOLDER, "a", "ghost"])  # b: unlisted
         self.assertEqual((mnt / "a" / "data").read_bytes(), floats(4))
-        self.assertEqual(os.listdir(mnt / "ghost"), ["meta.json"])
+        self.assertEqual(sorted(os.listdir(mnt / "ghost")), BROKEN_FILES)
+        assert_read_fails(self, mnt / "ghost" / "data")
         self.assertRegex(json.loads((mnt / "ghost" / "meta.json").read_bytes())["broken"],
                          r'the index puts it in "model-1.safetensors", which has no tensor')
         index = json.loads((views_dir(mnt) / "index.json").read_bytes())

@@ -173,7 +173,7 @@ def ssh_sent(stderr):
 class FilesTests(MountTestCase):
     def test_what_a_key_directory_holds(self):
         """Each list's files, in the listing order and nothing else, with the bytes of a mount
-        of every file; a value keeps value.json and a broken tensor meta.json."""
+        of every file; a value keeps value.json (a broken tensor its chosen files: test_broken)."""
         path = fixture_path("training")
         full, full_proc = self.mount(path)
         entries = json.loads((views_dir(full) / "index.json").read_bytes())["entries"]
@@ -190,9 +190,6 @@ class FilesTests(MountTestCase):
                     d = mnt / e["path"]
                     if e["kind"] == "value":
                         self.assertEqual(os.listdir(d), ["value.json"])
-                        continue
-                    if e["nbytes"] is None:
-                        self.assertEqual(os.listdir(d), ["meta.json"])
                         continue
                     self.assertEqual(sorted(os.listdir(d)), listed, e["key"])
                     for name in KEY_FILES:

@@ -27,4 +27,9 @@ std::string escape_for_terminal(std::string_view text, std::size_t max_bytes);
 // An untrusted string made safe for a one-line message: escape_for_terminal() in double quotes.
 std::string quote(std::string_view text, std::size_t max_bytes = 120);
 
+// `path` as a shell word, for a command a message suggests: as it is when it holds only
+// characters no shell treats specially, else in single quotes. Control characters are shown
+// escaped (quote()): such a name is copied by hand anyway.
+std::string shell_quote(std::string_view path);
+
 }  // namespace ckptfs

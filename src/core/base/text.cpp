@@ -104,4 +104,17 @@ std::string quote(std::string_view text, std::size_t max_bytes) {
   return '"' + escape_for_terminal(text, max_bytes) + '"';
 }
 
+std::string shell_quote(std::string_view path) {
+  if (!path.empty() && path.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                              "0123456789/._-+,:@%=") == std::string_view::npos) {
+    return std::string(path);
+  }
+  for (unsigned char c : path) {
+    if (c < 0x20 || c == 0x7f) return quote(path);
+  }
+  std::string out = "'";
+  for (char c : path) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
 }  // namespace ckptfs

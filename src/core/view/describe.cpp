@@ -120,7 +120,8 @@ void write_tensor_fields(JsonWriter& j, const Model& c, std::size_t entry_index,
   j.key("stride").numbers(t.stride);
   j.key("storage_offset").number(t.storage_offset);
   j.key("contiguous").boolean(t.broken.empty() && !t.assembly && t.contiguous() && !converted);
-  j.key("nbytes").number(served.nbytes);
+  // A broken tensor's: the size its files keep, though reading them fails (nominal_nbytes()).
+  j.key("nbytes").number(t.broken.empty() ? served.nbytes : nominal_nbytes(t));
   j.key("source");
   if (t.storage) {
     j.string(c.sources[c.storages[*t.storage].source]);
