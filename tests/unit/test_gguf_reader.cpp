@@ -179,6 +179,12 @@ TEST_CASE("hostile files: one-line refusals with their exit codes") {
     v4[4] = 4;
     CHECK(refused_with(v4, ExitCode::bad_checkpoint, "version 4"));
     CHECK(refused_with(good.substr(0, 30), ExitCode::bad_checkpoint, "past the end of the file"));
+    // Cut short: in the header or in the tensors' data, said as README's troubleshooting says.
+    CHECK(refused_with(good.substr(0, 30), ExitCode::bad_checkpoint,
+                       "the file looks truncated (an interrupted download or copy?): download "
+                       "or copy it again"));
+    CHECK(refused_with(good.substr(0, good.size() - 20), ExitCode::bad_checkpoint,
+                       "run past the end of the file (76 bytes): the file looks truncated"));
   }
   SUBCASE("counts and lengths up to 2^64, never allocated for") {
     GgufWriter w;

@@ -96,8 +96,8 @@ class Cursor {
     }
     throw Error(ExitCode::bad_checkpoint,
                 fmt::format("GGUF header: byte {} needs {} more bytes, past the end of the file "
-                            "({} bytes): truncated, or a count or length that lies",
-                            offset_, n, source_.size()));
+                            "({} bytes; or a count or length lies): {}",
+                            offset_, n, source_.size(), looks_truncated));
   }
 
  private:
@@ -367,14 +367,7 @@ Tensor make_tensor(const TensorInfo& info_, std::uint64_t& stored, const GgufLim
   return t;
 }
 
-}  // namespace
-
-bool looks_like_gguf(const ByteSource& source) {
-  return source.size() >= 4 && source.read_string(0, 4) == "GGUF";
-}
-
-Model read_gguf(const ByteSource& source, std::string source_name, const GgufLimits& limits) {
-  refuse_impostor(source);
+Model read_gguf_file(const ByteSource& source, std::string source_name, const GgufLimits& limits) {
   Cursor in(source, limits);
   if (source.size() < 8 || source.read_string(0, 4) != "GGUF") {
     throw Error(ExitCode::bad_checkpoint, "not a GGUF file: it does not start with \"GGUF\"");
@@ -485,11 +478,11 @@ Model read_gguf(const ByteSource& source, std::string source_name, const GgufLim
     if (t.broken.empty()) {
       if (data_start > size || ti.offset > size - data_start ||
           stored > size - data_start - ti.offset) {
-        throw Error(
-            ExitCode::bad_checkpoint,
-            fmt::format("{}: its {} bytes at offset {} of the data (byte {}) run past the "
-                        "end of the file ({} bytes)",
-                        where, stored, ti.offset, decimal(uint128{data_start} + ti.offset), size));
+        throw Error(ExitCode::bad_checkpoint,
+                    fmt::format("{}: its {} bytes at offset {} of the data (byte {}) run past the "
+                                "end of the file ({} bytes): {}",
+                                where, stored, ti.offset, decimal(uint128{data_start} + ti.offset),
+                                size, looks_truncated));
       }
       Storage s;
       s.key = ti.name;
@@ -519,6 +512,17 @@ Model read_gguf(const ByteSource& source, std::string source_name, const GgufLim
     }
   }
   return m;
+}
+
+}  // namespace
+
+bool looks_like_gguf(const ByteSource& source) {
+  return source.size() >= 4 && source.read_string(0, 4) == "GGUF";
+}
+
+Model read_gguf(const ByteSource& source, std::string source_name, const GgufLimits& limits) {
+  return read_or_name_impostor(
+      source, [&] { return read_gguf_file(source, std::move(source_name), limits); });
 }
 
 std::optional<GgufSplitName> gguf_split_name(std::string_view name) {
