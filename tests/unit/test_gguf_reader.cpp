@@ -6,10 +6,12 @@
 
 #include <ckptfs/base/error.hpp>
 #include <ckptfs/format/gguf/gguf_reader.hpp>
+#include <ckptfs/view/describe.hpp>
 #include <ckptfs/view/served.hpp>
 #include <ckptfs/view/tree.hpp>
 
 #include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <cstring>
@@ -324,6 +326,62 @@ TEST_CASE(
   const std::string index =
       read_file(tree.lookup(tree.lookup(Tree::root_ino, ".ckptfs"), "index.json"));
   CHECK(index.find("\"format\": \"gguf\"") != std::string::npos);
+}
+
+TEST_CASE("meta.json of every GGML type: data's blocks, their size and offset, the values' dtype") {
+  // A block-quantized tensor's data holds its blocks: stored_dtype names their type, nbytes,
+  // contiguous and file_offset describe data, dtype and numpy the values tensor.npy holds.
+  using nlohmann::json;
+  for (auto f = static_cast<int>(BlockFormat::q4_0); f <= static_cast<int>(BlockFormat::q2_0);
+       ++f) {
+    const BlockFormatInfo& b = info(static_cast<BlockFormat>(f));
+    for (const bool big_endian : {false, true}) {
+      CAPTURE(b.name);
+      CAPTURE(big_endian);
+      const Model m = read(gguf_file(
+          {{"q", {2 * b.block_elements}, b.ggml_type, blocks(2, b.block_bytes)}}, 3, big_endian));
+      const Tensor& t = m.tensors[0];
+      const bool values = values_not_served(m, t).empty();
+      for (const auto convert : {std::optional<DType>(), std::optional(DType::float16)}) {
+        const json j = json::parse(tensor_meta_json(m, 0, SharingIndex(m), convert));
+        CHECK(j["stored_dtype"] == b.name);
+        CHECK(j["dtype"] == (convert && values ? "float16" : "float32"));
+        CHECK(j["nbytes"] == 2 * b.block_bytes);
+        CHECK(j["nbytes"] == serve_data(m, t, convert).nbytes);
+        CHECK(j["contiguous"] == true);
+        CHECK(j["file_offset"] == m.storages[0].file_offset);
+        CHECK(j["ggml"]["type"] == b.name);
+        CHECK(j["ggml"]["nbytes"] == j["nbytes"]);
+        CHECK(j["ggml"]["dequantized"] == values);
+        if (values) {
+          CHECK(j["numpy"] == (convert ? "<f2" : "<f4"));
+          CHECK(j["byteorder"] == "little");
+        } else {
+          CHECK(j["numpy"].is_null());
+          CHECK(j["byteorder"] == (big_endian ? "big" : "little"));  // data's, its blocks'
+        }
+      }
+    }
+  }
+  // The plain types: data holds the values as stored.
+  for (const auto& [type, name, size] : {std::tuple{0u, "float32", 4u},
+                                         {1u, "float16", 2u},
+                                         {24u, "int8", 1u},
+                                         {25u, "int16", 2u},
+                                         {26u, "int32", 4u},
+                                         {27u, "int64", 8u},
+                                         {28u, "float64", 8u},
+                                         {30u, "bfloat16", 2u}}) {
+    CAPTURE(name);
+    const Model m = read(gguf_file({{"p", {4}, type, std::string(4 * size, '\2')}}));
+    const json j = json::parse(tensor_meta_json(m, 0, SharingIndex(m)));
+    CHECK(j["stored_dtype"] == name);
+    CHECK(j["dtype"] == name);
+    CHECK(j["nbytes"] == 4 * size);
+    CHECK(j["contiguous"] == true);
+    CHECK(j["file_offset"] == m.storages[0].file_offset);
+    CHECK(j["ggml"]["nbytes"] == j["nbytes"]);
+  }
 }
 
 TEST_CASE("a header of a billion one-byte array items: refused in bounded time") {
