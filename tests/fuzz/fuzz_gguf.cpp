@@ -76,6 +76,7 @@ void check_gguf(const MemorySource& source) {
   }
   JsonLimits json_limits;
   json_limits.max_depth = 64;
+  json_limits.surrogate_escapes = true;  // a string that is not UTF-8: its bytes as \udcXX
   for (const Model::JsonMetadata& kv : m.json_metadata) {
     parse_json(kv.value_json, json_limits, 1 << 22);  // throws (a crash here) if not JSON
     FUZZ_CHECK(kv.type.starts_with("ARRAY[") == kv.value_json.starts_with("["));

@@ -5,6 +5,7 @@
 #include "support/gguf_builder.hpp"
 
 #include <ckptfs/base/error.hpp>
+#include <ckptfs/base/text.hpp>
 #include <ckptfs/format/gguf/gguf_reader.hpp>
 #include <ckptfs/view/describe.hpp>
 #include <ckptfs/view/served.hpp>
@@ -282,6 +283,53 @@ TEST_CASE("hostile files: one-line refusals with their exit codes") {
     CHECK(refused_with(gguf_file({}, 3, false, 32, kv.bytes, 1), ExitCode::unsupported,
                        "bytes of values as JSON", json));
   }
+}
+
+TEST_CASE(
+    "limits of JSON text: checked on a string's length before it is read, on its escaped "
+    "size before it is written") {
+  auto one_string = [](const std::string& key, const std::string& value) {
+    GgufWriter kv;
+    kv.key(key, 8).string(value);
+    return gguf_file({}, 3, false, 32, kv.bytes, 1);
+  };
+  GgufLimits limits;
+  limits.max_metadata_json_bytes = 400;
+  // 50 control characters are 300 bytes of JSON ("\u0007"): within 400, as the keys' 2 x 3.
+  const Model m = read(one_string("k", std::string(50, '\7')), limits);
+  REQUIRE(m.json_metadata.size() == 1);
+  std::string expected;
+  append_json_string(expected, std::string(50, '\7'));
+  CHECK(m.json_metadata[0].value_json == expected);
+  // 70 are 420: refused before they are written; 1000 plain bytes, before they are read.
+  CHECK(refused_with(one_string("k", std::string(70, '\7')), ExitCode::unsupported,
+                     "more than 400 bytes of values as JSON (at key \"k\")", limits));
+  CHECK(refused_with(one_string("k", std::string(1000, 'a')), ExitCode::unsupported,
+                     "more than 400 bytes of values as JSON", limits));
+  // A key is written twice (metadata and metadata_types): 2 x (150 + 2) passes 300.
+  limits.max_metadata_json_bytes = 300;
+  CHECK(refused_with(one_string(std::string(150, 'k'), ""), ExitCode::unsupported,
+                     "bytes of values as JSON (at byte 24)", limits));
+  // Tensor names, all of them together.
+  GgufLimits names;
+  names.max_names_json_bytes = 10;
+  const std::string two =
+      gguf_file({{"abc", {4}, 0, std::string(16, '\0')}, {"\1\2", {4}, 0, std::string(16, '\0')}});
+  CHECK(refused_with(two, ExitCode::unsupported, "more than 10 bytes of tensor names as JSON",
+                     names));  // "abc" is 5 bytes of JSON, "\1\2" 14
+  names.max_names_json_bytes = 19;
+  CHECK(read(two, names).entries.size() == 2);
+  names.max_names_json_bytes = 18;
+  CHECK(refused_with(two, ExitCode::unsupported, "more than 18 bytes of tensor names as JSON",
+                     names));
+  // A string of several MiB is read a piece at a time, its UTF-8 sequences across the pieces'
+  // ends escaped as if it were read whole.
+  std::string text;
+  while (text.size() < (3u << 20) + 5) text += "a\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\x01\xff";
+  const Model big = read(one_string("big", text));
+  std::string whole;
+  append_json_string(whole, text);
+  CHECK(big.json_metadata[0].value_json == whole);
 }
 
 TEST_CASE(

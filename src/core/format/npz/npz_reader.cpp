@@ -65,10 +65,17 @@ Model read_npz_members(const ByteSource& source, const std::string& source_name,
   m.format = Format::npz;
   m.sources.push_back(source_name);
   m.entries.reserve(zip.entries().size());
+  std::uint64_t keys_json = 0;
   for (const ZipEntry& member : zip.entries()) {
     Entry e;
     e.key =
         member.name.ends_with(".npy") ? member.name.substr(0, member.name.size() - 4) : member.name;
+    keys_json += json_escaped_size(e.key) + 2;
+    if (keys_json > limits.max_keys_json_bytes) {
+      throw Error(ExitCode::unsupported,
+                  fmt::format("its members' names take more than {} bytes as JSON (at member {})",
+                              limits.max_keys_json_bytes, quote(member.name)));
+    }
     e.kind = Entry::Kind::tensor;
     e.tensor = m.tensors.size();
     Tensor t;
