@@ -3,9 +3,12 @@
 // sharded set (opened once each, in parallel, the first failure in the index's order), sources
 // relative to what was named, and the times of the tree. On real files in a temporary directory.
 #include "support/fake_checkpoint.hpp"
+#include "support/gguf_builder.hpp"
+#include "support/impostor_lookalike.hpp"
 #include "support/safetensors_builder.hpp"
 
 #include <ckptfs/base/error.hpp>
+#include <ckptfs/format/impostor.hpp>
 #include <ckptfs/format/open_model.hpp>
 
 #include <doctest/doctest.h>
@@ -15,6 +18,7 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
 
 using namespace ckptfs;
@@ -290,6 +294,138 @@ TEST_CASE("the tree's times: the newest of the files read") {
   set_mtime(index, 1'700'000'000);
   CHECK(open_model(index).times().mtime_sec == 1'700'000'000);
   CHECK(open_model(a).times().mtime_sec == 1'000'000'000);
+}
+
+// A legacy torch.save stream of one float32 tensor `key` of 4 elements.
+std::string legacy_file(const std::string& key) {
+  auto pickle_of = [](auto&& fill) {
+    PickleBuilder p;
+    p.proto(2);
+    fill(p);
+    return p.stop().bytes();
+  };
+  std::string file;
+  file += pickle_of([](PickleBuilder& p) {
+    p.long1(std::string("\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19", 10));
+  });
+  file += pickle_of([](PickleBuilder& p) { p.integer(1001); });
+  file += pickle_of([](PickleBuilder& p) { p.empty_dict(); });
+  file += pickle_of([&](PickleBuilder& p) {
+    p.empty_dict().binunicode(key).global("torch._utils", "_rebuild_tensor_v2").mark();
+    p.mark().binunicode("storage").global("torch", "FloatStorage").binunicode("0");
+    p.binunicode("cpu").integer(4).none().tuple().binpersid();
+    p.integer(0).int_tuple({4}).int_tuple({1}).newfalse();
+    p.global("collections", "OrderedDict").empty_tuple().reduce().tuple().reduce().setitem();
+  });
+  file += pickle_of([](PickleBuilder& p) { p.mark().binunicode("0").list(); });
+  const std::uint64_t count = 4;
+  return file + std::string(reinterpret_cast<const char*>(&count), 8) + floats(4);
+}
+
+// An .npz of one float32 array of 4 elements, member `name`.npy, stored.
+std::string npz_file(const std::string& name) {
+  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (4,), }";
+  while ((10 + header.size() + 1) % 64 != 0) header += ' ';
+  header += '\n';
+  std::string npy("\x93NUMPY\x01\x00", 8);
+  npy += static_cast<char>(header.size() & 0xff);
+  npy += static_cast<char>(header.size() >> 8);
+  ZipBuilder zip;
+  zip.add(name + ".npy", npy + header + floats(4));
+  return zip.build();
+}
+
+TEST_CASE("valid files whose bytes spell an impostor's signature are read as what they are") {
+  // The impostor test runs only once a format's reader has failed: a key, a name or a value may
+  // put "ustar" at byte 257 (a key "mustard"), even a whole tar header, into any valid file.
+  TempDir dir;
+  struct Case {
+    const char* name;
+    std::function<std::string(const std::string&)> build;
+    bool checksum;  // the whole tar header, its checksum too
+  };
+  const Case cases[] = {
+      {"model.gguf",
+       [](const std::string& text) {
+         GgufWriter kv;
+         kv.key("general.name", 8).string(text);
+         return gguf_file({{"t", {4}, 0, floats(4)}}, 3, false, 32, kv.bytes, 1);
+       },
+       true},
+      {"model.safetensors",
+       [](const std::string& text) {
+         return safetensors_file({{text, "F32", {4}, floats(4)}});
+       },
+       true},
+      {"legacy.pth", legacy_file, true},
+      {"arrays.npz", npz_file, true},
+      {"model.pth",
+       [](const std::string& text) {
+         return torch_zip(state_dict_pickle({{text, "0", 4, 0, {4}, {1}}}), {{"0", floats(4)}});
+       },
+       true},  // data.pkl's CRC-32 is in its data descriptor, as torch writes it
+  };
+  for (const Case& c : cases) {
+    const std::string name = c.name;
+    CAPTURE(name);
+    const std::string file = tar_lookalike(c.build);
+    CHECK(file.substr(257, 5) == "ustar");
+    CHECK(is_tar_header(file) == c.checksum);
+    const std::string path = dir.write(std::string("one-") + c.name + "/" + c.name, file);
+    for (const std::string& location : {path, dir.path(std::string("one-") + c.name)}) {
+      const auto [code, message] = refusal(location);
+      CHECK_MESSAGE(code == ExitCode::ok, message);
+    }
+    const OpenedModel opened = open_model(path);
+    const Model& m = opened.model();
+    REQUIRE(m.entries.size() == 1);
+    const Tensor& t = m.tensors[m.entries.back().tensor];
+    CHECK(t.broken.empty());
+    CHECK(opened.sources().front()->read_string(*m.file_offset(t), 16) == floats(4));
+    // Cut short, with "ustar" at 257 but no tar checksum: said to be cut short (or what its
+    // reader says), never a tar archive.
+    std::string cut = file.substr(0, file.size() - 20);  // into the last tensor's bytes
+    cut[148] = 'x';
+    const auto [code, message] = refusal(dir.write(std::string("cut-") + c.name, cut));
+    CHECK(code != ExitCode::ok);
+    CHECK_MESSAGE(message.find("tar archive") == std::string::npos, message);
+  }
+  // A sharded set whose index holds a tar header.
+  const std::string head = R"({"weight_map": {")";
+  const std::string index = tar_lookalike([&](const std::string& text) {
+    return head + text + R"(": "model-00001-of-00001.safetensors"}})";
+  });
+  CHECK(is_tar_header(index));
+  const std::string key = index.substr(head.size(), index.find('"', head.size()) - head.size());
+  dir.write("set/model-00001-of-00001.safetensors",
+            safetensors_file({{key, "F32", {4}, floats(4)}}));
+  const std::string index_path = dir.write("set/model.safetensors.index.json", index);
+  CHECK(open_model(index_path).model().entries.size() == 1);
+  CHECK(open_model(dir.path("set")).model().entries.size() == 1);
+  // A GGUF whose 123 tensors make its ninth byte the '{' of a safetensors header.
+  std::vector<GgufTensor> tensors;
+  for (int i = 0; i < 123; ++i) tensors.push_back({"t" + std::to_string(i), {4}, 0, floats(4)});
+  const std::string gguf = gguf_file(tensors);
+  REQUIRE(gguf[8] == '{');
+  CHECK(open_model(dir.write("brace/x.gguf", gguf)).model().entries.size() == 123);
+  CHECK(open_model(dir.path("brace")).model().entries.size() == 123);
+}
+
+TEST_CASE("is_tar_header: ustar at 257 and the checksum at 148, as tar writes it") {
+  std::string header(512, '\0');
+  header.replace(0, 8, "model.pt");
+  header.replace(257, 6, std::string("ustar\0", 6));
+  CHECK_FALSE(is_tar_header(header));  // no checksum
+  header.replace(148, 8, std::string(8, ' '));
+  unsigned sum = 0;
+  for (const char c : header) sum += static_cast<unsigned char>(c);
+  char field[16];
+  std::snprintf(field, sizeof field, "%06o", sum);
+  header.replace(148, 7, std::string(field, 6) + '\0');
+  CHECK(is_tar_header(header));
+  CHECK_FALSE(is_tar_header(header.substr(0, 511)));
+  header[300] = 'x';  // the sum no longer agrees
+  CHECK_FALSE(is_tar_header(header));
 }
 
 TEST_SUITE_END();

@@ -57,10 +57,13 @@ bool is_zip(const ByteSource& source) {
 // Model::sources.
 Model read_model_file(const ByteSource& source, const std::string& location, std::string name,
                       const OpenOptions& options) {
+  // GGUF's magic first: a GGUF file's ninth byte (its tensor count's lowest) may be the '{'
+  // that opens a safetensors header, while "GGUF" as a header length (1.2 GB) is no
+  // safetensors file's.
+  if (looks_like_gguf(source)) return read_gguf(source, std::move(name), options.gguf);
   if (file_name(location).ends_with(".safetensors") || looks_like_safetensors(source)) {
     return read_safetensors(source, std::move(name), options.safetensors);
   }
-  if (looks_like_gguf(source)) return read_gguf(source, std::move(name), options.gguf);
   // A remote zip's local headers are checked when a record is first read, not all at once.
   ReadLimits limits = options.limits;
   limits.zip.defer_local_headers = limits.zip.defer_local_headers || source.remote();
