@@ -318,15 +318,17 @@ std::string mount_source(const std::string& checkpoint, const ckptfs::cli::Mount
 }
 
 // The modes of the mount's files and directories: -o umask= when given, else those that follow
-// the checkpoint's own mode (the file's, or the directory's when a directory is mounted); a URL
-// has none, and is shown as a file downloaded with the usual umask 022 would be (0644, 0755).
-ckptfs::Modes mount_modes(const ckptfs::cli::MountOptions& o) {
+// the checkpoint's own mode: the strictest of what was named (the file, or the directory when a
+// directory is mounted) and every file the model was read from (`files`: a set of 0600 shards
+// named by a 0644 index, or in a 0755 directory, mounts as 0600). A URL has none, and is shown
+// as a file downloaded with the usual umask 022 would be (0644, 0755).
+ckptfs::Modes mount_modes(const ckptfs::cli::MountOptions& o, mode_t files) {
   if (o.umask) return ckptfs::modes_from_umask(*o.umask);
   struct stat st {};
   if (ckptfs::is_url(o.checkpoint) || ::stat(o.checkpoint.c_str(), &st) != 0) {
     return ckptfs::modes_following(0644);
   }
-  return ckptfs::modes_following(st.st_mode);
+  return ckptfs::modes_following(st.st_mode & files);
 }
 
 // "ckptfs: mounted CHECKPOINT on MOUNTPOINT (N tensors, M values, X bytes)": X counts the bytes
@@ -394,7 +396,7 @@ int run_mount(const std::vector<std::string>& args) {
     tree_options.source_path = absolute;
     tree_options.uid = o.uid.value_or(::getuid());
     tree_options.gid = o.gid.value_or(::getgid());
-    tree_options.modes = mount_modes(o);
+    tree_options.modes = mount_modes(o, opened->permissions());
     tree_options.times = opened->times();
     tree_options.dtype = o.dtype;
     tree_options.shard_size = o.shard_size;
