@@ -63,7 +63,8 @@ options (before or after CHECKPOINT MOUNTPOINT):
        uid=N, gid=N        owner of every file (default: the user who mounts)
        umask=OCTAL         files 0666 & ~umask, dirs 0777 & ~umask (default: the
                            checkpoint's own mode: 0644 gives files 0644, dirs 0755; 0600
-                           gives 0600, 0700; a URL 0644, 0755); writes fail (EROFS) anyway
+                           gives 0600, 0700; several files: the strictest of them; a URL
+                           0644, 0755); writes fail (EROFS) anyway
        allow_other         let other users read the mount (needs user_allow_other for non-root)
        allow_root          let root read it too, and no other user
        auto_unmount        unmount even when ckptfs is killed (fusermount3 watches it)
@@ -147,8 +148,12 @@ CHECKPOINT, besides a torch.save file:
   DIR                             DIR's one checkpoint (a set counts once: an index with its
                                   shards, a GGUF split set, a DCP or ZeRO checkpoint); of
                                   transformers' names (model.safetensors, pytorch_model.bin,
-                                  their *.index.json) alone, the first; several: refused,
-                                  listed, with how to name one
+                                  their *.index.json) alone, the first (in a Trainer's
+                                  checkpoint-N, beside its own files and a ZeRO checkpoint);
+                                  several: refused, listed, with how to name one. The files a
+                                  checkpoint names or a directory holds are read only beneath
+                                  its directory: a symbolic link leading out is refused (but
+                                  a Hugging Face cache snapshot's links to its blobs)
   DIR/NAME.index.json             a sharded set: each key from the shard its weight_map names
                                   (a URL too: the shards beside it)
   DIR, DIR/.metadata              a PyTorch DCP checkpoint (.metadata, __R_N.distcp): the model
@@ -197,8 +202,8 @@ exit status:
      missing, or OUT cannot be written
   3  the zip container is invalid (or truncated)
   4  the pickle, safetensors or GGUF header, .npy header or index is invalid, or the
-     checkpoint is inconsistent
-     (pack: a meta.json that disagrees with its data, a link leading out of SRC)
+     checkpoint is inconsistent (a file of it that leads out of its directory; pack: a
+     meta.json that disagrees with its data)
   5  a valid file ckptfs does not serve (compressed record, tar format, no tensors, F6 dtype,
      a gzip, zstd, xz, bzip2 or 7-Zip file, a tar archive: decompress or extract it first,
      a GGUF header past ckptfs's limits)
