@@ -65,7 +65,8 @@ options (before or after CHECKPOINT MOUNTPOINT):
        uid=N, gid=N        owner of every file (default: the user who mounts)
        umask=OCTAL         files 0666 & ~umask, dirs 0777 & ~umask (default: the
                            checkpoint's own mode: 0644 gives files 0644, dirs 0755; 0600
-                           gives 0600, 0700; a URL 0644, 0755); writes fail (EROFS) anyway
+                           gives 0600, 0700; several files: the strictest of them; a URL
+                           0644, 0755); writes fail (EROFS) anyway
        allow_other         let other users read the mount (needs user_allow_other for non-root)
        allow_root          let root read it too, and no other user
        auto_unmount        unmount even when ckptfs is killed (fusermount3 watches it)
@@ -150,8 +151,12 @@ CHECKPOINT, besides a torch.save file:
   DIR                             DIR's one checkpoint (a set counts once: an index with its
                                   shards, a GGUF split set, a DCP or ZeRO checkpoint); of
                                   transformers' names (model.safetensors, pytorch_model.bin,
-                                  their *.index.json) alone, the first; several: refused,
-                                  listed, with how to name one
+                                  their *.index.json) alone, the first (in a Trainer's
+                                  checkpoint-N, beside its own files and a ZeRO checkpoint);
+                                  several: refused, listed, with how to name one. The files a
+                                  checkpoint names or a directory holds are read only beneath
+                                  its directory: a symbolic link leading out is refused (but
+                                  a Hugging Face cache snapshot's links to its blobs)
   DIR/NAME.index.json             a sharded set: each key from the shard its weight_map names
                                   (a URL too: the shards beside it)
   DIR, DIR/.metadata              a PyTorch DCP checkpoint (.metadata, __R_N.distcp): the model
@@ -204,8 +209,8 @@ exit status:
      missing, or OUT cannot be written
   3  the zip container is invalid (or truncated)
   4  the pickle, safetensors or GGUF header, .npy header or index is invalid, or the
-     checkpoint is inconsistent
-     (pack: a meta.json that disagrees with its data, a link leading out of SRC)
+     checkpoint is inconsistent (a file of it that leads out of its directory; pack: a
+     meta.json that disagrees with its data)
   5  a valid file ckptfs does not serve (compressed record, tar format, no tensors, F6 dtype,
      a gzip, zstd, xz, bzip2 or 7-Zip file, a tar archive: decompress or extract it first,
      a GGUF header past ckptfs's limits)
@@ -325,15 +330,17 @@ std::string mount_source(const std::string& checkpoint, const ckptfs::cli::Mount
 }
 
 // The modes of the mount's files and directories: -o umask= when given, else those that follow
-// the checkpoint's own mode (the file's, or the directory's when a directory is mounted); a URL
-// has none, and is shown as a file downloaded with the usual umask 022 would be (0644, 0755).
-ckptfs::Modes mount_modes(const ckptfs::cli::MountOptions& o) {
+// the checkpoint's own mode: the strictest of what was named (the file, or the directory when a
+// directory is mounted) and every file the model was read from (`files`: a set of 0600 shards
+// named by a 0644 index, or in a 0755 directory, mounts as 0600). A URL has none, and is shown
+// as a file downloaded with the usual umask 022 would be (0644, 0755).
+ckptfs::Modes mount_modes(const ckptfs::cli::MountOptions& o, mode_t files) {
   if (o.umask) return ckptfs::modes_from_umask(*o.umask);
   struct stat st {};
   if (ckptfs::is_url(o.checkpoint) || ::stat(o.checkpoint.c_str(), &st) != 0) {
     return ckptfs::modes_following(0644);
   }
-  return ckptfs::modes_following(st.st_mode);
+  return ckptfs::modes_following(st.st_mode & files);
 }
 
 // "B of N tensors are broken (see: ckptfs inspect CHECKPOINT)", or "" when none is: said at every
@@ -428,7 +435,7 @@ int run_mount(const std::vector<std::string>& args) {
     tree_options.source_path = absolute;
     tree_options.uid = o.uid.value_or(::getuid());
     tree_options.gid = o.gid.value_or(::getgid());
-    tree_options.modes = mount_modes(o);
+    tree_options.modes = mount_modes(o, opened->permissions());
     tree_options.times = opened->times();
     tree_options.dtype = o.dtype;
     tree_options.shard_size = o.shard_size;
