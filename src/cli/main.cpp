@@ -238,6 +238,7 @@ int run_inspect(const std::vector<std::string>& args) {
   std::string path;
   bool json = false;
   ckptfs::RemoteOptions remote_options;
+  ckptfs::Names names = ckptfs::Names::file;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
     if (arg == "-h" || arg == "--help") {
@@ -253,7 +254,14 @@ int run_inspect(const std::vector<std::string>& args) {
         const auto comma = list.find(',');
         const std::string_view item = list.substr(0, comma);
         std::string error;
-        if (!ckptfs::cli::take_remote_option(item, remote_options, error)) {
+        if (item.starts_with("names=")) {
+          const auto parsed = ckptfs::cli::parse_names(item.substr(6));
+          if (!parsed) {
+            return inspect_usage_error(
+                fmt::format("invalid names {} (hf or file)", ckptfs::quote(item.substr(6))));
+          }
+          names = *parsed;
+        } else if (!ckptfs::cli::take_remote_option(item, remote_options, error)) {
           return inspect_usage_error(fmt::format("unknown option {}", ckptfs::quote(item)));
         }
         if (!error.empty()) return inspect_usage_error(error);
@@ -272,7 +280,10 @@ int run_inspect(const std::vector<std::string>& args) {
   const std::string shown = ckptfs::display_location(path);
   try {
     auto remote = ckptfs::cli::remote_for(path, remote_options);
-    ckptfs::OpenedModel opened = ckptfs::open_model(path, ckptfs::cli::open_options(remote.get()));
+    ckptfs::OpenOptions open_options = ckptfs::cli::open_options(remote.get());
+    open_options.names = names;
+    ckptfs::OpenedModel opened = ckptfs::open_model(path, open_options);
+    ckptfs::cli::tell_notes(opened.model(), shown);
     if (json) {
       ckptfs::cli::print_inspect_json(opened.model(), stdout);
     } else {
@@ -301,6 +312,7 @@ std::string escaped_fsname(const std::string& path) {
 std::string view_options(const ckptfs::cli::MountOptions& o) {
   std::vector<std::string> shown;
   if (o.dtype) shown.push_back(fmt::format("dtype={}", ckptfs::info(*o.dtype).name));
+  if (o.names == ckptfs::Names::hf) shown.emplace_back("names=hf");
   if (o.layout == ckptfs::Layout::rfc) shown.emplace_back("layout=rfc");
   if (o.shard_size != 0) shown.push_back(fmt::format("shard_size={}", o.shard_size));
   if (o.files && *o.files != ckptfs::all_key_files) {
@@ -389,7 +401,10 @@ int run_mount(const std::vector<std::string>& args) {
   std::optional<ckptfs::Tree> tree;
   try {
     remote = ckptfs::cli::remote_for(o.checkpoint, o.remote);
-    opened.emplace(ckptfs::open_model(o.checkpoint, ckptfs::cli::open_options(remote.get())));
+    ckptfs::OpenOptions open_options = ckptfs::cli::open_options(remote.get());
+    open_options.names = o.names;
+    opened.emplace(ckptfs::open_model(o.checkpoint, open_options));
+    ckptfs::cli::tell_notes(opened->model(), shown);
     ckptfs::TreeOptions tree_options;
     tree_options.source_path = absolute;
     tree_options.uid = o.uid.value_or(::getuid());
