@@ -61,32 +61,46 @@ TEXT_MODEL_TYPES = {"gemma3": "gemma3_text", "gemma4": "gemma4_text"}
 CONFIG_VARIANTS = {
     "nemotron": [{"num_key_value_heads": 8}],
     "stablelm": [{"use_qkv_bias": False}, {"use_qkv_bias": True}],
+    # LFM2's layers are short convolutions or attention, as its GGUF's per-layer KV heads say.
+    "lfm2": [{"num_hidden_layers": 3, "layer_types": ["conv", "full_attention", "conv"]}],
 }
 LAYERS = 3
 
 
 def model_of(model_type, overrides):
     config = AutoConfig.for_model(TEXT_MODEL_TYPES.get(model_type, model_type), **overrides)
-    config.num_hidden_layers = LAYERS
+    if "num_hidden_layers" not in overrides:
+        config.num_hidden_layers = LAYERS
     with torch.device("meta"):
         return config, AutoModelForCausalLM.from_config(config)
 
 
+def unloaded_parameters(model, names):
+    """The model's parameters and buffers the name map loads nothing into, but those tied to
+    one it does (an untied head's weight shared with the embedding)."""
+    state = model.state_dict(keep_vars=True)
+    loaded = {id(state[h]) for h in names.values() if h in state}
+    return sorted(k for k, v in state.items() if k not in names.values() and id(v) not in loaded)
+
+
 def patterns(arch, model_type):
-    """{gguf pattern: hf pattern} of the architecture, '#' for the block number; or the reason
-    there is none."""
+    """{gguf pattern: hf pattern} of the architecture, '#' for the block number, and the
+    parameters it loads nothing into; or None and the reason there is no map."""
     found = {}
+    unloaded = set()
     for overrides in CONFIG_VARIANTS.get(model_type, [{}]):
         try:
             config, model = model_of(model_type, overrides)
         except Exception as e:  # noqa: BLE001 (the reason is what the header says)
-            return None, f"AutoModelForCausalLM makes no model of it ({type(e).__name__})"
+            return None, f"AutoModelForCausalLM makes no model of it ({type(e).__name__})", []
         processor_class = gguf_utils.TENSOR_PROCESSORS.get(arch, gguf_utils.TensorProcessor)
         processor = processor_class(config=config.to_dict())
         try:
             names = gguf_utils.get_gguf_hf_weights_map(model, processor)
         except Exception as e:  # noqa: BLE001
-            return None, f"get_gguf_hf_weights_map fails ({type(e).__name__})"
+            return None, f"get_gguf_hf_weights_map fails ({type(e).__name__})", []
+        for name in unloaded_parameters(model, names):
+            unloaded.add(re.sub(r"\.\d+\.", ".#.", name, count=1))
         for gguf_name, hf_name in names.items():
             m = re.match(r"blk\.(\d+)\.", gguf_name)
             if m:
@@ -98,7 +112,7 @@ def patterns(arch, model_type):
                 hf_name = marked
             if found.setdefault(gguf_name, hf_name) != hf_name:
                 raise SystemExit(f"{arch}: {gguf_name} is {found[gguf_name]} and {hf_name}")
-    return dict(sorted(found.items())), None
+    return dict(sorted(found.items())), None, sorted(unloaded)
 
 
 def cpp_string(s):
@@ -131,6 +145,8 @@ def main():
       "  const NamePattern* names;     // nullptr: none (why_no_names says why)\n"
       "  std::size_t name_count;\n"
       "  std::string_view why_no_names;\n"
+      "  // The model's parameters the loader loads nothing into, comma-separated (\"\": none).\n"
+      "  std::string_view unloaded;\n"
       "  std::string_view defaults_json;  // GGUF_CONFIG_DEFAULTS_MAPPING's, or empty\n"
       "};\n\n")
     w(f'inline constexpr std::string_view transformers_version = "{transformers.__version__}";\n\n')
@@ -158,7 +174,7 @@ def main():
 
     archs = []
     for arch, model_type in GGUF_ARCHITECTURES.items():
-        names, why = patterns(arch, model_type)
+        names, why, unloaded = patterns(arch, model_type)
         ident = "names_" + re.sub(r"\W", "_", arch)
         if names:
             w(f"inline constexpr NamePattern {ident}[] = {{\n")
@@ -175,14 +191,14 @@ def main():
         archs.append((arch, model_type, config_type, processor,
                       converter.__name__ if converter else "", model_class,
                       ident if names else "nullptr", len(names) if names else 0, why or "",
-                      json.dumps(defaults) if defaults else ""))
+                      ", ".join(unloaded), json.dumps(defaults) if defaults else ""))
     w("\ninline constexpr Architecture architectures[] = {\n")
     for a in archs:
         (arch, model_type, config_type, processor, converter, model_class, ident, n, why,
-         defaults) = a
+         unloaded, defaults) = a
         w(f"    {{{cpp_string(arch)}, {cpp_string(model_type)}, {cpp_string(config_type)}, "
           f"{cpp_string(processor)}, {cpp_string(converter)}, {cpp_string(model_class)}, "
-          f"{ident}, {n}, {cpp_string(why)}, {cpp_string(defaults)}}},\n")
+          f"{ident}, {n}, {cpp_string(why)}, {cpp_string(unloaded)}, {cpp_string(defaults)}}},\n")
     w("};\n\n}  // namespace ckptfs::gguf_hf\n")
 
 

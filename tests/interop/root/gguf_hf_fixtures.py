@@ -68,6 +68,10 @@ ARCHITECTURES = {
     "stablelm": ("StableLmConfig", "StableLmForCausalLM", dict(COMMON)),
     "starcoder2": ("Starcoder2Config", "Starcoder2ForCausalLM", dict(COMMON)),
     "nemotron": ("NemotronConfig", "NemotronForCausalLM", dict(COMMON)),
+    # LFM2: short convolution layers (0, 2) and attention layers (1, 3).
+    "lfm2": ("Lfm2Config", "Lfm2ForCausalLM",
+             dict(COMMON, num_hidden_layers=4,
+                  layer_types=["conv", "full_attention", "conv", "full_attention"])),
     # qwen3moe's GGUF keys say no moe_intermediate_size: the config's default (768) must be
     # the model's. (Qwen2-MoE is not here: the loader makes its shared_expert_gate [1, 1, n],
     # which its model refuses, whatever the file.)
@@ -75,8 +79,9 @@ ARCHITECTURES = {
                  dict(COMMON, head_dim=64, num_experts=4, num_experts_per_tok=2,
                       moe_intermediate_size=768)),
 }
-QUANTIZED = ["llama", "gemma3", "gpt2"]  # un-permuted rows, norms - 1, transposes
 TYPES = ["Q8_0", "Q4_K_M", "Q5_K_M"]
+# Un-permuted rows, norms - 1, transposes: each of TYPES; experts merged: one.
+QUANTIZED = {"llama": TYPES, "gemma3": TYPES, "gpt2": TYPES, "qwen3moe": ["Q4_K_M"]}
 
 
 def tokenizer(directory):
@@ -171,11 +176,11 @@ def write(out_dir):
             manifest["skipped"][f"{arch} f16"] = f"convert_hf_to_gguf.py: {e!r}"[:300]
             continue
         manifest["f16"][arch] = f16.name
-    for arch in QUANTIZED:
+    for arch, types in QUANTIZED.items():
         if arch not in manifest["f16"]:
             continue
         manifest["quantized"][arch] = {}
-        for qtype in TYPES:
+        for qtype in types:
             dest = out / f"{arch}-{qtype}.gguf"
             why = quantize(out / manifest["f16"][arch], dest, qtype)
             if why:

@@ -484,6 +484,9 @@ void name_gguf_as_transformers(Model& model) {
   if (a && !a->names) {
     why = fmt::format("transformers' GGUF loader has no tensor names for architecture {} ({})",
                       quote(a->gguf), a->why_no_names);
+  } else if (a && !a->unloaded.empty()) {
+    why = fmt::format("transformers' GGUF loader loads no tensor of architecture {} into {}",
+                      quote(a->gguf), a->unloaded);
   } else if (a && !(processor = processor_of(a->processor))) {
     why = fmt::format("ckptfs does not do the {} of transformers' GGUF loader (architecture {})",
                       a->processor, quote(a->gguf));
