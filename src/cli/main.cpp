@@ -38,8 +38,8 @@ using ckptfs::cli::fail;
 
 constexpr const char* usage_text = R"(usage: ckptfs [options] CHECKPOINT MOUNTPOINT
        ckptfs inspect CHECKPOINT [--json] [-o OPT[,OPT...]]
-       ckptfs pack SRC OUT [--keys GLOB]... [--dtype NAME] [--force] [--progress|--quiet]
-                  [-o OPT[,OPT...]]
+       ckptfs pack SRC OUT [--keys GLOB]... [--dtype NAME] [--names hf] [--force]
+                  [--progress|--quiet] [-o OPT[,OPT...]]
        ckptfs -h | --help | -V | --version
 
 Mounts a checkpoint read-only: a PyTorch file written by torch.save or torch.jit.save
@@ -78,6 +78,14 @@ options (before or after CHECKPOINT MOUNTPOINT):
        dtype=NAME          serve every floating-point tensor as float16, bfloat16 or float32,
                            converted on read as torch's .to() converts (a GGUF's quantized
                            tensors: their dequantized values)
+       names=hf            a GGUF file as transformers' GGUF loader makes it: its tensors
+                           under transformers' names (blk.0.attn_q.weight is
+                           model.layers.0.self_attn.q_proj.weight), with the values the
+                           loader computes (Q and K rows un-permuted, dequantized...), float32
+                           unless dtype= says otherwise, and .ckptfs/config.json, so that
+                           from_pretrained(MOUNTPOINT/.ckptfs) loads the model; an
+                           architecture the loader does not load keeps llama.cpp's names, a
+                           line says so (names=file: the file's names, the default)
        log=FILE            the mount's log appended to FILE (foreground and daemon);
                            default: stderr in the foreground, syslog in a daemon (which
                            says once when no syslog listens on /dev/log)
@@ -130,15 +138,18 @@ as are those of cacert= and cache_dir=.
 inspect CHECKPOINT [--json] [-o OPT[,OPT...]]
   lists every entry without mounting: key, kind, dtype, shape, bytes, file offset, and totals;
   --json prints {"format", "byteorder", "sources", "metadata", "entries": [...]}; -o takes the
-  remote options above; CHECKPOINT may also be a split or an RFC directory (see pack)
+  remote options above and names=hf; CHECKPOINT may also be a split or an RFC directory (see
+  pack)
 
-pack SRC OUT [--keys GLOB]... [--dtype NAME] [--force] [--progress] [--quiet] [-o OPT,...]
+pack SRC OUT [--keys GLOB]... [--dtype NAME] [--names hf] [--force] [--progress] [--quiet]
+     [-o OPT,...]
   writes SRC back as one file OUT, streaming in bounded memory: torch's zip format for
   OUT.pth, .pt, .bin or .ckpt, safetensors for OUT.safetensors (any case); SRC is a
   CHECKPOINT, a split directory (key directories copied out of a mount: meta.json and data,
   or value.json) or an RFC directory (map.pt and <name>.pt files); --keys packs the keys
   GLOB matches (repeatable), --dtype float16|bfloat16|float32 converts floating-point
-  tensors, --force replaces OUT; progress on a terminal (--progress elsewhere), a summary
+  tensors, --names hf names and makes a GGUF's tensors as -o names=hf does, --force
+  replaces OUT; progress on a terminal (--progress elsewhere), a summary
   line at the end (--quiet: neither); OUT gets its name only once complete (details:
   ckptfs pack --help)
 
@@ -177,6 +188,7 @@ the tree (layout=split): the root holds the key directories and the hidden .ckpt
   MOUNTPOINT/.ckptfs/index.json   every entry: key, path, kind, dtype, shape, nbytes; the
                                   files read (sources) and the file's metadata
   MOUNTPOINT/.ckptfs/model.safetensors  every tensor as one safetensors file (see shard_size=)
+  MOUNTPOINT/.ckptfs/config.json  with names=hf: the config transformers makes of a GGUF
 the tree (layout=rfc):
   MOUNTPOINT/map.pt               torch.save of the list of keys that have a file, in order
                                   (beside the <key>.pt files, where the RFC's loaders look)
@@ -214,7 +226,8 @@ offset (or how the tensor is made: pieces, strided, converted), then the totals.
 anything a mount reads (see ckptfs --help), a split directory or an RFC directory.
 
   --json        {"format", "byteorder", "sources", "metadata", "entries": [...]} instead
-  -o OPT,...    remote options for a URL (timeout=, cache_size=, cacert=, insecure...)
+  -o OPT,...    remote options for a URL (timeout=, cache_size=, cacert=, insecure...), and
+                names=hf: a GGUF's tensors as transformers names them (see ckptfs --help)
   -h, --help    show this help and exit
 
 exit status: 0 listed; 1 usage; 2-5 the checkpoint cannot be read or is invalid, as a mount's

@@ -6,12 +6,17 @@ mounted with -o names=hf; from_pretrained(MNT/.ckptfs) must give the model
 from_pretrained(DIR, gguf_file=F) gives: its class, its config, its state dict bit for bit and
 its logits (tests/interop/root/gguf_hf_checks.py). Also: -o dtype=bfloat16 against dtype=
 torch.bfloat16, `ckptfs pack --names hf`, safetensors' load_model and accelerate's
-load_checkpoint_and_dispatch of the export, and an architecture the loader does not load.
+load_checkpoint_and_dispatch of the export, an architecture the loader does not load, and the
+README's recipe "Load a GGUF into transformers" run as written (its blocks marked
+`<!-- interop-test: gguf -->`: sh blocks here, python blocks in the root).
 
 Run by ctest as `/usr/bin/python3 -m unittest -v test_interop_gguf_hf` (label interop).
 """
 
 import json
+import os
+import re
+import shutil
 import subprocess
 import sys
 import unittest
@@ -24,8 +29,16 @@ from fixtures import require  # noqa: E402
 
 require("fuse", "interop")  # else the module exits 77: skipped, with the reason
 
-from fixtures import CKPTFS  # noqa: E402
-from interop_support import InteropCase, inside, outside, views_dir  # noqa: E402
+from fixtures import CKPTFS, REPO  # noqa: E402
+from ckptfs_mounts import is_mounted, unmount  # noqa: E402
+from interop_support import InteropCase, inside, views_dir  # noqa: E402
+
+RECIPE = re.compile(r"^<!-- interop-test: gguf -->\n```(\w+)\n(.*?)^```$", re.M | re.S)
+
+
+def recipe_blocks():
+    """The README's blocks of the recipe "Load a GGUF into transformers": [(lang, code)]."""
+    return RECIPE.findall((REPO / "README.md").read_text())
 
 
 class GgufHfTests(InteropCase):
@@ -112,6 +125,25 @@ class GgufHfTests(InteropCase):
                 report = self.call("gguf_hf_checks.other_clients", inside(self.out), name,
                                    inside(views_dir(mnt)))
                 self.assertEqual(report["problems"], [], f"{name} against {self.versions}")
+
+    def test_readme_recipe(self):
+        blocks = recipe_blocks()
+        self.assertEqual([lang for lang, _ in blocks], ["sh", "python", "sh"])
+        work = self.new_dir("recipe")
+        shutil.copy(self.out / self.manifest["quantized"]["llama"]["Q4_K_M"], work / "model.gguf")
+        self.addCleanup(lambda: is_mounted(work / "mnt") and unmount(work / "mnt"))
+        env = {**os.environ, "PATH": f"{CKPTFS.parent}:{os.environ['PATH']}"}
+        for lang, code in blocks:
+            if lang == "sh":
+                r = subprocess.run(["bash", "-euo", "pipefail", "-c", code], cwd=work, env=env,
+                                   capture_output=True, text=True, timeout=300)
+                self.assertEqual(r.returncode, 0, f"{code}\n{r.stderr}")
+            else:
+                # The block's `model` against the loader's model of model.gguf.
+                report = self.call("gguf_hf_checks.run_recipe", code, inside(work), "model.gguf")
+                self.assertEqual(report["problems"], [], f"{code}\nagainst {self.versions}")
+        self.assertFalse(is_mounted(work / "mnt"))
+        self.assertGreater((work / "model.safetensors").stat().st_size, 0)
 
     def test_unknown_architecture_keeps_llama_cpp_names(self):
         path = self.out / self.manifest["unknown"]

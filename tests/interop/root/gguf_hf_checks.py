@@ -13,12 +13,18 @@ loader: from_pretrained(directory, gguf_file=FILE).
         init_empty_weights + load_checkpoint_and_dispatch, into a model made from the views'
         config.json, against the loader's model
 
+    run_recipe(code, directory, gguf_file)
+        a python block of the README run in DIRECTORY; the `model` it makes against
+        from_pretrained(DIRECTORY, gguf_file=GGUF_FILE)
+
 Each returns {"problems": [...], ...}: one line per difference.
 
 transformers' is_gguf_available() reads the Debian gguf package's version as "N/A", which it
 cannot parse, and so refuses gguf-py 0.19, which is there: patched here (a test's fix, not the
 product's).
 """
+
+import os
 
 import torch
 import transformers
@@ -105,4 +111,18 @@ def other_clients(directory, gguf_file, views):
     problems = []
     same_models(dispatched, want, problems)
     report["problems"] += [f"load_checkpoint_and_dispatch: {p}" for p in problems]
+    return report
+
+
+def run_recipe(code, directory, gguf_file):
+    before = os.getcwd()
+    os.chdir(directory)
+    try:
+        names = {}
+        exec(compile(code, "README.md (recipe)", "exec"), names)  # noqa: S102 (the recipe)
+    finally:
+        os.chdir(before)
+    want = AutoModelForCausalLM.from_pretrained(directory, gguf_file=gguf_file).eval()
+    report = {"problems": []}
+    same_models(names["model"].eval(), want, report["problems"])
     return report
