@@ -340,10 +340,14 @@ class Renamer {
     const bool q = contains(name, ".attn_q.");
     const std::optional<std::int64_t> n = q ? heads : (heads != kv_heads ? kv_heads : heads);
     const std::int64_t rows = s.shape.empty() ? 1 : s.shape[0];
-    if (!n || *n <= 0 || rows % (2 * *n) != 0) {
+    if (!n || *n <= 0 || *n > rows / 2 || rows % (2 * *n) != 0) {
       return broken(s, fmt::format("its {} rows are no whole number of {} heads of 2 halves: "
                                    "transformers' loader cannot un-permute them",
                                    rows, n ? fmt::format("{}", *n) : "?"));
+    }
+    if (static_cast<std::uint64_t>(*n) > max_derivation_runs / 2) {
+      return broken(s, fmt::format("{} heads: more than ckptfs un-permutes ({})", *n,
+                                   max_derivation_runs / 2));
     }
     const auto dim = static_cast<std::uint64_t>(rows / 2 / *n);
     std::vector<Derivation::Run> runs;
@@ -365,8 +369,9 @@ class Renamer {
     const Tensor& s = m_.tensors[source];
     const bool weight = contains(name, "weight");
     const bool fits = heads && embed && *heads > 0 && *embed > 0 && *embed % *heads == 0 &&
-                      !s.shape.empty() && s.shape[0] == 3 * *embed &&
-                      s.shape.size() == (weight ? 2u : 1u) && (!weight || s.shape[1] == *embed);
+                      !s.shape.empty() && s.shape[0] % 3 == 0 && s.shape[0] / 3 == *embed &&
+                      s.shape.size() == (weight ? 2u : 1u) && (!weight || s.shape[1] == *embed) &&
+                      static_cast<std::uint64_t>(*heads) <= max_derivation_runs / 3;
     if (!fits) {
       return broken(s, "its shape is not Bloom's fused QKV of the config's n_head and "
                        "hidden_size: transformers' loader cannot reshape it");
@@ -412,9 +417,11 @@ class Renamer {
                        "loader fills the other with zeros)");
     }
     const Tensor& u = m_.tensors[*up];
-    if (g.shape.size() != 3 || g.shape != u.shape || !g.broken.empty() || !u.broken.empty()) {
-      return broken(g, "its gate and up expert tensors are not two [experts, rows, columns] "
-                       "tensors of one shape");
+    if (g.shape.size() != 3 || g.shape != u.shape || !g.broken.empty() || !u.broken.empty() ||
+        static_cast<std::uint64_t>(g.shape[0]) > max_derivation_runs / 2) {
+      return broken(g, fmt::format("its gate and up expert tensors are not two [experts, rows, "
+                                   "columns] tensors of one shape (of at most {} experts)",
+                                   max_derivation_runs / 2));
     }
     how = "the experts' gate and up tensors, concatenated per expert";
     std::vector<std::int64_t> shape = {g.shape[0], 2 * g.shape[1], g.shape[2]};
