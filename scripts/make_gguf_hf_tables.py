@@ -115,6 +115,111 @@ def patterns(arch, model_type):
     return dict(sorted(found.items())), None, sorted(unloaded)
 
 
+# The tokenizer: what AutoTokenizer.from_pretrained(dir, gguf_file=F) makes of a GGUF file with
+# a BPE vocabulary (tokenizer.ggml.model "gpt2"), learnt from probes: files of each architecture
+# whose special tokens (four CONTROL tokens at the bos, eos, unk and pad ids, two more CONTROL
+# tokens, a USER_DEFINED one) sit at other ids in each probe, so that where each of its added
+# tokens and special tokens comes from can be told: every CONTROL token, the token at one of
+# those ids, or a text of transformers' own (a converter's or tokenizer class's).
+PROBE_SPECIAL = ["<P0>", "<P1>", "<P2>", "<P3>", "<C0>", "<C1>", "<U0>"]
+PROBE_TYPES = [3, 3, 3, 3, 3, 3, 4]
+PROBES = {"first": dict(bos=0, eos=1, unk=2, pad=3), "swapped": dict(bos=1, eos=0, unk=3, pad=2)}
+ROLES = ("bos", "eos", "unk", "pad")
+
+
+def probe_vocabulary():
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    trainer = trainers.BpeTrainer(vocab_size=300, initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(["the quick brown fox jumps over the lazy dog " * 20], trainer)
+    j = json.loads(tok.to_str())
+    vocab = sorted(j["model"]["vocab"], key=j["model"]["vocab"].get)
+    merges = [m if isinstance(m, str) else " ".join(m) for m in j["model"]["merges"]]
+    return PROBE_SPECIAL + vocab, PROBE_TYPES + [1] * len(vocab), merges
+
+
+def tokenizer_rule(arch, directory):
+    """(rule, None) or (None, why): the tokenizer transformers makes of a BPE GGUF of `arch`."""
+    import gguf
+    from transformers import AutoTokenizer
+    tokens, types, merges = probe_vocabulary()
+    made = {}
+    for probe, ids in PROBES.items():
+        name = f"{arch}-{probe}.gguf"
+        w = gguf.GGUFWriter(f"{directory}/{name}", arch)
+        w.add_block_count(1)
+        w.add_tokenizer_model("gpt2")
+        w.add_token_list(tokens)
+        w.add_token_types(types)
+        w.add_token_merges(merges)
+        for role, i in ids.items():
+            getattr(w, f"add_{role}_token_id")(i)
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+        try:
+            t = AutoTokenizer.from_pretrained(directory, gguf_file=name)
+        except Exception as e:  # noqa: BLE001 (the reason is what the header says)
+            return None, f"the loader makes no tokenizer of it ({type(e).__name__})"
+        backend = json.loads(t.backend_tokenizer.to_str())
+        added = backend.pop("added_tokens")
+        vocab = backend["model"].pop("vocab")
+        backend["model"].pop("merges")
+        if vocab != {tok: i for i, tok in enumerate(tokens)}:
+            return None, "its vocabulary is not the file's tokens"
+        made[probe] = (backend, added, {r: getattr(t, r + "_token") for r in ROLES})
+    (first, added, special), (second, added2, special2) = made["first"], made["swapped"]
+    ids, ids2 = PROBES["first"], PROBES["swapped"]
+    # The model's unk_token may be the file's (Llama's converter): "unk", filled in per file.
+    model_unk = ""
+    if first["model"].get("unk_token") is not None:
+        if (first["model"]["unk_token"], second["model"]["unk_token"]) != \
+                (tokens[ids["unk"]], tokens[ids2["unk"]]):
+            return None, "its model's unk_token comes from the file in a way the probes cannot tell"
+        model_unk = "unk"
+        first["model"]["unk_token"] = second["model"]["unk_token"] = None
+    if first != second:
+        return None, "its tokenizer depends on the special tokens' ids"
+    control = {tok for tok, ty in zip(tokens, types) if ty == 3}
+
+    def source(text, text2):
+        """Where a token of both probes comes from: a role, or its own text."""
+        if text is None:
+            return "" if text2 is None else None
+        if text not in tokens:
+            return "=" + text if text == text2 else None
+        for role in ROLES:
+            if tokens[ids[role]] == text and tokens[ids2[role]] == text2:
+                return role
+        return None
+
+    from_file = [a for a in added if a["content"] in tokens]
+    rules = []
+    if {a["content"] for a in from_file} == control:
+        rules.append(("control", "", from_file[0]))
+    elif {a["content"] for a in from_file} == {tokens[ids[r]] for r in ROLES}:
+        rules += [(r, "", next(a for a in from_file if a["content"] == tokens[ids[r]]))
+                  for r in ROLES]
+    elif from_file:
+        return None, "its added tokens come from the file in a way the probes cannot tell"
+    for a in sorted(added, key=lambda a: a["id"]):
+        if a["content"] not in tokens:
+            rules.append(("", a["content"], a))
+    if [a["content"] for a in added if a["content"] not in tokens] != \
+            [a["content"] for a in added2 if a["content"] not in tokens]:
+        return None, "its own added tokens depend on the file"
+    specials = {}
+    for role in ROLES:
+        got = source(special[role], special2[role])
+        if got is None:
+            return None, f"its {role}_token comes from the file in a way the probes cannot tell"
+        specials[role] = got
+    return {"backend": json.dumps(first, ensure_ascii=False, separators=(",", ":")),
+            "added": rules, "special": specials, "model_unk": model_unk}, None
+
+
 def cpp_string(s):
     return json.dumps(s, ensure_ascii=False)
 
@@ -135,12 +240,25 @@ def main():
       "  std::size_t count;\n};\n")
     w("// A tensor's name in a GGUF file and in transformers, '#' standing for a block's number.\n"
       "struct NamePattern {\n  std::string_view gguf;\n  std::string_view hf;\n};\n")
+    w("// A token the loader's tokenizer adds: from the file (source \"control\": every CONTROL\n"
+      "// token; \"bos\", \"eos\", \"unk\", \"pad\": the token at that id) or its own `content`\n"
+      "// (source \"\"), with the flags tokenizers gives it.\n"
+      "struct AddedToken {\n  std::string_view source;\n  std::string_view content;\n"
+      "  bool special, normalized, lstrip, rstrip, single_word;\n};\n")
+    w("// The tokenizer the loader makes of a BPE vocabulary: tokenizers' JSON of it without\n"
+      "// \"added_tokens\" and without the model's \"vocab\" and \"merges\" (the file's tokens and\n"
+      "// merges), its added tokens, and its special tokens: \"bos\"... (the token at that id of the\n"
+      "// file), \"=TEXT\" (TEXT), \"\" (none).\n"
+      "// The model's \"unk_token\" is null in backend_json; model_unk \"unk\": the file's.\n"
+      "struct Tokenizer {\n  std::string_view backend_json;\n  const AddedToken* added;\n"
+      "  std::size_t added_count;\n  std::string_view bos, eos, unk, pad;\n"
+      "  std::string_view model_unk;\n};\n")
     w("struct Architecture {\n"
       "  std::string_view gguf;        // general.architecture\n"
       "  std::string_view model_type;  // its config prefix (load_gguf_checkpoint's)\n"
       "  std::string_view config_model_type;  // config.json's model_type\n"
       "  std::string_view processor;   // the TensorProcessor class transformers uses\n"
-      "  std::string_view tokenizer;   // the tokenizer converter class, or empty\n"
+      "  std::string_view converter;   // the loader's tokenizer converter class, or empty\n"
       "  std::string_view model_class; // what AutoModelForCausalLM makes of it\n"
       "  const NamePattern* names;     // nullptr: none (why_no_names says why)\n"
       "  std::size_t name_count;\n"
@@ -148,6 +266,8 @@ def main():
       "  // The model's parameters the loader loads nothing into, comma-separated (\"\": none).\n"
       "  std::string_view unloaded;\n"
       "  std::string_view defaults_json;  // GGUF_CONFIG_DEFAULTS_MAPPING's, or empty\n"
+      "  const Tokenizer* tokenizer;     // of a BPE (\"gpt2\") vocabulary; nullptr: none\n"
+      "  std::string_view why_no_tokenizer;\n"
       "};\n\n")
     w(f'inline constexpr std::string_view transformers_version = "{transformers.__version__}";\n\n')
 
@@ -172,8 +292,25 @@ def main():
         w("};\n")
     w("\n")
 
+    import tempfile
+    probes = tempfile.mkdtemp(prefix="gguf-hf-probes-")
     archs = []
     for arch, model_type in GGUF_ARCHITECTURES.items():
+        rule, why_no_tokenizer = tokenizer_rule(arch, probes)
+        tokenizer_ident = "nullptr"
+        if rule:
+            tokenizer_ident = "&tokenizer_" + re.sub(r"\W", "_", arch)
+            w(f"inline constexpr AddedToken added_{re.sub(r'[^a-zA-Z0-9_]', '_', arch)}[] = {{\n")
+            for src, content, a in rule["added"]:
+                w(f"    {{{cpp_string(src)}, {cpp_string(content)}, {str(a['special']).lower()}, "
+                  f"{str(a['normalized']).lower()}, {str(a['lstrip']).lower()}, "
+                  f"{str(a['rstrip']).lower()}, {str(a['single_word']).lower()}}},\n")
+            w("};\n")
+            sp = rule["special"]
+            w(f"inline constexpr Tokenizer {tokenizer_ident[1:]} = {{{cpp_string(rule['backend'])}, "
+              f"added_{re.sub(r'[^a-zA-Z0-9_]', '_', arch)}, {len(rule['added'])}, "
+              f"{cpp_string(sp['bos'])}, {cpp_string(sp['eos'])}, {cpp_string(sp['unk'])}, "
+              f"{cpp_string(sp['pad'])}, {cpp_string(rule['model_unk'])}}};\n")
         names, why, unloaded = patterns(arch, model_type)
         ident = "names_" + re.sub(r"\W", "_", arch)
         if names:
@@ -191,14 +328,16 @@ def main():
         archs.append((arch, model_type, config_type, processor,
                       converter.__name__ if converter else "", model_class,
                       ident if names else "nullptr", len(names) if names else 0, why or "",
-                      ", ".join(unloaded), json.dumps(defaults) if defaults else ""))
+                      ", ".join(unloaded), json.dumps(defaults) if defaults else "",
+                      tokenizer_ident, why_no_tokenizer or ""))
     w("\ninline constexpr Architecture architectures[] = {\n")
     for a in archs:
         (arch, model_type, config_type, processor, converter, model_class, ident, n, why,
-         unloaded, defaults) = a
+         unloaded, defaults, tokenizer_ident, why_no_tokenizer) = a
         w(f"    {{{cpp_string(arch)}, {cpp_string(model_type)}, {cpp_string(config_type)}, "
           f"{cpp_string(processor)}, {cpp_string(converter)}, {cpp_string(model_class)}, "
-          f"{ident}, {n}, {cpp_string(why)}, {cpp_string(unloaded)}, {cpp_string(defaults)}}},\n")
+          f"{ident}, {n}, {cpp_string(why)}, {cpp_string(unloaded)}, {cpp_string(defaults)}, "
+          f"{tokenizer_ident}, {cpp_string(why_no_tokenizer)}}},\n")
     w("};\n\n}  // namespace ckptfs::gguf_hf\n")
 
 

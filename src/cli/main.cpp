@@ -82,7 +82,8 @@ options (before or after CHECKPOINT MOUNTPOINT):
                            under transformers' names (blk.0.attn_q.weight is
                            model.layers.0.self_attn.q_proj.weight), with the values the
                            loader computes (Q and K rows un-permuted, dequantized...), float32
-                           unless dtype= says otherwise, and .ckptfs/config.json, so that
+                           unless dtype= says otherwise, .ckptfs/config.json and (a BPE
+                           vocabulary) the tokenizer files, so that
                            from_pretrained(MOUNTPOINT/.ckptfs) loads the model; an
                            architecture the loader does not load keeps llama.cpp's names, a
                            line says so (names=file: the file's names, the default)
@@ -189,6 +190,7 @@ the tree (layout=split): the root holds the key directories and the hidden .ckpt
                                   files read (sources) and the file's metadata
   MOUNTPOINT/.ckptfs/model.safetensors  every tensor as one safetensors file (see shard_size=)
   MOUNTPOINT/.ckptfs/config.json  with names=hf: the config transformers makes of a GGUF
+                                  (and tokenizer.json, tokenizer_config.json of a BPE vocabulary)
 the tree (layout=rfc):
   MOUNTPOINT/map.pt               torch.save of the list of keys that have a file, in order
                                   (beside the <key>.pt files, where the RFC's loaders look)

@@ -5,7 +5,9 @@ convert_hf_to_gguf.py (F16, a split set) and quantized by llama-quantize (Q8_0, 
 mounted with -o names=hf; from_pretrained(MNT/.ckptfs) must give the model
 from_pretrained(DIR, gguf_file=F) gives: its class, its config, its state dict bit for bit and
 its logits (tests/interop/root/gguf_hf_checks.py). Also: -o dtype=bfloat16 against dtype=
-torch.bfloat16, `ckptfs pack --names hf`, safetensors' load_model and accelerate's
+torch.bfloat16, the tokenizer files (AutoTokenizer.from_pretrained(MNT/.ckptfs) against
+AutoTokenizer.from_pretrained(DIR, gguf_file=F)), `ckptfs pack --names hf`, safetensors'
+load_model and accelerate's
 load_checkpoint_and_dispatch of the export, an architecture the loader does not load, and the
 README's recipe "Load a GGUF into transformers" run as written (its blocks marked
 `<!-- interop-test: gguf -->`: sh blocks here, python blocks in the root).
@@ -68,6 +70,28 @@ class GgufHfTests(InteropCase):
             with self.subTest(arch):
                 report, _ = self.compare(name)
                 self.assertEqual(report["dtype"], "torch.float32")
+
+    def test_tokenizers(self):
+        # Where the loader makes a tokenizer (a BPE vocabulary), the mount's files make the same;
+        # where it fails (Gemma's converter on a BPE vocabulary; LFM2), the mount has none and a
+        # note says why.
+        made = 0
+        for arch, name in self.manifest["f16"].items():
+            with self.subTest(arch):
+                mnt = self.mount(self.out / name, "-o", "names=hf")
+                report = self.call("gguf_hf_checks.tokenizers", inside(self.out), name,
+                                   inside(views_dir(mnt)))
+                files = {p.name for p in views_dir(mnt).iterdir()}
+                index = json.loads((views_dir(mnt) / "index.json").read_text())
+                if report["loader"]:
+                    self.assertNotIn("tokenizer.json", files, report["loader"])
+                    self.assertTrue(any("no tokenizer files" in n
+                                        for n in index.get("notes", [])), index.get("notes"))
+                    continue
+                self.assertTrue({"tokenizer.json", "tokenizer_config.json"} <= files, files)
+                self.assertEqual(report["problems"], [], f"{name} against {self.versions}")
+                made += 1
+        self.assertGreaterEqual(made, 12)
 
     def test_quantized(self):
         # Dequantized, and un-permuted (llama), w - 1 (gemma3), transposed (gpt2) or merged

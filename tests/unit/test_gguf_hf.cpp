@@ -26,7 +26,8 @@ using namespace ckptfs::test;
 
 namespace {
 
-constexpr std::uint32_t gguf_uint32 = 4, gguf_int32 = 5, gguf_float32 = 6, gguf_string = 8;
+constexpr std::uint32_t gguf_uint32 = 4, gguf_int32 = 5, gguf_float32 = 6, gguf_string = 8,
+                        gguf_array = 9;
 constexpr std::uint32_t ggml_f32 = 0, ggml_f16 = 1, ggml_q8_0 = 8;
 
 // Key-value pairs, written as GgufWriter writes them.
@@ -50,6 +51,18 @@ struct Metadata {
   }
   Metadata& f32(const std::string& key, float value) {
     w.key(key, gguf_float32).f32(value);
+    ++count;
+    return *this;
+  }
+  Metadata& strings(const std::string& key, const std::vector<std::string>& values) {
+    w.key(key, gguf_array).u32(gguf_string).size(values.size());
+    for (const auto& v : values) w.string(v);
+    ++count;
+    return *this;
+  }
+  Metadata& i32s(const std::string& key, const std::vector<std::int32_t>& values) {
+    w.key(key, gguf_array).u32(gguf_int32).size(values.size());
+    for (auto v : values) w.u32(static_cast<std::uint32_t>(v));
     ++count;
     return *this;
   }
@@ -195,9 +208,11 @@ TEST_CASE("names=hf: a Llama's tensors under transformers' names, Q and K rows u
   CHECK(o.model.origins[1].key == "blk.0.attn_q.weight");
   CHECK(o.model.origins[1].how.find("un-permuted (2 heads)") != std::string::npos);
   CHECK(o.model.origins[0].how == "");
-  REQUIRE(o.model.notes.size() == 1);
+  // What was left out, and that no tokenizer files are made (the file has no vocabulary).
+  REQUIRE(o.model.notes.size() == 2);
   CHECK(o.model.notes[0].find("left out 2 tensors") != std::string::npos);
   CHECK(o.model.notes[0].find("\"rope_freqs.weight\"") != std::string::npos);
+  CHECK(o.model.notes[1].find("no tokenizer files") != std::string::npos);
   // Q by its 2 heads (an assembly of the file's rows), K by its 1 KV head (from float16).
   const Tensor& qt = o.model.tensors[entry(o.model, "model.layers.0.self_attn.q_proj.weight")->tensor];
   CHECK(qt.assembly.has_value());
@@ -264,7 +279,7 @@ TEST_CASE("names=hf: config.json is made of the metadata as the loader reads it"
   m.u32("llama.context_length", 128).string("tokenizer.ggml.model", "gpt2");
   m.u32("tokenizer.ggml.bos_token_id", 1);
   Opened o = open_named({{"token_embd.weight", {4, 3}, ggml_f32, f32_bytes(12)}}, m);
-  REQUIRE(o.model.files.size() == 1);
+  REQUIRE(o.model.files.size() == 1);  // no vocabulary: no tokenizer files
   CHECK(o.model.files[0].name == "config.json");
   const std::string config = o.model.files[0].make(o.model, std::nullopt);
   // A FLOAT32 is the float32's value as a Python float; no output.weight: tied.
@@ -350,4 +365,68 @@ TEST_CASE("names=hf: hostile head counts break the tensor, never the mount") {
     CHECK(e.code() == ExitCode::bad_checkpoint);
     CHECK(std::string(e.what()).find("general.architecture is UINT32") != std::string::npos);
   }
+}
+
+namespace {
+
+// A BPE vocabulary: three CONTROL tokens, one twice-listed token, merges.
+Metadata with_vocabulary(Metadata m, const std::vector<std::string>& merges) {
+  m.string("tokenizer.ggml.model", "gpt2");
+  m.strings("tokenizer.ggml.tokens", {"<s>", "</s>", "<unk>", "a", "b", "ab", "a"});
+  m.i32s("tokenizer.ggml.token_type", {3, 3, 3, 1, 1, 1, 1});
+  m.strings("tokenizer.ggml.merges", merges);
+  m.u32("tokenizer.ggml.bos_token_id", 0).u32("tokenizer.ggml.eos_token_id", 1);
+  m.u32("tokenizer.ggml.unknown_token_id", 2);
+  m.string("tokenizer.chat_template", "{{ messages }}");
+  return m;
+}
+
+std::string file_of(const Model& m, const std::string& name) {
+  for (const Model::File& f : m.files) {
+    if (f.name == name) return f.make(m, std::nullopt);
+  }
+  return {};
+}
+
+}  // namespace
+
+TEST_CASE("names=hf: the tokenizer files of a BPE vocabulary, as each architecture's rule says") {
+  // Llama's rule: every CONTROL token added at its id, the model's unk_token the file's, its
+  // bos_token and (as the loader has it) eos_token the token at bos's id.
+  Opened l = open_named({{"token_embd.weight", {4, 7}, ggml_f32, f32_bytes(28)}},
+                        with_vocabulary(llama(2, 1), {"a b"}));
+  const std::string json = file_of(l.model, "tokenizer.json");
+  REQUIRE(!json.empty());
+  CHECK(json.find("\"added_tokens\":[{\"id\":0,\"content\":\"<s>\"") != std::string::npos);
+  CHECK(json.find("{\"id\":2,\"content\":\"<unk>\"") != std::string::npos);
+  CHECK(json.find("\"unk_token\":\"<unk>\"") != std::string::npos);
+  // A token listed twice has its last id, once; merges are pairs.
+  CHECK(json.find("\"vocab\":{\"<s>\":0,\"</s>\":1,\"<unk>\":2,\"b\":4,\"ab\":5,\"a\":6}") !=
+        std::string::npos);
+  CHECK(json.find("\"merges\":[[\"a\",\"b\"]]") != std::string::npos);
+  const std::string config = file_of(l.model, "tokenizer_config.json");
+  CHECK(config.find("\"bos_token\": \"<s>\"") != std::string::npos);
+  CHECK(config.find("\"eos_token\": \"<s>\"") != std::string::npos);
+  CHECK(config.find("\"pad_token\": null") != std::string::npos);
+  CHECK(config.find("\"chat_template\": \"{{ messages }}\"") != std::string::npos);
+
+  // Qwen2's rule: its own three tokens, after the vocabulary (none of them is in it).
+  Metadata qwen;
+  qwen.string("general.architecture", "qwen2").u32("qwen2.block_count", 1);
+  Opened q = open_named({{"token_embd.weight", {4, 7}, ggml_f32, f32_bytes(28)}},
+                        with_vocabulary(qwen, {"a b"}));
+  const std::string qjson = file_of(q.model, "tokenizer.json");
+  CHECK(qjson.find("{\"id\":7,\"content\":\"<|endoftext|>\"") != std::string::npos);
+  CHECK(qjson.find("{\"id\":9,\"content\":\"<|im_end|>\"") != std::string::npos);
+  CHECK(qjson.find("\"id\":0,") == std::string::npos);
+
+  // A merge that is no pair, or a vocabulary that is not BPE: no files, a note saying why.
+  Opened bad = open_named({{"token_embd.weight", {4, 7}, ggml_f32, f32_bytes(28)}},
+                          with_vocabulary(llama(2, 1), {"a b c"}));
+  CHECK(file_of(bad.model, "tokenizer.json").empty());
+  CHECK(bad.model.notes.back().find("a merge that is no pair") != std::string::npos);
+  Metadata spm = llama(2, 1);
+  spm.string("tokenizer.ggml.model", "llama");
+  Opened s2 = open_named({{"token_embd.weight", {4, 3}, ggml_f32, f32_bytes(12)}}, spm);
+  CHECK(s2.model.notes.back().find("not a BPE one") != std::string::npos);
 }

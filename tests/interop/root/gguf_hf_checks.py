@@ -13,6 +13,11 @@ loader: from_pretrained(directory, gguf_file=FILE).
         init_empty_weights + load_checkpoint_and_dispatch, into a model made from the views'
         config.json, against the loader's model
 
+    tokenizers(directory, gguf_file, views)
+        AutoTokenizer.from_pretrained(VIEWS) (its tokenizer.json and tokenizer_config.json)
+        against AutoTokenizer.from_pretrained(DIRECTORY, gguf_file=GGUF_FILE): the ids of TEXTS
+        (special tokens among them), their decoding, the special tokens, the chat template;
+        {"loader": "" or why the loader makes no tokenizer, "problems"}
     run_recipe(code, directory, gguf_file)
         a python block of the README run in DIRECTORY; the `model` it makes against
         from_pretrained(DIRECTORY, gguf_file=GGUF_FILE)
@@ -30,13 +35,16 @@ import torch
 import transformers
 import transformers.modeling_gguf_pytorch_utils as gguf_utils
 import transformers.utils.import_utils as import_utils
-from transformers import AutoConfig, AutoModelForCausalLM
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 import_utils.is_gguf_available = lambda *a, **k: True
 gguf_utils.is_gguf_available = lambda *a, **k: True
 transformers.logging.set_verbosity_error()
 
 INPUT = torch.tensor([[1, 5, 17, 42, 100, 3, 7, 250, 300, 0]])
+TEXTS = ["Hello world, the quick brown fox", "  two  spaces\tand\ttabs\n\nlines ",
+         "naïve café, 東京, Привет 🚀", "<s>special</s> <|im_start|>user<|im_end|><|endoftext|>",
+         "12345 67890 ckptfs mounts checkpoints!", ""]
 
 
 def logits(model):
@@ -125,4 +133,29 @@ def run_recipe(code, directory, gguf_file):
     want = AutoModelForCausalLM.from_pretrained(directory, gguf_file=gguf_file).eval()
     report = {"problems": []}
     same_models(names["model"].eval(), want, report["problems"])
+    return report
+
+
+def tokenizers(directory, gguf_file, views):
+    report = {"loader": "", "problems": []}
+    try:
+        want = AutoTokenizer.from_pretrained(directory, gguf_file=gguf_file)
+    except Exception as e:  # noqa: BLE001 (the mount must then have no tokenizer files)
+        report["loader"] = f"{type(e).__name__}: {e}"[:200]
+        return report
+    got = AutoTokenizer.from_pretrained(views)
+    for text in TEXTS:
+        a, b = got(text)["input_ids"], want(text)["input_ids"]
+        if a != b:
+            report["problems"].append(f"{text!r}: ids {a}, not {b}")
+        elif got.decode(a) != want.decode(b):
+            report["problems"].append(f"{text!r}: decoded {got.decode(a)!r}, not "
+                                      f"{want.decode(b)!r}")
+    for role in ("bos_token", "eos_token", "unk_token", "pad_token"):
+        if getattr(got, role) != getattr(want, role):
+            report["problems"].append(f"{role} {getattr(got, role)!r}, not "
+                                      f"{getattr(want, role)!r}")
+    if got.chat_template != want.chat_template:
+        report["problems"].append(f"chat template {got.chat_template!r}, not "
+                                  f"{want.chat_template!r}")
     return report

@@ -42,6 +42,7 @@ TEXT = ("The quick brown fox jumps over the lazy dog. Hello world, ckptfs mounts
         "12345 67890. Lorem ipsum dolor sit amet, consectetur adipiscing elit.\n\t tabs and  "
         "spaces; naïve café, 東京, Привет. ") * 20
 SPECIALS = ["<s>", "</s>", "<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+CHAT_TEMPLATE = "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
 
 COMMON = dict(hidden_size=256, intermediate_size=512, num_hidden_layers=2,
               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
@@ -100,6 +101,7 @@ def tokenizer(directory):
     path = Path(directory) / "tokenizer_config.json"
     config = json.loads(path.read_text())
     config["tokenizer_class"] = "GPT2Tokenizer"
+    config["chat_template"] = CHAT_TEMPLATE  # the converter writes it as tokenizer.chat_template
     path.write_text(json.dumps(config))
     return tok.get_vocab_size()
 

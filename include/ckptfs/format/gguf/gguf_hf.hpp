@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // -o names=hf: a GGUF model as transformers' GGUF loader (transformers 5's
 // from_pretrained(dir, gguf_file=F)) makes it: its tensors under transformers' names, with their
-// values as that loader computes them, and the config.json it makes of the file's metadata. The
+// values as that loader computes them, the config.json it makes of the file's metadata, and the
+// tokenizer it makes of a BPE vocabulary (tokenizer.json, tokenizer_config.json). The
 // loader's tables (which GGUF key becomes which config key, which tensor which parameter) are
 // read out of transformers itself by scripts/make_gguf_hf_tables.py; the loader's tensor
 // processors are done here, in the format-neutral model:
@@ -34,8 +35,9 @@ namespace ckptfs {
 // combine_gguf_splits() made it, into transformers' state dict (see above): its entries are
 // the parameters the loader gives, in the file's order (a merged tensor where its first part
 // was); tensors the loader does not load are left out. Model::origins says each entry's GGUF
-// name and how its values were made; Model::files gets config.json; Model::notes says, in one
-// line, what was left out. A tensor whose transform cannot be done (rows that are no whole
+// name and how its values were made; Model::files gets config.json, and for a BPE vocabulary
+// the loader makes a tokenizer of, tokenizer.json and tokenizer_config.json; Model::notes says,
+// a line each, what was left out and why there are no tokenizer files. A tensor whose transform cannot be done (rows that are no whole
 // number of heads) is broken, saying so, as transformers would fail on it.
 //
 // When the file's architecture is one transformers' GGUF loader does not load, or one whose

@@ -4,6 +4,7 @@
 // them (transformers 5, modeling_gguf_pytorch_utils.py), in the format-neutral model: row
 // blocks of the file's bytes (assemblies), strided views, or derivations computed on read.
 #include "gguf_hf_config.hpp"
+#include "gguf_hf_tokenizer.hpp"
 
 #include <ckptfs/base/error.hpp>
 #include <ckptfs/base/text.hpp>
@@ -504,6 +505,18 @@ void name_gguf_as_transformers(Model& model) {
   }
   Renamer(model, *meta, *processor).run();
   model.files.push_back(config_file(meta->config));
+  const std::string no_tokenizer = gguf_hf::why_no_tokenizer(model, *a);
+  if (!no_tokenizer.empty()) {
+    model.notes.push_back(fmt::format("names=hf: no tokenizer files: {}", no_tokenizer));
+    return;
+  }
+  const gguf_hf::Tokenizer* rule = a->tokenizer;
+  model.files.push_back({"tokenizer.json", [rule](const Model& m, std::optional<DType>) {
+                           return gguf_hf::tokenizer_json(m, *rule);
+                         }});
+  model.files.push_back({"tokenizer_config.json", [rule](const Model& m, std::optional<DType>) {
+                           return gguf_hf::tokenizer_config_json(m, *rule);
+                         }});
 }
 
 }  // namespace ckptfs

@@ -23,12 +23,32 @@ struct NamePattern {
   std::string_view gguf;
   std::string_view hf;
 };
+// A token the loader's tokenizer adds: from the file (source "control": every CONTROL
+// token; "bos", "eos", "unk", "pad": the token at that id) or its own `content`
+// (source ""), with the flags tokenizers gives it.
+struct AddedToken {
+  std::string_view source;
+  std::string_view content;
+  bool special, normalized, lstrip, rstrip, single_word;
+};
+// The tokenizer the loader makes of a BPE vocabulary: tokenizers' JSON of it without
+// "added_tokens" and without the model's "vocab" and "merges" (the file's tokens and
+// merges), its added tokens, and its special tokens: "bos"... (the token at that id of the
+// file), "=TEXT" (TEXT), "" (none).
+// The model's "unk_token" is null in backend_json; model_unk "unk": the file's.
+struct Tokenizer {
+  std::string_view backend_json;
+  const AddedToken* added;
+  std::size_t added_count;
+  std::string_view bos, eos, unk, pad;
+  std::string_view model_unk;
+};
 struct Architecture {
   std::string_view gguf;               // general.architecture
   std::string_view model_type;         // its config prefix (load_gguf_checkpoint's)
   std::string_view config_model_type;  // config.json's model_type
   std::string_view processor;          // the TensorProcessor class transformers uses
-  std::string_view tokenizer;          // the tokenizer converter class, or empty
+  std::string_view converter;          // the loader's tokenizer converter class, or empty
   std::string_view model_class;        // what AutoModelForCausalLM makes of it
   const NamePattern* names;            // nullptr: none (why_no_names says why)
   std::size_t name_count;
@@ -36,6 +56,8 @@ struct Architecture {
   // The model's parameters the loader loads nothing into, comma-separated ("": none).
   std::string_view unloaded;
   std::string_view defaults_json;  // GGUF_CONFIG_DEFAULTS_MAPPING's, or empty
+  const Tokenizer* tokenizer;      // of a BPE ("gpt2") vocabulary; nullptr: none
+  std::string_view why_no_tokenizer;
 };
 
 inline constexpr std::string_view transformers_version = "5.12.1";
@@ -380,6 +402,30 @@ inline constexpr ConfigKey tokenizer_config_keys[] = {
     {"ggml.unknown_token_id", "unk_token_id"}, {"ggml.padding_token_id", "pad_token_id"},
 };
 
+inline constexpr AddedToken added_llama[] = {
+    {"control", "", true, false, false, false, false},
+};
+inline constexpr Tokenizer tokenizer_llama = {
+    "{\"version\":\"1.0\",\"truncation\":null,\"padding\":null,\"normalizer\":{\"type\":"
+    "\"Sequence\",\"normalizers\":[]},\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_"
+    "space\":false,\"trim_offsets\":false,\"use_regex\":true},\"post_processor\":{\"type\":"
+    "\"TemplateProcessing\",\"single\":[{\"Sequence\":{\"id\":\"A\",\"type_id\":0}}],\"pair\":[{"
+    "\"Sequence\":{\"id\":\"A\",\"type_id\":0}},{\"Sequence\":{\"id\":\"B\",\"type_id\":1}}],"
+    "\"special_tokens\":{}},\"decoder\":{\"type\":\"Sequence\",\"decoders\":[{\"type\":"
+    "\"ByteFallback\"},{\"type\":\"Fuse\"},{\"type\":\"Replace\",\"pattern\":{\"String\":\"▁\"},"
+    "\"content\":\" "
+    "\"},{\"type\":\"ByteLevel\",\"add_prefix_space\":true,\"trim_offsets\":true,\"use_regex\":"
+    "true},{\"type\":\"Strip\",\"content\":\" "
+    "\",\"start\":1,\"stop\":0}]},\"model\":{\"type\":\"BPE\",\"dropout\":null,\"unk_token\":null,"
+    "\"continuing_subword_prefix\":null,\"end_of_word_suffix\":null,\"fuse_unk\":true,\"byte_"
+    "fallback\":true,\"ignore_merges\":false}}",
+    added_llama,
+    1,
+    "bos",
+    "bos",
+    "unk",
+    "",
+    "unk"};
 inline constexpr NamePattern names_llama[] = {
     {"blk.#.attn_k.weight", "model.layers.#.self_attn.k_proj.weight"},
     {"blk.#.attn_norm.weight", "model.layers.#.input_layernorm.weight"},
@@ -394,6 +440,29 @@ inline constexpr NamePattern names_llama[] = {
     {"output_norm.weight", "model.norm.weight"},
     {"token_embd.weight", "model.embed_tokens.weight"},
 };
+inline constexpr AddedToken added_qwen2[] = {
+    {"", "<|endoftext|>", true, false, false, false, false},
+    {"", "<|im_start|>", true, false, false, false, false},
+    {"", "<|im_end|>", true, false, false, false, false},
+};
+inline constexpr Tokenizer tokenizer_qwen2 = {
+    "{\"version\":\"1.0\",\"truncation\":null,\"padding\":null,\"normalizer\":{\"type\":\"NFC\"},"
+    "\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Split\",\"pattern\":{"
+    "\"Regex\":\"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\\\r\\\\n\\\\p{L}\\\\p{N}]?\\\\p{L}+|\\\\p{N}| "
+    "?[^\\\\s\\\\p{L}\\\\p{N}]+[\\\\r\\\\n]*|\\\\s*[\\\\r\\\\n]+|\\\\s+(?!\\\\S)|\\\\s+\"},"
+    "\"behavior\":\"Isolated\",\"invert\":false},{\"type\":\"ByteLevel\",\"add_prefix_space\":"
+    "false,\"trim_offsets\":true,\"use_regex\":false}]},\"post_processor\":{\"type\":\"ByteLevel\","
+    "\"add_prefix_space\":true,\"trim_offsets\":false,\"use_regex\":true},\"decoder\":{\"type\":"
+    "\"ByteLevel\",\"add_prefix_space\":true,\"trim_offsets\":true,\"use_regex\":true},\"model\":{"
+    "\"type\":\"BPE\",\"dropout\":null,\"unk_token\":null,\"continuing_subword_prefix\":\"\",\"end_"
+    "of_word_suffix\":\"\",\"fuse_unk\":false,\"byte_fallback\":false,\"ignore_merges\":false}}",
+    added_qwen2,
+    3,
+    "",
+    "=<|endoftext|>",
+    "=<|endoftext|>",
+    "=<|endoftext|>",
+    ""};
 inline constexpr NamePattern names_qwen2[] = {
     {"blk.#.attn_k.bias", "model.layers.#.self_attn.k_proj.bias"},
     {"blk.#.attn_k.weight", "model.layers.#.self_attn.k_proj.weight"},
@@ -411,6 +480,29 @@ inline constexpr NamePattern names_qwen2[] = {
     {"output_norm.weight", "model.norm.weight"},
     {"token_embd.weight", "model.embed_tokens.weight"},
 };
+inline constexpr AddedToken added_qwen2moe[] = {
+    {"", "<|endoftext|>", true, false, false, false, false},
+    {"", "<|im_start|>", true, false, false, false, false},
+    {"", "<|im_end|>", true, false, false, false, false},
+};
+inline constexpr Tokenizer tokenizer_qwen2moe = {
+    "{\"version\":\"1.0\",\"truncation\":null,\"padding\":null,\"normalizer\":{\"type\":\"NFC\"},"
+    "\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Split\",\"pattern\":{"
+    "\"Regex\":\"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\\\r\\\\n\\\\p{L}\\\\p{N}]?\\\\p{L}+|\\\\p{N}| "
+    "?[^\\\\s\\\\p{L}\\\\p{N}]+[\\\\r\\\\n]*|\\\\s*[\\\\r\\\\n]+|\\\\s+(?!\\\\S)|\\\\s+\"},"
+    "\"behavior\":\"Isolated\",\"invert\":false},{\"type\":\"ByteLevel\",\"add_prefix_space\":"
+    "false,\"trim_offsets\":true,\"use_regex\":false}]},\"post_processor\":{\"type\":\"ByteLevel\","
+    "\"add_prefix_space\":true,\"trim_offsets\":false,\"use_regex\":true},\"decoder\":{\"type\":"
+    "\"ByteLevel\",\"add_prefix_space\":true,\"trim_offsets\":true,\"use_regex\":true},\"model\":{"
+    "\"type\":\"BPE\",\"dropout\":null,\"unk_token\":null,\"continuing_subword_prefix\":\"\",\"end_"
+    "of_word_suffix\":\"\",\"fuse_unk\":false,\"byte_fallback\":false,\"ignore_merges\":false}}",
+    added_qwen2moe,
+    3,
+    "",
+    "=<|endoftext|>",
+    "=<|endoftext|>",
+    "=<|endoftext|>",
+    ""};
 inline constexpr NamePattern names_qwen2moe[] = {
     {"blk.#.attn_k.bias", "model.layers.#.self_attn.k_proj.bias"},
     {"blk.#.attn_k.weight", "model.layers.#.self_attn.k_proj.weight"},
@@ -471,6 +563,29 @@ inline constexpr NamePattern names_lfm2[] = {
     {"token_embd.weight", "model.embed_tokens.weight"},
     {"token_embd_norm.weight", "model.embedding_norm.weight"},
 };
+inline constexpr AddedToken added_qwen3[] = {
+    {"", "<|endoftext|>", true, false, false, false, false},
+    {"", "<|im_start|>", true, false, false, false, false},
+    {"", "<|im_end|>", true, false, false, false, false},
+};
+inline constexpr Tokenizer tokenizer_qwen3 = {
+    "{\"version\":\"1.0\",\"truncation\":null,\"padding\":null,\"normalizer\":{\"type\":\"NFC\"},"
+    "\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Split\",\"pattern\":{"
+    "\"Regex\":\"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\\\r\\\\n\\\\p{L}\\\\p{N}]?\\\\p{L}+|\\\\p{N}| "
+    "?[^\\\\s\\\\p{L}\\\\p{N}]+[\\\\r\\\\n]*|\\\\s*[\\\\r\\\\n]+|\\\\s+(?!\\\\S)|\\\\s+\"},"
+    "\"behavior\":\"Isolated\",\"invert\":false},{\"type\":\"ByteLevel\",\"add_prefix_space\":"
+    "false,\"trim_offsets\":true,\"use_regex\":false}]},\"post_processor\":{\"type\":\"ByteLevel\","
+    "\"add_prefix_space\":true,\"trim_offsets\":false,\"use_regex\":true},\"decoder\":{\"type\":"
+    "\"ByteLevel\",\"add_prefix_space\":true,\"trim_offsets\":true,\"use_regex\":true},\"model\":{"
+    "\"type\":\"BPE\",\"dropout\":null,\"unk_token\":null,\"continuing_subword_prefix\":\"\",\"end_"
+    "of_word_suffix\":\"\",\"fuse_unk\":false,\"byte_fallback\":false,\"ignore_merges\":false}}",
+    added_qwen3,
+    3,
+    "",
+    "=<|endoftext|>",
+    "=<|endoftext|>",
+    "=<|endoftext|>",
+    ""};
 inline constexpr NamePattern names_qwen3[] = {
     {"blk.#.attn_k.weight", "model.layers.#.self_attn.k_proj.weight"},
     {"blk.#.attn_k_norm.weight", "model.layers.#.self_attn.k_norm.weight"},
@@ -487,6 +602,29 @@ inline constexpr NamePattern names_qwen3[] = {
     {"output_norm.weight", "model.norm.weight"},
     {"token_embd.weight", "model.embed_tokens.weight"},
 };
+inline constexpr AddedToken added_qwen3moe[] = {
+    {"", "<|endoftext|>", true, false, false, false, false},
+    {"", "<|im_start|>", true, false, false, false, false},
+    {"", "<|im_end|>", true, false, false, false, false},
+};
+inline constexpr Tokenizer tokenizer_qwen3moe = {
+    "{\"version\":\"1.0\",\"truncation\":null,\"padding\":null,\"normalizer\":{\"type\":\"NFC\"},"
+    "\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Split\",\"pattern\":{"
+    "\"Regex\":\"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\\\r\\\\n\\\\p{L}\\\\p{N}]?\\\\p{L}+|\\\\p{N}| "
+    "?[^\\\\s\\\\p{L}\\\\p{N}]+[\\\\r\\\\n]*|\\\\s*[\\\\r\\\\n]+|\\\\s+(?!\\\\S)|\\\\s+\"},"
+    "\"behavior\":\"Isolated\",\"invert\":false},{\"type\":\"ByteLevel\",\"add_prefix_space\":"
+    "false,\"trim_offsets\":true,\"use_regex\":false}]},\"post_processor\":{\"type\":\"ByteLevel\","
+    "\"add_prefix_space\":true,\"trim_offsets\":false,\"use_regex\":true},\"decoder\":{\"type\":"
+    "\"ByteLevel\",\"add_prefix_space\":true,\"trim_offsets\":true,\"use_regex\":true},\"model\":{"
+    "\"type\":\"BPE\",\"dropout\":null,\"unk_token\":null,\"continuing_subword_prefix\":\"\",\"end_"
+    "of_word_suffix\":\"\",\"fuse_unk\":false,\"byte_fallback\":false,\"ignore_merges\":false}}",
+    added_qwen3moe,
+    3,
+    "",
+    "=<|endoftext|>",
+    "=<|endoftext|>",
+    "=<|endoftext|>",
+    ""};
 inline constexpr NamePattern names_qwen3moe[] = {
     {"blk.#.attn_k.weight", "model.layers.#.self_attn.k_proj.weight"},
     {"blk.#.attn_k_norm.weight", "model.layers.#.self_attn.k_norm.weight"},
@@ -504,6 +642,25 @@ inline constexpr NamePattern names_qwen3moe[] = {
     {"output_norm.weight", "model.norm.weight"},
     {"token_embd.weight", "model.embed_tokens.weight"},
 };
+inline constexpr AddedToken added_falcon[] = {
+    {"", "<s>", true, false, false, false, false},
+    {"", "</s>", true, false, false, false, false},
+};
+inline constexpr Tokenizer tokenizer_falcon = {
+    "{\"version\":\"1.0\",\"truncation\":null,\"padding\":null,\"normalizer\":null,\"pre_"
+    "tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"trim_offsets\":true,\"use_"
+    "regex\":true},\"post_processor\":{\"type\":\"ByteLevel\",\"add_prefix_space\":true,\"trim_"
+    "offsets\":false,\"use_regex\":true},\"decoder\":{\"type\":\"ByteLevel\",\"add_prefix_space\":"
+    "true,\"trim_offsets\":true,\"use_regex\":true},\"model\":{\"type\":\"BPE\",\"dropout\":null,"
+    "\"unk_token\":null,\"continuing_subword_prefix\":\"\",\"end_of_word_suffix\":\"\",\"fuse_"
+    "unk\":false,\"byte_fallback\":false,\"ignore_merges\":false}}",
+    added_falcon,
+    2,
+    "=<s>",
+    "=</s>",
+    "",
+    "",
+    ""};
 inline constexpr NamePattern names_falcon[] = {
     {"blk.#.attn_norm.bias", "transformer.h.#.input_layernorm.bias"},
     {"blk.#.attn_norm.weight", "transformer.h.#.input_layernorm.weight"},
@@ -516,6 +673,42 @@ inline constexpr NamePattern names_falcon[] = {
     {"output_norm.weight", "transformer.ln_f.weight"},
     {"token_embd.weight", "transformer.word_embeddings.weight"},
 };
+inline constexpr AddedToken added_phi3[] = {
+    {"bos", "", true, false, false, false, false},
+    {"eos", "", true, false, false, false, false},
+    {"unk", "", true, false, false, false, false},
+    {"pad", "", true, false, false, false, false},
+    {"", "</s>", true, false, false, true, false},
+    {"", "<|endoftext|>", true, false, false, false, false},
+    {"", "<|assistant|>", true, false, false, true, false},
+    {"", "<|placeholder1|>", true, false, false, true, false},
+    {"", "<|placeholder2|>", true, false, false, true, false},
+    {"", "<|placeholder3|>", true, false, false, true, false},
+    {"", "<|placeholder4|>", true, false, false, true, false},
+    {"", "<|system|>", true, false, false, true, false},
+    {"", "<|end|>", true, false, false, true, false},
+    {"", "<|placeholder5|>", true, false, false, true, false},
+    {"", "<|placeholder6|>", true, false, false, true, false},
+    {"", "<|user|>", true, false, false, true, false},
+};
+inline constexpr Tokenizer tokenizer_phi3 = {
+    "{\"version\":\"1.0\",\"truncation\":null,\"padding\":null,\"normalizer\":null,\"pre_"
+    "tokenizer\":null,\"post_processor\":{\"type\":\"TemplateProcessing\",\"single\":[{"
+    "\"Sequence\":{\"id\":\"A\",\"type_id\":0}}],\"pair\":[{\"Sequence\":{\"id\":\"A\",\"type_id\":"
+    "0}},{\"Sequence\":{\"id\":\"B\",\"type_id\":1}}],\"special_tokens\":{}},\"decoder\":{\"type\":"
+    "\"Sequence\",\"decoders\":[{\"type\":\"ByteFallback\"},{\"type\":\"Fuse\"},{\"type\":"
+    "\"Replace\",\"pattern\":{\"String\":\"▁\"},\"content\":\" "
+    "\"},{\"type\":\"Strip\",\"content\":\" "
+    "\",\"start\":1,\"stop\":0}]},\"model\":{\"type\":\"BPE\",\"dropout\":null,\"unk_token\":null,"
+    "\"continuing_subword_prefix\":null,\"end_of_word_suffix\":null,\"fuse_unk\":false,\"byte_"
+    "fallback\":false,\"ignore_merges\":false}}",
+    added_phi3,
+    16,
+    "bos",
+    "eos",
+    "unk",
+    "pad",
+    ""};
 inline constexpr NamePattern names_phi3[] = {
     {"blk.#.attn_norm.weight", "model.layers.#.input_layernorm.weight"},
     {"blk.#.attn_output.weight", "model.layers.#.self_attn.o_proj.weight"},
@@ -527,6 +720,25 @@ inline constexpr NamePattern names_phi3[] = {
     {"output_norm.weight", "model.norm.weight"},
     {"token_embd.weight", "model.embed_tokens.weight"},
 };
+inline constexpr AddedToken added_bloom[] = {
+    {"", "<s>", true, false, false, false, false},
+    {"", "</s>", true, false, false, false, false},
+};
+inline constexpr Tokenizer tokenizer_bloom = {
+    "{\"version\":\"1.0\",\"truncation\":null,\"padding\":null,\"normalizer\":null,\"pre_"
+    "tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"trim_offsets\":true,\"use_"
+    "regex\":true},\"post_processor\":{\"type\":\"ByteLevel\",\"add_prefix_space\":true,\"trim_"
+    "offsets\":false,\"use_regex\":true},\"decoder\":{\"type\":\"ByteLevel\",\"add_prefix_space\":"
+    "true,\"trim_offsets\":true,\"use_regex\":true},\"model\":{\"type\":\"BPE\",\"dropout\":null,"
+    "\"unk_token\":null,\"continuing_subword_prefix\":\"\",\"end_of_word_suffix\":\"\",\"fuse_"
+    "unk\":false,\"byte_fallback\":false,\"ignore_merges\":false}}",
+    added_bloom,
+    2,
+    "=<s>",
+    "=</s>",
+    "",
+    "",
+    ""};
 inline constexpr NamePattern names_bloom[] = {
     {"blk.#.attn_norm.bias", "transformer.h.#.input_layernorm.bias"},
     {"blk.#.attn_norm.weight", "transformer.h.#.input_layernorm.weight"},
@@ -547,6 +759,25 @@ inline constexpr NamePattern names_bloom[] = {
     {"token_embd_norm.bias", "transformer.word_embeddings_layernorm.bias"},
     {"token_embd_norm.weight", "transformer.word_embeddings_layernorm.weight"},
 };
+inline constexpr AddedToken added_stablelm[] = {
+    {"", "<|endoftext|>", true, false, false, false, false},
+    {"", "<|padding|>", true, false, false, false, false},
+};
+inline constexpr Tokenizer tokenizer_stablelm = {
+    "{\"version\":\"1.0\",\"truncation\":null,\"padding\":null,\"normalizer\":null,\"pre_"
+    "tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"trim_offsets\":true,\"use_"
+    "regex\":true},\"post_processor\":{\"type\":\"ByteLevel\",\"add_prefix_space\":true,\"trim_"
+    "offsets\":false,\"use_regex\":true},\"decoder\":{\"type\":\"ByteLevel\",\"add_prefix_space\":"
+    "true,\"trim_offsets\":true,\"use_regex\":true},\"model\":{\"type\":\"BPE\",\"dropout\":null,"
+    "\"unk_token\":null,\"continuing_subword_prefix\":\"\",\"end_of_word_suffix\":\"\",\"fuse_"
+    "unk\":false,\"byte_fallback\":false,\"ignore_merges\":false}}",
+    added_stablelm,
+    2,
+    "=<|endoftext|>",
+    "=<|endoftext|>",
+    "=<|endoftext|>",
+    "=<|padding|>",
+    ""};
 inline constexpr NamePattern names_stablelm[] = {
     {"blk.#.attn_k.bias", "model.layers.#.self_attn.k_proj.bias"},
     {"blk.#.attn_k.weight", "model.layers.#.self_attn.k_proj.weight"},
@@ -567,6 +798,24 @@ inline constexpr NamePattern names_stablelm[] = {
     {"output_norm.weight", "model.norm.weight"},
     {"token_embd.weight", "model.embed_tokens.weight"},
 };
+inline constexpr AddedToken added_gpt2[] = {
+    {"", "<|endoftext|>", true, false, false, false, false},
+};
+inline constexpr Tokenizer tokenizer_gpt2 = {
+    "{\"version\":\"1.0\",\"truncation\":null,\"padding\":null,\"normalizer\":null,\"pre_"
+    "tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"trim_offsets\":true,\"use_"
+    "regex\":true},\"post_processor\":{\"type\":\"ByteLevel\",\"add_prefix_space\":true,\"trim_"
+    "offsets\":false,\"use_regex\":true},\"decoder\":{\"type\":\"ByteLevel\",\"add_prefix_space\":"
+    "true,\"trim_offsets\":true,\"use_regex\":true},\"model\":{\"type\":\"BPE\",\"dropout\":null,"
+    "\"unk_token\":null,\"continuing_subword_prefix\":\"\",\"end_of_word_suffix\":\"\",\"fuse_"
+    "unk\":false,\"byte_fallback\":false,\"ignore_merges\":false}}",
+    added_gpt2,
+    1,
+    "=<|endoftext|>",
+    "=<|endoftext|>",
+    "=<|endoftext|>",
+    "",
+    ""};
 inline constexpr NamePattern names_gpt2[] = {
     {"blk.#.attn_norm.bias", "transformer.h.#.ln_1.bias"},
     {"blk.#.attn_norm.weight", "transformer.h.#.ln_1.weight"},
@@ -586,6 +835,24 @@ inline constexpr NamePattern names_gpt2[] = {
     {"position_embd.weight", "transformer.wpe.weight"},
     {"token_embd.weight", "transformer.wte.weight"},
 };
+inline constexpr AddedToken added_starcoder2[] = {
+    {"", "<|endoftext|>", true, false, false, false, false},
+};
+inline constexpr Tokenizer tokenizer_starcoder2 = {
+    "{\"version\":\"1.0\",\"truncation\":null,\"padding\":null,\"normalizer\":null,\"pre_"
+    "tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"trim_offsets\":true,\"use_"
+    "regex\":true},\"post_processor\":{\"type\":\"ByteLevel\",\"add_prefix_space\":true,\"trim_"
+    "offsets\":false,\"use_regex\":true},\"decoder\":{\"type\":\"ByteLevel\",\"add_prefix_space\":"
+    "true,\"trim_offsets\":true,\"use_regex\":true},\"model\":{\"type\":\"BPE\",\"dropout\":null,"
+    "\"unk_token\":null,\"continuing_subword_prefix\":\"\",\"end_of_word_suffix\":\"\",\"fuse_"
+    "unk\":false,\"byte_fallback\":false,\"ignore_merges\":false}}",
+    added_starcoder2,
+    1,
+    "=<|endoftext|>",
+    "=<|endoftext|>",
+    "=<|endoftext|>",
+    "",
+    ""};
 inline constexpr NamePattern names_starcoder2[] = {
     {"blk.#.attn_k.bias", "model.layers.#.self_attn.k_proj.bias"},
     {"blk.#.attn_k.weight", "model.layers.#.self_attn.k_proj.weight"},
@@ -608,6 +875,25 @@ inline constexpr NamePattern names_starcoder2[] = {
     {"output_norm.weight", "model.norm.weight"},
     {"token_embd.weight", "model.embed_tokens.weight"},
 };
+inline constexpr AddedToken added_mamba[] = {
+    {"", "<|endoftext|>", true, false, false, false, false},
+    {"", "<|padding|>", true, false, false, false, false},
+};
+inline constexpr Tokenizer tokenizer_mamba = {
+    "{\"version\":\"1.0\",\"truncation\":null,\"padding\":null,\"normalizer\":null,\"pre_"
+    "tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"trim_offsets\":true,\"use_"
+    "regex\":true},\"post_processor\":{\"type\":\"ByteLevel\",\"add_prefix_space\":true,\"trim_"
+    "offsets\":false,\"use_regex\":true},\"decoder\":{\"type\":\"ByteLevel\",\"add_prefix_space\":"
+    "true,\"trim_offsets\":true,\"use_regex\":true},\"model\":{\"type\":\"BPE\",\"dropout\":null,"
+    "\"unk_token\":null,\"continuing_subword_prefix\":\"\",\"end_of_word_suffix\":\"\",\"fuse_"
+    "unk\":false,\"byte_fallback\":false,\"ignore_merges\":false}}",
+    added_mamba,
+    2,
+    "=<|endoftext|>",
+    "=<|endoftext|>",
+    "=<|endoftext|>",
+    "=<|padding|>",
+    ""};
 inline constexpr NamePattern names_mamba[] = {
     {"blk.#.attn_norm.weight", "backbone.layers.#.norm.weight"},
     {"blk.#.ssm_a", "backbone.layers.#.mixer.A_log"},
@@ -623,6 +909,25 @@ inline constexpr NamePattern names_mamba[] = {
     {"output_norm.weight", "backbone.norm_f.weight"},
     {"token_embd.weight", "backbone.embeddings.weight"},
 };
+inline constexpr AddedToken added_nemotron[] = {
+    {"", "<s>", true, false, false, false, false},
+    {"", "</s>", true, false, false, false, false},
+};
+inline constexpr Tokenizer tokenizer_nemotron = {
+    "{\"version\":\"1.0\",\"truncation\":null,\"padding\":null,\"normalizer\":null,\"pre_"
+    "tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"trim_offsets\":true,\"use_"
+    "regex\":true},\"post_processor\":{\"type\":\"ByteLevel\",\"add_prefix_space\":true,\"trim_"
+    "offsets\":false,\"use_regex\":true},\"decoder\":{\"type\":\"ByteLevel\",\"add_prefix_space\":"
+    "true,\"trim_offsets\":true,\"use_regex\":true},\"model\":{\"type\":\"BPE\",\"dropout\":null,"
+    "\"unk_token\":null,\"continuing_subword_prefix\":\"\",\"end_of_word_suffix\":\"\",\"fuse_"
+    "unk\":false,\"byte_fallback\":false,\"ignore_merges\":false}}",
+    added_nemotron,
+    2,
+    "=<s>",
+    "=</s>",
+    "",
+    "",
+    ""};
 inline constexpr NamePattern names_nemotron[] = {
     {"blk.#.attn_k.weight", "model.layers.#.self_attn.k_proj.weight"},
     {"blk.#.attn_norm.bias", "model.layers.#.input_layernorm.bias"},
@@ -697,6 +1002,31 @@ inline constexpr NamePattern names_gemma4[] = {
     {"per_layer_token_embd.weight", "model.embed_tokens_per_layer.weight"},
     {"token_embd.weight", "model.embed_tokens.weight"},
 };
+inline constexpr AddedToken added_minimax_m2[] = {
+    {"", "<|endoftext|>", true, false, false, false, false},
+    {"", "<|im_start|>", true, false, false, false, false},
+    {"", "<|im_end|>", true, false, false, false, false},
+    {"", "<s>", true, false, false, false, false},
+    {"", "</s>", true, false, false, false, false},
+};
+inline constexpr Tokenizer tokenizer_minimax_m2 = {
+    "{\"version\":\"1.0\",\"truncation\":null,\"padding\":null,\"normalizer\":{\"type\":\"NFC\"},"
+    "\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Split\",\"pattern\":{"
+    "\"Regex\":\"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\\\r\\\\n\\\\p{L}\\\\p{N}]?\\\\p{L}+|\\\\p{N}| "
+    "?[^\\\\s\\\\p{L}\\\\p{N}]+[\\\\r\\\\n]*|\\\\s*[\\\\r\\\\n]+|\\\\s+(?!\\\\S)|\\\\s+\"},"
+    "\"behavior\":\"Isolated\",\"invert\":false},{\"type\":\"ByteLevel\",\"add_prefix_space\":"
+    "false,\"trim_offsets\":true,\"use_regex\":false}]},\"post_processor\":{\"type\":\"ByteLevel\","
+    "\"add_prefix_space\":true,\"trim_offsets\":false,\"use_regex\":true},\"decoder\":{\"type\":"
+    "\"ByteLevel\",\"add_prefix_space\":true,\"trim_offsets\":true,\"use_regex\":true},\"model\":{"
+    "\"type\":\"BPE\",\"dropout\":null,\"unk_token\":null,\"continuing_subword_prefix\":\"\",\"end_"
+    "of_word_suffix\":\"\",\"fuse_unk\":false,\"byte_fallback\":false,\"ignore_merges\":false}}",
+    added_minimax_m2,
+    5,
+    "=<s>",
+    "=</s>",
+    "",
+    "",
+    ""};
 inline constexpr NamePattern names_minimax_m2[] = {
     {"blk.#.attn_k.weight", "model.layers.#.self_attn.k_proj.weight"},
     {"blk.#.attn_k_norm.weight", "model.layers.#.self_attn.k_norm.weight"},
@@ -718,52 +1048,60 @@ inline constexpr NamePattern names_minimax_m2[] = {
 
 inline constexpr Architecture architectures[] = {
     {"llama", "llama", "llama", "LlamaTensorProcessor", "GGUFLlamaConverter", "LlamaForCausalLM",
-     names_llama, 12, "", "", ""},
+     names_llama, 12, "", "", "", &tokenizer_llama, ""},
     {"qwen2", "qwen2", "qwen2", "TensorProcessor", "GGUFQwen2Converter", "Qwen2ForCausalLM",
-     names_qwen2, 15, "", "", ""},
+     names_qwen2, 15, "", "", "", &tokenizer_qwen2, ""},
     {"qwen2moe", "qwen2_moe", "qwen2_moe", "Qwen2MoeTensorProcessor", "GGUFQwen2Converter",
-     "Qwen2MoeForCausalLM", names_qwen2moe, 20, "", "", ""},
+     "Qwen2MoeForCausalLM", names_qwen2moe, 20, "", "", "", &tokenizer_qwen2moe, ""},
     {"gpt-oss", "gpt_oss", "gpt_oss", "TensorProcessor", "", "GptOssForCausalLM", names_gpt_oss, 17,
      "",
      "model.layers.#.mlp.experts.down_proj_bias, model.layers.#.mlp.experts.gate_up_proj, "
      "model.layers.#.mlp.experts.gate_up_proj_bias",
-     ""},
+     "", nullptr, "the loader makes no tokenizer of it (KeyError)"},
     {"lfm2", "lfm2", "lfm2", "Lfm2TensorProcessor", "", "Lfm2ForCausalLM", names_lfm2, 17, "", "",
-     ""},
+     "", nullptr, "the loader makes no tokenizer of it (KeyError)"},
     {"qwen3", "qwen3", "qwen3", "TensorProcessor", "GGUFQwen2Converter", "Qwen3ForCausalLM",
-     names_qwen3, 14, "", "", ""},
+     names_qwen3, 14, "", "", "", &tokenizer_qwen3, ""},
     {"qwen3moe", "qwen3_moe", "qwen3_moe", "Qwen2MoeTensorProcessor", "GGUFQwen2Converter",
-     "Qwen3MoeForCausalLM", names_qwen3moe, 15, "", "", "{\"norm_topk_prob\": true}"},
+     "Qwen3MoeForCausalLM", names_qwen3moe, 15, "", "", "{\"norm_topk_prob\": true}",
+     &tokenizer_qwen3moe, ""},
     {"falcon", "falcon", "falcon", "TensorProcessor", "GGUFGPTConverter", "FalconForCausalLM",
-     names_falcon, 10, "", "", ""},
+     names_falcon, 10, "", "", "", &tokenizer_falcon, ""},
     {"phi3", "phi3", "phi3", "TensorProcessor", "GGUFPhi3Converter", "Phi3ForCausalLM", names_phi3,
-     9, "", "", ""},
+     9, "", "", "", &tokenizer_phi3, ""},
     {"bloom", "bloom", "bloom", "BloomTensorProcessor", "GGUFGPTConverter", "BloomForCausalLM",
-     names_bloom, 18, "", "", ""},
+     names_bloom, 18, "", "", "", &tokenizer_bloom, ""},
     {"t5", "t5", "t5", "T5TensorProcessor", "GGUFT5Converter", "", nullptr, 0,
-     "AutoModelForCausalLM makes no model of it (ValueError)", "", ""},
+     "AutoModelForCausalLM makes no model of it (ValueError)", "", "", nullptr,
+     "the loader makes no tokenizer of it (TypeError)"},
     {"t5encoder", "t5", "t5", "T5TensorProcessor", "GGUFT5Converter", "", nullptr, 0,
-     "AutoModelForCausalLM makes no model of it (ValueError)", "", ""},
+     "AutoModelForCausalLM makes no model of it (ValueError)", "", "", nullptr,
+     "the loader makes no tokenizer of it (TypeError)"},
     {"stablelm", "stablelm", "stablelm", "TensorProcessor", "GGUFGPTConverter",
-     "StableLmForCausalLM", names_stablelm, 18, "", "", ""},
+     "StableLmForCausalLM", names_stablelm, 18, "", "", "", &tokenizer_stablelm, ""},
     {"gpt2", "gpt2", "gpt2", "GPT2TensorProcessor", "GGUFGPTConverter", "GPT2LMHeadModel",
-     names_gpt2, 17, "", "", ""},
+     names_gpt2, 17, "", "", "", &tokenizer_gpt2, ""},
     {"starcoder2", "starcoder2", "starcoder2", "TensorProcessor", "GGUFGPTConverter",
-     "Starcoder2ForCausalLM", names_starcoder2, 20, "", "", ""},
+     "Starcoder2ForCausalLM", names_starcoder2, 20, "", "", "", &tokenizer_starcoder2, ""},
     {"mamba", "mamba", "mamba", "MambaTensorProcessor", "GGUFGPTConverter", "MambaForCausalLM",
-     names_mamba, 13, "", "", ""},
+     names_mamba, 13, "", "", "", &tokenizer_mamba, ""},
     {"nemotron", "nemotron", "nemotron", "NemotronTensorProcessor", "GGUFGPTConverter",
-     "NemotronForCausalLM", names_nemotron, 14, "", "", ""},
+     "NemotronForCausalLM", names_nemotron, 14, "", "", "", &tokenizer_nemotron, ""},
     {"gemma2", "gemma2", "gemma2", "Gemma2TensorProcessor", "GGUFGemmaConverter",
-     "Gemma2ForCausalLM", names_gemma2, 13, "", "", ""},
+     "Gemma2ForCausalLM", names_gemma2, 13, "", "", "", nullptr,
+     "the loader makes no tokenizer of it (TypeError)"},
     {"gemma3", "gemma3", "gemma3_text", "Gemma2TensorProcessor", "GGUFGemmaConverter",
-     "Gemma3ForCausalLM", names_gemma3, 16, "", "", ""},
+     "Gemma3ForCausalLM", names_gemma3, 16, "", "", "", nullptr,
+     "the loader makes no tokenizer of it (TypeError)"},
     {"gemma4", "gemma4", "gemma4_text", "TensorProcessor", "GGUFGemmaConverter",
-     "Gemma4ForCausalLM", names_gemma4, 23, "", "", ""},
+     "Gemma4ForCausalLM", names_gemma4, 23, "", "", "", nullptr,
+     "the loader makes no tokenizer of it (TypeError)"},
     {"deci", "deci", "deci", "TensorProcessor", "GGUFLlamaConverter", "", nullptr, 0,
-     "AutoModelForCausalLM makes no model of it (ValueError)", "", ""},
+     "AutoModelForCausalLM makes no model of it (ValueError)", "", "", nullptr,
+     "the loader makes no tokenizer of it (ValueError)"},
     {"minimax-m2", "minimax_m2", "minimax_m2", "MiniMaxM2TensorProcessor", "GGUFQwen2Converter",
-     "MiniMaxM2ForCausalLM", names_minimax_m2, 16, "", "", "{\"use_routing_bias\": true}"},
+     "MiniMaxM2ForCausalLM", names_minimax_m2, 16, "", "", "{\"use_routing_bias\": true}",
+     &tokenizer_minimax_m2, ""},
 };
 
 }  // namespace ckptfs::gguf_hf
