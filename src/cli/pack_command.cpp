@@ -171,7 +171,8 @@ int run_pack(const std::vector<std::string>& args) {
       auto given = value("--names");
       if (!given) return usage_error("--names needs hf or file");
       const auto parsed = parse_names(*given);
-      if (!parsed) return usage_error(fmt::format("invalid --names {} (hf or file)", quote(*given)));
+      if (!parsed)
+        return usage_error(fmt::format("invalid --names {} (hf or file)", quote(*given)));
       names = *parsed;
     } else if (a == "--progress") {
       progress = true;

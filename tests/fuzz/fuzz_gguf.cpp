@@ -69,8 +69,8 @@ void check_names_hf(Model m, const MemorySource& source) {
   read_all(tree, tree.lookup(Tree::views_ino, "index.json"), source, max_read);
   if (files != 0) {
     // Python's JSON (NaN and Infinity for what a file's floats may hold): made, not empty.
-    FUZZ_CHECK(!read_all(tree, tree.lookup(Tree::views_ino, "config.json"), source, 1 << 22)
-                    .empty());
+    FUZZ_CHECK(
+        !read_all(tree, tree.lookup(Tree::views_ino, "config.json"), source, 1 << 22).empty());
   }
 }
 

@@ -139,16 +139,22 @@ class GgufHfTests(InteropCase):
         # pack and the mount share the naming: the same bytes.
         self.assertEqual(out.read_bytes(), (views_dir(mnt) / "model.safetensors").read_bytes())
 
-    def test_other_clients(self):
-        # safetensors.torch.load_model and accelerate's load_checkpoint_and_dispatch of the
-        # names=hf export (issue 30, item 4).
+    def other_client(self, check):
+        """gguf_hf_checks.CHECK of the names=hf export of llama's and gpt2's Q8_0 files (issue
+        30, item 4)."""
         for arch in ("llama", "gpt2"):
             with self.subTest(arch):
                 name = self.manifest["quantized"][arch]["Q8_0"]
                 mnt = self.mount(self.out / name, "-o", "names=hf")
-                report = self.call("gguf_hf_checks.other_clients", inside(self.out), name,
+                report = self.call(f"gguf_hf_checks.{check}", inside(self.out), name,
                                    inside(views_dir(mnt)))
                 self.assertEqual(report["problems"], [], f"{name} against {self.versions}")
+
+    def test_safetensors_load_model(self):
+        self.other_client("load_model")
+
+    def test_accelerate_load_checkpoint_and_dispatch(self):
+        self.other_client("load_checkpoint_and_dispatch")
 
     def test_readme_recipe(self):
         blocks = recipe_blocks()

@@ -214,17 +214,19 @@ TEST_CASE("names=hf: a Llama's tensors under transformers' names, Q and K rows u
   CHECK(o.model.notes[0].find("\"rope_freqs.weight\"") != std::string::npos);
   CHECK(o.model.notes[1].find("no tokenizer files") != std::string::npos);
   // Q by its 2 heads (an assembly of the file's rows), K by its 1 KV head (from float16).
-  const Tensor& qt = o.model.tensors[entry(o.model, "model.layers.0.self_attn.q_proj.weight")->tensor];
+  const Tensor& qt =
+      o.model.tensors[entry(o.model, "model.layers.0.self_attn.q_proj.weight")->tensor];
   CHECK(qt.assembly.has_value());
   CHECK(values(o, "model.layers.0.self_attn.q_proj.weight") == unpermuted(as_floats(q), 2, 4));
   std::vector<float> k_values;
   for (int i = 0; i < 16; ++i) k_values.push_back(static_cast<float>(i + 1));
   CHECK(values(o, "model.layers.0.self_attn.k_proj.weight") == unpermuted(k_values, 1, 4));
-  CHECK(serve(o.model, o.model.tensors[entry(o.model, "model.layers.0.self_attn.k_proj.weight")
-                                           ->tensor])
+  CHECK(serve(o.model,
+              o.model.tensors[entry(o.model, "model.layers.0.self_attn.k_proj.weight")->tensor])
             .stored == DType::float16);
   // V is renamed only: still its Q8_0 blocks, its values dequantized.
-  const Tensor& vt = o.model.tensors[entry(o.model, "model.layers.0.self_attn.v_proj.weight")->tensor];
+  const Tensor& vt =
+      o.model.tensors[entry(o.model, "model.layers.0.self_attn.v_proj.weight")->tensor];
   CHECK(vt.blocks == BlockFormat::q8_0);
 }
 
@@ -232,7 +234,8 @@ TEST_CASE("names=hf: quantized Q rows are a derivation of their dequantized rows
   const std::string blocks = q8_rows(8, 2);  // 8 rows of 64 values
   Metadata m = llama(2, 2);
   Opened o = open_named({{"blk.0.attn_q.weight", {64, 8}, ggml_q8_0, blocks}}, m);
-  const Tensor& t = o.model.tensors[entry(o.model, "model.layers.0.self_attn.q_proj.weight")->tensor];
+  const Tensor& t =
+      o.model.tensors[entry(o.model, "model.layers.0.self_attn.q_proj.weight")->tensor];
   CHECK(t.derived());
   std::vector<float> dequantized(8 * 64);
   dequantize(BlockFormat::q8_0, reinterpret_cast<const std::byte*>(blocks.data()),

@@ -185,7 +185,7 @@ class Tree {
   const Tensor& tensor_of_storage(std::size_t entry, std::size_t storage) const;
   const std::string& index_json() const;
   const std::string& model_file(std::size_t file) const;  // Model::files[file]'s bytes
-  const std::string& keys_file() const;  // map.pt
+  const std::string& keys_file() const;                   // map.pt
   template <typename Flush>
   void write_index_json(std::string& out, Flush flush) const;
   std::uint64_t index_json_size() const;

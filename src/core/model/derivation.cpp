@@ -46,13 +46,12 @@ std::string check_derivation(const Model& model, const Tensor& tensor) {
     const Tensor& s = model.tensors[run.source];
     const std::uint64_t source_numel = s.numel();
     if (source_numel % d.row_length != 0) {
-      return fmt::format("its source's {} elements are no whole number of rows of {}",
-                         source_numel, d.row_length);
+      return fmt::format("its source's {} elements are no whole number of rows of {}", source_numel,
+                         d.row_length);
     }
     const std::uint64_t source_rows = source_numel / d.row_length;
     std::uint64_t last = 0;
-    if (run.count == 0 || run.step == 0 ||
-        __builtin_mul_overflow(run.count - 1, run.step, &last) ||
+    if (run.count == 0 || run.step == 0 || __builtin_mul_overflow(run.count - 1, run.step, &last) ||
         __builtin_add_overflow(last, run.first, &last) || last >= source_rows) {
       return fmt::format("a run of {} rows from row {} by {} is outside its source's {} rows",
                          run.count, run.first, run.step, source_rows);

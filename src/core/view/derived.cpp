@@ -56,11 +56,10 @@ void read_rows(const Model& model, const Derivation& d, std::uint64_t first, Sou
     const std::uint64_t row = element / length;
     const std::uint64_t column = element % length;
     // The run holding `row`: the last that starts at or before it.
-    const auto it = std::upper_bound(d.runs.begin(), d.runs.end(), row,
-                                     [](std::uint64_t r, const Derivation::Run& run) {
-                                       return r < run.at;
-                                     }) -
-                    1;
+    const auto it =
+        std::upper_bound(d.runs.begin(), d.runs.end(), row,
+                         [](std::uint64_t r, const Derivation::Run& run) { return r < run.at; }) -
+        1;
     const Derivation::Run& run = *it;
     const std::uint64_t source_row = run.first + (row - run.at) * run.step;
     // Rows of a run of step 1 are consecutive in the source: read them together.
@@ -78,8 +77,8 @@ void read_rows(const Model& model, const Derivation& d, std::uint64_t first, Sou
 // The values of elements [first, first + values.size()) of the transpose of a [rows, columns]
 // source: element (c, r) of the tensor is (r, c) of the source. Each source row gives the
 // elements of the columns the range touches, one read.
-void read_transpose(const Model& model, const Tensor& source, std::uint64_t first,
-                    Sources sources, std::span<float> values) {
+void read_transpose(const Model& model, const Tensor& source, std::uint64_t first, Sources sources,
+                    std::span<float> values) {
   const auto rows = static_cast<std::uint64_t>(source.shape[0]);
   const auto columns = static_cast<std::uint64_t>(source.shape[1]);
   const std::uint64_t end = first + values.size();

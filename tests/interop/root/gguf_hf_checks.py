@@ -8,8 +8,9 @@ loader: from_pretrained(directory, gguf_file=FILE).
         against from_pretrained(DIRECTORY, gguf_file=GGUF_FILE): the same class, the same state
         dict (keys, dtypes, bits), the same logits of a fixed input, the same config (to_dict()
         but _name_or_path); with `dtype` ("bfloat16"), both loaded with dtype=torch.<dtype>
-    other_clients(directory, gguf_file, views)
-        the export loaded by safetensors.torch.load_model and by accelerate's
+    load_model(directory, gguf_file, views)
+    load_checkpoint_and_dispatch(directory, gguf_file, views)
+        the export loaded by safetensors.torch.load_model, and by accelerate's
         init_empty_weights + load_checkpoint_and_dispatch, into a model made from the views'
         config.json, against the loader's model
 
@@ -92,33 +93,36 @@ def compare(directory, gguf_file, views, dtype=None):
     return report
 
 
-def other_clients(directory, gguf_file, views):
-    """safetensors.torch.load_model and accelerate's load_checkpoint_and_dispatch of the
-    views' model.safetensors, into models made from the views' config.json."""
-    from accelerate import init_empty_weights, load_checkpoint_and_dispatch
-    from safetensors.torch import load_model
+def load_model(directory, gguf_file, views):
+    """safetensors.torch.load_model of the views' model.safetensors into a model made from their
+    config.json, against the loader's model."""
+    from safetensors.torch import load_model as load
     want = AutoModelForCausalLM.from_pretrained(directory, gguf_file=gguf_file).eval()
     config = AutoConfig.from_pretrained(views)
     report = {"problems": []}
-
     model = AutoModelForCausalLM.from_config(config).eval()
-    missing, unexpected = load_model(model, f"{views}/model.safetensors", strict=False)
+    missing, unexpected = load(model, f"{views}/model.safetensors", strict=False)
     # A tied head is no tensor of the file: load_model reports it missing, and it is tied.
     tied = {k for k in missing if k == "lm_head.weight" and config.tie_word_embeddings}
     if set(missing) - tied or unexpected:
-        report["problems"].append(f"load_model: missing {missing}, unexpected {unexpected}")
-    problems = []
-    same_models(model, want, problems)
-    report["problems"] += [f"load_model: {p}" for p in problems]
+        report["problems"].append(f"missing {missing}, unexpected {unexpected}")
+    same_models(model, want, report["problems"])
+    return report
 
+
+def load_checkpoint_and_dispatch(directory, gguf_file, views):
+    """accelerate's init_empty_weights + load_checkpoint_and_dispatch of the views'
+    model.safetensors, against the loader's model."""
+    from accelerate import init_empty_weights
+    from accelerate import load_checkpoint_and_dispatch as dispatch
+    want = AutoModelForCausalLM.from_pretrained(directory, gguf_file=gguf_file).eval()
+    config = AutoConfig.from_pretrained(views)
     with init_empty_weights():
         empty = AutoModelForCausalLM.from_config(config)
     empty.tie_weights()
-    dispatched = load_checkpoint_and_dispatch(empty, f"{views}/model.safetensors",
-                                              device_map={"": "cpu"}).eval()
-    problems = []
-    same_models(dispatched, want, problems)
-    report["problems"] += [f"load_checkpoint_and_dispatch: {p}" for p in problems]
+    got = dispatch(empty, f"{views}/model.safetensors", device_map={"": "cpu"}).eval()
+    report = {"problems": []}
+    same_models(got, want, report["problems"])
     return report
 
 

@@ -37,8 +37,9 @@ namespace ckptfs {
 // was); tensors the loader does not load are left out. Model::origins says each entry's GGUF
 // name and how its values were made; Model::files gets config.json, and for a BPE vocabulary
 // the loader makes a tokenizer of, tokenizer.json and tokenizer_config.json; Model::notes says,
-// a line each, what was left out and why there are no tokenizer files. A tensor whose transform cannot be done (rows that are no whole
-// number of heads) is broken, saying so, as transformers would fail on it.
+// a line each, what was left out and why there are no tokenizer files. A tensor whose transform
+// cannot be done (rows that are no whole number of heads) is broken, saying so, as transformers
+// would fail on it.
 //
 // When the file's architecture is one transformers' GGUF loader does not load, or one whose
 // tensor processor ckptfs does not do, the model is left as it is, with llama.cpp's names, and

@@ -165,7 +165,8 @@ std::string loader_value(const Model::JsonMetadata& kv, std::string_view archite
     out = item_value(type, v);
   }
   // `isinstance(value, str) and architecture in value`: the value itself, not an array's items.
-  if (architecture != model_type && out.starts_with('"')) replace_all(out, architecture, model_type);
+  if (architecture != model_type && out.starts_with('"'))
+    replace_all(out, architecture, model_type);
   return out;
 }
 

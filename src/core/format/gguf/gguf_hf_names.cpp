@@ -50,7 +50,8 @@ bool contains(std::string_view text, std::string_view part) {
 class NameMap {
  public:
   NameMap(const Architecture& a, std::optional<std::int64_t> layers) : layers_(layers) {
-    for (std::size_t i = 0; i < a.name_count; ++i) patterns_.emplace(a.names[i].gguf, a.names[i].hf);
+    for (std::size_t i = 0; i < a.name_count; ++i)
+      patterns_.emplace(a.names[i].gguf, a.names[i].hf);
   }
 
   // transformers' name of GGUF tensor `name`, or nullopt when the loader does not load it.
@@ -201,7 +202,8 @@ class Renamer {
   // gives every tensor as gguf-py dequantizes it: float32), else `i` itself.
   std::size_t as_float32(std::size_t i) {
     Tensor& t = m_.tensors[i];
-    if (t.blocks == BlockFormat::none && (t.dtype == DType::float16 || t.dtype == DType::bfloat16)) {
+    if (t.blocks == BlockFormat::none &&
+        (t.dtype == DType::float16 || t.dtype == DType::bfloat16)) {
       t.stored_dtype = t.dtype;
       t.dtype = DType::float32;
     }
@@ -288,7 +290,8 @@ class Renamer {
         if (contains(name, "norm.weight")) {
           how = "w - 1 (llama.cpp stores these norm weights as w + 1)";
           Derivation d;
-          d.runs.push_back({source, 0, 0, static_cast<std::uint64_t>(s.shape.empty() ? 1 : s.shape[0]), 1});
+          d.runs.push_back(
+              {source, 0, 0, static_cast<std::uint64_t>(s.shape.empty() ? 1 : s.shape[0]), 1});
           d.row_length = row_length(s);
           d.op = Derivation::Op::minus_one;
           return derived(s.shape, std::move(d));
@@ -374,8 +377,9 @@ class Renamer {
                       s.shape.size() == (weight ? 2u : 1u) && (!weight || s.shape[1] == *embed) &&
                       static_cast<std::uint64_t>(*heads) <= max_derivation_runs / 3;
     if (!fits) {
-      return broken(s, "its shape is not Bloom's fused QKV of the config's n_head and "
-                       "hidden_size: transformers' loader cannot reshape it");
+      return broken(s,
+                    "its shape is not Bloom's fused QKV of the config's n_head and "
+                    "hidden_size: transformers' loader cannot reshape it");
     }
     const auto n = static_cast<std::uint64_t>(*heads);
     const auto e = static_cast<std::uint64_t>(*embed);
@@ -414,8 +418,9 @@ class Renamer {
                      std::string& how) {
     const Tensor& g = m_.tensors[gate ? *gate : *up];
     if (!gate || !up) {
-      return broken(g, "a merged gate_up_proj of which the file holds only one part (the "
-                       "loader fills the other with zeros)");
+      return broken(g,
+                    "a merged gate_up_proj of which the file holds only one part (the "
+                    "loader fills the other with zeros)");
     }
     const Tensor& u = m_.tensors[*up];
     if (g.shape.size() != 3 || g.shape != u.shape || !g.broken.empty() || !u.broken.empty() ||

@@ -62,8 +62,9 @@ std::optional<std::vector<std::int64_t>> integers(const Model& model, std::strin
 
 // The id of special token `role` ("bos"...), when the file has it.
 std::optional<std::int64_t> role_id(const Model& model, std::string_view role) {
-  const std::string key = fmt::format("tokenizer.ggml.{}_token_id",
-                                      role == "unk" ? "unknown" : role == "pad" ? "padding" : role);
+  const std::string key = fmt::format("tokenizer.ggml.{}_token_id", role == "unk"   ? "unknown"
+                                                                    : role == "pad" ? "padding"
+                                                                                    : role);
   const Model::JsonMetadata* kv = find_metadata(model, key);
   if (!kv || kv->type.starts_with("ARRAY")) return std::nullopt;
   return json_int64(kv->value_json);
@@ -229,9 +230,10 @@ std::string tokenizer_config_json(const Model& model, const Tokenizer& rule) {
   JsonWriter j(out);
   j.begin_object();
   j.key("tokenizer_class").string("TokenizersBackend");
-  const std::pair<std::string_view, std::string_view> roles[] = {
-      {"bos_token", rule.bos}, {"eos_token", rule.eos}, {"unk_token", rule.unk},
-      {"pad_token", rule.pad}};
+  const std::pair<std::string_view, std::string_view> roles[] = {{"bos_token", rule.bos},
+                                                                 {"eos_token", rule.eos},
+                                                                 {"unk_token", rule.unk},
+                                                                 {"pad_token", rule.pad}};
   for (const auto& [key, source] : roles) {
     j.key(key);
     const auto token = v ? special(model, *v, source) : std::nullopt;
