@@ -1,10 +1,8 @@
 // SPDX-License-Identifier: MIT
 // read_derived(): a derived tensor's values, row runs and transposes, from its sources' float32
-// values as served.
-#include <ckptfs/source/byte_source.hpp>
+// values (read as served.cpp serves them).
 #include <ckptfs/view/convert.hpp>
 #include <ckptfs/view/derived.hpp>
-#include <ckptfs/view/served.hpp>
 
 #include <algorithm>
 #include <cstring>
@@ -16,24 +14,6 @@ namespace {
 // Source values read at once (64 KiB of float32), when a read's rows come from one run.
 constexpr std::uint64_t step_values = 16384;
 constexpr std::uint64_t value_size = 4;  // float32
-
-// Bytes [offset, offset + out.size()) of `source`'s values as float32, little-endian.
-void read_source_values(const Model& model, const Tensor& source, std::uint64_t offset,
-                        Sources sources, std::span<char> out) {
-  const ServedTensor served = serve(model, source, DType::float32, ByteOrder::little);
-  thread_local ReadBuffer buffer;
-  buffer.clear();
-  read_served(model, source, served, offset, out.size(), sources, buffer);
-  char* at = out.data();
-  for (const ReadPiece& p : buffer.pieces()) {
-    if (p.memory) {
-      std::memcpy(at, p.memory, p.length);
-    } else {
-      sources[p.source]->read(p.source_offset, std::as_writable_bytes(std::span(at, p.length)));
-    }
-    at += p.length;
-  }
-}
 
 void apply_op(Derivation::Op op, std::span<float> values) {
   switch (op) {
@@ -47,8 +27,8 @@ void apply_op(Derivation::Op op, std::span<float> values) {
 }
 
 // The values of elements [first, first + values.size()) of a derivation in rows.
-void read_rows(const Model& model, const Derivation& d, std::uint64_t first, Sources sources,
-               std::span<float> values) {
+void read_rows(const Model& model, const Derivation& d, std::uint64_t first,
+               const ReadSourceValues& read, std::span<float> values) {
   const std::uint64_t length = d.row_length;
   std::uint64_t element = first;
   const std::uint64_t end = first + values.size();
@@ -67,9 +47,8 @@ void read_rows(const Model& model, const Derivation& d, std::uint64_t first, Sou
         run.step == 1 ? (run.at + run.count - row) * length - column : length - column;
     const std::uint64_t n = std::min({available, end - element, step_values});
     const std::span<float> into = values.subspan(element - first, n);
-    read_source_values(model, model.tensors[run.source],
-                       (source_row * length + column) * value_size, sources,
-                       {reinterpret_cast<char*>(into.data()), into.size_bytes()});
+    read(model.tensors[run.source], (source_row * length + column) * value_size,
+         {reinterpret_cast<char*>(into.data()), into.size_bytes()});
     element += n;
   }
 }
@@ -77,7 +56,7 @@ void read_rows(const Model& model, const Derivation& d, std::uint64_t first, Sou
 // The values of elements [first, first + values.size()) of the transpose of a [rows, columns]
 // source: element (c, r) of the tensor is (r, c) of the source. Each source row gives the
 // elements of the columns the range touches, one read.
-void read_transpose(const Model& model, const Tensor& source, std::uint64_t first, Sources sources,
+void read_transpose(const Tensor& source, std::uint64_t first, const ReadSourceValues& read,
                     std::span<float> values) {
   const auto rows = static_cast<std::uint64_t>(source.shape[0]);
   const auto columns = static_cast<std::uint64_t>(source.shape[1]);
@@ -93,28 +72,16 @@ void read_transpose(const Model& model, const Tensor& source, std::uint64_t firs
     const std::uint64_t to = high * rows + r >= end ? high : high + 1;  // one past
     if (from >= to) continue;
     const std::span<float> part(band.data(), to - from);
-    read_source_values(model, source, (r * columns + from) * value_size, sources,
-                       {reinterpret_cast<char*>(part.data()), part.size_bytes()});
+    read(source, (r * columns + from) * value_size,
+         {reinterpret_cast<char*>(part.data()), part.size_bytes()});
     for (std::uint64_t c = from; c < to; ++c) values[c * rows + r - first] = part[c - from];
   }
 }
 
 }  // namespace
 
-std::string_view derived_values_not_served(const Model& model, const Tensor& tensor) {
-  const Derivation& d = model.derivations[tensor.derivation];
-  for (const Derivation::Run& run : d.runs) {
-    const Tensor& source = model.tensors[run.source];
-    if (const std::string_view why = values_not_served(model, source); !why.empty()) return why;
-    if (source.blocks == BlockFormat::none && !convertible(source.dtype, DType::float32)) {
-      return "a source of a dtype that is not served as float32";
-    }
-  }
-  return {};
-}
-
 void read_derived(const Model& model, const Tensor& tensor, DType dtype, std::uint64_t offset,
-                  Sources sources, std::span<char> out) {
+                  std::span<char> out, const ReadSourceValues& read) {
   if (out.empty()) return;
   const Derivation& d = model.derivations[tensor.derivation];
   const std::uint64_t size = info(dtype).element_size;
@@ -123,9 +90,9 @@ void read_derived(const Model& model, const Tensor& tensor, DType dtype, std::ui
   thread_local std::vector<float> values;
   values.resize(end - first);
   if (d.transpose) {
-    read_transpose(model, model.tensors[d.runs[0].source], first, sources, values);
+    read_transpose(model.tensors[d.runs[0].source], first, read, values);
   } else {
-    read_rows(model, d, first, sources, values);
+    read_rows(model, d, first, read, values);
   }
   apply_op(d.op, values);
   const char* served = reinterpret_cast<const char*>(values.data());

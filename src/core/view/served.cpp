@@ -162,6 +162,38 @@ ServedTensor serve_blocks(const Model& model, const Tensor& tensor,
   return s;
 }
 
+// Why derived `tensor`'s values are not served: a source whose values are not served as
+// float32 (values_not_served(), or a dtype convert() does not make float32 of); "" when they are.
+std::string_view derived_values_not_served(const Model& model, const Tensor& tensor) {
+  for (const Derivation::Run& run : model.derivations[tensor.derivation].runs) {
+    const Tensor& source = model.tensors[run.source];
+    if (const std::string_view why = values_not_served(model, source); !why.empty()) return why;
+    if (source.blocks == BlockFormat::none && !convertible(source.dtype, DType::float32)) {
+      return "a source of a dtype that is not served as float32";
+    }
+  }
+  return {};
+}
+
+// Bytes [offset, offset + out.size()) of `source`'s values as float32, little-endian: what
+// read_derived() takes its sources' values from.
+void read_source_values(const Model& model, const Tensor& source, std::uint64_t offset,
+                        Sources sources, std::span<char> out) {
+  const ServedTensor served = serve(model, source, DType::float32, ByteOrder::little);
+  thread_local ReadBuffer buffer;
+  buffer.clear();
+  read_served(model, source, served, offset, out.size(), sources, buffer);
+  char* at = out.data();
+  for (const ReadPiece& p : buffer.pieces()) {
+    if (p.memory) {
+      std::memcpy(at, p.memory, p.length);
+    } else {
+      sources[p.source]->read(p.source_offset, std::as_writable_bytes(std::span(at, p.length)));
+    }
+    at += p.length;
+  }
+}
+
 // serve() of a derived tensor: its values, computed on read.
 ServedTensor serve_derived(const Model& model, const Tensor& tensor,
                            std::optional<DType> convert_to) {
@@ -371,8 +403,11 @@ void read_served(const Model& model, const Tensor& tensor, const ServedTensor& s
       return;
     }
     case ServedTensor::Way::derive:
-      read_derived(model, tensor, served.dtype, offset, sources,
-                   out.add_staged(length, staged_source(model, tensor, 0)));
+      read_derived(model, tensor, served.dtype, offset,
+                   out.add_staged(length, staged_source(model, tensor, 0)),
+                   [&](const Tensor& source, std::uint64_t at, std::span<char> into) {
+                     read_source_values(model, source, at, sources, into);
+                   });
       return;
     case ServedTensor::Way::dequantize: {
       const Storage& storage = model.storages[served.storage];
