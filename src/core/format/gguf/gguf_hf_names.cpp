@@ -16,7 +16,6 @@
 
 #include <algorithm>
 #include <map>
-#include <unordered_map>
 
 namespace ckptfs {
 namespace {
@@ -50,8 +49,9 @@ bool contains(std::string_view text, std::string_view part) {
 class NameMap {
  public:
   NameMap(const Architecture& a, std::optional<std::int64_t> layers) : layers_(layers) {
-    for (std::size_t i = 0; i < a.name_count; ++i)
+    for (std::size_t i = 0; i < a.name_count; ++i) {
       patterns_.emplace(a.names[i].gguf, a.names[i].hf);
+    }
   }
 
   // transformers' name of GGUF tensor `name`, or nullopt when the loader does not load it.
@@ -198,8 +198,8 @@ class Renamer {
     return m_.tensors.size() - 1;
   }
 
-  // A copy of tensor `i` served as float32 when it is a float16 or bfloat16 one (the loader
-  // gives every tensor as gguf-py dequantizes it: float32), else `i` itself.
+  // Tensor `i`, made to serve float32 when it is a float16 or bfloat16 one (converted on read:
+  // the loader gives every tensor as gguf-py dequantizes it, float32); returns `i`.
   std::size_t as_float32(std::size_t i) {
     Tensor& t = m_.tensors[i];
     if (t.blocks == BlockFormat::none &&
