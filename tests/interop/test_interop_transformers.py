@@ -97,9 +97,12 @@ class TransformersTests(InteropCase):
         report = self.call("transformers_checks.from_pretrained_of_views", original,
                            inside(views_dir(mnt)), dtype)
         self.check(report, f"from_pretrained of the views of {named} {' '.join(options)}")
+        # Every file of the original transformers reads is there (save_pretrained writes a
+        # generation config; the .bin fixtures, written as transformers 4 did, have none).
         for name in ("config.json", "generation_config.json", "tokenizer.json",
                      "tokenizer_config.json", "chat_template.jinja"):
-            self.assertIn(name, report["files"])
+            if name in ("config.json", "tokenizer.json") or (outside(original) / name).exists():
+                self.assertIn(name, report["files"])
         return report
 
     def test_from_pretrained_of_the_views(self):
