@@ -26,6 +26,8 @@ struct SourceTimes {
 // model read from several files.
 void keep_newest(SourceTimes& newest, const SourceTimes& times) noexcept;
 
+struct FileIdentity;
+
 // All reads are positional and bounds-checked, so one source can be shared by many threads.
 class ByteSource {
  public:
@@ -55,6 +57,12 @@ class ByteSource {
 
   // Once unchanged() said false: what was seen, in words, for the one line the mount logs.
   virtual std::string change_reason() const { return "replaced, truncated or rewritten"; }
+
+  // The identity (device, inode, size, mtime at open) of the one local regular file whose bytes
+  // at the same offsets are this source's, read as they are, and whose name() names it; null
+  // for anything else (a URL, an inflated member, memory). What lets a reader on the same
+  // machine map a range of it itself, after checking it is still this very file.
+  virtual const FileIdentity* local_file() const noexcept { return nullptr; }
 
   // Fills `out` with the bytes at [offset, offset + out.size()). Throws Error(bad_checkpoint)
   // when the range is not inside the source ("truncated"), Error(io) when the read fails.
@@ -134,6 +142,7 @@ class FileSource final : public ByteSource {
   }
   int fd() const noexcept override { return fd_; }
   const FileIdentity& identity() const noexcept { return identity_; }
+  const FileIdentity* local_file() const noexcept override { return &identity_; }
   const std::string& path() const noexcept { return path_; }
 
   // Whether the file is still the one that was opened: its descriptor, and with `check_path`
