@@ -2,8 +2,8 @@
 """Integration tests of .npz files (numpy.savez, savez_compressed): every key mounted and compared
 with numpy.load's arrays (data, tensor.npy, tensor.pt, model.safetensors), Fortran order,
 big-endian arrays, arrays ckptfs refuses to serve (object arrays are never unpickled), a large
-savez_compressed member inflated on read (sequential, random and concurrent reads), pack, and the
-.npz files of CORPUS/formats.
+savez_compressed member inflated on read (sequential, random and concurrent reads), pack, shapes
+whose size overflows (broken), and the .npz files of CORPUS/formats.
 
 The oracle: numpy.load of the same file (this Python's numpy), and torch.load for tensor.pt.
 Run by ctest as `/usr/bin/python3 -m unittest -v test_npz` (see fixtures.py).
@@ -182,6 +182,31 @@ class NpzTests(MountTestCase):
         packed = torch.load(out)
         self.assertTrue(np.array_equal(packed["big"].numpy(), big))
 
+    def test_shapes_whose_size_overflows_are_broken(self):
+        # Counts past 2^64 (2^64 wraps to 0, 2^64 + 2 to 2) and bytes past a file: broken with
+        # the reason, never an empty or a two-byte tensor; stored and deflated alike.
+        path = self.tmp / "huge.npz"
+        with zipfile.ZipFile(path, "w") as z:
+            z.writestr("zero.npy", _npy_header("|u1", (1 << 32, 1 << 32)))
+            z.writestr("two.npy", _npy_header("|u1", (3, 6148914691236517206)) + b"ab")
+            z.writestr("bytes.npy", _npy_header("<f4", ((1 << 32) + 1, (1 << 32) - 1)))
+            z.writestr("deflated.npy", _npy_header("<f8", (1 << 32, 1 << 32)),
+                       compress_type=zipfile.ZIP_DEFLATED)
+            z.writestr("fine.npy", _npy(np.arange(3, dtype=np.int16)))
+        r = run([CKPTFS, "inspect", "--json", path])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        doc = {e["key"]: e for e in json.loads(r.stdout)["entries"]}
+        for key, why in [("zero", "more elements than 64 bits count"),
+                         ("two", "more elements than 64 bits count"),
+                         ("bytes", "holds more bytes than a file can"),
+                         ("deflated", "more elements than 64 bits count")]:
+            self.assertIn(why, doc[key]["broken"] or "", key)
+        mnt, _ = self.mount(path)
+        for key in ("zero", "two", "bytes", "deflated"):
+            meta = json.loads((mnt / key / "meta.json").read_text())
+            self.assertIn("64 bits count" if key != "bytes" else "file can", meta["broken"], key)
+        self.assertEqual(np.load(mnt / "fine" / "tensor.npy").tolist(), [0, 1, 2])
+
     @needs_corpus
     def test_corpus_npz_files(self):
         corpus = sorted((CORPUS / "formats").glob("*.npz"))
@@ -192,6 +217,13 @@ class NpzTests(MountTestCase):
             r = run([CKPTFS, "inspect", path])
             self.assertEqual(r.returncode, 0, r.stderr)
             self.assertIn("format npz", r.stdout.decode())
+
+
+def _npy_header(descr, shape):
+    """A .npy header alone (version 1.0), for a shape no array can have."""
+    d = "{'descr': '%s', 'fortran_order': False, 'shape': %s, }" % (descr, repr(tuple(shape)))
+    d += " " * ((-(10 + len(d) + 1)) % 64) + "\n"
+    return b"\x93NUMPY\x01\x00" + len(d).to_bytes(2, "little") + d.encode()
 
 
 def _npy(array):

@@ -176,6 +176,37 @@ TEST_CASE("read_npz: a deflated member, with its own inflated source or broken w
   CHECK(m.storages[*m.tensors[1].storage].source == 0);
 }
 
+TEST_CASE("read_npz: a shape whose size overflows is broken, never empty or small") {
+  // Element counts past 2^64: 2^64 (wraps to 0), 2^64 + 2 (wraps to 2), then counts that fit
+  // but whose bytes do not, stored and deflated.
+  ZipBuilder z;
+  z.add("zero.npy", npy(dict("|u1", false, "(4294967296, 4294967296)"), ""));
+  z.add("two.npy", npy(dict("|u1", false, "(3, 6148914691236517206)"), "ab"));
+  z.add("bytes.npy", npy(dict("<f4", false, "(4294967297, 4294967295)"), ""));
+  z.add("file.npy", npy(dict("<f4", false, "(2305843009213693952,)"), ""));
+  z.add("empty.npy", npy(dict("<f4", false, "(0, 4294967296, 4294967296)"), ""));
+  const std::string member = npy(dict("<i8", true, "(4294967296, 4294967296)"), "");
+  z.add("deflated.npy", deflate_raw(member), {.method = 8, .size = member.size()});
+  const std::string bytes = z.build();
+  MemorySource source(bytes, "huge.npz");
+  std::vector<DeflatedMember> deflated;
+  const Model m = read_npz(source, "huge.npz", {}, &deflated);
+  REQUIRE(m.tensors.size() == 6);
+  auto broken = [&](std::size_t i) {
+    CAPTURE(m.entries[i].key);
+    CHECK(!m.tensors[i].storage);
+    return m.tensors[i].broken;
+  };
+  CHECK(broken(0).find("has more elements than 64 bits count") != std::string::npos);
+  CHECK(broken(1).find("has more elements than 64 bits count") != std::string::npos);
+  CHECK(broken(2).find("holds more bytes than a file can") != std::string::npos);
+  CHECK(broken(3).find("holds more bytes than a file can") != std::string::npos);
+  CHECK(m.tensors[4].broken.empty());  // torch's count: no element
+  CHECK(m.tensors[4].nbytes() == 0);
+  CHECK(broken(5).find("has more elements than 64 bits count") != std::string::npos);
+  CHECK(deflated.empty());
+}
+
 TEST_CASE(
     "tensor.pt of big-endian uint16 and int16 arrays: little-endian, as torch.load never swaps "
     "uint16") {

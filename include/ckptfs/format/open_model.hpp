@@ -47,6 +47,7 @@ struct OpenOptions {
 class OpenedModel {
  public:
   // times(): the newest of the sources' times and `other_times` (an index read to find them).
+  // Marks every tensor whose size_problem() is not empty broken.
   OpenedModel(std::vector<std::unique_ptr<ByteSource>> sources, Model model,
               SourceTimes other_times = {});
   OpenedModel(OpenedModel&&) noexcept = default;

@@ -171,8 +171,11 @@ struct Tensor {
   // the reader makes sure convert() can do (stored_convertible(), model/dtype.hpp).
   std::optional<DType> stored_dtype;
 
-  std::uint64_t numel() const noexcept;   // valid when !broken (checked for overflow)
-  std::uint64_t nbytes() const noexcept;  // numel × element size: the logical tensor in C order
+  // The elements (element_count(), base/numbers.hpp) and their bytes in C order (numel ×
+  // element size), as served; both 0 when size_problem() is not empty, which every reader
+  // marks broken, so that a tensor that is not broken has exactly these.
+  std::uint64_t numel() const noexcept;
+  std::uint64_t nbytes() const noexcept;
   DType stored() const noexcept { return stored_dtype.value_or(dtype); }
   std::size_t stored_element_size() const noexcept { return info(stored()).element_size; }
   // A block-quantized tensor (GGUF's Q4_K...): its storage holds, from its first byte, the
@@ -182,12 +185,20 @@ struct Tensor {
   BlockFormat blocks = BlockFormat::none;
 
   // The bytes of the tensor as stored: its blocks when block-quantized, else in C order numel ×
-  // the stored element size (nbytes() unless stored_dtype says otherwise); 0 on overflow.
+  // the stored element size (nbytes() unless stored_dtype says otherwise); 0 when size_problem()
+  // is not empty.
   std::uint64_t stored_nbytes() const noexcept;
   // True when the tensor's bytes in C order are one range of its storage (empty tensors too).
   bool contiguous() const noexcept;
   std::size_t element_size() const noexcept { return info(dtype).element_size; }
 };
+
+// Why a tensor of its shape, dtype, stored dtype and block format cannot be served, or "" when it
+// can: a negative dimension, more elements than 64 bits count (element_count()), more bytes as
+// served or as stored than max_tensor_bytes. The one check from a shape to elements to bytes:
+// every reader marks a tensor broken with it (after setting those four), so that an overflow
+// never passes for an empty tensor (a count that wrapped to 0) or a small one.
+std::string size_problem(const Tensor& tensor);
 
 // One flattened item of the model (see format/pickle/flatten.hpp for torch's rule).
 struct Entry {

@@ -199,6 +199,10 @@ std::unique_ptr<ByteSource> open_local_file(const std::string& path) {
 OpenedModel::OpenedModel(std::vector<std::unique_ptr<ByteSource>> sources, Model model,
                          SourceTimes other_times)
     : owned_(std::move(sources)), model_(std::move(model)), times_(other_times) {
+  // Every reader marks a tensor whose size overflows broken; this is the net under them all.
+  for (Tensor& t : model_.tensors) {
+    if (t.broken.empty()) t.broken = size_problem(t);
+  }
   for (const auto& s : owned_) {
     raw_.push_back(s.get());
     keep_newest(times_, s->times());

@@ -89,6 +89,7 @@ StorageTable zip_storages(const ByteSource& source, const ZipArchive& zip,
 void bind_tensors(std::vector<Tensor>& tensors, const std::vector<StorageRef>& refs,
                   const StorageTable& table) {
   for (auto& t : tensors) {
+    if (t.broken.empty()) t.broken = size_problem(t);
     if (!t.storage) {
       if (t.broken.empty() && t.numel() != 0) t.broken = "no storage";
       continue;
@@ -132,18 +133,9 @@ void bind_tensors(std::vector<Tensor>& tensors, const std::vector<StorageRef>& r
       continue;
     }
     t.storage_offset += static_cast<std::int64_t>(base / t.element_size());
-    std::optional<std::uint64_t> count = 1;
-    for (auto d : t.shape) count = count ? mul(*count, static_cast<std::uint64_t>(d)) : count;
-    auto bytes = count ? mul(*count, t.element_size()) : std::nullopt;
-    if (!bytes || *bytes > max_tensor_bytes) {
-      // Its data, tensor.npy and tensor.pt are files: their sizes must fit off_t.
-      t.broken = fmt::format("its {} elements of {} bytes do not fit a file (at most {} bytes)",
-                             count ? fmt::to_string(*count) : std::string("2^64 or more"),
-                             t.element_size(), max_tensor_bytes);
-      continue;
-    }
-    // Elements needed: offset + sum((size - 1) * stride) + 1, when there is any element.
-    if (*count == 0) continue;
+    // Elements needed: offset + sum((size - 1) * stride) + 1, when there is any element (its
+    // size was checked above: size_problem()).
+    if (t.numel() == 0) continue;
     std::optional<std::uint64_t> last = static_cast<std::uint64_t>(t.storage_offset);
     for (std::size_t i = 0; i < t.shape.size() && last; ++i) {
       auto step =
