@@ -3,12 +3,14 @@
 with numpy.load's arrays (data, tensor.npy, tensor.pt, model.safetensors), Fortran order,
 big-endian arrays, arrays ckptfs refuses to serve (object arrays are never unpickled), a large
 savez_compressed member inflated on read (sequential, random and concurrent reads), pack, shapes
-whose size overflows (broken), and the .npz files of CORPUS/formats.
+whose size overflows (broken), members whose CRC-32 does not match (EIO, pack and inspect
+--verify refuse them), and the .npz files of CORPUS/formats.
 
 The oracle: numpy.load of the same file (this Python's numpy), and torch.load for tensor.pt.
 Run by ctest as `/usr/bin/python3 -m unittest -v test_npz` (see fixtures.py).
 """
 
+import errno
 import json
 import os
 import sys
@@ -207,6 +209,71 @@ class NpzTests(MountTestCase):
             self.assertIn("64 bits count" if key != "bytes" else "file can", meta["broken"], key)
         self.assertEqual(np.load(mnt / "fine" / "tensor.npy").tolist(), [0, 1, 2])
 
+    def test_members_whose_crc_does_not_match_fail_with_eio(self):
+        rng = np.random.default_rng(5)
+        good = rng.standard_normal(50_000).astype(np.float32)  # 200 KB: several reads
+        bad = rng.standard_normal(300_000).astype(np.float32)
+        small = np.arange(100, dtype=np.int64)  # read whole by the open's first pages
+        path = self.write("crc.npz", good=good, bad=bad, small=small)
+        deflated = self.write("crc_deflated.npz", compressed=True, good=good, bad=bad)
+        _flip_member_byte(path, "bad.npy", 1000)
+        _flip_member_byte(path, "small.npy", 200)
+        _set_member_crc(deflated, "bad.npy")
+        # The oracle: numpy refuses both, by zipfile's CRC check.
+        for p in (path, deflated):
+            with np.load(p) as z, self.assertRaisesRegex(zipfile.BadZipFile, "Bad CRC-32"):
+                z["bad"]
+        for p in (path, deflated):
+            mnt, proc = self.mount(p)
+            self.assertEqual((mnt / "good" / "data").read_bytes(), good.tobytes(), p)
+            self.assertTrue(np.array_equal(np.load(mnt / "good" / "tensor.npy"), good))
+            for key in ["bad", "small"] if p == path else ["bad"]:
+                d = mnt / key
+                # A whole read, in order: the read that ends the member fails, so cp and
+                # np.load fail; after that no read of it returns its bytes.
+                with self.assertRaises(OSError) as e:
+                    (d / "data").read_bytes()
+                self.assertEqual(e.exception.errno, errno.EIO, (p, key))
+                with self.assertRaises(OSError):
+                    np.load(d / "tensor.npy")
+                r = run(["cp", d / "tensor.pt", self.tmp / "copy.pt"])
+                self.assertNotEqual(r.returncode, 0, (p, key))
+                # Once the pages read before are dropped, even the first bytes fail.
+                fd = os.open(d / "data", os.O_RDONLY)
+                try:
+                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                    with self.assertRaises(OSError):
+                        os.pread(fd, 4096, 0)
+                finally:
+                    os.close(fd)
+            with self.assertRaises(OSError):
+                (views_dir(mnt) / "model.safetensors").read_bytes()
+            self.assertRegex(self.output(proc), r"do not match the CRC-32 its zip records")
+        # pack writes no member it could not check; without the bad ones it packs.
+        out = self.tmp / "out.safetensors"
+        for p in (path, deflated):
+            r = run([CKPTFS, "pack", p, out])
+            self.assertEqual(r.returncode, 4, r.stderr)
+            self.assertIn(b"do not match the CRC-32", r.stderr)
+            self.assertFalse(out.exists())
+        r = run([CKPTFS, "pack", path, out, "--keys", "good"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        # inspect --verify: every record checked, in one pass; the corrupt ones named.
+        r = run([CKPTFS, "inspect", "--verify", path])
+        self.assertEqual(r.returncode, 4, r.stderr)
+        err = r.stderr.decode()
+        self.assertIn('record "bad.npy"', err)
+        self.assertIn('record "small.npy"', err)
+        self.assertNotIn('"good.npy"', err)
+        self.assertIn("3 of 3 records checked", r.stdout.decode())
+        r = run([CKPTFS, "inspect", "--verify", deflated])
+        self.assertEqual(r.returncode, 4, r.stderr)
+        self.assertIn('record "bad.npy"', r.stderr.decode())
+        sound = self.write("sound.npz", compressed=True, good=good)
+        r = run([CKPTFS, "inspect", "--verify", sound])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("every CRC-32 matches", r.stdout.decode())
+
     @needs_corpus
     def test_corpus_npz_files(self):
         corpus = sorted((CORPUS / "formats").glob("*.npz"))
@@ -224,6 +291,40 @@ def _npy_header(descr, shape):
     d = "{'descr': '%s', 'fortran_order': False, 'shape': %s, }" % (descr, repr(tuple(shape)))
     d += " " * ((-(10 + len(d) + 1)) % 64) + "\n"
     return b"\x93NUMPY\x01\x00" + len(d).to_bytes(2, "little") + d.encode()
+
+
+def _member_data_offset(path, name):
+    """Where a member's payload begins in its zip."""
+    with zipfile.ZipFile(path) as z:
+        info = z.getinfo(name)
+    with open(path, "rb") as f:
+        f.seek(info.header_offset + 26)
+        n, e = int.from_bytes(f.read(2), "little"), int.from_bytes(f.read(2), "little")
+    return info, info.header_offset + 30 + n + e
+
+
+def _flip_member_byte(path, name, at):
+    """Corrupts one byte of a stored member: its CRC no longer matches."""
+    _, data = _member_data_offset(path, name)
+    with open(path, "r+b") as f:
+        f.seek(data + at)
+        b = f.read(1)
+        f.seek(data + at)
+        f.write(bytes([b[0] ^ 0x40]))
+
+
+def _set_member_crc(path, name):
+    """Records a wrong CRC-32 for a member (its bytes intact) in the central directory."""
+    info, _ = _member_data_offset(path, name)
+    raw = bytearray(path.read_bytes())
+    wrong = (info.CRC ^ 0x1).to_bytes(4, "little")
+    at = raw.find(b"PK\x01\x02")  # the central directory's entries: zipfile checks theirs
+    while at >= 0:
+        n = int.from_bytes(raw[at + 28:at + 30], "little")
+        if raw[at + 46:at + 46 + n] == name.encode():
+            raw[at + 16:at + 20] = wrong
+        at = raw.find(b"PK\x01\x02", at + 4)
+    path.write_bytes(raw)
 
 
 def _npy(array):

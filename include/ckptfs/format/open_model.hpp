@@ -47,7 +47,8 @@ struct OpenOptions {
 class OpenedModel {
  public:
   // times(): the newest of the sources' times and `other_times` (an index read to find them).
-  // Marks every tensor whose size_problem() is not empty broken.
+  // Marks every tensor whose size_problem() is not empty broken, and has each source check what
+  // is read of the zip records it holds (zip_record_checks(), ByteSource::check_records()).
   OpenedModel(std::vector<std::unique_ptr<ByteSource>> sources, Model model,
               SourceTimes other_times = {});
   OpenedModel(OpenedModel&&) noexcept = default;

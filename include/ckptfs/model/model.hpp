@@ -46,6 +46,8 @@ class StorageLocator {
   // first call, then remembered. Thread-safe. Throws Error: bad_zip when the record's header is
   // invalid or its bytes do not fit where the directory says, io when it cannot be read.
   virtual std::uint64_t data_offset(std::uint32_t index) const = 0;
+  // The same once it is known, without reading: nullopt before the first data_offset().
+  virtual std::optional<std::uint64_t> located(std::uint32_t index) const noexcept = 0;
 };
 
 // A run of bytes in one source holding one storage (torch) or one tensor's bytes (safetensors).
@@ -60,9 +62,23 @@ struct Storage {
   std::uint32_t locator_index = 0;
   std::uint64_t nbytes = 0;  // bytes of the storage in the source
   bool big_endian = false;   // byte order of its elements (the zip's `byteorder` record)
-  // The CRC-32 of the whole storage as its zip's central directory records it, unchecked (torch
-  // never checks it, and writes 0 at times); none outside zips.
+  // The CRC-32 of the whole storage as its zip's central directory records it (torch 1.13 and
+  // 2.x never check it, and torch >= 2.6 writes 0 when told not to compute it); none outside
+  // zips and where the record holds more than the storage (an .npz member).
   std::optional<std::uint32_t> record_crc32;
+  // The zip record holding the storage, when its bytes are checked against its CRC-32 as they
+  // are read (source/record_checks.hpp, format/zip/zip_record_checks.hpp): it begins `before`
+  // bytes before the storage's first byte (an .npz member's .npy header) and holds `size` bytes
+  // (the storage's and any after them); its local header is at `header_offset`. None outside
+  // zips, for a torch record whose recorded CRC is 0 (none computed), and for a deflated .npz
+  // member (its InflatedSource checks it).
+  struct RecordCheck {
+    std::uint32_t crc32 = 0;
+    std::uint64_t before = 0;
+    std::uint64_t size = 0;
+    std::uint64_t header_offset = 0;
+  };
+  std::optional<RecordCheck> record_check;
   std::string broken;  // why it cannot be served (missing record); empty when fine
 };
 

@@ -137,6 +137,7 @@ class DcpReader {
     for (Storage& s : zip.storages) {
       s.source = source_index;
       s.file_offset += item.offset;  // the window's offsets are the item's
+      if (s.record_check) s.record_check->header_offset += item.offset;
       model_.storages.push_back(std::move(s));
     }
     return zip;

@@ -139,7 +139,7 @@ Model read_npz(const ByteSource& source, const std::string& source_name, const N
       if (deflated) {
         // Its own source: the member inflated, in which the array starts after its header.
         deflated_members->push_back(
-            {payload_offset(source, member), member.compressed_size, member.size});
+            {payload_offset(source, member), member.compressed_size, member.size, member.crc32});
         s.source = static_cast<std::uint32_t>(m.sources.size());
         s.file_offset = data_begin;
         m.sources.push_back(source_name + "/" + member.name);
@@ -147,6 +147,11 @@ Model read_npz(const ByteSource& source, const std::string& source_name, const N
       s.nbytes = t.nbytes();
       s.big_endian = is_npy(head) && read_npy_header(head, limits.max_dims).big_endian;
       s.record_crc32 = std::nullopt;  // the member's CRC covers its .npy header too
+      if (!deflated) {
+        // numpy (zipfile) checks every member's CRC, 0 or not.
+        s.record_check =
+            Storage::RecordCheck{member.crc32, data_begin, member.size, member.header_offset};
+      }
       t.storage = m.storages.size();
       m.storages.push_back(std::move(s));
     }

@@ -37,6 +37,7 @@ bool read_byteorder(const ByteSource& source, const ZipArchive& zip, const std::
 pickle::ParseResult parse_record(const ByteSource& source, const ZipEntry& record,
                                  const pickle::Limits& limits) {
   stored_or_refuse(record);
+  check_record_crc(source, record);  // read whole: a corrupt pickle is refused, not parsed
   try {
     return pickle::parse(source, payload_offset(source, record), record.size, limits);
   } catch (const Error& e) {
@@ -65,6 +66,9 @@ StorageTable zip_storages(const ByteSource& source, const ZipArchive& zip,
         stored_or_refuse(*e);
         s.nbytes = e->size;
         s.record_crc32 = e->crc32;
+        if (e->crc32 != 0 || e->size == 0) {  // torch >= 2.6 writes 0 when it computes none
+          s.record_check = Storage::RecordCheck{e->crc32, 0, e->size, e->header_offset};
+        }
         if (e->data_offset == 0) {  // deferred: located by the storages' ZipLocator on first use
           s.locator_index = static_cast<std::uint32_t>(located_later.size());
           located_later.push_back(*e);
