@@ -58,7 +58,7 @@ void read(const ByteSource& s, std::uint64_t offset, std::size_t length) {
 
 TEST_SUITE_BEGIN("record_checks");
 
-TEST_CASE("RecordChecks: read in order, a record is sound; a corrupt one fails its last read") {
+TEST_CASE("RecordChecks: read in order, a record is sound, a corrupt one fails its last read") {
   const Layout f;
   MemorySource source(f.bytes, "f.pth");
   auto checks = std::make_shared<RecordChecks>(f.records(true));

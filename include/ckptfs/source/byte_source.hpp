@@ -7,6 +7,7 @@
 #include <sys/types.h>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -85,6 +86,11 @@ class ByteSource {
   void check_records(std::shared_ptr<const RecordChecks> checks) noexcept;
   const RecordChecks* record_checks() const noexcept { return checks_.get(); }
 
+  // read() without the record checks: for a caller that checks the bytes itself (inspect
+  // --verify reads every record once), whose reads must not end in a check's error instead (the
+  // zip's end, read to find its directory, holds a record's last bytes).
+  void read_unchecked(std::uint64_t offset, std::span<std::byte> out) const;
+
   // Whether bytes [offset, offset + length) must be read with read() to be checked: a caller that
   // would serve or copy them without it (spliced from fd(), copied in the kernel) asks first, and
   // reads them when true. Throws Error(bad_checkpoint) when they hold bytes of a record found
@@ -111,7 +117,8 @@ class ByteSource {
   }
 
  private:
-  friend class RecordChecks;  // reads the rest of a record with read_in_range(), unobserved
+  // What the record checks read the rest of a record with: read_in_range(), unchecked.
+  std::function<void(std::uint64_t, std::span<std::byte>)> read_rest() const;
   std::shared_ptr<const RecordChecks> checks_;
 };
 

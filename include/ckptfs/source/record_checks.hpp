@@ -18,8 +18,6 @@
 
 namespace ckptfs {
 
-class ByteSource;
-
 // What every message about a record that does not match its CRC-32 ends with.
 inline constexpr std::string_view corrupt_file_advice =
     "the file is corrupt (copy or download it again)";
@@ -35,7 +33,7 @@ struct CheckedRecord {
   std::function<std::optional<std::uint64_t>()> located;
 };
 
-// What ByteSource::read() and lend() tell it of every read (ByteSource::check_reads()), each
+// What ByteSource::read() and lend() tell it of every read (ByteSource::check_records()), each
 // record is checked from its first byte on:
 //   - the bytes read in order from its start carry its CRC on: a read that begins within what was
 //     checked so far and ends past it checks what is new;
@@ -66,16 +64,18 @@ class RecordChecks {
 
   std::size_t size() const noexcept { return records_.size(); }
 
-  // `bytes` were read at `offset` of `source`: carries the checks of the records they hold on.
+  // How the check reads what is left of a record: the source's own read, without the checks.
+  using ReadRest = std::function<void(std::uint64_t offset, std::span<std::byte> out)>;
+
+  // `bytes` were read at `offset` of the source: carries the checks of the records they hold on.
   // Throws Error(bad_checkpoint) when one of them is, or is now found, corrupt.
-  void observe(const ByteSource& source, std::uint64_t offset,
-               std::span<const std::byte> bytes) const;
+  void observe(std::uint64_t offset, std::span<const std::byte> bytes, const ReadRest& read) const;
   // Whether bytes [offset, offset + length) would carry a check on if they were read (so must be
   // read with read()); throws Error(bad_checkpoint) when they hold bytes of a corrupt record.
   bool needs_read(std::uint64_t offset, std::uint64_t length) const;
   // Checks now each record [offset, offset + length) overlaps, whole, reading what was not read
   // of it; throws Error(bad_checkpoint) when one is corrupt, and what reading throws.
-  void verify(const ByteSource& source, std::uint64_t offset, std::uint64_t length) const;
+  void verify(std::uint64_t offset, std::uint64_t length, const ReadRest& read) const;
 
   // For tests: whether record i (in offset order) was found sound, or corrupt.
   enum class Verdict : std::uint8_t { unknown, sound, corrupt };
@@ -104,9 +104,9 @@ class RecordChecks {
   void for_each_record(std::uint64_t offset, std::uint64_t length, Each each) const;
   // Takes bytes [at, at + bytes.size()) of record i into its progress. Called locked.
   void take(std::size_t i, Progress& p, std::uint64_t at, std::span<const std::byte> bytes) const;
-  // Reads what is left of record i (at `begin` of `source`) when that is at most `limit` bytes,
-  // and decides. Called locked.
-  void fill(const ByteSource& source, std::size_t i, std::uint64_t begin, Progress& p,
+  // Reads what is left of record i (at `begin` of the source) when that is at most `limit`
+  // bytes, and decides. Called locked.
+  void fill(const ReadRest& read, std::size_t i, std::uint64_t begin, Progress& p,
             std::uint64_t limit) const;
   void decide(std::size_t i, const Progress& p) const;
   [[noreturn]] void fail(std::size_t i) const;

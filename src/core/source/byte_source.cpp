@@ -28,7 +28,12 @@ void ByteSource::read(std::uint64_t offset, std::span<std::byte> out) const {
   require_range(offset, out.size());
   if (out.empty()) return;
   read_in_range(offset, out);
-  if (checks_) checks_->observe(*this, offset, out);
+  if (checks_) checks_->observe(offset, out, read_rest());
+}
+
+void ByteSource::read_unchecked(std::uint64_t offset, std::span<std::byte> out) const {
+  require_range(offset, out.size());
+  if (!out.empty()) read_in_range(offset, out);
 }
 
 bool ByteSource::lend(std::uint64_t offset, std::size_t length,
@@ -40,11 +45,15 @@ bool ByteSource::lend(std::uint64_t offset, std::size_t length,
   if (checks_) {
     std::uint64_t at = offset;
     for (std::size_t i = first; i < spans.size(); ++i) {
-      checks_->observe(*this, at, spans[i]);
+      checks_->observe(at, spans[i], read_rest());
       at += spans[i].size();
     }
   }
   return true;
+}
+
+std::function<void(std::uint64_t, std::span<std::byte>)> ByteSource::read_rest() const {
+  return [this](std::uint64_t offset, std::span<std::byte> out) { read_in_range(offset, out); };
 }
 
 void ByteSource::check_records(std::shared_ptr<const RecordChecks> checks) noexcept {
@@ -57,7 +66,7 @@ bool ByteSource::needs_read(std::uint64_t offset, std::uint64_t length) const {
 
 void ByteSource::verify(std::uint64_t offset, std::uint64_t length) const {
   require_range(offset, length);
-  if (checks_ && length != 0) checks_->verify(*this, offset, length);
+  if (checks_ && length != 0) checks_->verify(offset, length, read_rest());
 }
 
 std::string ByteSource::read_string(std::uint64_t offset, std::size_t length) const {

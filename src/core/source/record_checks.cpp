@@ -4,7 +4,6 @@
 #include <ckptfs/base/crc32.hpp>
 #include <ckptfs/base/error.hpp>
 #include <ckptfs/base/text.hpp>
-#include <ckptfs/source/byte_source.hpp>
 #include <ckptfs/source/record_checks.hpp>
 
 #include <fmt/format.h>
@@ -142,7 +141,7 @@ void RecordChecks::decide(std::size_t i, const Progress& p) const {
   progress_.erase(i);
 }
 
-void RecordChecks::fill(const ByteSource& source, std::size_t i, std::uint64_t begin, Progress& p,
+void RecordChecks::fill(const ReadRest& read, std::size_t i, std::uint64_t begin, Progress& p,
                         std::uint64_t limit) const {
   const std::uint64_t size = records_[i].size;
   std::uint64_t unread = size - p.prefix;
@@ -154,14 +153,14 @@ void RecordChecks::fill(const ByteSource& source, std::size_t i, std::uint64_t b
     const auto n =
         static_cast<std::size_t>(std::min<std::uint64_t>(buffer.size(), gap_end - p.prefix));
     const std::span<std::byte> chunk(buffer.data(), n);
-    source.read_in_range(begin + p.prefix, chunk);  // not read(): this is the check's own read
+    read(begin + p.prefix, chunk);
     take(i, p, p.prefix, chunk);
   }
   decide(i, p);
 }
 
-void RecordChecks::observe(const ByteSource& source, std::uint64_t offset,
-                           std::span<const std::byte> bytes) const {
+void RecordChecks::observe(std::uint64_t offset, std::span<const std::byte> bytes,
+                           const ReadRest& read) const {
   for_each_record(offset, bytes.size(), [&](std::size_t i, std::uint64_t begin) {
     Verdict v = verdicts_[i].load();
     if (v == Verdict::unknown) {
@@ -173,7 +172,7 @@ void RecordChecks::observe(const ByteSource& source, std::uint64_t offset,
         const std::uint64_t to = std::min(offset + bytes.size(), begin + r.size);
         Progress& p = progress_[i];
         take(i, p, from - begin, bytes.subspan(from - offset, to - from));
-        fill(source, i, begin, p, max_filled);  // decided: `p` is gone
+        fill(read, i, begin, p, max_filled);  // decided: `p` is gone
         v = verdicts_[i].load();
         if (v == Verdict::unknown && p.prefix == 0 && p.ahead.empty()) progress_.erase(i);
       }
@@ -200,13 +199,12 @@ bool RecordChecks::needs_read(std::uint64_t offset, std::uint64_t length) const 
   return needed;
 }
 
-void RecordChecks::verify(const ByteSource& source, std::uint64_t offset,
-                          std::uint64_t length) const {
+void RecordChecks::verify(std::uint64_t offset, std::uint64_t length, const ReadRest& read) const {
   for_each_record(offset, length, [&](std::size_t i, std::uint64_t begin) {
     if (verdicts_[i].load() == Verdict::unknown) {
       const std::lock_guard lock(mutex_);
       if (verdicts_[i].load() == Verdict::unknown) {
-        fill(source, i, begin, progress_[i], UINT64_MAX);
+        fill(read, i, begin, progress_[i], UINT64_MAX);
       }
     }
     if (verdicts_[i].load() == Verdict::corrupt) fail(i);
