@@ -332,8 +332,8 @@ TEST_CASE("hostile pieces: one reason each, and the tensor is not indexed") {
         "pieces 0 and 1 are of different byte orders");
   // A tensor whose size overflows (2^64 elements: 0 once wrapped; 2^64 + 2: 2) is refused,
   // never indexed as an empty or a two-element tensor.
-  for (const Dims& huge : {Dims{std::int64_t{1} << 32, std::int64_t{1} << 32},
-                           Dims{3, 6148914691236517206}}) {
+  for (const Dims& huge :
+       {Dims{std::int64_t{1} << 32, std::int64_t{1} << 32}, Dims{3, 6148914691236517206}}) {
     Tensor t = rank.tensor();
     t.shape = huge;
     Assembly a(Assembly::Grid::flat, 1);

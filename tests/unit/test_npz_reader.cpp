@@ -323,7 +323,8 @@ const Deflated& deflated() {
 TEST_CASE("InflatedSource: a whole read in order, however cut, inflates the stream once") {
   const Deflated& d = deflated();
   MemorySource file(d.compressed, "f.npz");
-  InflatedSource s(file, 0, d.compressed.size(), d.text.size(), "f.npz/a.npy", ckptfs::crc32(d.text));
+  InflatedSource s(file, 0, d.compressed.size(), d.text.size(), "f.npz/a.npy",
+                   ckptfs::crc32(d.text));
   CHECK(s.span() == InflatedSource::min_span);
   const std::uint64_t chunk = 128 << 10;
   for (std::uint64_t at = 0; at < d.text.size(); at += chunk) {
@@ -335,7 +336,8 @@ TEST_CASE("InflatedSource: a whole read in order, however cut, inflates the stre
   CHECK(s.access_points() < d.text.size() / s.span());
   // The kernel's readahead: pairs of reads sent in the wrong order, by two threads. Two kept
   // states follow them: each byte is inflated about twice, never from the start again.
-  InflatedSource r(file, 0, d.compressed.size(), d.text.size(), "f.npz/a.npy", ckptfs::crc32(d.text));
+  InflatedSource r(file, 0, d.compressed.size(), d.text.size(), "f.npz/a.npy",
+                   ckptfs::crc32(d.text));
   for (std::uint64_t k = 0; k * chunk < d.text.size(); k += 2) {
     for (const std::uint64_t j : {k + 1, k}) {
       REQUIRE(r.read_string(j * chunk, chunk) == d.text.substr(j * chunk, chunk));
@@ -347,7 +349,8 @@ TEST_CASE("InflatedSource: a whole read in order, however cut, inflates the stre
 TEST_CASE("InflatedSource: reads backwards and scattered cost a span each, not the stream") {
   const Deflated& d = deflated();
   MemorySource file(d.compressed, "f.npz");
-  InflatedSource s(file, 0, d.compressed.size(), d.text.size(), "f.npz/a.npy", ckptfs::crc32(d.text));
+  InflatedSource s(file, 0, d.compressed.size(), d.text.size(), "f.npz/a.npy",
+                   ckptfs::crc32(d.text));
   const std::uint64_t chunk = 256 << 10;
   std::uint64_t reads = 0, from_the_start = 0;
   for (std::uint64_t end = d.text.size(); end > 0; end -= chunk, ++reads) {
@@ -370,7 +373,8 @@ TEST_CASE("InflatedSource: reads backwards and scattered cost a span each, not t
 TEST_CASE("InflatedSource: readers in parallel each keep their own inflater") {
   const Deflated& d = deflated();
   MemorySource file(d.compressed, "f.npz");
-  InflatedSource s(file, 0, d.compressed.size(), d.text.size(), "f.npz/a.npy", ckptfs::crc32(d.text));
+  InflatedSource s(file, 0, d.compressed.size(), d.text.size(), "f.npz/a.npy",
+                   ckptfs::crc32(d.text));
   // Two readers interleaved at different places: neither sends the other back to the start.
   const std::uint64_t chunk = 64 << 10, half = d.text.size() / 2;
   for (std::uint64_t at = 0; at < half; at += chunk) {
@@ -379,7 +383,8 @@ TEST_CASE("InflatedSource: readers in parallel each keep their own inflater") {
   }
   CHECK(s.inflated_bytes() <= d.text.size() + half + s.span());
   // Threads at once: every byte right.
-  InflatedSource t(file, 0, d.compressed.size(), d.text.size(), "f.npz/a.npy", ckptfs::crc32(d.text));
+  InflatedSource t(file, 0, d.compressed.size(), d.text.size(), "f.npz/a.npy",
+                   ckptfs::crc32(d.text));
   std::vector<std::thread> threads;
   std::atomic<int> wrong{0};
   for (int k = 0; k < 3; ++k) {
