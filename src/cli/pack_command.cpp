@@ -14,7 +14,6 @@
 
 #include <fmt/format.h>
 
-#include <sys/stat.h>
 #include <unistd.h>
 #include <chrono>
 #include <map>
@@ -200,11 +199,10 @@ int run_pack(const std::vector<std::string>& args) {
                     quote(options.output)));
   }
   // Refused before SRC is read (which may take long, remote): checked again when OUT is named.
-  struct stat st {};
-  if (options.overwrite == Overwrite::no && ::lstat(options.output.c_str(), &st) == 0) {
-    return fail(
-        ExitCode::usage,
-        fmt::format("{}: exists: pack does not overwrite it without --force", options.output));
+  try {
+    (void)check_output_name(options.output, options.overwrite);
+  } catch (const OutputError& e) {
+    return fail(e.code(), fmt::format("{}: {}", options.output, e.what()));
   }
   const std::string shown = display_location(source);
   try {

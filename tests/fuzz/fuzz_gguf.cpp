@@ -3,8 +3,9 @@
 // a refusal is bad_checkpoint or unsupported; a file read_gguf() accepts has every tensor's
 // bytes inside the file, none overlapping, each storage exactly its tensor's stored bytes;
 // every metadata value is strict JSON; the tree serves each tensor's data as exactly the file's
-// bytes at its offset, and its values (dequantized from fuzzed blocks) at the size its meta.json
-// says; index.json and inspect's table and JSON are made.
+// bytes at its offset (the size and offset its meta.json says), and its values (dequantized from
+// fuzzed blocks) at the size the tree gives tensor.npy; index.json and inspect's table and JSON
+// are made.
 #include "fuzz_check.hpp"
 
 #include "../../src/cli/inspect.hpp"
@@ -16,6 +17,8 @@
 #include <ckptfs/view/describe.hpp>
 #include <ckptfs/view/served.hpp>
 #include <ckptfs/view/tree.hpp>
+
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -73,6 +76,7 @@ void check_gguf(const MemorySource& source) {
   }
   JsonLimits json_limits;
   json_limits.max_depth = 64;
+  json_limits.surrogate_escapes = true;  // a string that is not UTF-8: its bytes as \udcXX
   for (const Model::JsonMetadata& kv : m.json_metadata) {
     parse_json(kv.value_json, json_limits, 1 << 22);  // throws (a crash here) if not JSON
     FUZZ_CHECK(kv.type.starts_with("ARRAY[") == kv.value_json.starts_with("["));
@@ -97,6 +101,13 @@ void check_gguf(const MemorySource& source) {
     const Storage& s = kept.storages[*t.storage];
     const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(s.nbytes, max_read));
     FUZZ_CHECK(read_all(tree, data, source, max_read) == source.read_string(s.file_offset, n));
+    // meta.json says data's size and offset, for blocks as for plain values.
+    const std::string meta = read_all(tree, tree.lookup(dir, "meta.json"), source, 1 << 20);
+    FUZZ_CHECK(meta.find(fmt::format("\"nbytes\": {},", s.nbytes)) < meta.find("\"ggml\""));
+    if (s.nbytes != 0) {
+      FUZZ_CHECK(meta.find(fmt::format("\"file_offset\": {},", s.file_offset)) <
+                 meta.find("\"ggml\""));
+    }
     const Tree::Ino npy = tree.lookup(dir, "tensor.npy");
     FUZZ_CHECK((npy != 0) == values_not_served(kept, t).empty());
     if (npy != 0) {

@@ -4,8 +4,12 @@
 
 #include <ckptfs/base/json_writer.hpp>
 #include <ckptfs/model/model.hpp>
+#include <ckptfs/source/byte_source.hpp>
+#include <ckptfs/view/read_buffer.hpp>
+#include <ckptfs/view/served.hpp>
 
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -53,6 +57,32 @@ void write_tensor_fields(JsonWriter& json, const Model& model, std::size_t entry
 // then Model::json_metadata's values in it too, and their types in "metadata_types": {key: type}
 // (a GGUF file's; only when there are some).
 void write_sources_and_metadata(JsonWriter& json, const Model& model);
+
+// A source that is a local file, as the mount opened it. index.json publishes it
+// ("source_files"), and each tensor whose bytes served are one range of it as stored
+// ("file_range"), so that a reader on the same machine can map that range of the file itself
+// after checking that the file is still this one (the Python package's fast path).
+struct LocalFile {
+  std::string path;       // absolute, not resolved: the name the mount opened
+  FileIdentity identity;  // at open: device, inode, size, mtime (what unchanged() compares)
+};
+
+// Per source, in Model::sources' order: the local file it is, or nullopt for any other source
+// (a URL, a deflated .npz member inflated on read). A relative path is made absolute against
+// the working directory as it is now: call it before a daemon changes it.
+std::vector<std::optional<LocalFile>> local_files(Sources sources);
+
+// Writes, into an open JSON object, "source_files": an array beside "sources", each element
+// null or {"path", "device", "inode", "size", "mtime_ns"} of the local file that source is.
+void write_source_files(JsonWriter& json, std::span<const std::optional<LocalFile>> files);
+
+// Writes, into an open JSON object, "file_range": {"source", "offset", "byteorder"} when the
+// tensor's bytes as `served` are exactly bytes [offset, offset + served.nbytes) of the local
+// file `files[source]` (Way::range: one range of its storage, in C order, neither converted,
+// swapped, dequantized nor assembled; `byteorder` is theirs), else null. Reads nothing but a
+// record's local header whose reading was deferred (StorageLocator).
+void write_file_range(JsonWriter& json, const Model& model, const ServedTensor& served,
+                      std::span<const std::optional<LocalFile>> files);
 
 // meta.json of a tensor entry: {"key", "key_path" when the entry has one, ...write_tensor_fields},
 // indented, with a final newline.

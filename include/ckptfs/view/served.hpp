@@ -68,6 +68,13 @@ ServedTensor serve(const Model& model, const Tensor& tensor,
 ServedTensor serve_data(const Model& model, const Tensor& tensor,
                         std::optional<DType> convert_to = std::nullopt);
 
+// The bytes a broken tensor's files stand for: serve()'s nbytes (with `data`, serve_data()'s)
+// had the tensor been sound, as stored: its shape's elements × its dtype's size (a
+// block-quantized tensor's data: its blocks), when every dimension is known and that is a size a
+// file can have (max_tensor_bytes); 0 otherwise. A broken tensor's data, tensor.npy and tensor.pt
+// keep the sizes they would have, and every read of them fails (Tree::refusal()).
+std::uint64_t nominal_nbytes(const Tensor& tensor, bool data = false) noexcept;
+
 // Why a servable tensor's values are not served although its `data` is: a block-quantized
 // tensor of a format dequantize() does not handle, or whose blocks are big-endian; empty for
 // every other tensor (a broken one too: Tensor::broken says why).

@@ -202,6 +202,23 @@ std::string_view values_not_served(const Model& model, const Tensor& tensor) {
   return {};
 }
 
+std::uint64_t nominal_nbytes(const Tensor& tensor, bool data) noexcept {
+  std::uint64_t numel = 1;
+  for (const std::int64_t d : tensor.shape) {
+    if (d < 0 || __builtin_mul_overflow(numel, static_cast<std::uint64_t>(d), &numel)) return 0;
+  }
+  std::uint64_t per = info(tensor.dtype).element_size;  // served as its dtype: unconverted
+  if (tensor.blocks != BlockFormat::none && data) {
+    const BlockFormatInfo& b = info(tensor.blocks);
+    if (numel % b.block_elements != 0) return 0;
+    numel /= b.block_elements;
+    per = b.block_bytes;
+  }
+  std::uint64_t n = 0;
+  if (__builtin_mul_overflow(numel, per, &n) || n > max_tensor_bytes) return 0;
+  return n;
+}
+
 ServedTensor serve_data(const Model& model, const Tensor& tensor, std::optional<DType> convert_to) {
   if (tensor.blocks == BlockFormat::none) return serve(model, tensor, convert_to);
   ServedTensor s;
