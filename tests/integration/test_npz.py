@@ -12,6 +12,7 @@ Run by ctest as `/usr/bin/python3 -m unittest -v test_npz` (see fixtures.py).
 
 import errno
 import json
+import mmap
 import os
 import sys
 import threading
@@ -32,6 +33,8 @@ import torch  # noqa: E402
 import ckptfs_safetensors as st  # noqa: E402
 from fixtures import CKPTFS, CORPUS, needs_corpus, views_dir  # noqa: E402
 from test_mount import MountTestCase, run  # noqa: E402
+
+MiB = 1 << 20
 
 
 def arrays():
@@ -184,6 +187,34 @@ class NpzTests(MountTestCase):
         packed = torch.load(out)
         self.assertTrue(np.array_equal(packed["big"].numpy(), big))
 
+    def test_deflated_member_read_backwards_is_inflated_about_once(self):
+        # Reads of 128 KiB (one request each) at every MiB of a deflated member, from its end to
+        # its start, by O_DIRECT (each reaches the daemon; none is readahead's). Each resumes
+        # from an access point kept as the first read inflated the member: the daemon reads
+        # the deflated bytes about twice in all, where restarting from the member's start for
+        # each read behind the last read them n / 2 times over (issue 29: quadratic).
+        n, chunk = 24, 128 * 1024
+        rng = np.random.default_rng(11)
+        x = rng.standard_normal(n * MiB // 4).astype(np.float32)  # barely deflates: ~22 MiB
+        path = self.write("backwards.npz", compressed=True, x=x)
+        raw = x.tobytes()
+        mnt, proc = self.mount(path)
+        buf = mmap.mmap(-1, chunk)  # page-aligned, as O_DIRECT wants
+        fd = os.open(mnt / "x" / "data", os.O_RDONLY | os.O_DIRECT)
+        try:
+            before = _bytes_read_by(proc.pid)
+            for k in reversed(range(n)):
+                os.lseek(fd, k * MiB, os.SEEK_SET)
+                self.assertEqual(os.readv(fd, [buf]), chunk, k)
+                self.assertEqual(buf[:], raw[k * MiB:k * MiB + chunk], k)
+            read = _bytes_read_by(proc.pid) - before
+        finally:
+            os.close(fd)
+            buf.close()
+        self.assertLessEqual(read, 4 * path.stat().st_size,
+                             f"the daemon read {read} bytes of a {path.stat().st_size}-byte "
+                             f"file to serve {n} reads backwards")
+
     def test_shapes_whose_size_overflows_are_broken(self):
         # Counts past 2^64 (2^64 wraps to 0, 2^64 + 2 to 2) and bytes past a file: broken with
         # the reason, never an empty or a two-byte tensor; stored and deflated alike.
@@ -284,6 +315,14 @@ class NpzTests(MountTestCase):
             r = run([CKPTFS, "inspect", path])
             self.assertEqual(r.returncode, 0, r.stderr)
             self.assertIn("format npz", r.stdout.decode())
+
+
+def _bytes_read_by(pid):
+    """What process `pid` got from read(2) and pread(2) so far (/proc/PID/io rchar)."""
+    for line in Path(f"/proc/{pid}/io").read_text().splitlines():
+        if line.startswith("rchar:"):
+            return int(line.split()[1])
+    raise AssertionError(f"no rchar in /proc/{pid}/io")
 
 
 def _npy_header(descr, shape):
