@@ -40,8 +40,8 @@ using ckptfs::cli::fail;
 
 constexpr const char* usage_text = R"(usage: ckptfs [options] CHECKPOINT MOUNTPOINT
        ckptfs inspect CHECKPOINT [--json | --verify] [-o OPT[,OPT...]]
-       ckptfs pack SRC OUT [--keys GLOB]... [--dtype NAME] [--force] [--progress|--quiet]
-                  [-o OPT[,OPT...]]
+       ckptfs pack SRC OUT [--keys GLOB]... [--dtype NAME] [--names hf] [--force]
+                  [--progress|--quiet] [-o OPT[,OPT...]]
        ckptfs -h | --help | -V | --version
 
 Mounts a checkpoint read-only: a PyTorch file written by torch.save or torch.jit.save
@@ -81,6 +81,15 @@ options (before or after CHECKPOINT MOUNTPOINT):
        dtype=NAME          serve every floating-point tensor as float16, bfloat16 or float32,
                            converted on read as torch's .to() converts (a GGUF's quantized
                            tensors: their dequantized values)
+       names=hf            a GGUF file as transformers' GGUF loader makes it: its tensors
+                           under transformers' names (blk.0.attn_q.weight is
+                           model.layers.0.self_attn.q_proj.weight), with the values the
+                           loader computes (Q and K rows un-permuted, dequantized...), float32
+                           unless dtype= says otherwise, .ckptfs/config.json and (a BPE
+                           vocabulary) the tokenizer files, so that
+                           from_pretrained(MOUNTPOINT/.ckptfs) loads the model; an
+                           architecture the loader does not load keeps llama.cpp's names, a
+                           line says so (names=file: the file's names, the default)
        log=FILE            the mount's log appended to FILE (foreground and daemon): a
                            regular file of yours, or a new one (made 0600); never a link
                            (status 1); default: stderr in the foreground, syslog in a
@@ -135,16 +144,18 @@ inspect CHECKPOINT [--json | --verify] [-o OPT[,OPT...]]
   lists every entry without mounting: key, kind, dtype, shape, bytes, file offset, and totals;
   --json prints {"format", "byteorder", "sources", "metadata", "entries": [...]}; --verify
   reads every zip record of the checkpoint once and checks its CRC-32 (exit 4 when one does not
-  match); -o takes the remote options above; CHECKPOINT may also be a split or an RFC directory
-  (see pack)
+  match); -o takes the remote options above and names=hf; CHECKPOINT may also be a split or an
+  RFC directory (see pack)
 
-pack SRC OUT [--keys GLOB]... [--dtype NAME] [--force] [--progress] [--quiet] [-o OPT,...]
+pack SRC OUT [--keys GLOB]... [--dtype NAME] [--names hf] [--force] [--progress] [--quiet]
+     [-o OPT,...]
   writes SRC back as one file OUT, streaming in bounded memory: torch's zip format for
   OUT.pth, .pt, .bin or .ckpt, safetensors for OUT.safetensors (any case); SRC is a
   CHECKPOINT, a split directory (key directories copied out of a mount: meta.json and data,
   or value.json) or an RFC directory (map.pt and <name>.pt files); --keys packs the keys
   GLOB matches (repeatable), --dtype float16|bfloat16|float32 converts floating-point
-  tensors, --force replaces OUT; progress on a terminal (--progress elsewhere), a summary
+  tensors, --names hf names and makes a GGUF's tensors as -o names=hf does, --force
+  replaces OUT; progress on a terminal (--progress elsewhere), a summary
   line at the end (--quiet: neither); OUT gets its name only once complete (details:
   ckptfs pack --help)
 
@@ -191,6 +202,8 @@ the tree (layout=split): the root holds the key directories and the hidden .ckpt
   a broken tensor (a record missing...) keeps its files, but reads of them fail with EIO, and
   so do those of model.safetensors, which would lack it: the log says why, and the mount says
   how many tensors are broken (ckptfs inspect lists them)
+  MOUNTPOINT/.ckptfs/config.json  with names=hf: the config transformers makes of a GGUF
+                                  (and tokenizer.json, tokenizer_config.json of a BPE vocabulary)
 the tree (layout=rfc):
   MOUNTPOINT/map.pt               torch.save of the list of keys that have a file, in order
                                   (beside the <key>.pt files, where the RFC's loaders look)
@@ -232,7 +245,8 @@ anything a mount reads (see ckptfs --help), a split directory or an RFC director
   --verify      instead, reads every record of every zip the checkpoint is made of once, in
                 order (deflated ones inflated), and compares it with the CRC-32 its zip records:
                 a line per file, a line on stderr per corrupt record
-  -o OPT,...    remote options for a URL (timeout=, cache_size=, cacert=, insecure...)
+  -o OPT,...    remote options for a URL (timeout=, cache_size=, cacert=, insecure...), and
+                names=hf: a GGUF's tensors as transformers names them (see ckptfs --help)
   -h, --help    show this help and exit
 
 exit status: 0 listed, or every CRC-32 matches; 1 usage; 2-5 the checkpoint cannot be read or is
@@ -258,6 +272,7 @@ int run_inspect(const std::vector<std::string>& args) {
   bool json = false;
   bool verify = false;
   ckptfs::RemoteOptions remote_options;
+  ckptfs::Names names = ckptfs::Names::file;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
     if (arg == "-h" || arg == "--help") {
@@ -275,7 +290,14 @@ int run_inspect(const std::vector<std::string>& args) {
         const auto comma = list.find(',');
         const std::string_view item = list.substr(0, comma);
         std::string error;
-        if (!ckptfs::cli::take_remote_option(item, remote_options, error)) {
+        if (item.starts_with("names=")) {
+          const auto parsed = ckptfs::cli::parse_names(item.substr(6));
+          if (!parsed) {
+            return inspect_usage_error(
+                fmt::format("invalid names {} (hf or file)", ckptfs::quote(item.substr(6))));
+          }
+          names = *parsed;
+        } else if (!ckptfs::cli::take_remote_option(item, remote_options, error)) {
           return inspect_usage_error(fmt::format("unknown option {}", ckptfs::quote(item)));
         }
         if (!error.empty()) return inspect_usage_error(error);
@@ -295,7 +317,10 @@ int run_inspect(const std::vector<std::string>& args) {
   const std::string shown = ckptfs::display_location(path);
   try {
     auto remote = ckptfs::cli::remote_for(path, remote_options);
-    ckptfs::OpenedModel opened = ckptfs::open_model(path, ckptfs::cli::open_options(remote.get()));
+    ckptfs::OpenOptions open_options = ckptfs::cli::open_options(remote.get());
+    open_options.names = names;
+    ckptfs::OpenedModel opened = ckptfs::open_model(path, open_options);
+    ckptfs::cli::tell_notes(opened.model(), shown);
     if (verify) {
       const int status = ckptfs::cli::verify_checkpoint(opened, stdout);
       if (std::fflush(stdout) != 0) return fail(ExitCode::io, "cannot write the output");
@@ -329,6 +354,7 @@ std::string escaped_fsname(const std::string& path) {
 std::string view_options(const ckptfs::cli::MountOptions& o) {
   std::vector<std::string> shown;
   if (o.dtype) shown.push_back(fmt::format("dtype={}", ckptfs::info(*o.dtype).name));
+  if (o.names == ckptfs::Names::hf) shown.emplace_back("names=hf");
   if (o.layout == ckptfs::Layout::rfc) shown.emplace_back("layout=rfc");
   if (o.shard_size != 0) shown.push_back(fmt::format("shard_size={}", o.shard_size));
   if (o.files && *o.files != ckptfs::all_key_files) {
@@ -446,7 +472,10 @@ int run_mount(const std::vector<std::string>& args) {
   std::optional<ckptfs::Tree> tree;
   try {
     remote = ckptfs::cli::remote_for(o.checkpoint, o.remote);
-    opened.emplace(ckptfs::open_model(o.checkpoint, ckptfs::cli::open_options(remote.get())));
+    ckptfs::OpenOptions open_options = ckptfs::cli::open_options(remote.get());
+    open_options.names = o.names;
+    opened.emplace(ckptfs::open_model(o.checkpoint, open_options));
+    ckptfs::cli::tell_notes(opened->model(), shown);
     ckptfs::TreeOptions tree_options;
     tree_options.source_path = absolute;
     tree_options.uid = o.uid.value_or(::getuid());

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <ckptfs/format/dcp/dcp_reader.hpp>
+#include <ckptfs/format/gguf/gguf_hf.hpp>
 #include <ckptfs/format/gguf/gguf_reader.hpp>
 #include <ckptfs/format/npz/npz_reader.hpp>
 #include <ckptfs/format/safetensors/safetensors_reader.hpp>
@@ -30,6 +31,10 @@ namespace ckptfs {
 // Local files: FileSource.
 std::unique_ptr<ByteSource> open_local_file(const std::string& path);
 
+// How a model's keys are named: as its file names them, or (a GGUF file) as transformers'
+// GGUF loader names its parameters (format/gguf/gguf_hf.hpp).
+enum class Names : std::uint8_t { file, hf };
+
 struct OpenOptions {
   ReadLimits limits;              // torch.save files
   SafetensorsLimits safetensors;  // safetensors files
@@ -41,6 +46,9 @@ struct OpenOptions {
   GgufLimits gguf;                // GGUF files
   NpzLimits npz;                  // .npz files
   SourceOpener open = open_local_file;
+  // Names::hf: a GGUF model is named and transformed by name_gguf_as_transformers(); any other
+  // model keeps its keys, and a note (Model::notes) says so.
+  Names names = Names::file;
 };
 
 // A model with the sources it reads from; sources()[i] holds the bytes of Storage::source i.
@@ -113,7 +121,8 @@ class OpenedModel {
 //   - a file named *.npz, or a zip whose first member is named *.npy: read_npz();
 //   - a zip: torch.save's (TorchScript and torch.package are refused); a file starting with '{':
 //     an index; anything else: the legacy torch stream (read_torch()).
-// Model::sources are relative to the directory of what was named (for a single file, its name).
+// Then options.names applies. Model::sources are relative to the directory of what was named
+// (for a single file, its name).
 // Throws Error with the exit code of the problem, its message without the location (the caller
 // names it); a shard's problem names the shard.
 OpenedModel open_model(const std::string& location, const OpenOptions& options = {});

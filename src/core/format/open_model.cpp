@@ -260,7 +260,9 @@ OpenedModel::OpenedModel(std::vector<std::unique_ptr<ByteSource>> sources, Model
   }
 }
 
-OpenedModel open_model(const std::string& location, const OpenOptions& options) {
+namespace {
+
+OpenedModel open_as_named(const std::string& location, const OpenOptions& options) {
   struct stat st {};
   if (::stat(location.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
     auto opened = [](DirectoryModel d) {
@@ -304,6 +306,23 @@ OpenedModel open_model(const std::string& location, const OpenOptions& options) 
   }
   // A file or URL the user named: followed wherever it leads, its members beside it.
   return read_named(Named{location, nullptr}, options.open(location), options);
+}
+
+}  // namespace
+
+OpenedModel open_model(const std::string& location, const OpenOptions& options) {
+  OpenedModel opened = open_as_named(location, options);
+  if (options.names == Names::hf) {
+    Model& model = opened.model();
+    if (model.format == Format::gguf) {
+      name_gguf_as_transformers(model);
+    } else {
+      model.notes.push_back(fmt::format(
+          "names=hf names a GGUF file's tensors as transformers does: a {} model keeps its keys",
+          format_name(model.format)));
+    }
+  }
+  return opened;
 }
 
 }  // namespace ckptfs
