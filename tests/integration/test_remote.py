@@ -47,6 +47,7 @@ from ckptfs_mounts import fusermount_u, is_mounted  # noqa: E402 (scripts/, on t
 
 BLOCK = 256 * 1024      # remote_block_size
 FIRST_WINDOW = 4 * BLOCK  # the first readahead window of a sequential reader
+RANGE_CHECK = "bytes=4099-8191"  # asked at every open beside the first request (remote.cpp)
 OLD_CURL_LIBRARY = Path(os.environ.get(
     "CKPTFS_OLD_CURL_LIBRARY", CKPTFS.parent / "tests" / "libckptfs_old_curl.so")).absolute()
 FAULT_TIMEOUT = 4.0     # -o timeout= of the fault tests, seconds
@@ -446,17 +447,18 @@ class HttpTests(RemoteTestCase):
         self.assertNotIn(Nginx.PASSWORD, self.output(proc))
 
     def test_requests_per_mount_and_bytes_per_tensor(self):
-        """A file within one block mounts in one request; layers.pth, whatever its number of
-        tensors, in at most 4 (its first block, its zip directory at the end, the rest of its
-        pickle): each record's local header is read with the record's bytes, when its tensor is
-        first read. Reading its 4 KiB tensor fetches one block (two when the record straddles
-        a block boundary); a 1 MiB tensor, its bytes and one readahead window."""
+        """A file within one block mounts in one request and the range check's (4 KiB, at
+        once); layers.pth, whatever its number of tensors, in at most 5 (its first block, the
+        range check, its zip directory at the end, the rest of its pickle): each record's local
+        header is read with the record's bytes, when its tensor is first read. Reading its
+        4 KiB tensor fetches one block (two when the record straddles a block boundary); a
+        1 MiB tensor, its bytes and one readahead window."""
         n = self.nginx
         mark = n.mark()
         mnt, proc = self.mount(n.url("fixtures/training.pth"))
         got = ranges(n.since(mark))
-        self.assertEqual(len(got), 1, got)
-        self.assertEqual(got[0]["range"], f"bytes=0-{BLOCK - 1}")
+        self.assertEqual(sorted(r["range"] for r in got),
+                         [f"bytes=0-{BLOCK - 1}", RANGE_CHECK], got)
         self.unmount(mnt, proc)
 
         path = self.root / "layers.pth"
@@ -467,7 +469,7 @@ class HttpTests(RemoteTestCase):
             mount_requests = ranges(n.since(mark))
             print(f"\nlayers.pth ({size} bytes, {len(TENSORS)} tensors): "
                   f"{len(mount_requests)} requests at mount", file=sys.stderr)
-            self.assertLessEqual(len(mount_requests), 4, mount_requests)
+            self.assertLessEqual(len(mount_requests), 5, mount_requests)
             index = json.loads((views_dir(mnt) / "index.json").read_bytes())
             by_key = {e["key"]: e for e in index["entries"]}
             for key, limit in (("head.bias", 2 * BLOCK),
@@ -503,11 +505,14 @@ class HttpTests(RemoteTestCase):
         finally:
             for mnt, proc in mounts:
                 self.unmount(mnt, proc)
-        # Only the one-byte requests that pin the identity (at mount, and at opens after a while).
+        # Only the requests of each mount's open (its first 8 KiB, for the identity, and the
+        # range check's bytes) and the one-byte requests that check the identity at opens
+        # after a while.
         got = ranges(self.nginx.since(mark))
-        self.assertGreaterEqual(len(got), 2)
-        self.assertTrue(all(r["range"] == "bytes=0-0" for r in got), got)
-        self.assertLessEqual(sum(r["bytes"] for r in got), len(got))
+        self.assertGreaterEqual(len(got), 4)
+        self.assertLessEqual({r["range"] for r in got}, {"bytes=0-8191", RANGE_CHECK, "bytes=0-0"},
+                             got)
+        self.assertLessEqual(sum(r["bytes"] for r in got), len(got) * 8192)
         # A block file changed on disk is a miss, not wrong bytes.
         blocks = sorted(cache.glob("ckptfs-blocks-v1/*/*.blk"))
         self.assertGreater(len(blocks), 8)
@@ -944,7 +949,9 @@ class FaultTests(RemoteTestCase):
             with self.subTest(fault=fault, at="read"):
                 result, seconds, requests = self.read_through_fault(fault, 1)
                 self.assertIsInstance(result, bytes, f"{fault}: {result!r}"[:300])
-                self.assertGreaterEqual(requests, 2, f"{fault}: nothing asked again")
+                # (Late surplus spoils the connection's next answer, which may come later.)
+                if fault != "surplus_late":
+                    self.assertGreaterEqual(requests, 2, f"{fault}: nothing asked again")
 
     def test_protocol_errors_always_never_a_wrong_byte(self):
         """A server that breaks the framing of every answer. Bytes past the answer's end at once,

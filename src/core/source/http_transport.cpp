@@ -45,8 +45,8 @@ void HttpTransport::check_connection(CURL* easy, Job& job) {
   curl_socket_t socket = CURL_SOCKET_BAD;
   long version = 0;
   char* scheme = nullptr;
-  if (easy_getinfo(easy, CURLINFO_ACTIVESOCKET, &socket) != CURLE_OK ||
-      socket == CURL_SOCKET_BAD || easy_getinfo(easy, CURLINFO_HTTP_VERSION, &version) != CURLE_OK ||
+  if (easy_getinfo(easy, CURLINFO_ACTIVESOCKET, &socket) != CURLE_OK || socket == CURL_SOCKET_BAD ||
+      easy_getinfo(easy, CURLINFO_HTTP_VERSION, &version) != CURLE_OK ||
       (version != CURL_HTTP_VERSION_1_0 && version != CURL_HTTP_VERSION_1_1) ||
       easy_getinfo(easy, CURLINFO_SCHEME, &scheme) != CURLE_OK || scheme == nullptr ||
       ::strcasecmp(scheme, "http") != 0) {
