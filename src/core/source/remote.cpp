@@ -67,6 +67,8 @@ constexpr long connect_timeout_ms = 10'000;
 constexpr auto failure_memory = std::chrono::seconds(1);
 // unchanged(check_path) asks the server again at most this often (in the background).
 constexpr auto revalidate_every = std::chrono::seconds(5);
+// How often the claims of blocks that another mount of the disk cache fetches are looked at.
+constexpr auto claim_poll = std::chrono::milliseconds(2);
 // SigV4 signs the payload's hash: a GET has none, this is SHA-256 of nothing.
 constexpr const char* empty_sha256 =
     "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
@@ -159,6 +161,15 @@ struct DiskWrite {
   std::shared_ptr<Block> block;
 };
 
+// A block that another mount of the same disk cache is fetching (DiskCache::claim), waited for.
+struct DiskWait {
+  std::shared_ptr<Object> object;
+  std::uint64_t index;
+  std::shared_ptr<Block> block;  // pending, in the memory cache
+  Clock::time_point give_up;     // then fetched here, claimed or not: that mount may be stopped
+  Clock::time_point deadline;    // the read's: failed then
+};
+
 struct RemoteShared {
   RemoteShared(RemoteOptions o, S3Settings s)
       : options(std::move(o)),
@@ -172,15 +183,23 @@ struct RemoteShared {
         std::clamp<std::uint64_t>(options.cache_size / 4 / block_size, 1, largest_window);
     max_in_flight =
         std::max<std::uint64_t>(options.cache_size / 2, block_size * blocks_per_request);
+    disk_queue_limit = static_cast<std::size_t>(
+        std::max<std::uint64_t>(disk_queue_limit, options.cache_size / 4 / block_size));
   }
   ~RemoteShared() {
+    stop_disk_waiter();
     transport.quiesce();
     stop_disk_writer();
   }
 
   void queue_disk_write(DiskWrite write) {
     std::lock_guard lock(disk_mutex);
-    if (disk_queue.size() >= 64) return;  // writing lags behind the network: this block is skipped
+    if (disk_queue.size() >= disk_queue_limit) {
+      // Writing lags behind the network: this block is skipped (a mount waiting for it fetches
+      // it itself once the claim is free).
+      disk->release(*write.object->disk_folder, write.index);
+      return;
+    }
     disk_queue.push_back(std::move(write));
     if (!disk_thread.joinable()) {
       disk_thread = std::thread([this] { disk_writer(); });
@@ -197,6 +216,7 @@ struct RemoteShared {
       lock.unlock();
       disk->store(*w.object->disk_folder, w.index,
                   std::span<const std::byte>(w.block->data(), w.block->length()));
+      disk->release(*w.object->disk_folder, w.index);  // written (or not): others may look
       lock.lock();
     }
   }
@@ -213,6 +233,41 @@ struct RemoteShared {
     std::lock_guard lock(disk_mutex);
     disk_queue.clear();
     disk_stopping = false;
+  }
+
+  // Blocks that another mount of the disk cache is fetching are waited for by one thread of
+  // this mount (disk_waiter(), started by the first), which looks at their claims every
+  // claim_poll: a block whose claim is free is loaded from its file, or, when the other
+  // mount's fetch left none (it failed, or its write was skipped), fetched here under this
+  // mount's claim; one still claimed at its give_up time is fetched here too, and one not
+  // there at its deadline fails. So no read waits on another mount for longer than its own
+  // timeout, and a stopped or stalled mount delays the others by half of it at most.
+  void wait_for_disk(DiskWait wait) {
+    std::lock_guard lock(wait_mutex);
+    waits.push_back(std::move(wait));
+    if (!wait_thread.joinable()) wait_thread = std::thread([this] { disk_waiter(); });
+    wait_wake.notify_one();
+  }
+  void disk_waiter();
+  // Fetches the blocks `ready` holds (their claims free or given up on), in runs.
+  void fetch_waited(std::vector<DiskWait>& ready);
+  // Stops the thread; the blocks it waited for fail (their reads fail, the next ones try again).
+  void stop_disk_waiter() {
+    std::thread thread;
+    {
+      std::lock_guard lock(wait_mutex);
+      wait_stopping = true;
+      thread = std::move(wait_thread);
+    }
+    wait_wake.notify_all();
+    if (thread.joinable()) thread.join();
+    std::lock_guard lock(wait_mutex);
+    for (DiskWait& w : waits) {
+      w.block->set_failed(ExitCode::io, "the request was cancelled");
+      cache.erase(BlockKey{w.object->id, w.index}, w.block.get());
+    }
+    waits.clear();
+    wait_stopping = false;
   }
 
   RemoteOptions options;
@@ -262,8 +317,15 @@ struct RemoteShared {
   std::mutex disk_mutex;
   std::condition_variable disk_wake;
   std::deque<DiskWrite> disk_queue;
+  std::size_t disk_queue_limit = 64;  // blocks; a quarter of the memory cache, when larger
   bool disk_stopping = false;
   std::thread disk_thread;
+
+  std::mutex wait_mutex;
+  std::condition_variable wait_wake;
+  std::vector<DiskWait> waits;
+  bool wait_stopping = false;
+  std::thread wait_thread;
 
   // Last: destroyed first, so that the jobs it finishes on the way still find the rest.
   HttpTransport transport;
@@ -682,15 +744,15 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
     }
     if (result == CURLE_OK) {
       // Its Content-Length said less than its Content-Range.
-      return {ExitCode::io,
-              fmt::format("the answer ended after {} of the {} bytes it declared", received_,
-                          wanted_),
-              true, false, true};
+      return {
+          ExitCode::io,
+          fmt::format("the answer ended after {} of the {} bytes it declared", received_, wanted_),
+          true, false, true};
     }
     std::string what = error_buffer_[0] != '\0' ? error_buffer_ : curl().easy_strerror(result);
     what = object_->scrub(what);
     if (result == CURLE_PARTIAL_FILE) {
-      return {ExitCode::io,
+      return {ExitCode::unreachable,
               fmt::format("the answer ended after {} of the {} bytes it declared ({})", received_,
                           declared_, what),
               true, false, true};
@@ -700,8 +762,8 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
     // A redirect to a protocol other than HTTP(S) is refused with the same code, after a 3xx.
     if (result == CURLE_WEIRD_SERVER_REPLY ||
         (result == CURLE_UNSUPPORTED_PROTOCOL && (status_ < 300 || status_ >= 400))) {
-      return {ExitCode::io, fmt::format("the server's answer is not HTTP ({})", what), true,
-              false, true};
+      return {ExitCode::io, fmt::format("the server's answer is not HTTP ({})", what), true, false,
+              true};
     }
     switch (result) {
       case CURLE_PEER_FAILED_VERIFICATION:
@@ -767,6 +829,10 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
         // A failure of the server's stays in the cache for failure_memory (RemoteSource::block());
         // a cancelled request's blocks are fetched again by the next read.
         if (cancelled) shared_.cache.erase(BlockKey{object_->id, first_block_ + k}, block.get());
+        // Another mount waiting for it fetches it itself.
+        if (shared_.disk && object_->disk_folder) {
+          shared_.disk->release(*object_->disk_folder, first_block_ + k);
+        }
       }
     }
     if (mode_ == Mode::validate) object_->validating = false;
@@ -796,10 +862,10 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
   std::uint64_t length_;
   unsigned max_attempts_;
   unsigned attempt_ = 0;
-  bool server_failed_ = false;  // an attempt failed in a way a retry may mend
+  bool server_failed_ = false;     // an attempt failed in a way a retry may mend
   unsigned protocol_errors_ = 0;   // answers discarded for their framing
   bool fresh_connection_ = false;  // since the first of them, each attempt on a new connection
-  std::string last_cause_;      // why the previous attempt failed
+  std::string last_cause_;         // why the previous attempt failed
   bool recovery_ = false;
   std::uint64_t first_block_ = 0;
   std::vector<std::shared_ptr<Block>> blocks_;
@@ -834,6 +900,104 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
   bool done_ = false;
   std::optional<Failure> final_failure_;
 };
+
+// Fetches the new blocks [first, first + blocks.size()) of `object` in requests of
+// blocks_per_request, each ended at `deadline`; `recovery`: the one request that asks a failing
+// server again (RemoteShared::recovering).
+void fetch_blocks(RemoteShared& shared, const std::shared_ptr<Object>& object, std::uint64_t first,
+                  std::vector<std::shared_ptr<Block>> blocks, bool readahead,
+                  Clock::time_point deadline, bool recovery) {
+  for (std::size_t at = 0; at < blocks.size(); at += blocks_per_request) {
+    const std::size_t n = std::min<std::size_t>(blocks_per_request, blocks.size() - at);
+    std::vector<std::shared_ptr<Block>> part(blocks.begin() + at, blocks.begin() + at + n);
+    const std::uint64_t offset = (first + at) * block_size;
+    std::uint64_t length = 0;
+    for (const auto& b : part) length += b->length();
+    auto job = std::make_shared<RangeFetch>(shared, object, RangeFetch::Mode::read, offset, length,
+                                            ~0u, deadline);
+    job->set_blocks(first + at, std::move(part));
+    if (recovery) job->set_recovery();
+    if (readahead) {
+      shared.in_flight.fetch_add(length, std::memory_order_relaxed);
+      job->count_in_flight(length);
+    }
+    try {
+      shared.transport.submit(job);
+    } catch (const std::exception& e) {
+      job->abandon(e.what());  // no thread to fetch with: its blocks fail rather than wait
+    }
+  }
+}
+
+}  // namespace
+
+void RemoteShared::disk_waiter() {
+  std::unique_lock lock(wait_mutex);
+  while (!wait_stopping) {
+    if (waits.empty()) {
+      wait_wake.wait(lock, [&] { return wait_stopping || !waits.empty(); });
+      continue;
+    }
+    wait_wake.wait_for(lock, claim_poll);
+    if (wait_stopping) break;
+    std::vector<DiskWait> current;
+    current.swap(waits);
+    lock.unlock();
+    std::vector<DiskWait> still;
+    std::vector<DiskWait> ready;
+    const auto now = Clock::now();
+    for (DiskWait& w : current) {
+      const DiskCache::Folder& folder = *w.object->disk_folder;
+      if (now >= w.deadline) {
+        w.block->set_failed(
+            ExitCode::unreachable,
+            fmt::format("no answer from the server within {} s (bytes {}..{}, which another "
+                        "mount of the cache was fetching)",
+                        options.timeout.count() / 1000.0, w.index * block_size,
+                        w.index * block_size + w.block->length()));
+        cache.erase(BlockKey{w.object->id, w.index}, w.block.get());
+        continue;
+      }
+      const bool mine = disk->claim(folder, w.index) == DiskCache::Claim::mine;
+      if (!mine && now < w.give_up) {
+        still.push_back(std::move(w));
+        continue;
+      }
+      if (disk->load(folder, w.index, std::span<std::byte>(w.block->data(), w.block->length()))) {
+        if (mine) disk->release(folder, w.index);
+        w.block->set_ready();
+        continue;
+      }
+      ready.push_back(std::move(w));  // the claim (when mine) held until written or failed
+    }
+    fetch_waited(ready);
+    lock.lock();
+    for (DiskWait& w : still) waits.push_back(std::move(w));
+  }
+}
+
+void RemoteShared::fetch_waited(std::vector<DiskWait>& ready) {
+  std::sort(ready.begin(), ready.end(), [](const DiskWait& a, const DiskWait& b) {
+    return std::tie(a.object->id, a.index) < std::tie(b.object->id, b.index);
+  });
+  for (std::size_t i = 0; i < ready.size();) {
+    std::size_t j = i + 1;
+    while (j < ready.size() && ready[j].object == ready[i].object &&
+           ready[j].index == ready[j - 1].index + 1) {
+      ++j;
+    }
+    std::vector<std::shared_ptr<Block>> run;
+    Clock::time_point deadline = ready[i].deadline;
+    for (std::size_t k = i; k < j; ++k) {
+      run.push_back(ready[k].block);
+      deadline = std::min(deadline, ready[k].deadline);
+    }
+    fetch_blocks(*this, ready[i].object, ready[i].index, std::move(run), false, deadline, false);
+    i = j;
+  }
+}
+
+namespace {
 
 // Sequential-read detection per source: a few streams, each where a reader has read up to and
 // how far ahead of it blocks are fetched.
@@ -910,40 +1074,35 @@ class RemoteSource final : public ByteSource {
     }
     created = false;
     if (!is_new) return b;
-    if (shared_->disk && object_->disk_folder &&
-        shared_->disk->load(*object_->disk_folder, index,
-                            std::span<std::byte>(b->data(), b->length()))) {
-      b->set_ready();
-      return b;
+    if (shared_->disk && object_->disk_folder) {
+      DiskCache& disk = *shared_->disk;
+      const DiskCache::Folder& folder = *object_->disk_folder;
+      const std::span<std::byte> bytes(b->data(), b->length());
+      if (disk.load(folder, index, bytes)) {
+        b->set_ready();
+        return b;
+      }
+      if (disk.claim(folder, index) == DiskCache::Claim::theirs) {
+        // Another mount fetches it: waited for, and read from its file.
+        const auto now = Clock::now();
+        shared_->wait_for_disk({object_, index, b, now + shared_->options.timeout / 2,
+                                now + shared_->options.timeout});
+        return b;
+      }
+      // Claimed here; its file may have been written since it was looked for.
+      if (disk.load(folder, index, bytes)) {
+        disk.release(folder, index);
+        b->set_ready();
+        return b;
+      }
     }
-    created = true;
+    created = true;  // claimed, when there is a disk cache: released once written or failed
     return b;
   }
 
-  // Fetches the new blocks [first, first + blocks.size()) in requests of blocks_per_request,
-  // each ended at `deadline`; `recovery`: the one request that asks a failing server again.
   void fetch(std::uint64_t first, std::vector<std::shared_ptr<Block>> blocks, bool readahead,
              Clock::time_point deadline, bool recovery = false) const {
-    for (std::size_t at = 0; at < blocks.size(); at += blocks_per_request) {
-      const std::size_t n = std::min<std::size_t>(blocks_per_request, blocks.size() - at);
-      std::vector<std::shared_ptr<Block>> part(blocks.begin() + at, blocks.begin() + at + n);
-      const std::uint64_t offset = (first + at) * block_size;
-      std::uint64_t length = 0;
-      for (const auto& b : part) length += b->length();
-      auto job = std::make_shared<RangeFetch>(*shared_, object_, RangeFetch::Mode::read, offset,
-                                              length, ~0u, deadline);
-      job->set_blocks(first + at, std::move(part));
-      if (recovery) job->set_recovery();
-      if (readahead) {
-        shared_->in_flight.fetch_add(length, std::memory_order_relaxed);
-        job->count_in_flight(length);
-      }
-      try {
-        shared_->transport.submit(job);
-      } catch (const std::exception& e) {
-        job->abandon(e.what());  // no thread to fetch with: its blocks fail rather than wait
-      }
-    }
+    fetch_blocks(*shared_, object_, first, std::move(blocks), readahead, deadline, recovery);
   }
 
   // New blocks that no request will fill (the server is taken as failing): failed, so that a
@@ -954,6 +1113,9 @@ class RemoteSource final : public ByteSource {
     for (std::size_t k = 0; k < blocks.size(); ++k) {
       blocks[k]->set_failed(why.code(), why.what());
       shared_->cache.erase(BlockKey{object_->id, first + k}, blocks[k].get());
+      if (shared_->disk && object_->disk_folder) {
+        shared_->disk->release(*object_->disk_folder, first + k);
+      }
     }
   }
 
@@ -1145,7 +1307,8 @@ class RemoteSource final : public ByteSource {
 // other bytes of the object (the plain dbstore RGW answers any range from byte 1024 on with the
 // object from byte 1024, and one starting below with its first 1024 bytes) is refused here,
 // before the format reads anything from it. Throws Error.
-void judge_range_check(RangeFetch& probe, RangeFetch& check, const std::optional<Failure>& failure) {
+void judge_range_check(RangeFetch& probe, RangeFetch& check,
+                       const std::optional<Failure>& failure) {
   if (failure) {
     throw Error(failure->code,
                 fmt::format("{} (asking for bytes {}-{}, to check that the server answers ranges "
@@ -1159,7 +1322,7 @@ void judge_range_check(RangeFetch& probe, RangeFetch& check, const std::optional
   const std::string& from_zero = probe.body();
   if (from_zero.size() < range_check_end ||
       check.body() != std::string_view(from_zero).substr(range_check_first,
-                                                          range_check_end - range_check_first)) {
+                                                         range_check_end - range_check_first)) {
     throw Error(ExitCode::io,
                 fmt::format("the server answered a request for bytes {}-{} with other bytes than "
                             "its answer from byte 0 holds there: it does not serve ranges that "
@@ -1332,11 +1495,15 @@ RemoteContext::RemoteContext(RemoteOptions options, S3Settings s3) {
 RemoteContext::~RemoteContext() { quiesce(); }
 
 void RemoteContext::quiesce() noexcept {
+  shared_->stop_disk_waiter();
   shared_->transport.quiesce();
   shared_->stop_disk_writer();
 }
 
-void RemoteContext::cancel() noexcept { shared_->transport.close(); }
+void RemoteContext::cancel() noexcept {
+  shared_->transport.close();
+  shared_->stop_disk_waiter();  // the reads waiting for another mount's fetch fail now
+}
 
 std::unique_ptr<ByteSource> RemoteContext::open(const std::string& location) {
   using detail::Object;
