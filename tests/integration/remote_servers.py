@@ -567,6 +567,113 @@ class FaultProxy:
         conn.close()
 
 
+class CountingRelay:
+    """A TCP relay on 127.0.0.1 in front of a server on 127.0.0.1:`upstream_port`: every byte
+    forwarded as it is, both ways (splice(2) through a pipe, in this process: no copy, the
+    requests' Host and signatures untouched), the bytes the server sent counted in .received
+    (its answers' headers and bodies, over every connection)."""
+
+    CHUNK = 1 << 20
+
+    def __init__(self, upstream_port):
+        self.upstream_port = upstream_port
+        self.received = 0
+        self.lock = threading.Lock()
+        self.listener = socket.socket()
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(128)
+        self.port = self.listener.getsockname()[1]
+        self.stopped = threading.Event()
+        self.connections = []
+        self.thread = threading.Thread(target=self.accept, daemon=True)
+
+    def start(self):
+        self.thread.start()
+        return self
+
+    def stop(self):
+        self.stopped.set()
+        try:
+            self.listener.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.listener.close()
+        self.thread.join(timeout=10)
+        with self.lock:
+            connections, self.connections = self.connections, []
+        for c in connections:
+            try:
+                c.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def url(self, path):
+        return f"http://127.0.0.1:{self.port}/{path}"
+
+    def open_connections(self):
+        """How many relayed connections have not ended yet."""
+        with self.lock:
+            return len(self.connections) // 2
+
+    def accept(self):
+        while not self.stopped.is_set():
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            try:
+                server = socket.create_connection(("127.0.0.1", self.upstream_port))
+            except OSError:
+                client.close()
+                continue
+            for s in (client, server):
+                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            with self.lock:
+                self.connections += [client, server]
+            ended = [0]  # pumps of this pair that ended: the second closes both sockets
+            for source, sink, count in ((client, server, False), (server, client, True)):
+                threading.Thread(target=self.pump, args=(source, sink, count, ended),
+                                 daemon=True).start()
+
+    def pump(self, source, sink, count, ended):
+        """Moves bytes from `source` to `sink` until `source` ends, then ends `sink`'s side."""
+        r, w = os.pipe()
+        try:
+            import fcntl
+            fcntl.fcntl(w, 1031, self.CHUNK)  # F_SETPIPE_SZ: whole chunks in one splice
+        except OSError:
+            pass
+        try:
+            while True:
+                n = os.splice(source.fileno(), w, self.CHUNK)
+                if n == 0:
+                    break
+                if count:
+                    with self.lock:
+                        self.received += n
+                left = n
+                while left:
+                    left -= os.splice(r, sink.fileno(), left)
+        except OSError:
+            pass
+        finally:
+            os.close(r)
+            os.close(w)
+            try:
+                sink.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass
+            with self.lock:
+                ended[0] += 1
+                last = ended[0] == 2
+                if last:
+                    self.connections = [c for c in self.connections if c not in (source, sink)]
+            if last:
+                source.close()
+                sink.close()
+
+
 class ObjectServer:
     """An HTTP/1.1 server on 127.0.0.1, in this process, whose answer depends on the whole
     request target, query included: .objects maps a target ("/dl?f=a.pth") to bytes, as a
