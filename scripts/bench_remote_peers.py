@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: MIT
-"""bench_remote_peers.py: scripts/bench's section "peers" (18): a checkpoint on a real S3 server
+"""bench_remote_peers.py: scripts/bench's section "peers" (19): a checkpoint on a real S3 server
 (Ceph's RADOS Gateway of the interop root: radosgw, dbstore with the POSIX filter, on loopback;
 tests/integration/rgw_server.py) read through ckptfs and through the FUSE mounts users pick
 instead, `rclone mount` (VFS cache off, and full) and `s3fs`, side by side in one run, with the
@@ -335,10 +335,10 @@ def section(bench, Group):
             f"mounts; bytes the server sent, mount included, in the notes")
     systems = [("ckptfs", "ckptfs"), ("rclone-off", "rclone mount, VFS cache off"),
                ("rclone-full", "rclone mount, VFS cache full"), ("s3fs", "s3fs")]
-    columns = [("one", f"18a. One tensor ({one_bytes / 1e6:.1f} MB): get_tensor"),
-               ("rows", "18b. 10 rows of every tensor: get_slice(key)[:10]"),
-               ("all", "18c. Every tensor once: get_tensor of each"),
-               ("keys", "18d. Mount until keys: the mount, safe_open, keys()")]
+    columns = [("one", f"19a. One tensor ({one_bytes / 1e6:.1f} MB): get_tensor"),
+               ("rows", "19b. 10 rows of every tensor: get_slice(key)[:10]"),
+               ("all", "19c. Every tensor once: get_tensor of each"),
+               ("keys", "19d. Mount until keys: the mount, safe_open, keys()")]
     groups, rows = [], {}
     for column, title in columns:
         g = Group(f"{title}; {what}")
@@ -349,7 +349,7 @@ def section(bench, Group):
                                   "(1.1x the tensor + 1 MiB); faster than every peer")
     for column in ("rows", "all", "keys"):
         rows[column, "ckptfs"].note = "goal: faster than every peer"
-    e = Group(f"18e. Eight ckptfs mounts of {object_path.name}, every one reading the whole "
+    e = Group(f"19e. Eight ckptfs mounts of {object_path.name}, every one reading the whole "
               f".ckptfs/{OBJECT} at once (1 MiB reads): until the last read ends; bytes the "
               "server sent in the notes (x the object)")
     e_alone = e.row("eight mounts, no disk cache", "s", ref=True, extra_unit="x")
@@ -397,7 +397,7 @@ def section(bench, Group):
     for column, _ in columns:
         bytes_median = {kind: statistics.median(rows[column, kind].extra)
                         for kind, _ in systems if rows[column, kind].extra}
-        log(f"18 {column}: MB sent " + ", ".join(f"{k} {v:.1f}" for k, v in
+        log(f"19 {column}: MB sent " + ", ".join(f"{k} {v:.1f}" for k, v in
                                                    bytes_median.items()))
 
 

@@ -778,6 +778,86 @@ class MultiplyingPickleTests(HostileTestCase):
 
 
 # --------------------------------------------------------------------------------------------
+# Text that JSON's escaping expands: a control character is six bytes of JSON ("\u0001"). Every
+# limit on JSON text is checked on the input's length, or on the escaped size before the text is
+# made (issue 29, item 7): a file of 24 MiB of control characters costs about its size, not the
+# six times its JSON would (or more, ckptfs's copies of it).
+# --------------------------------------------------------------------------------------------
+
+CONTROL = 24 << 20  # bytes of control characters: 144 MiB as JSON, past every limit on it
+
+
+def gguf_file(kvs=(), tensors=()):
+    """A GGUF v3 file of key-value pairs (key, type number, value bytes) and float32 tensors
+    (name, 4 bytes)."""
+    def text(b):
+        return struct.pack("<Q", len(b)) + b
+    out = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(kvs))
+    for key, kind, value in kvs:
+        out += text(key) + struct.pack("<I", kind) + value
+    for i, name in enumerate(tensors):
+        out += text(name) + struct.pack("<IQIQ", 1, 1, 0, 32 * i)
+    out += b"\0" * (-len(out) % 32)
+    return out + b"\0" * (32 * len(tensors))
+
+
+class ExpandingTextTests(HostileTestCase):
+    def test_gguf_string_value(self):
+        path = self.write("control_value.gguf",
+                          gguf_file([(b"k", 8, struct.pack("<Q", CONTROL) + b"\x01" * CONTROL)]))
+        self.assert_refused(path, EXIT["unsupported"], r'GGUF metadata: more than 134217728 '
+                            r'bytes of values as JSON \(at key "k"\)$', rss_limit_mb=64 * SLOWDOWN)
+
+    def test_gguf_key_and_tensor_name(self):
+        big = b"\x01" * CONTROL
+        path = self.write("control_key.gguf", gguf_file([(big, 4, struct.pack("<I", 1))]))
+        self.assert_refused(path, EXIT["unsupported"], r"GGUF metadata: more than 134217728 "
+                            r"bytes of values as JSON \(at byte 24\)$", rss_limit_mb=64 * SLOWDOWN)
+        path = self.write("control_name.gguf", gguf_file(tensors=[big]))
+        self.assert_refused(path, EXIT["unsupported"], r"GGUF header: more than 67108864 bytes "
+                            r"of tensor names as JSON \(at byte 24\)$", rss_limit_mb=64 * SLOWDOWN)
+
+    def test_gguf_strings_past_the_header_limit_are_never_read(self):
+        """A string of 2^30 bytes in a file of a hundred: refused by its length, unread."""
+        path = self.write("huge_value.gguf",
+                          gguf_file([(b"k", 8, struct.pack("<Q", 1 << 30) + b"x" * 64)]))
+        self.assert_refused(path, EXIT["checkpoint"], r"past the end of the file",
+                            rss_limit_mb=64 * SLOWDOWN)
+
+    def test_pickle_key(self):
+        """A key of control characters: charged as the JSON index.json writes, refused before
+        its key path (JSON) is made."""
+        import torch
+        path = self.tmp / "control_key.pth"
+        torch.save({"\x01" * CONTROL: torch.zeros(1)}, path)
+        self.assert_refused(path, EXIT["checkpoint"], r"keys and values of its \d+ entries take "
+                            r"more than 67108864 bytes", rss_limit_mb=128 * SLOWDOWN)
+
+    def test_npz_member_names(self):
+        """An .npz's keys are its members' names: as JSON, within the budget of a pickle's keys
+        (64 MiB), else refused before index.json is made."""
+        import numpy as np
+        path = self.tmp / "control_names.npz"
+        np.savez(path, **{"\x01" * 60_000 + str(i): np.zeros(1, np.uint8) for i in range(190)})
+        self.assert_refused(path, EXIT["unsupported"], r"its members' names take more than "
+                            r"67108864 bytes as JSON \(at member ", rss_limit_mb=96 * SLOWDOWN)
+
+    def test_pickle_values(self):
+        """Values of control characters (a str, bytes, a dict's key): value.json says they are
+        cut, made without escaping them first."""
+        import torch
+        path = self.tmp / "control_values.pth"
+        torch.save({"w": torch.zeros(1), "s": "\x01" * CONTROL, "b": b"\x01" * CONTROL,
+                    "d": {"\x01" * CONTROL: 1}}, path)
+        r = self.inspect(path, rss_limit_mb=192 * SLOWDOWN)
+        self.assertEqual(r.returncode, 0, r.stderr.decode(errors="replace"))
+        values = {e["key"]: e["value"] for e in json.loads(r.stdout)["entries"]
+                  if e["kind"] == "value"}
+        cut = {"__truncated__": True, "bytes_limit": 1 << 20}
+        self.assertEqual(values, {"s": cut, "b": cut, "d": cut})
+
+
+# --------------------------------------------------------------------------------------------
 # TorchScript archives that are damaged or hostile
 # --------------------------------------------------------------------------------------------
 
@@ -1066,7 +1146,8 @@ class HostileSafetensorsTests(HostileTestCase):
 
     def test_header_length_lies(self):
         self.assert_refused(self.st("past_end", "{}", b"", 1000), EXIT["checkpoint"],
-                            r"header length 1000 runs past the end of the file \(10 bytes\)$")
+                            r"header length 1000 runs past the end of the file \(10 bytes\): "
+                            r"the file looks truncated")
         self.assert_refused(self.st("over_100mb", "{}", b"", 100_000_001), EXIT["checkpoint"],
                             r"header length 100000001 is over the limit of 100000000 bytes")
         self.assert_refused(self.st("length_2_64", "{}", b"", (1 << 64) - 1), EXIT["checkpoint"],
@@ -1234,8 +1315,8 @@ class HostileIndexTests(HostileTestCase):
                                                r"directory")
         d, index = self.set_with("loop", {"a": "loop.safetensors"})
         os.symlink("loop.safetensors", d / "loop.safetensors")
-        self.assert_refused(index, EXIT["io"], r'shard "loop.safetensors" .*: Too many levels of '
-                                               r"symbolic links")
+        self.assert_refused(index, EXIT["checkpoint"], r'shard "loop.safetensors" .*: leads '
+                                                       r"through a loop of symbolic links")
 
     def test_shards_that_are_not_regular_files(self):
         """A FIFO, a socket or a device named by the index: refused at once, never opened (a
@@ -1246,9 +1327,9 @@ class HostileIndexTests(HostileTestCase):
         self.assert_refused(index, EXIT["io"], r'shard "fifo" \(named by the index\): not a '
                                                r"regular file$")
         _, index = self.set_with("device_shard", {"a": "model-1.safetensors", "b": "zero"})
-        os.symlink("/dev/zero", index.parent / "zero")
-        self.assert_refused(index, EXIT["io"], r'shard "zero" \(named by the index\): not a '
-                                               r"regular file$")
+        os.symlink("/dev/zero", index.parent / "zero")  # a link out of the directory, to boot
+        self.assert_refused(index, EXIT["checkpoint"], r'shard "zero" \(named by the index\): '
+                                                       r"leads out of the directory")
         fifo_dir = self.tmp / "fifo_model"
         fifo_dir.mkdir()
         os.mkfifo(fifo_dir / "model.safetensors")

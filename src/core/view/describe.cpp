@@ -84,7 +84,7 @@ void write_ggml_fields(JsonWriter& j, const Model& c, const Tensor& t) {
   }
   j.key("nbytes").number(data.nbytes);
   j.key("file_offset");
-  if (auto offset = c.file_offset(t)) {
+  if (auto offset = c.file_offset(t); offset && !t.stored_dtype) {
     j.number(*offset);
   } else {
     j.null();
@@ -111,17 +111,21 @@ void write_tensor_fields(JsonWriter& j, const Model& c, std::size_t entry_index,
   const Entry& e = c.entries[entry_index];
   const Tensor& t = c.tensors[e.tensor];
   const ServedTensor served = serve(c, t, convert_to);
-  // A block-quantized tensor's values are never a range of the file (its blocks are).
-  const bool converted = served.dtype != served.stored || served.big_endian != big_endian(c, t) ||
-                         t.blocks != BlockFormat::none;
+  // A block-quantized tensor's `data` holds its blocks as stored, one range of the file (its
+  // values, dequantized, are in tensor.npy, tensor.pt and the exports): stored_dtype names
+  // their GGML type, and contiguous, nbytes and file_offset describe `data`, as for any tensor.
+  const bool blocked = t.blocks != BlockFormat::none;
+  const ServedTensor data = blocked ? serve_data(c, t, convert_to) : served;
+  const bool converted =
+      !blocked && (served.dtype != served.stored || served.big_endian != big_endian(c, t));
   j.key("dtype").string(info(served.dtype).name);
-  j.key("stored_dtype").string(info(served.stored).name);
+  j.key("stored_dtype").string(blocked ? info(t.blocks).name : info(served.stored).name);
   j.key("shape").numbers(t.shape);
   j.key("stride").numbers(t.stride);
   j.key("storage_offset").number(t.storage_offset);
   j.key("contiguous").boolean(t.broken.empty() && !t.assembly && t.contiguous() && !converted);
-  // A broken tensor's: the size its files keep, though reading them fails (nominal_nbytes()).
-  j.key("nbytes").number(t.broken.empty() ? served.nbytes : nominal_nbytes(t));
+  // The size of `data` (a broken tensor's: the size its files keep, though reading them fails).
+  j.key("nbytes").number(t.broken.empty() ? data.nbytes : nominal_nbytes(t, true));
   j.key("source");
   if (t.storage) {
     j.string(c.sources[c.storages[*t.storage].source]);
@@ -134,7 +138,13 @@ void write_tensor_fields(JsonWriter& j, const Model& c, std::size_t entry_index,
   } else {
     j.null();
   }
-  j.key("numpy").string(numpy_descr(served.dtype, served.big_endian));
+  // tensor.npy's descr; none when there is no tensor.npy (values ckptfs does not dequantize).
+  j.key("numpy");
+  if (blocked && !values_not_served(c, t).empty()) {
+    j.null();
+  } else {
+    j.string(numpy_descr(served.dtype, served.big_endian));
+  }
   j.key("byteorder").string(served.big_endian ? "big" : "little");
   j.key("requires_grad").boolean(t.requires_grad);
   j.key("quantization");
@@ -202,6 +212,19 @@ void write_tensor_fields(JsonWriter& j, const Model& c, std::size_t entry_index,
   } else {
     j.string(t.broken);
   }
+  write_origin(j, c, entry_index);
+}
+
+void write_origin(JsonWriter& j, const Model& c, std::size_t entry_index) {
+  if (entry_index >= c.origins.size()) return;
+  const Model::Origin& o = c.origins[entry_index];
+  j.key("original_key").string(o.key);
+  j.key("transform");
+  if (o.how.empty()) {
+    j.null();
+  } else {
+    j.string(o.how);
+  }
 }
 
 void write_sources_and_metadata(JsonWriter& j, const Model& c) {
@@ -216,6 +239,11 @@ void write_sources_and_metadata(JsonWriter& j, const Model& c) {
     j.key("metadata_types").begin_object();
     for (const Model::JsonMetadata& m : c.json_metadata) j.key(m.key).string(m.type);
     j.end_object();
+  }
+  if (!c.notes.empty()) {
+    j.key("notes").begin_array();
+    for (const std::string& note : c.notes) j.string(note);
+    j.end_array();
   }
 }
 
