@@ -54,15 +54,22 @@ void write_tensor_fields(JsonWriter& json, const Model& model, std::size_t entry
 // (a GGUF file's; only when there are some).
 void write_sources_and_metadata(JsonWriter& json, const Model& model);
 
-// meta.json of a tensor entry: {"key", "key_path" when the entry has one, ...write_tensor_fields},
-// indented, with a final newline.
+// Writes, into an open JSON object, the entry's "key_path" and "containers" (its container
+// kinds by name), each when the entry has it.
+void write_key_path(JsonWriter& json, const Entry& entry);
+
+// Writes, into an open JSON object, "root": the name of Model::root's kind, or null.
+void write_root(JsonWriter& json, const Model& model);
+
+// meta.json of a tensor entry: {"key", "key_path" and "containers" when the entry has them,
+// ...write_tensor_fields}, indented, with a final newline.
 std::string tensor_meta_json(const Model& model, std::size_t entry_index,
                              const SharingIndex& sharing,
                              std::optional<DType> convert_to = std::nullopt);
 
-// `inspect --json`: {"format", "byteorder", "sources", "metadata", "entries": [...]}, tensors as
-// {"key", "key_path"?, "kind": "tensor", ...write_tensor_fields}, values as {"key",
-// "key_path"?, "kind": "value", "value"}.
+// `inspect --json`: {"format", "byteorder", "sources", "metadata", "root", "entries": [...]},
+// tensors as {"key", "key_path"?, "containers"?, "kind": "tensor", ...write_tensor_fields},
+// values as {"key", "key_path"?, "containers"?, "kind": "value", "value"}.
 std::string model_json(const Model& model);
 
 }  // namespace ckptfs
