@@ -571,7 +571,8 @@ def _flat_entries(x, prefix, is_tensor):
 def packed_nesting(root, is_tensor=is_torch_tensor):
     """What torch.load gives of `ckptfs pack SRC OUT.pth` (without --flat) when torch.load of
     SRC gives `root`, by docs/PACK.md's rule:
-      - a bare tensor or a plain value: itself;
+      - a bare tensor or a plain value: itself; a Parameter its tensor (requires_grad kept,
+        as state_dict() gives it: the model does not say Parameter);
       - dicts, OrderedDicts (their attributes too: a state_dict()'s _metadata), lists and tuples
         that hold a tensor somewhere below: rebuilt, of the same types, keys in order; a value
         that is no plain data (simple_json's NOT_JSON) left out, in a list or tuple None in its
@@ -581,15 +582,21 @@ def packed_nesting(root, is_tensor=is_torch_tensor):
       - anything else holding a tensor (an object, a sparse tensor's parts): an OrderedDict of
         flatten()'s entries below it, under their keys relative to it;
       - flattened keys that another key of their container has: "<key>%#<n>"."""
+    def tensor(t):
+        # A Parameter is written as its tensor, requires_grad kept: what state_dict() gives.
+        if isinstance(t, torch.nn.Parameter):
+            return t.detach().requires_grad_(t.requires_grad)
+        return t
+
     if is_tensor(root):
-        return root
+        return tensor(root)
     if not (type(root) in (dict, list, collections.OrderedDict)
             or contains_tensor(root, is_tensor)):
         return root
 
     def child(v):
         if is_tensor(v):
-            return v
+            return tensor(v)
         if contains_tensor(v, is_tensor):
             return container(v)
         return v if simple_json(v) is not NOT_JSON else _LEFT_OUT
@@ -610,8 +617,8 @@ def packed_nesting(root, is_tensor=is_torch_tensor):
                     if c is not _LEFT_OUT:
                         items.append((True, k, c))
                 else:
-                    items += [(False, key, obj) for key, obj in _flat_entries(v, key_text(k),
-                                                                            is_tensor)]
+                    items += [(False, key, tensor(obj) if is_tensor(obj) else obj)
+                              for key, obj in _flat_entries(v, key_text(k), is_tensor)]
             out = collections.OrderedDict() if kind == "OrderedDict" else {}
             out.update(_renamed_apart(items))
             if kind == "OrderedDict":
@@ -619,7 +626,8 @@ def packed_nesting(root, is_tensor=is_torch_tensor):
             return out
         # Anything else (an object, a sparse tensor): an OrderedDict of its flattened keys.
         return collections.OrderedDict(_renamed_apart(
-            [(False, k, v) for k, v in _flat_entries(x, None, is_tensor)]))
+            [(False, k, tensor(v) if is_tensor(v) else v)
+             for k, v in _flat_entries(x, None, is_tensor)]))
 
     return container(root)
 
