@@ -169,8 +169,10 @@ class PackFromMount(unittest.TestCase):
     def check_nested(self, dest, doc):
         """pack DEST OUT.pth (nested): when the copy's key paths say a nesting pack builds whole
         (no object, no tuple key, no value left out), ckptfs reads in OUT the copy's entries:
-        keys, key paths, containers, kinds, dtypes, shapes and values, the root too; OUT may
-        hold more only as None at positions of a list the copy has not."""
+        keys, where they are (key path and containers, or one str key of the root), kinds,
+        dtypes, shapes and values, the root too. OUT may hold more only as None at positions of
+        a list the copy has not; a dict of the copy that holds values alone is, as in any
+        checkpoint, one value in OUT (the dict of those values)."""
         out = self.tmp / "nested.pth"
         r = run("pack", dest, out, "--force")
         self.assertEqual(r.returncode, 0, r.stderr)
@@ -178,16 +180,44 @@ class PackFromMount(unittest.TestCase):
         if "left out" in err or "flattened" in err or "renamed" in err:
             return
         back = inspect(out)
-
-        def shown(e):
-            return (e["key"], json.dumps(e.get("key_path")), json.dumps(e.get("containers")),
-                    e["kind"], e.get("dtype"), e.get("shape"), json.dumps(e.get("value")))
-        want = sorted(shown(e) for e in doc["entries"])
-        got = [shown(e) for e in back["entries"]]
-        padding = [g for g in got if g not in want]
-        self.assertTrue(all(g[3] == "value" and g[6] == "null" for g in padding), padding)
-        self.assertEqual(sorted(g for g in got if g in want), want)
         self.assertEqual(back["root"], doc["root"])
+
+        def place(d, e):
+            # Where an entry is: its key path and containers; without them, one str key of the
+            # root (a key path that only set it apart from entries not copied says the same).
+            if "key_path" in e:
+                return e["key_path"], e.get("containers")
+            return [e["key"]], [d["root"]]
+
+        def shown(d, e):
+            path, containers = place(d, e)
+            return (e["key"], json.dumps(path), json.dumps(containers), e["kind"], e.get("dtype"),
+                    e.get("shape"), json.dumps(e.get("value")))
+        want = sorted(shown(doc, e) for e in doc["entries"])
+        got = [shown(back, e) for e in back["entries"]]
+        extra = [(g, e) for g, e in zip(got, back["entries"]) if g not in want]
+        for g, e in extra:
+            if g[3] != "value":
+                self.fail(f"{g} is not in the copy")
+            if e["value"] is None:
+                continue  # a list's position the copy has not
+            # The copy's values below this place, all of them in dicts, are this dict.
+            path, _ = place(back, e)
+            below = [w for w in doc["entries"] if place(doc, w)[0][:len(path)] == path and
+                     len(place(doc, w)[0]) > len(path)]
+            self.assertTrue(below, g)
+            rebuilt = {}
+            for w in below:
+                parts, containers = place(doc, w)
+                self.assertEqual(w["kind"], "value", g)
+                self.assertTrue(all(c == "dict" for c in containers[len(path):]), g)
+                at = rebuilt
+                for part in parts[len(path):-1]:
+                    at = at.setdefault(part, {})
+                at[parts[-1]] = w["value"]
+                want.remove(shown(doc, w))
+            self.assertEqual(e["value"], rebuilt, g)
+        self.assertEqual(sorted(g for g in got if g in want), want)
 
     def test_every_fixture_subset_with_and_without_index(self):
         for n, name in enumerate(FIXTURE_NAMES):
