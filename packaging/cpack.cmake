@@ -6,7 +6,8 @@
 # dlopen, so dpkg-shlibdeps does not see it; the version CMakeLists.txt asks), and the shared
 # libraries the binary links, computed by dpkg-shlibdeps (libc6, libfmt9, libfuse3-3, libgcc-s1,
 # libstdc++6, zlib1g).
-# ckptfs-verify needs python3 with numpy and torch: Recommends python3, Suggests the others
+# ckptfs-verify needs python3 with numpy and torch, the Python package (in
+# /usr/lib/python3/dist-packages) python3 with numpy: Recommends python3, Suggests the others
 # (python3-torch is large, and ckptfs itself never needs it).
 
 set(CPACK_GENERATOR DEB)
@@ -26,7 +27,8 @@ nothing is converted or loaded whole, and the pickle inside the checkpoint is
 never executed.
 .
 Mount with `ckptfs model.pth /mnt/model`, from /etc/fstab (type fuse.ckptfs) or
-from a systemd mount unit. ckptfs-verify compares a mount with torch.load.")
+from a systemd mount unit. ckptfs-verify compares a mount with torch.load.
+`import ckptfs` (python3, numpy) opens any checkpoint as a lazy state dict.")
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)  # ckptfs_0.1.0_amd64.deb
 set(CPACK_DEBIAN_PACKAGE_SECTION utils)
 set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)

@@ -9,6 +9,8 @@
 #   share/bash-completion/completions/ckptfs
 #   share/doc/ckptfs/                     README.md, copyright, examples/mnt-model.mount, docs/*.md
 #                                         (the README links to them)
+#   lib/python3/dist-packages/ckptfs/     the Python package (python/ckptfs) where Debian's python3
+#     or lib/python3.X/dist-packages/     finds it: see below
 # mount(8) and fstab need no helper of ours: mount.fuse3 (package fuse3) runs `ckptfs SOURCE
 # MOUNTPOINT -o OPTIONS` with a fixed PATH, which holds /usr/bin and /usr/local/bin.
 
@@ -64,3 +66,43 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/docs/ DESTINATION ${CMAKE_INSTALL_DOCDIR
   FILES_MATCHING PATTERN "*.md")
 install(FILES ${PROJECT_SOURCE_DIR}/packaging/mnt-model.mount
   DESTINATION ${CMAKE_INSTALL_DOCDIR}/examples)
+
+# The Python package, where Debian's python3 finds it. The directory depends on the prefix, so it
+# is chosen when installing (cpack installs into a staging directory ending in /usr):
+#   - a prefix whose last component is usr (/usr, DESTDIR/usr, the .deb): lib/python3/dist-packages,
+#     the directory Debian's python3 searches for packaged modules, whatever its version;
+#   - any other (the default /usr/local): lib/python3.X/dist-packages, the one Debian's python3
+#     searches under /usr/local (X: the minor version of /usr/bin/python3, asked here).
+# CKPTFS_PYTHON_DIR, relative to the prefix or absolute, overrides both. Not byte-compiled.
+set(CKPTFS_PYTHON_DIR "" CACHE STRING
+  "Where cmake --install puts the Python package (default: Debian's python3 directory)")
+find_program(CKPTFS_DEBIAN_PYTHON3 python3 PATHS /usr/bin NO_DEFAULT_PATH)
+find_program(CKPTFS_DEBIAN_PYTHON3 python3)
+mark_as_advanced(CKPTFS_DEBIAN_PYTHON3)
+set(ckptfs_python_version 3)
+if(CKPTFS_DEBIAN_PYTHON3)
+  execute_process(COMMAND ${CKPTFS_DEBIAN_PYTHON3} -c
+    "import sys; print('%d.%d' % sys.version_info[:2])"
+    OUTPUT_VARIABLE ckptfs_python_version OUTPUT_STRIP_TRAILING_WHITESPACE
+    RESULT_VARIABLE ckptfs_python_failed)
+  if(ckptfs_python_failed)
+    set(ckptfs_python_version 3)
+  endif()
+endif()
+file(GLOB ckptfs_python_files CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/python/ckptfs/*.py)
+install(CODE "
+  set(python_dir \"${CKPTFS_PYTHON_DIR}\")
+  if(python_dir STREQUAL \"\")
+    get_filename_component(last \"\${CMAKE_INSTALL_PREFIX}\" NAME)
+    if(last STREQUAL \"usr\")
+      set(python_dir lib/python3/dist-packages)
+    else()
+      set(python_dir lib/python${ckptfs_python_version}/dist-packages)
+    endif()
+  endif()
+  if(NOT IS_ABSOLUTE \"\${python_dir}\")
+    set(python_dir \"\${CMAKE_INSTALL_PREFIX}/\${python_dir}\")
+  endif()
+  # (file(INSTALL) puts DESTDIR in front itself, as install() does)
+  file(INSTALL DESTINATION \"\${python_dir}/ckptfs\" TYPE FILE FILES ${ckptfs_python_files})
+")

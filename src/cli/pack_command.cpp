@@ -14,7 +14,6 @@
 
 #include <fmt/format.h>
 
-#include <sys/stat.h>
 #include <unistd.h>
 #include <chrono>
 #include <map>
@@ -23,7 +22,7 @@ namespace ckptfs::cli {
 namespace {
 
 constexpr const char* pack_usage =
-    R"(usage: ckptfs pack SRC OUT [--keys GLOB]... [--dtype NAME] [--flat] [--force]
+    R"(usage: ckptfs pack SRC OUT [--keys GLOB]... [--dtype NAME] [--names hf] [--flat] [--force]
                 [--progress|--quiet] [-o OPT,...]
 
 Writes SRC back as one file, OUT, streaming: memory stays bounded whatever the size of the
@@ -48,6 +47,9 @@ OUT  gets SRC's permission bits under the umask, as cp gives them; its suffix, i
   --keys GLOB   pack only the keys GLOB matches (fnmatch: * ? [seq] [!seq]; '*' takes '.' too);
                 repeatable: a key any of them matches; a GLOB matching no key is an error
   --dtype NAME  float16, bfloat16 or float32: floating-point tensors converted as torch's .to()
+  --names hf    a GGUF file's tensors under transformers' names, with the values transformers'
+                GGUF loader gives them (Q and K rows un-permuted...), float32 unless --dtype, as
+                a mount's -o names=hf serves them (see ckptfs --help)
   --flat        a .pth holds one OrderedDict of the flattened keys (model.fc.weight...), not
                 SRC's nesting
   --force       replace OUT if it exists (else: refused, exit 1); it keeps its mode bits
@@ -163,6 +165,7 @@ void tell_renamed(const PackResult& result, const std::string& out) {
 int run_pack(const std::vector<std::string>& args) {
   PackOptions options;
   RemoteOptions remote_options;
+  Names names = Names::file;
   std::vector<std::string> positional;
   bool progress = false, quiet = false;
   for (std::size_t i = 0; i < args.size(); ++i) {
@@ -189,6 +192,13 @@ int run_pack(const std::vector<std::string>& args) {
             fmt::format("invalid --dtype {} (float16, bfloat16 or float32)", quote(*name)));
       }
       options.dtype = dtype_from_name(*name);
+    } else if (a == "--names" || a.starts_with("--names=")) {
+      auto given = value("--names");
+      if (!given) return usage_error("--names needs hf or file");
+      const auto parsed = parse_names(*given);
+      if (!parsed)
+        return usage_error(fmt::format("invalid --names {} (hf or file)", quote(*given)));
+      names = *parsed;
     } else if (a == "--flat") {
       options.flat = true;
     } else if (a == "--progress") {
@@ -228,16 +238,18 @@ int run_pack(const std::vector<std::string>& args) {
                     quote(options.output)));
   }
   // Refused before SRC is read (which may take long, remote): checked again when OUT is named.
-  struct stat st {};
-  if (options.overwrite == Overwrite::no && ::lstat(options.output.c_str(), &st) == 0) {
-    return fail(
-        ExitCode::usage,
-        fmt::format("{}: exists: pack does not overwrite it without --force", options.output));
+  try {
+    (void)check_output_name(options.output, options.overwrite);
+  } catch (const OutputError& e) {
+    return fail(e.code(), fmt::format("{}: {}", options.output, e.what()));
   }
   const std::string shown = display_location(source);
   try {
     auto remote = remote_for(source, remote_options);
-    OpenedModel opened = open_model(source, open_options(remote.get()));
+    OpenOptions how = open_options(remote.get());
+    how.names = names;
+    OpenedModel opened = open_model(source, how);
+    tell_notes(opened.model(), shown);
     const auto start = std::chrono::steady_clock::now();
     // On a terminal, progress unless --quiet; elsewhere only with --progress.
     const bool tty = ::isatty(STDERR_FILENO) == 1;

@@ -54,6 +54,7 @@ struct Session::State {
         no_open_wanted(o.no_open && !o.direct_io),
         io_uring_wanted(o.io_uring),
         prefilled(t.node_count_hint() + 1),
+        refusals_logged(t.node_count_hint() + 1),
         changed(std::make_unique<std::atomic<bool>[]>(s.size())),
         pages(s) {}
   const Tree& tree;
@@ -70,7 +71,8 @@ struct Session::State {
   std::atomic<bool> no_open{false};
   std::atomic<bool> no_opendir{false};
   std::atomic<unsigned> stores{0};
-  InodeSet prefilled;  // files whose first bytes were stored at their first open
+  InodeSet prefilled;        // files whose first bytes were stored at their first open
+  InodeSet refusals_logged;  // the Tree::Refusal groups whose refusal was logged
   // Per source: set once it is found replaced, truncated or rewritten (see source_changed()):
   // from then on every open and read of a file over it fails with EIO.
   std::unique_ptr<std::atomic<bool>[]> changed;
@@ -182,6 +184,16 @@ bool pieces_changed(const Context& ctx, const std::vector<ReadPiece>& pieces) {
     if (p.source != ReadPiece::generated && source_changed(ctx, p.source, false)) return true;
   }
   return false;
+}
+
+// Whether the tree refuses the bytes of `n` (Tree::refusal(): a broken tensor's files, an export
+// that would lack one): its opens and reads fail with EIO, and why is logged once per tensor or
+// export, not once per read.
+bool refused(Context& ctx, const Tree::Node& n) {
+  auto refusal = ctx.tree.refusal(n);
+  if (!refusal) return false;
+  if (ctx.refusals_logged.add(refusal->group)) log::error(refusal->why);
+  return true;
 }
 
 // any_source_changed() for a failure being handled: never throws (a failure to tell says no).
@@ -387,6 +399,7 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     if (is_directory(*n)) return reply.error(EISDIR);
     if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) return reply.error(EROFS);
     if (file_sources_changed(ctx, *n, true)) return reply.error(EIO);
+    if (refused(ctx, *n)) return reply.error(EIO);
     // The kernel opens every file from now on without asking (with keep_cache).
     if (ctx.no_open.load(std::memory_order_relaxed)) return reply.error(ENOSYS);
     if (ctx.direct_io) {
@@ -414,6 +427,9 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_i
     // A large read may convert or gather its bytes, or wait for a server: the next request
     // (the kernel's readahead) goes to another thread meanwhile.
     if (size >= large_read) ctx.wait_ahead();
+    // Opened before (no_open: opened without a request), or refused after all: never a short
+    // reply, which the reader would take for the end of the file.
+    if (const auto n = ctx.tree.node(ino); n && refused(ctx, *n)) return reply.error(EIO);
     ctx.tree.read(ino, static_cast<std::uint64_t>(off), size, ctx.sources, buffer);
     if (std::ranges::any_of(buffer.pieces(), [](const ReadPiece& p) { return !p.memory; })) {
       ctx.wait_ahead();  // the sources' pages may have to come from a disk

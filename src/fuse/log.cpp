@@ -7,7 +7,9 @@
 
 #include <fmt/format.h>
 
+#include <fcntl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <syslog.h>
 #include <unistd.h>
@@ -37,6 +39,44 @@ bool pass_all_libfuse = false;
 std::string last_libfuse_error;
 std::string partial_libfuse_message;
 
+// A daemon's log goes to syslog; where nothing listens on /dev/log, syslog() drops every line.
+// That is said once, when the first line is logged (a mount that logs nothing says nothing), to
+// whoever mounted: on the terminal or the file that was the mount's stderr, the only way back to
+// them once the command has returned. A pipe or socket is not kept (a shell's $(...) would wait
+// for the daemon's end), and a terminal is opened again by its name rather than held open (the
+// daemon keeps no terminal of a session that ends; its own descriptor never blocks).
+struct LostLogNotice {
+  std::string mountpoint;
+  bool said = false;           // or not to be said: syslog listens, or nobody to tell
+  int file_fd = -1;            // the mount's stderr when it was a regular file: a duplicate
+  std::string terminal;        // the mount's stderr when it was a terminal: its name
+  struct stat terminal_st {};  // and what it was, checked when it is opened again
+} lost_log;
+
+void say_log_is_lost() {
+  lost_log.said = true;
+  if (syslog_listens()) return;
+  const std::string text = fmt::format(
+      "ckptfs: {}: warning: no syslog listens on /dev/log: the mount's log (read and server "
+      "errors) is lost; -o log=FILE keeps it\n",
+      lost_log.mountpoint);
+  if (lost_log.file_fd >= 0) {
+    (void)::write(lost_log.file_fd, text.data(), text.size());
+    return;
+  }
+  if (lost_log.terminal.empty()) return;
+  // O_NOCTTY: a daemon leads its own session, which would take the terminal as its own.
+  const int fd = ::open(lost_log.terminal.c_str(), O_WRONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return;
+  struct stat st {};
+  // Still the same user's terminal: its name may have gone to another session since.
+  if (::fstat(fd, &st) == 0 && S_ISCHR(st.st_mode) && st.st_rdev == lost_log.terminal_st.st_rdev &&
+      st.st_uid == lost_log.terminal_st.st_uid) {
+    (void)::write(fd, text.data(), text.size());
+  }
+  ::close(fd);
+}
+
 void write_line(Level level, std::string_view message) {
   if (log_fd >= 0) {
     const std::time_t now = std::time(nullptr);
@@ -49,6 +89,7 @@ void write_line(Level level, std::string_view message) {
     return;
   }
   if (to_syslog) {
+    if (!lost_log.said) say_log_is_lost();
     ::syslog(level == Level::error ? LOG_ERR : LOG_WARNING, "%.*s",
              static_cast<int>(message.size()), message.data());
     return;
@@ -100,8 +141,23 @@ void libfuse_handler(enum fuse_log_level level, const char* format, va_list ap) 
 
 }  // namespace
 
-void use_syslog() noexcept {
+void use_syslog(std::string_view mountpoint) noexcept {
   std::lock_guard lock(mutex);
+  try {
+    lost_log.mountpoint = mountpoint;
+    struct stat st {};
+    if (::fstat(STDERR_FILENO, &st) == 0) {
+      char name[256];
+      if (S_ISREG(st.st_mode)) {
+        lost_log.file_fd = ::fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 3);
+      } else if (S_ISCHR(st.st_mode) && ::ttyname_r(STDERR_FILENO, name, sizeof name) == 0) {
+        lost_log.terminal = name;
+        lost_log.terminal_st = st;
+      }
+    }
+  } catch (...) {
+    lost_log.said = true;  // nobody to tell
+  }
   ::openlog("ckptfs", LOG_PID | LOG_NDELAY, LOG_DAEMON);
   to_syslog = true;
 }

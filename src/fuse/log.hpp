@@ -9,9 +9,12 @@
 
 namespace ckptfs::fuse::log {
 
-// Lines go to stderr until use_syslog() is called (by a daemon, once its stderr is /dev/null);
-// from then on to syslog, identity "ckptfs", facility daemon.
-void use_syslog() noexcept;
+// Lines go to stderr until use_syslog() is called (by a daemon, just before its stderr becomes
+// /dev/null); from then on to syslog, identity "ckptfs", facility daemon. Where no syslog listens
+// on /dev/log when the first line is logged, that is said once, naming `mountpoint`, on the
+// terminal or file that was stderr at the call (not a pipe or socket): a mount that logs nothing
+// says nothing.
+void use_syslog(std::string_view mountpoint) noexcept;
 // From now on lines go to `fd` (-o log=FILE, opened for appending), each with its time and
 // process id ("2026-11-27T19:58:00 ckptfs[123]: ..."), in the foreground as in a daemon. The
 // descriptor is kept open until the process ends.

@@ -66,22 +66,6 @@ void notify_systemd(std::string_view state) {
   ::close(fd);
 }
 
-// `path` as a shell word, for a command a message suggests: as it is when it holds only
-// characters no shell treats specially, else in single quotes. Control characters are shown
-// escaped (quote()): such a name is copied by hand anyway.
-std::string shell_quote(const std::string& path) {
-  if (!path.empty() && path.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                              "0123456789/._-+,:@%=") == std::string::npos) {
-    return path;
-  }
-  for (unsigned char c : path) {
-    if (c < 0x20 || c == 0x7f) return quote(path);
-  }
-  std::string out = "'";
-  for (char c : path) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
 // What is mounted: an absolute path (the daemon changes directory to "/", and libfuse unmounts
 // the path it mounted: a relative one then names nothing, and a dead mount stayed), resolved
 // before the mount exists (afterwards, resolving would ask the mount). It must be an existing
@@ -267,12 +251,7 @@ int wait_for_daemon(int report_fd, pid_t child, fuse_session* se, const MountReq
   }
   ::close(report_fd);
   if (report == "R") {
-    // Once the mount is up, and only then: said when its log (syslog, in a daemon) has no home.
-    if (request.log_file.empty() && !log::syslog_listens()) {
-      fmt::print(stderr,
-                 "ckptfs: warning: no syslog listens on /dev/log: the mount's log (read and "
-                 "server errors) is lost; -o log=FILE keeps it\n");
-    }
+    if (!request.notice.empty()) fmt::print(stderr, "ckptfs: {}\n", request.notice);
     if (request.notifier != nullptr) request.notifier->send(true);
     return 0;
   }
@@ -337,16 +316,9 @@ void mount_and_serve(const Tree& tree, Sources sources, const MountRequest& requ
                       quote(request.mountpoint), n, n == 1 ? "y is" : "ies are"));
     }
   }
-  // The log: FILE (opened now, so that a bad path is a failure at once), else stderr in the
-  // foreground and syslog in a daemon, which is said when no syslog listens to keep it.
-  if (!request.log_file.empty()) {
-    const int fd = ::open(request.log_file.c_str(),
-                          O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY, 0600);
-    if (fd < 0) {
-      throw mount_error(fmt::format("log={}: {}", quote(request.log_file), std::strerror(errno)));
-    }
-    log::use_file(fd);
-  }
+  // The log: FILE (opened by the caller, so that a bad one is refused before anything is done),
+  // else stderr in the foreground and syslog in a daemon.
+  if (request.log_fd >= 0) log::use_file(request.log_fd);
   log::capture_libfuse(request.debug);
 
   SessionOptions options;
@@ -436,12 +408,14 @@ void mount_and_serve(const Tree& tree, Sources sources, const MountRequest& requ
       }
     }
     if (report) {
+      // Before stderr goes: a syslog without a listener is said there, at the first line.
+      if (request.log_fd < 0) log::use_syslog(mountpoint);
       detach_stdio();
-      if (request.log_file.empty()) log::use_syslog();
       report->ready();
       return;
     }
     if (request.notifier != nullptr) request.notifier->send(true);
+    if (!request.notice.empty()) fmt::print(stderr, "ckptfs: {}\n", request.notice);
     if (!request.ready_line.empty()) fmt::print(stderr, "{}\n", request.ready_line);
     std::fflush(stderr);
     notify_systemd("READY=1\nSTATUS=" + request.ready_line);

@@ -52,7 +52,10 @@ struct MountRequest {
   // requests go through /dev/fuse as without it.
   bool io_uring = false;
   std::string ready_line;  // printed on stderr in the foreground once the mount is ready
-  std::string log_file;    // -o log=FILE (absolute): the log's lines go there instead
+  int log_fd = -1;         // -o log=FILE, opened by the caller (open_log_file()): lines go there
+  // "ckptfs: NOTICE" is printed on stderr once the mount is ready, in either mode (a daemon's
+  // parent prints it before it returns), before the ready line; "": nothing.
+  std::string notice;
   ReadinessNotifier* notifier = nullptr;  // told once the mount is ready (or failed)
   // Called once serving stops (a signal, the unmount), from a thread of its own, before the
   // serving threads are waited for: makes reads that wait for a remote server give up (see

@@ -145,6 +145,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         dirs.push_back(ino);
         continue;
       }
+      const ByteSource* one[] = {&source};
+      if (refused_as_said(tree, ino, one)) continue;
       const auto n_size = static_cast<std::uint64_t>(st.st_size);
       const std::uint64_t head = std::min(n_size, window);
       const std::string first = read_file(tree, ino, n_size, 0, head, source);

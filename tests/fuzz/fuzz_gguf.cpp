@@ -3,19 +3,25 @@
 // a refusal is bad_checkpoint or unsupported; a file read_gguf() accepts has every tensor's
 // bytes inside the file, none overlapping, each storage exactly its tensor's stored bytes;
 // every metadata value is strict JSON; the tree serves each tensor's data as exactly the file's
-// bytes at its offset, and its values (dequantized from fuzzed blocks) at the size its meta.json
-// says; index.json and inspect's table and JSON are made.
+// bytes at its offset (the size and offset its meta.json says), and its values (dequantized from
+// fuzzed blocks) at the size the tree gives tensor.npy; index.json and inspect's table and JSON
+// are made. Then -o names=hf of it: refused only as bad_checkpoint; every tensor it keeps or
+// derives served (rows, transposes, w - 1 of fuzzed values) at the size it says, whatever the
+// metadata's head counts; index.json and config.json made.
 #include "fuzz_check.hpp"
 
 #include "../../src/cli/inspect.hpp"
 
 #include <ckptfs/base/error.hpp>
 #include <ckptfs/base/json_reader.hpp>
+#include <ckptfs/format/gguf/gguf_hf.hpp>
 #include <ckptfs/format/gguf/gguf_reader.hpp>
 #include <ckptfs/source/byte_source.hpp>
 #include <ckptfs/view/describe.hpp>
 #include <ckptfs/view/served.hpp>
 #include <ckptfs/view/tree.hpp>
+
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -39,6 +45,35 @@ std::string read_all(const Tree& tree, Tree::Ino ino, const ByteSource& source,
         p.memory ? std::string(p.memory, p.length) : source.read_string(p.source_offset, p.length);
   }
   return got;
+}
+
+// -o names=hf of a model read_gguf() accepted.
+void check_names_hf(Model m, const MemorySource& source) {
+  try {
+    name_gguf_as_transformers(m);
+  } catch (const Error& e) {
+    FUZZ_CHECK(e.code() == ExitCode::bad_checkpoint);
+    return;
+  }
+  const ByteSource* sources[] = {&source};
+  constexpr std::size_t max_read = 1 << 16;
+  for (std::size_t i = 0; i < m.entries.size() && i < 32; ++i) {
+    const Tensor& t = m.tensors[m.entries[i].tensor];
+    const ServedTensor served = serve(m, t);
+    if (served.way == ServedTensor::Way::none) continue;
+    const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(served.nbytes, max_read));
+    ReadBuffer buffer;
+    read_served(m, t, served, served.nbytes - n, n, sources, buffer);
+    FUZZ_CHECK(buffer.size() == n);
+  }
+  const std::size_t files = m.files.size();
+  Tree tree(std::move(m), {});
+  read_all(tree, tree.lookup(Tree::views_ino, "index.json"), source, max_read);
+  if (files != 0) {
+    // Python's JSON (NaN and Infinity for what a file's floats may hold): made, not empty.
+    FUZZ_CHECK(
+        !read_all(tree, tree.lookup(Tree::views_ino, "config.json"), source, 1 << 22).empty());
+  }
 }
 
 void check_gguf(const MemorySource& source) {
@@ -73,6 +108,7 @@ void check_gguf(const MemorySource& source) {
   }
   JsonLimits json_limits;
   json_limits.max_depth = 64;
+  json_limits.surrogate_escapes = true;  // a string that is not UTF-8: its bytes as \udcXX
   for (const Model::JsonMetadata& kv : m.json_metadata) {
     parse_json(kv.value_json, json_limits, 1 << 22);  // throws (a crash here) if not JSON
     FUZZ_CHECK(kv.type.starts_with("ARRAY[") == kv.value_json.starts_with("["));
@@ -85,6 +121,7 @@ void check_gguf(const MemorySource& source) {
   }
 
   const Model kept = m;
+  check_names_hf(kept, source);
   Tree tree(std::move(m), {});
   constexpr std::size_t max_read = 1 << 16;
   for (std::size_t i = 0; i < kept.entries.size() && i < 32; ++i) {
@@ -97,6 +134,13 @@ void check_gguf(const MemorySource& source) {
     const Storage& s = kept.storages[*t.storage];
     const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(s.nbytes, max_read));
     FUZZ_CHECK(read_all(tree, data, source, max_read) == source.read_string(s.file_offset, n));
+    // meta.json says data's size and offset, for blocks as for plain values.
+    const std::string meta = read_all(tree, tree.lookup(dir, "meta.json"), source, 1 << 20);
+    FUZZ_CHECK(meta.find(fmt::format("\"nbytes\": {},", s.nbytes)) < meta.find("\"ggml\""));
+    if (s.nbytes != 0) {
+      FUZZ_CHECK(meta.find(fmt::format("\"file_offset\": {},", s.file_offset)) <
+                 meta.find("\"ggml\""));
+    }
     const Tree::Ino npy = tree.lookup(dir, "tensor.npy");
     FUZZ_CHECK((npy != 0) == values_not_served(kept, t).empty());
     if (npy != 0) {
@@ -107,7 +151,7 @@ void check_gguf(const MemorySource& source) {
       FUZZ_CHECK(values.size() == std::min<std::uint64_t>(st.st_size, max_read));
     }
   }
-  read_all(tree, tree.lookup(Tree::root_ino, "index.json"), source, max_read);
+  read_all(tree, tree.lookup(Tree::views_ino, "index.json"), source, max_read);
 }
 
 }  // namespace

@@ -166,6 +166,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         dirs.push_back(ino);
         continue;
       }
+      if (refused_as_said(tree, ino, sources)) continue;
       const auto n_size = static_cast<std::uint64_t>(st.st_size);
       const std::uint64_t head = std::min(n_size, window);
       (void)read_file(tree, ino, n_size, 0, head, sources);

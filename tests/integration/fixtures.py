@@ -223,13 +223,6 @@ def processes_with_arg(arg):
     return pids
 
 
-# What a daemon mount (without -f and without -o log=) says on stderr: nothing when a syslog
-# daemon or journald listens on /dev/log, where its log goes; else the one line saying that its
-# log is lost, and how to keep it (issue 21).
-LOST_LOG_LINE = (b"ckptfs: warning: no syslog listens on /dev/log: the mount's log (read and "
-                 b"server errors) is lost; -o log=FILE keeps it\n")
-
-
 def syslog_listens():
     """Whether something listens on /dev/log, as ckptfs checks it (datagram, then stream)."""
     import socket
@@ -241,8 +234,3 @@ def syslog_listens():
             except OSError:
                 pass
     return False
-
-
-def daemon_stderr():
-    """The stderr of a daemon mount that succeeds: b"" or LOST_LOG_LINE (see above)."""
-    return b"" if syslog_listens() else LOST_LOG_LINE

@@ -370,6 +370,8 @@ class FaultProxy:
       "reset_mid" send the status, headers and half the body, then reset
       "truncate"  send the headers with the full Content-Length and half the body, then close
       "ignore_range" answer 200 with the whole object to a Range request
+      "to_the_end" answer a Range request with the bytes from its first to the object's end (a
+                  206 larger than asked, as s3rver answers "bytes=0-0")
       "503"       answer 503; "429" answer 429 with Retry-After: 1
       "stall"     accept and say nothing until the connection is closed by the client
       "trickle"   send the status and headers, then the body at .trickle_rate bytes a second
@@ -473,6 +475,9 @@ class FaultProxy:
         if mode == "ignore_range":
             forward.pop("range", None)
             forward.pop("if-match", None)
+        wanted = re.fullmatch(r"bytes=(\d+)-\d+", forward.get("range", ""))
+        if mode == "to_the_end" and wanted:
+            forward["range"] = f"bytes={wanted[1]}-"
         upstream = http.client.HTTPConnection("127.0.0.1", self.upstream_port, timeout=60)
         try:
             upstream.request(method, path, headers=forward)

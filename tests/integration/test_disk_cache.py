@@ -17,11 +17,14 @@ same machine would attack it and as a new user would mistype it:
 Every read is compared with a mount of the local file.
 """
 
+import json
 import os
+import random
 import shutil
 import stat
 import struct
 import sys
+import threading
 import unittest
 import zlib
 from pathlib import Path
@@ -33,7 +36,7 @@ from fixtures import require  # noqa: E402
 require("fuse", "torch")  # else the module exits 77: skipped, with the reason
 
 from fixtures import fixture_path  # noqa: E402
-from mount_views import tensor_digests  # noqa: E402
+from mount_views import index_entries, tensor_digests  # noqa: E402
 from remote_servers import ObjectServer  # noqa: E402
 from test_mount import run  # noqa: E402
 from test_remote import TENSORS, RemoteTestCase, in_thread, make_checkpoint  # noqa: E402
@@ -122,6 +125,64 @@ class DiskCacheTests(RemoteTestCase):
             self.assertIn(f'cache_dir="{cache}"', err)
             for w in words:
                 self.assertIn(w, err)
+
+    def test_shared_trimmed_cache_healthy_server_no_eio(self):
+        """Two mounts of one URL on one cache that is trimmed all the time (cache_dir_size=1M,
+        the object 8 MiB: block files deleted and written while the other mount reads them),
+        each with the smallest memory cache (4 MiB: blocks evicted under every read) and
+        direct_io (every read asks the daemon), eight readers each reading 300 KiB at random
+        places: every read gives the right bytes and none fails, the server being healthy. (A
+        read used to look its blocks up again after asking for them, and failed with EIO when
+        another read had evicted them between: once in 54,866 reads in issue 29. It now holds
+        them from the moment it has them: see RemoteSource::read_blocks().)"""
+        cache = self.new_dir("cache")
+        local = (self.root / "layers.pth").read_bytes()
+        mounts = [self.mount(self.url, "-o", f"cache_dir={cache},cache_dir_size=1M,"
+                             "cache_size=4M,direct_io") for _ in range(2)]
+        try:
+            files = []
+            for mnt, _ in mounts:
+                for e in index_entries(mnt).values():
+                    meta = json.loads((mnt / e["path"] / "meta.json").read_bytes())
+                    if meta["nbytes"] >= 2**20:
+                        files.append((mnt / e["path"] / "data", meta["file_offset"],
+                                      meta["nbytes"]))
+            failures, reads = [], [0]
+            lock = threading.Lock()
+            length = 300 * 1024
+
+            def reader(seed):
+                rnd = random.Random(seed)
+                for _ in range(60):
+                    path, offset, size = rnd.choice(files)
+                    at = rnd.randrange(0, size - length)
+                    fd = os.open(path, os.O_RDONLY)
+                    try:
+                        got = os.pread(fd, length, at)
+                        what = None if got == local[offset + at:][:length] else "wrong bytes"
+                    except OSError as e:
+                        what = str(e)
+                    finally:
+                        os.close(fd)
+                    with lock:
+                        reads[0] += 1
+                        if what:
+                            failures.append(f"{path} at {at}: {what}")
+            threads = [threading.Thread(target=reader, args=(i,)) for i in range(16)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(300)
+            self.assertFalse(any(t.is_alive() for t in threads), "a read hung")
+            print(f"\ntwo mounts, one trimmed cache: {reads[0]} reads, {len(failures)} failed",
+                  file=sys.stderr)
+            self.assertEqual(failures, [])
+        finally:
+            for mnt, proc in mounts:
+                self.unmount(mnt, proc)
+        for _, proc in mounts:
+            self.assertNotIn("failed", self.output(proc))
+        self.assertLessEqual(sum(f.stat().st_size for f in blocks(cache)), 1 << 20)
 
     def test_a_directory_others_can_write_is_refused(self):
         """A DIR others may write (/tmp-like with the sticky bit, or not; the group), another

@@ -16,6 +16,7 @@ The oracles, none of them ckptfs:
 Run by ctest as `/usr/bin/python3 -m unittest -v test_export` (see fixtures.py).
 """
 
+import errno
 import json
 import os
 import random
@@ -171,10 +172,15 @@ def header_name(raw):
 
 class Expected:
     """The tensors an export must hold, in order: [(header key, format dtype, shape, bytes)],
-    and its __metadata__."""
+    its __metadata__, and what it lacks: [(index.json key, why)], "broken" for a broken tensor
+    (the export then fails to read), else the format's reason."""
 
-    def __init__(self, tensors, metadata):
-        self.tensors, self.metadata = tensors, metadata
+    def __init__(self, tensors, metadata, lacks=()):
+        self.tensors, self.metadata, self.lacks = tensors, metadata, list(lacks)
+
+    @property
+    def fails(self):
+        return any(why == "broken" for _, why in self.lacks)
 
     @property
     def total(self):
@@ -198,12 +204,13 @@ def expected_export(index, wants, source_metadata, target=None):
         assert w is not None, f"{e['key']!r}: a tensor in the mount, a value for the oracle"
         assert raw_key(e["key"], "json") == raw_key(w.key, "python"), \
             f"keys differ: {e['key']!r}, {w.key!r}"
-        rows.append((header_name(raw_key(e["key"], "json")), w))
-    texts = {name for name, _ in rows}
+        rows.append((header_name(raw_key(e["key"], "json")), w, e["key"]))
+    texts = {name for name, _, _ in rows}
     used = {"__metadata__"}
-    tensors = []
-    for name, w in rows:
+    tensors, lacks = [], []
+    for name, w, index_key in rows:
         if w.broken:
+            lacks.append((index_key, "broken"))
             continue
         dtype, shape, data = w.dtype, list(w.shape), w.data
         if target and dtype in FLOATS:
@@ -214,6 +221,8 @@ def expected_export(index, wants, source_metadata, target=None):
         elif dtype in FORMAT_NAME:
             fmt = FORMAT_NAME[dtype]
         else:
+            lacks.append((index_key, "a 0-d float4_e2m1fn_x2: safetensors' F4 holds no half byte"
+                          if dtype == "float4_e2m1fn_x2" else f"safetensors has no dtype {dtype}"))
             continue
         key, n = name, 1
         while key in used or (key != name and key in texts):
@@ -222,7 +231,7 @@ def expected_export(index, wants, source_metadata, target=None):
         used.add(key)
         tensors.append((key, fmt, shape, data))
     metadata = {"format": "pt", **source_metadata}
-    return Expected(tensors, metadata)
+    return Expected(tensors, metadata, lacks)
 
 
 def shard_split(sizes, limit):
@@ -269,8 +278,20 @@ class ExportTestCase(MountTestCase):
                          [k for k, _, _, _ in want_tensors], f"{where}: header order")
         return whole
 
+    def assert_exports(self, index, want, where):
+        """index.json's "exports": the one safetensors export, what it lacks and why, in the
+        mount's order; "fails" says why when it would lack a broken tensor, and is null else."""
+        [export] = index["exports"]
+        self.assertEqual([(x["key"], x["why"]) for x in export["lacks"]], want.lacks,
+                         f"{where}: what index.json says the export lacks")
+        if want.fails:
+            self.assertRegex(export["fails"], r"would lack \d+ broken tensors?: ", where)
+        else:
+            self.assertIsNone(export["fails"], where)
+
     def check_export(self, path, wants, source_metadata, where):
-        """model.safetensors of `path` mounted plain and under each -o dtype."""
+        """model.safetensors of `path` mounted plain and under each -o dtype; one that would lack a
+        broken tensor fails to read (EIO) instead."""
         for target in CONVERSIONS:
             options = ("-o", f"dtype={target}") if target else ()
             mnt, proc = self.mount(path, *options)
@@ -278,6 +299,12 @@ class ExportTestCase(MountTestCase):
                 index = self.read_json(views_dir(mnt) / "index.json")
                 want = expected_export(index, wants, source_metadata, target)
                 self.assertNotIn("model.safetensors.index.json", os.listdir(views_dir(mnt)))
+                self.assert_exports(index, want, f"{where} dtype={target}")
+                if want.fails:
+                    with self.assertRaises(OSError, msg=where) as caught:
+                        (views_dir(mnt) / "model.safetensors").read_bytes()
+                    self.assertEqual(caught.exception.errno, errno.EIO, where)
+                    continue
                 self.assert_file(views_dir(mnt) / "model.safetensors", want.tensors, want.metadata,
                                  f"{where} dtype={target}")
             finally:

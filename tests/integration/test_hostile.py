@@ -115,6 +115,18 @@ def v2(key, numel, shape, stride=None, offset=0, storage="FloatStorage"):
              (pid, offset, tuple(shape), tuple(stride), False, ordered_dict()))
 
 
+def assert_read_fails(test, path):
+    """Opening and reading `path` fails with EIO (a broken tensor's files: never empty, never
+    missing)."""
+    with test.assertRaises(OSError, msg=str(path)) as caught:
+        with open(path, "rb") as f:
+            f.read()
+    test.assertEqual(caught.exception.errno, errno.EIO, f"{path}: {caught.exception}")
+
+
+BROKEN_FILES = ["data", "meta.json", "tensor.npy", "tensor.pt"]  # as a sound tensor's
+
+
 def floats(n, start=0):
     return struct.pack(f"<{n}f", *range(start, start + n))
 
@@ -456,8 +468,8 @@ class InconsistentCheckpointTests(HostileTestCase):
             self.assert_refused(path, EXIT["unsupported"], r"compressed \(method 8\)")
 
     def assert_broken_mount(self, path, broken, fine):
-        """inspect exits 0; `broken` keys are marked broken (meta.json only), `fine` keys
-        (key -> expected data bytes) are served."""
+        """inspect exits 0; `broken` keys are marked broken (their files there, reads failing
+        with EIO), `fine` keys (key -> expected data bytes) are served."""
         r = self.inspect(path)
         self.assertEqual(r.returncode, 0, r.stderr.decode(errors="replace"))
         doc = {e["key"]: e for e in json.loads(r.stdout)["entries"]}
@@ -465,7 +477,9 @@ class InconsistentCheckpointTests(HostileTestCase):
             self.assertRegex(doc[key]["broken"] or "", why, key)
         mnt, proc = self.mount(path)
         for key, why in broken.items():
-            self.assertEqual(os.listdir(mnt / key), ["meta.json"], key)
+            self.assertEqual(sorted(os.listdir(mnt / key)), BROKEN_FILES, key)
+            for name in ("data", "tensor.npy", "tensor.pt"):
+                assert_read_fails(self, mnt / key / name)
             meta = json.loads((mnt / key / "meta.json").read_bytes())
             self.assertRegex(meta["broken"] or "", why, key)
         for key, data in fine.items():
@@ -700,7 +714,11 @@ class HugeSizeTests(HostileTestCase):
                 for name in os.listdir(mnt / entry):
                     st = os.stat(mnt / entry / name)  # never EIO, never a negative size
                     self.assertGreaterEqual(st.st_size, 0, f"{entry}/{name}")
-        self.assertEqual(os.listdir(mnt / "wraps_u64"), ["meta.json"])
+        # Broken: its files all the same, data of 0 bytes (no file can have its size), no
+        # tensor.pt (torch cannot hold it), reads failing with EIO.
+        self.assertEqual(sorted(os.listdir(mnt / "wraps_u64")), ["data", "meta.json", "tensor.npy"])
+        self.assertEqual(os.stat(mnt / "wraps_u64" / "data").st_size, 0)
+        assert_read_fails(self, mnt / "wraps_u64" / "data")
         meta = json.loads((mnt / "past_off_t" / "meta.json").read_bytes())
         self.assertRegex(meta["broken"], "do not fit a file")
         fits = mnt / "fits"
@@ -757,6 +775,86 @@ class MultiplyingPickleTests(HostileTestCase):
         path = self.write("shared_value.pth", checkpoint(bytes(pkl), {"0": floats(4)}))
         self.assert_refused(path, EXIT["checkpoint"], r"take more than 67108864 bytes",
                             rss_limit_mb=384 * SLOWDOWN)
+
+
+# --------------------------------------------------------------------------------------------
+# Text that JSON's escaping expands: a control character is six bytes of JSON ("\u0001"). Every
+# limit on JSON text is checked on the input's length, or on the escaped size before the text is
+# made (issue 29, item 7): a file of 24 MiB of control characters costs about its size, not the
+# six times its JSON would (or more, ckptfs's copies of it).
+# --------------------------------------------------------------------------------------------
+
+CONTROL = 24 << 20  # bytes of control characters: 144 MiB as JSON, past every limit on it
+
+
+def gguf_file(kvs=(), tensors=()):
+    """A GGUF v3 file of key-value pairs (key, type number, value bytes) and float32 tensors
+    (name, 4 bytes)."""
+    def text(b):
+        return struct.pack("<Q", len(b)) + b
+    out = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(kvs))
+    for key, kind, value in kvs:
+        out += text(key) + struct.pack("<I", kind) + value
+    for i, name in enumerate(tensors):
+        out += text(name) + struct.pack("<IQIQ", 1, 1, 0, 32 * i)
+    out += b"\0" * (-len(out) % 32)
+    return out + b"\0" * (32 * len(tensors))
+
+
+class ExpandingTextTests(HostileTestCase):
+    def test_gguf_string_value(self):
+        path = self.write("control_value.gguf",
+                          gguf_file([(b"k", 8, struct.pack("<Q", CONTROL) + b"\x01" * CONTROL)]))
+        self.assert_refused(path, EXIT["unsupported"], r'GGUF metadata: more than 134217728 '
+                            r'bytes of values as JSON \(at key "k"\)$', rss_limit_mb=64 * SLOWDOWN)
+
+    def test_gguf_key_and_tensor_name(self):
+        big = b"\x01" * CONTROL
+        path = self.write("control_key.gguf", gguf_file([(big, 4, struct.pack("<I", 1))]))
+        self.assert_refused(path, EXIT["unsupported"], r"GGUF metadata: more than 134217728 "
+                            r"bytes of values as JSON \(at byte 24\)$", rss_limit_mb=64 * SLOWDOWN)
+        path = self.write("control_name.gguf", gguf_file(tensors=[big]))
+        self.assert_refused(path, EXIT["unsupported"], r"GGUF header: more than 67108864 bytes "
+                            r"of tensor names as JSON \(at byte 24\)$", rss_limit_mb=64 * SLOWDOWN)
+
+    def test_gguf_strings_past_the_header_limit_are_never_read(self):
+        """A string of 2^30 bytes in a file of a hundred: refused by its length, unread."""
+        path = self.write("huge_value.gguf",
+                          gguf_file([(b"k", 8, struct.pack("<Q", 1 << 30) + b"x" * 64)]))
+        self.assert_refused(path, EXIT["checkpoint"], r"past the end of the file",
+                            rss_limit_mb=64 * SLOWDOWN)
+
+    def test_pickle_key(self):
+        """A key of control characters: charged as the JSON index.json writes, refused before
+        its key path (JSON) is made."""
+        import torch
+        path = self.tmp / "control_key.pth"
+        torch.save({"\x01" * CONTROL: torch.zeros(1)}, path)
+        self.assert_refused(path, EXIT["checkpoint"], r"keys and values of its \d+ entries take "
+                            r"more than 67108864 bytes", rss_limit_mb=128 * SLOWDOWN)
+
+    def test_npz_member_names(self):
+        """An .npz's keys are its members' names: as JSON, within the budget of a pickle's keys
+        (64 MiB), else refused before index.json is made."""
+        import numpy as np
+        path = self.tmp / "control_names.npz"
+        np.savez(path, **{"\x01" * 60_000 + str(i): np.zeros(1, np.uint8) for i in range(190)})
+        self.assert_refused(path, EXIT["unsupported"], r"its members' names take more than "
+                            r"67108864 bytes as JSON \(at member ", rss_limit_mb=96 * SLOWDOWN)
+
+    def test_pickle_values(self):
+        """Values of control characters (a str, bytes, a dict's key): value.json says they are
+        cut, made without escaping them first."""
+        import torch
+        path = self.tmp / "control_values.pth"
+        torch.save({"w": torch.zeros(1), "s": "\x01" * CONTROL, "b": b"\x01" * CONTROL,
+                    "d": {"\x01" * CONTROL: 1}}, path)
+        r = self.inspect(path, rss_limit_mb=192 * SLOWDOWN)
+        self.assertEqual(r.returncode, 0, r.stderr.decode(errors="replace"))
+        values = {e["key"]: e["value"] for e in json.loads(r.stdout)["entries"]
+                  if e["kind"] == "value"}
+        cut = {"__truncated__": True, "bytes_limit": 1 << 20}
+        self.assertEqual(values, {"s": cut, "b": cut, "d": cut})
 
 
 # --------------------------------------------------------------------------------------------
@@ -826,7 +924,8 @@ class TorchScriptTests(HostileTestCase):
         mnt, proc = self.mount(path)
         for key, want in self.expected.items():
             if key in broken:
-                self.assertEqual(os.listdir(mnt / key), ["meta.json"], key)
+                self.assertIn("data", os.listdir(mnt / key), key)
+                assert_read_fails(self, mnt / key / "data")
                 continue
             data = (mnt / key / "data").read_bytes()
             self.assertEqual(hashlib.sha256(data).hexdigest(), want["sha256"], key)
@@ -1047,7 +1146,8 @@ class HostileSafetensorsTests(HostileTestCase):
 
     def test_header_length_lies(self):
         self.assert_refused(self.st("past_end", "{}", b"", 1000), EXIT["checkpoint"],
-                            r"header length 1000 runs past the end of the file \(10 bytes\)$")
+                            r"header length 1000 runs past the end of the file \(10 bytes\): "
+                            r"the file looks truncated")
         self.assert_refused(self.st("over_100mb", "{}", b"", 100_000_001), EXIT["checkpoint"],
                             r"header length 100000001 is over the limit of 100000000 bytes")
         self.assert_refused(self.st("length_2_64", "{}", b"", (1 << 64) - 1), EXIT["checkpoint"],
@@ -1215,8 +1315,8 @@ class HostileIndexTests(HostileTestCase):
                                                r"directory")
         d, index = self.set_with("loop", {"a": "loop.safetensors"})
         os.symlink("loop.safetensors", d / "loop.safetensors")
-        self.assert_refused(index, EXIT["io"], r'shard "loop.safetensors" .*: Too many levels of '
-                                               r"symbolic links")
+        self.assert_refused(index, EXIT["checkpoint"], r'shard "loop.safetensors" .*: leads '
+                                                       r"through a loop of symbolic links")
 
     def test_shards_that_are_not_regular_files(self):
         """A FIFO, a socket or a device named by the index: refused at once, never opened (a
@@ -1227,9 +1327,9 @@ class HostileIndexTests(HostileTestCase):
         self.assert_refused(index, EXIT["io"], r'shard "fifo" \(named by the index\): not a '
                                                r"regular file$")
         _, index = self.set_with("device_shard", {"a": "model-1.safetensors", "b": "zero"})
-        os.symlink("/dev/zero", index.parent / "zero")
-        self.assert_refused(index, EXIT["io"], r'shard "zero" \(named by the index\): not a '
-                                               r"regular file$")
+        os.symlink("/dev/zero", index.parent / "zero")  # a link out of the directory, to boot
+        self.assert_refused(index, EXIT["checkpoint"], r'shard "zero" \(named by the index\): '
+                                                       r"leads out of the directory")
         fifo_dir = self.tmp / "fifo_model"
         fifo_dir.mkdir()
         os.mkfifo(fifo_dir / "model.safetensors")
@@ -1276,7 +1376,8 @@ class HostileIndexTests(HostileTestCase):
         mnt, proc = self.mount(d)
         self.assertEqual(sorted(os.listdir(mnt)), [VIEWS_FOLDER, "a", "ghost"])  # b: unlisted
         self.assertEqual((mnt / "a" / "data").read_bytes(), floats(4))
-        self.assertEqual(os.listdir(mnt / "ghost"), ["meta.json"])
+        self.assertEqual(sorted(os.listdir(mnt / "ghost")), BROKEN_FILES)
+        assert_read_fails(self, mnt / "ghost" / "data")
         self.assertRegex(json.loads((mnt / "ghost" / "meta.json").read_bytes())["broken"],
                          r'the index puts it in "model-1.safetensors", which has no tensor')
         index = json.loads((views_dir(mnt) / "index.json").read_bytes())

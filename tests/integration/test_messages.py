@@ -6,7 +6,11 @@ naming the file and what to do, with the documented exit code.
   a tar archive and an empty file, each saved under the name of every format ckptfs reads (.pth,
   .bin, .safetensors, .gguf, .npz, an *.index.json, a DCP .metadata), a shard of a sharded set
   and a DCP .distcp file: inspect and the mount say what the file is and what to do.
-- TruncatedTests: a .pth, an .npz and a safetensors file cut short (an interrupted download).
+- ValidLookalikeTests: a valid file of every format with "ustar" at byte 257 (a tar archive's
+  signature) is read as what it is, and said to be cut short when it is (issue 29, item 10).
+- TruncatedTests: a file of every format cut short (an interrupted download): .pth (zip and
+  legacy), TorchScript, .npz, safetensors, GGUF, a DCP .metadata and item file, a ZeRO rank's
+  file; each says "the file looks truncated" and what to do, as README's troubleshooting does.
 - MountpointTests: a mountpoint that does not exist, is no directory, is not empty; -o rw,
   -o nonempty.
 - CommandLineTests: -h/--help of every subcommand, --dtype given to a mount, pack's outputs
@@ -19,7 +23,9 @@ import json
 import lzma
 import os
 import re
+import select
 import shutil
+import stat
 import struct
 import subprocess
 import sys
@@ -37,7 +43,8 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from ckptfs_mounts import is_mounted  # noqa: E402
-from fixtures import CKPTFS, CORPUS  # noqa: E402
+from fixtures import (CKPTFS, CORPUS, processes_with_arg, syslog_listens,  # noqa: E402
+                      wait_until)
 from test_mount import MountTestCase, run  # noqa: E402
 
 EXIT = {"usage": 1, "io": 2, "zip": 3, "checkpoint": 4, "unsupported": 5, "mount": 6}
@@ -173,6 +180,147 @@ class ImpostorTests(MessageTestCase):
         self.assertIn(b"1 tensors", r.stdout)
 
 
+def gguf_bytes(name, tensor=b"\0" * 16):
+    """A GGUF v3 file with general.name `name` and one float32 tensor "w" of `tensor`'s bytes."""
+    def text(b):
+        return struct.pack("<Q", len(b)) + b
+    out = b"GGUF" + struct.pack("<IQQ", 3, 1, 1)
+    out += text(b"general.name") + struct.pack("<I", 8) + text(name)
+    out += text(b"w") + struct.pack("<IQIQ", 1, len(tensor) // 4, 0, 0)
+    return out + b"\0" * (-len(out) % 32) + tensor
+
+
+def spelled_at_257(write, word=b"ustar"):
+    """What `write(text)` writes (a file with `text` as a key, a name or a value), with `text`
+    chosen so that the file's bytes 257-261 spell `word`. Written again until they do: a writer
+    may move the text between two writes (torch.jit.script names a class scripted twice
+    anew)."""
+    text = "m" * 400
+    for _ in range(5):
+        data = write(text)
+        if data[257:257 + len(word)] == word:
+            return text
+        at = data.find(text.encode())
+        assert 0 <= at <= 257 and at + len(text) >= 257 + len(word), at
+        text = "m" * (257 - at) + word.decode() + "m" * (400 - (257 - at) - len(word))
+    raise AssertionError(f"{word!r} is not at byte 257 of what {write} writes")
+
+
+class ValidLookalikeTests(MessageTestCase):
+    """Valid files whose bytes happen to spell an impostor's signature, where their format lets
+    them: "ustar" at byte 257 from a key, a member's name or a value (a key "mustard"). Each is
+    read as what it is: the impostor test only names what a file is once its own format has
+    failed to read it (issue 29, item 10). Their first bytes are the format's own, so byte 257
+    is the one place left (a safetensors header length's low bytes: test_a_real_checkpoint_is_
+    no_impostor)."""
+
+    def lookalikes(self, d):
+        """{file name: (path, key, the key's values)} of a file per format, each with "ustar" at
+        257."""
+        values = torch.arange(4, dtype=torch.float32)
+
+        def torch_save(name, **kw):
+            def write(key):
+                torch.save({key: values}, d / name, **kw)
+                return (d / name).read_bytes()
+            return write
+
+        def torchscript(key):
+            m = torch.jit.script(Buffered(key, values))
+            m.save(str(d / "model.jit"))
+            return (d / "model.jit").read_bytes()
+
+        def npz(key):
+            np.savez(d / "arrays.npz", **{key: values.numpy()})
+            return (d / "arrays.npz").read_bytes()
+
+        def safetensors(key):
+            (d / "model.safetensors").write_bytes(safetensors_bytes(key, values))
+            return (d / "model.safetensors").read_bytes()
+
+        def gguf(name):
+            (d / "model.gguf").write_bytes(gguf_bytes(name.encode(), values.numpy().tobytes()))
+            return (d / "model.gguf").read_bytes()
+
+        def index(key):
+            (d / "model.safetensors.index.json").write_text(json.dumps(
+                {"metadata": {"total_size": 16},
+                 "weight_map": {key: "model-00001-of-00001.safetensors"}}))
+            return (d / "model.safetensors.index.json").read_bytes()
+
+        out = {}
+        for name, write in [("model.pth", torch_save("model.pth")),
+                            ("legacy.pth", torch_save("legacy.pth",
+                                                      _use_new_zipfile_serialization=False)),
+                            ("model.jit", torchscript), ("arrays.npz", npz),
+                            ("model.safetensors", safetensors)]:
+            out[name] = (d / name, spelled_at_257(write), values)
+        out["model.gguf"] = (d / "model.gguf", "w", values)
+        spelled_at_257(gguf)
+        key = spelled_at_257(index)
+        (d / "model-00001-of-00001.safetensors").write_bytes(safetensors_bytes(key, values))
+        out["model.safetensors.index.json"] = (d / "model.safetensors.index.json", key, values)
+        return out
+
+    def test_every_format_with_ustar_at_257_is_read(self):
+        d = self.new_dir("lookalikes")
+        lookalikes = self.lookalikes(d)
+        for name, (path, key, values) in lookalikes.items():
+            with self.subTest(name=name):
+                self.assertEqual(path.read_bytes()[257:262], b"ustar")
+                r = run([CKPTFS, "inspect", "--json", path])
+                self.assertEqual(r.returncode, 0, r.stderr.decode())
+                self.assertIn(key, [e["key"] for e in json.loads(r.stdout)["entries"]])
+        # Mounted, its values are the ones written; a directory holding one is chosen and read.
+        for name in ("model.pth", "model.gguf"):
+            path, key, values = lookalikes[name]
+            alone = self.new_dir("alone")
+            shutil.copy(path, alone / name)
+            for what in (path, alone):
+                m, proc = self.mount(what)
+                index = json.loads((m / ".ckptfs" / "index.json").read_bytes())
+                entry = next(e for e in index["entries"] if e["key"] == key)
+                got = np.load(m / entry["path"] / "tensor.npy")
+                self.assertTrue(np.array_equal(got, values.numpy()), (name, what))
+                self.unmount(m, proc)
+
+    def test_a_file_cut_short_is_not_named_for_its_bytes(self):
+        """Once its format has failed, a file with "ustar" at 257 but no tar header (no
+        checksum) is no tar archive: its reader's own error is told."""
+        d = self.new_dir("cut-lookalikes")
+        for name, (path, _, _) in self.lookalikes(d).items():
+            if name.endswith(".json"):
+                continue  # a JSON text cut short is no JSON: test_index_not_an_index
+            with self.subTest(name=name):
+                data = path.read_bytes()
+                path.write_bytes(data[:max(300, len(data) * 6 // 10)])
+                r = run([CKPTFS, "inspect", path])
+                self.assertNotEqual(r.returncode, 0)
+                self.assertNotIn(b"tar", r.stderr)
+
+
+class Buffered(torch.nn.Module):
+    """A module of one buffer named `key`, for torch.jit.script."""
+
+    def __init__(self, key, values):
+        super().__init__()
+        self.register_buffer(key, values)
+
+    def forward(self, x):
+        return x
+
+
+def safetensors_bytes(key, values):
+    header = json.dumps({key: {"dtype": "F32", "shape": list(values.shape),
+                               "data_offsets": [0, values.numel() * 4]}}).encode()
+    header += b" " * (-len(header) % 8)
+    return struct.pack("<Q", len(header)) + header + values.numpy().tobytes()
+
+
+LOOKS_TRUNCATED = (r"the file looks truncated \(an interrupted download or copy\?\): download "
+                   r"or copy it again$")
+
+
 class TruncatedTests(MessageTestCase):
     def cut(self, path, fraction=0.6):
         data = path.read_bytes()
@@ -194,13 +342,99 @@ class TruncatedTests(MessageTestCase):
         self.assert_refused(path, "zip", r".*the file looks truncated")
 
     def test_truncated_safetensors(self):
-        header = json.dumps({"w": {"dtype": "F32", "shape": [4096],
-                                   "data_offsets": [0, 16384]}}).encode()
-        header += b" " * (-len(header) % 8)
         path = self.tmp / "model.safetensors"
-        path.write_bytes(struct.pack("<Q", len(header)) + header + bytes(16384))
+        path.write_bytes(safetensors_bytes("w", torch.zeros(4096)))
         self.cut(path)
-        self.assert_refused(path, "checkpoint", r".*the file is truncated$")
+        self.assert_refused(path, "checkpoint", r"the tensors' data runs to byte 16464 of the "
+                            r"file, past its end \(\d+ bytes\): " + LOOKS_TRUNCATED)
+        path.write_bytes(path.read_bytes()[:40])  # in the header
+        self.assert_refused(path, "checkpoint", r"safetensors header length \d+ runs past the "
+                            r"end of the file \(\d+ bytes\): " + LOOKS_TRUNCATED, mount=False)
+
+    def test_truncated_legacy_stream(self):
+        """Cut in its storages, or in its pickles: every cut says so."""
+        path = self.tmp / "legacy.pth"
+        torch.save({"w": torch.zeros(4096), "b": torch.ones(16)}, path,
+                   _use_new_zipfile_serialization=False)
+        whole = path.read_bytes()
+        self.cut(path)
+        self.assert_refused(path, "checkpoint", r'storage "\d+" declares 4096 elements of 4 bytes '
+                            r"at byte \d+, past the end of the file \(\d+ bytes\): " +
+                            LOOKS_TRUNCATED)
+        for cut in (5, 40, 200, 400):
+            path.write_bytes(whole[:cut])
+            with self.subTest(cut=cut):
+                self.assert_refused(path, "checkpoint", r".*: " + LOOKS_TRUNCATED, mount=False)
+
+    def test_truncated_torchscript(self):
+        path = self.tmp / "model.jit"
+        torch.jit.script(torch.nn.Linear(64, 64)).save(str(path))
+        self.cut(path)
+        self.assert_refused(path, "zip", r"no end of central directory record in the last \d+ "
+                            r"bytes: " + LOOKS_TRUNCATED)
+
+    def test_truncated_gguf(self):
+        """Cut in its tensors' data or in its header: the tensor or the byte, and the words of
+        README's troubleshooting table."""
+        path = self.tmp / "model.gguf"
+        whole = gguf_bytes(b"cut", bytes(16384))
+        path.write_bytes(whole)
+        self.cut(path)
+        self.assert_refused(path, "checkpoint", r'GGUF tensor "w" \(info at byte \d+\): its '
+                            r"16384 bytes at offset 0 of the data \(byte \d+\) run past the end of "
+                            r"the file \(\d+ bytes\): " + LOOKS_TRUNCATED)
+        path.write_bytes(whole[:50])
+        self.assert_refused(path, "checkpoint", r"GGUF header: byte \d+ needs \d+ more bytes, past "
+                            r"the end of the file \(50 bytes; or a count or length lies\): " +
+                            LOOKS_TRUNCATED, mount=False)
+
+    def test_truncated_dcp_item_file(self):
+        """A .distcp file cut short: the tensors whose items it lacks are broken, saying so."""
+        corpus = CORPUS / "formats" / "Lightning-AI__pytorch-lightning__dcp-fsdp-world2"
+        if not corpus.is_dir():
+            self.skipTest(f"{corpus} is missing")
+        d = self.tmp / "dcp"
+        shutil.copytree(corpus, d)
+        d.chmod(0o755)
+        for f in d.iterdir():
+            f.chmod(0o644)
+        self.cut(d / "__1_0.distcp")
+        r = run([CKPTFS, "inspect", "--json", d])
+        self.assertEqual(r.returncode, 0, r.stderr.decode())
+        broken = [e["broken"] for e in json.loads(r.stdout)["entries"] if e.get("broken")]
+        self.assertTrue(broken)
+        for why in broken:
+            self.assertRegex(why, r'of "__1_0.distcp" runs past the end of the file \(\d+ bytes\): ' +
+                             LOOKS_TRUNCATED)
+
+    def test_truncated_dcp_metadata(self):
+        corpus = CORPUS / "formats" / "Lightning-AI__pytorch-lightning__dcp-fsdp-world2"
+        if not corpus.is_dir():
+            self.skipTest(f"{corpus} is missing")
+        d = self.tmp / "dcp-meta"
+        shutil.copytree(corpus, d)
+        d.chmod(0o755)
+        for f in d.iterdir():
+            f.chmod(0o644)
+        self.cut(d / ".metadata")
+        self.assert_refused(d / ".metadata", "checkpoint", r"\.metadata: invalid pickle at byte "
+                            r"\d+: .*: " + LOOKS_TRUNCATED, mount=False)
+
+    def test_truncated_zero_file(self):
+        """A DeepSpeed rank's file cut short: named, and said to be cut short."""
+        corpus = CORPUS / "formats" / ("bigyanghimire__deepspeed-experiments__"
+                                       "zero3-bert-model-states-only")
+        if not corpus.is_dir():
+            self.skipTest(f"{corpus} is missing")
+        d = self.tmp / "zero"
+        shutil.copytree(corpus, d)
+        d.chmod(0o755)
+        for f in d.rglob("*"):
+            f.chmod(0o755 if f.is_dir() else 0o644)
+        self.cut(d / "global_step99" / "zero_pp_rank_0_mp_rank_00_model_states.pt")
+        self.assert_refused(d, "zip", r'"global_step99/zero_pp_rank_0_mp_rank_00_model_states\.pt": '
+                            r"no end of central directory record in the last \d+ bytes: " +
+                            LOOKS_TRUNCATED, mount=False)
 
 
 class MountpointTests(MessageTestCase):
@@ -370,6 +604,90 @@ class DirectoryTests(MessageTestCase):
         self.assert_refused(d, "io", r'"only.pth": a Git LFS pointer')
 
 
+class ModelDirectoryTests(MessageTestCase):
+    """Issue 29, item 12: a model directory's other files named by mistake, a Trainer's
+    checkpoint-N/, a DeepSpeed `latest` whose tag is not there."""
+
+    ZERO = CORPUS / "formats" / "bigyanghimire__deepspeed-experiments__zero3-bert-model-states-only"
+
+    def safetensors(self, path, key="w"):
+        header = json.dumps({key: {"dtype": "U8", "shape": [2], "data_offsets": [0, 2]}})
+        header = header.encode() + b" " * (-len(header) % 8)
+        path.write_bytes(struct.pack("<Q", len(header)) + header + b"xy")
+
+    def test_other_json_files_of_a_model(self):
+        d = self.new_dir("model")
+        self.safetensors(d / "model.safetensors")
+        config = '{"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2"}'
+        for name, what in (("config.json", r"a model config \(transformers' config.json\), not a "
+                                           r"checkpoint: name its directory, which holds the "
+                                           r"weights$"),
+                           ("generation_config.json", r"a model's generation config, not a "
+                                                      r"checkpoint: name its directory"),
+                           ("tokenizer.json", r"a tokenizer, not a checkpoint: name its "),
+                           ("tokenizer_config.json", r"a tokenizer's config, not a checkpoint"),
+                           ("trainer_state.json", r"a Hugging Face Trainer's state \(of a "
+                                                  r"checkpoint-N directory\), not a checkpoint"),
+                           ("adapter_config.json", r"a PEFT adapter's config, not a checkpoint: "
+                                                   r"name its directory")):
+            with self.subTest(name):
+                (d / name).write_text(config)
+                self.assert_refused(d / name, "io", what)
+        m, proc = self.mount(d)  # its directory mounts the weights
+        self.assertTrue((m / "w" / "data").is_file())
+        self.unmount(m, proc)
+
+    def test_latest_naming_a_tag_that_is_not_there(self):
+        run_dir = self.new_dir("run")
+        (run_dir / "latest").write_text("global_step9\n")
+        missing = (r'latest names the tag "global_step9", which does not exist here: name the '
+                   r"tag directory that holds the \*_model_states.pt files, or write its name "
+                   r"into latest$")
+        self.assert_refused(run_dir, "checkpoint", missing)
+        self.assert_refused(run_dir / "latest", "checkpoint", missing)
+        (run_dir / "global_step9").mkdir()
+        self.assert_refused(run_dir, "io", r'latest names the tag "global_step9", which holds no '
+                                           r"\*_model_states.pt: not a DeepSpeed checkpoint")
+
+    def test_trainer_checkpoint_with_deepspeed(self):
+        """checkpoint-N/ as transformers' Trainer writes it with DeepSpeed (ZeRO-3 with
+        stage3_gather_16bit_weights_on_model_save, two processes): the model's weights, its
+        config, the Trainer's state, arguments and RNG states, and DeepSpeed's checkpoint
+        (`latest`, global_stepN/, zero_to_fp32.py). Naming checkpoint-N/ mounts the model, as
+        from_pretrained(checkpoint-N) loads it; global_stepN/ (or `latest`) the ZeRO
+        checkpoint; without the model's file (ZeRO-3 saving no gathered weights), the ZeRO one."""
+        if not self.ZERO.is_dir():
+            self.skipTest(f"{self.ZERO} is missing")
+        ckpt = self.new_dir("run") / "checkpoint-99"
+        ckpt.mkdir()
+        shutil.copytree(self.ZERO / "global_step99", ckpt / "global_step99")
+        shutil.copy(self.ZERO / "latest", ckpt / "latest")
+        shutil.copy(self.ZERO / "zero_to_fp32.py", ckpt / "zero_to_fp32.py")
+        self.safetensors(ckpt / "model.safetensors", "bert.embeddings.word_embeddings.weight")
+        (ckpt / "config.json").write_text('{"model_type": "bert"}')
+        (ckpt / "generation_config.json").write_text('{"_from_model_config": true}')
+        (ckpt / "trainer_state.json").write_text('{"global_step": 99, "log_history": []}')
+        torch.save({"output_dir": "run", "deepspeed": "ds.json"}, ckpt / "training_args.bin")
+        for rank in (0, 1):
+            torch.save({"python": (3, (), None), "cpu": torch.get_rng_state()},
+                       ckpt / f"rng_state_{rank}.pth")
+        torch.save({"last_epoch": 99}, ckpt / "scheduler.pt")
+        m, proc = self.mount(ckpt)
+        index = json.loads((m / ".ckptfs" / "index.json").read_text())
+        self.assertEqual(index["format"], "safetensors")
+        self.assertEqual([e["key"] for e in index["entries"]],
+                         ["bert.embeddings.word_embeddings.weight"])
+        self.unmount(m, proc)
+        for path in (ckpt / "global_step99", ckpt / "latest"):
+            r = run([CKPTFS, "inspect", "--json", path])
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(json.loads(r.stdout)["format"], "zero")
+        (ckpt / "model.safetensors").unlink()
+        r = run([CKPTFS, "inspect", "--json", ckpt])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(json.loads(r.stdout)["format"], "zero")
+
+
 class LogTests(MessageTestCase):
     """Item 11: -o log=FILE in a daemon and in the foreground; the lost log said."""
 
@@ -392,22 +710,143 @@ class LogTests(MessageTestCase):
     def test_unwritable_log_fails_at_once(self):
         src = self.tmp / "m.pth"
         torch.save({"w": torch.zeros(2)}, src)
-        r = run([CKPTFS, "-o", f"log={self.tmp}/no/such/dir/x.log", src, self.new_dir()])
-        self.assertEqual(r.returncode, EXIT["mount"])
-        self.assertIn("No such file or directory", r.stderr.decode())
+        log = self.tmp / "no" / "such" / "dir" / "x.log"
+        r = run([CKPTFS, "-o", f"log={log}", src, self.new_dir()])
+        self.assertEqual(r.returncode, EXIT["usage"])
+        self.assertEqual(r.stderr.decode(), f'ckptfs: log="{log}": No such file or directory\n')
 
-    def test_lost_log_is_said_once(self):
-        if os.path.exists("/dev/log"):
-            self.skipTest("a syslog listens here (the line is said only without one)")
+    def test_log_is_only_the_users_own_regular_file(self):
+        """Issue 29, items 2 and 8: in a sticky directory others may write (/tmp), a name that
+        leads anywhere but to a regular file of the user's, with one name, is refused at once
+        (status 1, one line, nothing mounted), and nothing is written, created or waited on."""
         src = self.tmp / "m.pth"
         torch.save({"w": torch.zeros(2)}, src)
+        shared = self.new_dir("sticky")
+        os.chmod(shared, 0o1777)
+        precious = self.tmp / "precious"  # root's, 0600
+        precious.write_bytes(b"root only\n")
+        os.chmod(precious, 0o600)
+        root = os.geteuid() == 0
+
+        def planted(name, make, chown=True):
+            path = shared / name
+            make(path)
+            if root and chown:  # made by another user, as in /tmp
+                os.chown(path, 65534, 65534, follow_symlinks=False)
+            return path
+
+        cases = [
+            ("a link", planted("link.log", lambda p: p.symlink_to(precious)),
+             r"a symbolic link: ckptfs does not follow one to its log"),
+            ("a dangling link", planted("dangling.log",
+                                        lambda p: p.symlink_to(self.tmp / "made-by-root")),
+             r"a symbolic link"),
+            ("a FIFO", planted("fifo.log", os.mkfifo), r"a FIFO, not a regular file"),
+            ("a directory", planted("dir.log", os.mkdir), r"a directory, not a regular file"),
+            ("a device", Path("/dev/null"), r"a character device, not a regular file"),
+            # (another name of root's file: its owner is root's, whoever made the name)
+            ("a hard link", planted("hard.log", lambda p: os.link(precious, p), chown=False),
+             r"has 2 hard links"),
+        ]
+        if root:
+            cases.append(("another user's file", planted("theirs.log", lambda p: p.write_bytes(b"")),
+                          r"owned by uid 65534, not by uid 0 who mounts"))
+        for name, log, pattern in cases:
+            with self.subTest(name):
+                mnt = self.new_dir()
+                # A FIFO's open would wait for a reader for ever: run() gives up after its
+                # timeout, and the test fails.
+                r = run([CKPTFS, "-o", f"log={log}", src, mnt])
+                err = r.stderr.decode()
+                self.assertEqual((r.returncode, r.stdout, err.count("\n")), (EXIT["usage"], b"", 1),
+                                 err)
+                self.assertRegex(err, "^ckptfs: log=" + re.escape(f'"{log}"') + ": " + pattern)
+                self.assertFalse(is_mounted(mnt))
+                run(["fusermount3", "-u", "-z", mnt])  # were it mounted all the same
+        self.assertEqual(precious.read_bytes(), b"root only\n")
+        st = precious.stat()
+        self.assertEqual((st.st_uid, stat.S_IMODE(st.st_mode)), (os.geteuid(), 0o600))
+        self.assertFalse(os.path.lexists(self.tmp / "made-by-root"))
+        self.assertEqual(os.listdir(shared / "dir.log"), [])
+        # A new name there is the user's own file from the start: created 0600, and appended to
+        # by the next mount.
+        log = shared / "new.log"
+        for _ in range(2):
+            mnt = self.new_dir()
+            r = run([CKPTFS, "-o", f"log={log}", src, mnt])
+            self.assertEqual((r.returncode, r.stderr), (0, b""))
+            self.assertEqual(run(["fusermount3", "-u", mnt]).returncode, 0)
+        st = log.lstat()
+        self.assertTrue(stat.S_ISREG(st.st_mode))
+        self.assertEqual((stat.S_IMODE(st.st_mode), st.st_uid), (0o600, os.geteuid()))
+
+    def daemon_with_stderr(self, stderr):
+        """A daemon mount of a checkpoint whose stderr is `stderr` (a descriptor); returns the
+        checkpoint, the mountpoint and the daemon's pid, once the command has returned 0."""
+        src = self.tmp / f"lost-{stderr}.pth"
+        torch.save({"a": torch.zeros(100000), "b": torch.ones(100000)}, src)
         mnt = self.new_dir()
-        r = run([CKPTFS, src, mnt])
+        r = subprocess.run([str(CKPTFS), str(src), str(mnt)], stdout=subprocess.PIPE,
+                           stderr=stderr, timeout=60)
         self.addCleanup(lambda: run(["fusermount3", "-u", "-z", mnt]))
         self.assertEqual(r.returncode, 0)
-        self.assertEqual(r.stderr, b"ckptfs: warning: no syslog listens on /dev/log: the mount's "
-                         b"log (read and server errors) is lost; -o log=FILE keeps it\n")
-        run(["fusermount3", "-u", mnt])
+        self.assertEqual(r.stdout, b"")
+        pids = processes_with_arg(mnt)
+        self.assertEqual(len(pids), 1)
+        return src, mnt, pids[0]
+
+    def unmount_and_wait(self, mnt, pid):
+        self.assertEqual(run(["fusermount3", "-u", mnt]).returncode, 0)
+        self.assertTrue(wait_until(lambda: not Path(f"/proc/{pid}").exists(), 60))
+
+    def fail_reads(self, src, mnt):
+        """Two reads that fail, each logged: the checkpoint's bytes are gone."""
+        os.truncate(src, 1000)
+        for key in ("a", "b"):
+            with self.assertRaises(OSError):
+                (mnt / key / "data").read_bytes()
+
+    def lost_line(self, mnt):
+        return (f"ckptfs: {mnt}: warning: no syslog listens on /dev/log: the mount's log (read "
+                "and server errors) is lost; -o log=FILE keeps it\n").encode()
+
+    def test_lost_log_is_said_at_the_first_line_once(self):
+        """Issue 29, item 12: a daemon without a syslog to hear it says so when it first logs,
+        once, on the file or terminal that was the mount's stderr; a mount that logs nothing says
+        nothing (it used to say it at every mount)."""
+        if syslog_listens():
+            self.skipTest("a syslog listens here (the line is said only without one)")
+        with self.subTest("stderr a file"):
+            err = self.tmp / "stderr.txt"
+            with open(err, "wb") as f:
+                src, mnt, pid = self.daemon_with_stderr(f.fileno())
+            self.assertEqual(err.read_bytes(), b"")  # mounted: nothing to say
+            self.assertEqual((mnt / "a" / "data").read_bytes(), bytes(400000))
+            self.assertEqual(err.read_bytes(), b"")  # read: nothing either
+            self.fail_reads(src, mnt)
+            self.assertTrue(wait_until(lambda: err.read_bytes() != b"", 60))
+            self.unmount_and_wait(mnt, pid)
+            self.assertEqual(err.read_bytes(), self.lost_line(mnt))
+        with self.subTest("stderr a terminal"):
+            master, slave = os.openpty()
+            self.addCleanup(os.close, master)
+            self.addCleanup(os.close, slave)  # open here, so that the master reads, not EIO
+            src, mnt, pid = self.daemon_with_stderr(slave)
+            # The daemon holds no descriptor of the terminal: it opens it again to say it.
+            pts = os.path.realpath(f"/proc/self/fd/{master}")
+            held = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+            self.assertFalse([h for h in held if h.startswith("/dev/pts/")], (pts, held))
+            self.fail_reads(src, mnt)
+            said = b""
+            while b"\n" not in said:
+                ready, _, _ = select.select([master], [], [], 60)
+                self.assertTrue(ready, f"nothing said on the terminal: {said!r}")
+                said += os.read(master, 4096)
+            self.unmount_and_wait(mnt, pid)
+            ready, _, _ = select.select([master], [], [], 0)
+            if ready:
+                said += os.read(master, 4096)
+            self.assertEqual(said.replace(b"\r\n", b"\n"), self.lost_line(mnt))
 
 
 class ProgressTests(MessageTestCase):

@@ -41,7 +41,7 @@ require("fuse", "torch")
 
 from ckptfs_mounts import is_mounted, mount_of, mount_points  # noqa: E402
 from ckptfs_mounts import unmount as force_unmount  # noqa: E402
-from fixtures import daemon_stderr, processes_with_arg, wait_until  # noqa: E402
+from fixtures import processes_with_arg, wait_until  # noqa: E402
 CKPTFS = Path(os.environ.get("CKPTFS", REPO / "build" / "ckptfs")).absolute()
 BUILD = CKPTFS.parent
 PACKAGING = REPO / "packaging"
@@ -300,6 +300,17 @@ INSTALLED = {  # relative to the prefix
     "share/bash-completion/completions/ckptfs", "share/doc/ckptfs/README.md",
     "share/doc/ckptfs/copyright", "share/doc/ckptfs/examples/mnt-model.mount",
 } | {f"share/doc/ckptfs/docs/{p.name}" for p in (REPO / "docs").glob("*.md")}  # the README's links
+PYTHON_FILES = {p.name for p in (REPO / "python" / "ckptfs").glob("*.py")}
+# Where Debian's python3 finds the package: under /usr (DESTDIR, the .deb) its own directory for
+# packaged modules, under any other prefix (/usr/local) the version's, which it searches there.
+DEBIAN_PYTHON = f"python{sys.version_info[0]}.{sys.version_info[1]}"
+PYTHON_DIR_USR = "lib/python3/dist-packages"
+PYTHON_DIR_OTHER = f"lib/{DEBIAN_PYTHON}/dist-packages"
+
+
+def installed(python_dir):
+    """Every file cmake --install puts under the prefix, the package in `python_dir`."""
+    return INSTALLED | {f"{python_dir}/ckptfs/{name}" for name in PYTHON_FILES}
 
 
 def files_under(root):
@@ -314,8 +325,11 @@ def needs_build_tree(test):
 
 
 class InstallTests(TempDirTestCase):
-    def check_tree(self, prefix):
-        self.assertEqual(files_under(prefix), INSTALLED)
+    def check_tree(self, prefix, python_dir):
+        self.assertEqual(files_under(prefix), installed(python_dir))
+        for name in PYTHON_FILES:
+            self.assertEqual((prefix / python_dir / "ckptfs" / name).read_bytes(),
+                             (REPO / "python" / "ckptfs" / name).read_bytes())
         link = prefix / "bin" / "ckptfs-verify"
         self.assertTrue(link.is_symlink())
         self.assertEqual(os.readlink(link), "../libexec/ckptfs/ckptfs-verify",
@@ -327,13 +341,23 @@ class InstallTests(TempDirTestCase):
         self.assertEqual((prefix / "share/bash-completion/completions/ckptfs").read_bytes(),
                          COMPLETION.read_bytes())
 
-    def check_runs(self, prefix):
-        """The installed ckptfs, and ckptfs-verify from PATH (which finds that ckptfs)."""
+    def check_runs(self, prefix, python_dir):
+        """The installed ckptfs, ckptfs-verify from PATH (which finds that ckptfs), and the
+        Python package from its directory (which finds that ckptfs on PATH)."""
         r = run([prefix / "bin/ckptfs", "--version"])
         self.assertEqual(r.returncode, 0, text(r))
         self.assertEqual(r.stdout.decode().strip(), f"ckptfs {version()}")
-        env = {k: v for k, v in os.environ.items() if k != "CKPTFS"}
+        env = {k: v for k, v in os.environ.items() if k not in ("CKPTFS", "CKPTFS_BINARY")}
         env["PATH"] = f"{prefix / 'bin'}:{env.get('PATH', '/usr/bin:/bin')}"
+        code = ("import ckptfs, sys\n"
+                "with ckptfs.open(sys.argv[1]) as ck:\n"
+                "    w = ck['encoder.weight']\n"
+                "    print(ckptfs.__file__, ck.path_of('encoder.weight'), len(w))\n")
+        r = run([sys.executable, "-c", code, SAMPLE],
+                env={**env, "PYTHONPATH": str(prefix / python_dir)}, cwd=self.tmp)
+        self.assertEqual(r.returncode, 0, text(r))
+        self.assertEqual(r.stdout.decode().split(),
+                         [str(prefix / python_dir / "ckptfs" / "__init__.py"), "file", "4"])
         r = run(["ckptfs-verify", SAMPLE], env=env, timeout=120, cwd=self.tmp)
         self.assertEqual(r.returncode, 0, text(r))
         self.assertIn("all agree", text(r))
@@ -348,8 +372,10 @@ class InstallTests(TempDirTestCase):
         prefix = self.tmp / "prefix"
         r = run(["cmake", "--install", BUILD, "--prefix", prefix])
         self.assertEqual(r.returncode, 0, text(r))
-        self.check_tree(prefix)
-        self.check_runs(prefix)
+        self.check_tree(prefix, PYTHON_DIR_OTHER)
+        self.check_runs(prefix, PYTHON_DIR_OTHER)
+        # Under the default prefix, /usr/local, that directory is one Debian's python3 searches.
+        self.assertIn(f"/usr/local/{PYTHON_DIR_OTHER}", sys.path)
 
     @needs_build_tree
     def test_install_destdir(self):
@@ -358,8 +384,9 @@ class InstallTests(TempDirTestCase):
                 env={**os.environ, "DESTDIR": str(root)})
         self.assertEqual(r.returncode, 0, text(r))
         self.assertEqual(os.listdir(root), ["usr"])
-        self.check_tree(root / "usr")
-        self.check_runs(root / "usr")
+        self.check_tree(root / "usr", PYTHON_DIR_USR)
+        self.check_runs(root / "usr", PYTHON_DIR_USR)
+        self.assertIn(f"/usr/{PYTHON_DIR_USR}", sys.path)
 
 
 class DebianPackageTests(TempDirTestCase):
@@ -403,7 +430,7 @@ class DebianPackageTests(TempDirTestCase):
         self.assertEqual(listing.returncode, 0, text(listing))
         paths = {line.split()[5].removeprefix("./") for line in listing.stdout.decode().splitlines()
                  if not line.startswith("d")}
-        self.assertEqual(paths, {"usr/" + p for p in INSTALLED})
+        self.assertEqual(paths, {"usr/" + p for p in installed(PYTHON_DIR_USR)})
         self.assertIn("./usr/bin/ckptfs-verify -> ../libexec/ckptfs/ckptfs-verify",
                       listing.stdout.decode())
         for line in listing.stdout.decode().splitlines():
@@ -500,7 +527,7 @@ class ReadinessTests(TempDirTestCase):
                 os.close(w_fd)
                 try:
                     self.assertEqual(r.returncode, 0, text(r))
-                    self.assertEqual(r.stderr, daemon_stderr())
+                    self.assertEqual(r.stderr, b"")
                     self.assertEqual(read_pipe(r_fd), b"1\n")
                     self.assertTrue(is_mounted(mnt))
                     self.unmount(mnt)
@@ -894,12 +921,13 @@ class CompletionTests(TempDirTestCase):
         self.assertEqual(self.complete("ckptfs --v"), ["--version"])
         self.assertEqual(self.complete("ckptfs inspect a.pth -"), ["--json"])
         self.assertEqual(self.complete("ckptfs pack a.pth out.pth -"),
-                         sorted(["--keys", "--dtype", "--force", "--progress", "--quiet", "-o",
-                                 "-h", "--help"]))
+                         sorted(["--keys", "--dtype", "--names", "--force", "--progress",
+                                 "--quiet", "-o", "-h", "--help"]))
         self.assertEqual(self.complete("ckptfs pack a.pth --f"), ["--force"])
         self.assertEqual(self.complete("ckptfs pack a.pth out.pth --dtype "),
                          ["bfloat16", "float16", "float32"])
         self.assertEqual(self.complete("ckptfs pack a.pth out.pth --dtype b"), ["bfloat16"])
+        self.assertEqual(self.complete("ckptfs pack a.gguf out.pth --names "), ["file", "hf"])
         self.assertEqual(self.complete("ckptfs pack a.pth --keys "), [])
 
     def test_checkpoint_then_mountpoint(self):
@@ -938,8 +966,8 @@ class CompletionTests(TempDirTestCase):
         self.assertEqual(self.complete("ckptfs -o "), names)
         self.assertEqual(self.complete("ckptfs a.pth mnt -o "), names)
         self.assertEqual(self.complete("ckptfs -o u"), ["uid=", "umask="])
-        self.assertEqual(self.complete("ckptfs -o allow_other,n"), ["allow_other,no_open",
-                                                                        "allow_other,notify_fd="])
+        self.assertEqual(self.complete("ckptfs -o allow_other,n"),
+                         ["allow_other,names=", "allow_other,no_open", "allow_other,notify_fd="])
         self.assertEqual(self.complete("ckptfs -o uid=5,al"), ["5,allow_other", "5,allow_root"])
         self.assertEqual(self.complete("ckptfs -oal"), ["-oallow_other", "-oallow_root"])
         self.assertEqual(self.complete("ckptfs -o uid="), [])
@@ -954,7 +982,7 @@ class CompletionTests(TempDirTestCase):
                          ["data,allow_other,direct_io", "data,allow_other,dtype="])
         remote = sorted(["timeout=", "cache_size=", "cache_dir=", "cache_dir_size=", "cacert=",
                          "insecure"])
-        self.assertEqual(self.complete("ckptfs inspect -o "), remote)
+        self.assertEqual(self.complete("ckptfs inspect -o "), sorted(remote + ["names="]))
         self.assertEqual(self.complete("ckptfs pack a.pth out.pth -o "), remote)
         self.assertEqual(self.complete("ckptfs pack -o cache_size=1G,c"),
                          sorted(["1G,cache_dir=", "1G,cache_dir_size=", "1G,cache_size=",

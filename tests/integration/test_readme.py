@@ -97,7 +97,10 @@ class ReadmeRecipes(unittest.TestCase):
         bin_dir.mkdir()
         (bin_dir / "ckptfs").symlink_to(CKPTFS)
         (bin_dir / "python3").symlink_to("/usr/bin/python3")
-        self.env = dict(os.environ, PATH=f"{bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}")
+        # The Python package as it is installed (a clone's python/ on PYTHONPATH).
+        self.env = dict(os.environ, PATH=f"{bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+                        PYTHONPATH=str(REPO / "python"))
+        self.env.pop("CKPTFS_BINARY", None)
         self.prelude = ""  # shell functions standing in for other machines (gpu-box)
         shutil.copyfile(SAMPLE, self.dir / "model.pth")
         training_checkpoint(self.dir / "train.pth")
@@ -269,11 +272,12 @@ scp() {{ local a args=(); for a in "$@"; do args+=("$(to_gpu_box "$a")"); done; 
             for k, t in model.items():
                 self.assertEqual(sorted(os.listdir(where / k)), ["data", "meta.json"])
                 self.assertEqual((where / k / "data").read_bytes(), t.numpy().tobytes(), k)
-        # pack: one checkpoint of them again.
+        # pack: one checkpoint of them again, nested as train.pth was (meta.json's key paths).
         packed = torch.load(self.dir / "model-only.pth")
-        self.assertEqual(sorted(packed), sorted(model))
-        for k, t in packed.items():
-            self.assertTrue(torch.equal(t, model[k]), k)
+        self.assertEqual(list(packed), ["model"])
+        self.assertEqual(sorted(packed["model"]), sorted(train["model"]))
+        for k, t in packed["model"].items():
+            self.assertTrue(torch.equal(t, train["model"][k]), k)
         self.assert_nothing_mounted()
 
     def test_load(self):
@@ -291,6 +295,18 @@ scp() {{ local a args=(); for a in "$@"; do args+=("$(to_gpu_box "$a")"); done; 
             self.assertEqual(list(got), list(expected), what)
             for k, t in expected.items():
                 self.assertTrue(torch.equal(got[k], t), f"{what}: {k}")
+        self.assert_nothing_mounted()
+
+    def test_python(self):
+        """The package's recipe: what it prints, and load_into's model is train.pth's."""
+        after = "import torch\ntorch.save(model.state_dict(), 'by-load-into.pt')\n"
+        out = self.run_recipe("python", checks={0: after})
+        self.assertEqual(out.split(), ["3", "torch.Size([512,", "256])"])
+        expected = torch.load(self.dir / "train.pth")["model"]
+        got = torch.load(self.dir / "by-load-into.pt")
+        self.assertEqual(list(got), list(expected))
+        for k, t in expected.items():
+            self.assertTrue(torch.equal(got[k], t), k)
         self.assert_nothing_mounted()
 
     def test_convert(self):

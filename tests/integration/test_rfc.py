@@ -4,6 +4,7 @@ keys in their order. Checked with a loader written from the RFC's text alone, on
 against torch.load of the source; and on a copy of the mount, as a user would rsync it."""
 
 import collections
+import errno
 import json
 import os
 import shutil
@@ -95,7 +96,13 @@ class RfcLayoutTests(MountTestCase):
         for i, e in enumerate(entries):
             with self.subTest(fixture=name, key=e["key"]):
                 if e["kind"] == "tensor":
-                    # A tensor has a file unless it is broken or torch cannot hold it alone.
+                    # A tensor has a file unless torch cannot hold it alone; a broken one's
+                    # fails to read (EIO).
+                    if e["nbytes"] is None and e["path"] is not None:
+                        with self.assertRaises(OSError) as caught:
+                            (mnt / e["path"]).read_bytes()
+                        self.assertEqual(caught.exception.errno, errno.EIO)
+                        continue
                     if e["nbytes"] is None:
                         self.assertIsNone(e["path"])
                         continue

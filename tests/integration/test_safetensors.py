@@ -236,7 +236,11 @@ class MountTests(MountTestCase, Checks):
             self.assertEqual(meta, {"key": w["key"], **{k: g[k] for k in g if k not in (
                 "key", "kind")}}, f"{at}: meta.json is inspect's entry")
             if w["broken"]:
-                self.assertEqual(os.listdir(d), ["meta.json"], at)
+                # Its files all the same, whose reads fail with EIO.
+                self.assertEqual(sorted(os.listdir(d)), TENSOR_FILES, at)
+                with self.assertRaises(OSError, msg=at) as caught:
+                    (d / "data").read_bytes()
+                self.assertEqual(caught.exception.errno, errno.EIO, at)
                 continue
             self.assertEqual(sorted(os.listdir(d)), TENSOR_FILES, at)
             for field in ("dtype", "shape", "nbytes"):

@@ -173,7 +173,7 @@ def ssh_sent(stderr):
 class FilesTests(MountTestCase):
     def test_what_a_key_directory_holds(self):
         """Each list's files, in the listing order and nothing else, with the bytes of a mount
-        of every file; a value keeps value.json and a broken tensor meta.json."""
+        of every file; a value keeps value.json (a broken tensor its chosen files: test_broken)."""
         path = fixture_path("training")
         full, full_proc = self.mount(path)
         entries = json.loads((views_dir(full) / "index.json").read_bytes())["entries"]
@@ -190,9 +190,6 @@ class FilesTests(MountTestCase):
                     d = mnt / e["path"]
                     if e["kind"] == "value":
                         self.assertEqual(os.listdir(d), ["value.json"])
-                        continue
-                    if e["nbytes"] is None:
-                        self.assertEqual(os.listdir(d), ["meta.json"])
                         continue
                     self.assertEqual(sorted(os.listdir(d)), listed, e["key"])
                     for name in KEY_FILES:
@@ -258,12 +255,15 @@ class FilesTests(MountTestCase):
                     out = self.tmp / "model.pth"
                     r = run([CKPTFS, "pack", dest, out])
                     self.assertEqual(r.returncode, 0, r.stderr.decode())
-                    packed = torch.load(out)
+                    # Nested as the checkpoint was: meta.json says each tensor's key path.
+                    packed = torch.load(out)["model"]
                     source = torch.load(self.tmp / "train.pth")["model"]
                     # Without index.json copied along, pack orders the keys by their bytes.
-                    self.assertEqual(list(packed), sorted(e["key"] for e in chosen))
+                    self.assertEqual(list(packed),
+                                     [e["key"][len("model."):] for e in
+                                      sorted(chosen, key=lambda e: e["key"].encode())])
                     for key, t in packed.items():
-                        self.assertTrue(torch.equal(t, source[key[len("model."):]]), key)
+                        self.assertTrue(torch.equal(t, source[key]), key)
                 self.unmount(mnt, proc)
 
     def test_scp_and_rsync_over_ssh_move_each_tensor_once(self):
@@ -375,10 +375,11 @@ class ModeTests(MountTestCase):
                 self.assert_modes(mnt, file_mode, dir_mode, f"{oct(mode)} {options}")
                 self.unmount(mnt, proc)
 
-    def test_a_directory_gives_its_own_mode(self):
-        """A sharded set's directory, and a split directory copied out of a mount: the
-        directory's mode (a directory 0750 gives files 0640 and directories 0750), whatever its
-        files' modes."""
+    def test_a_directory_gives_the_strictest_mode(self):
+        """A sharded set's directory, and a split directory copied out of a mount: the strictest
+        of the directory's mode and its files' (a 0750 directory of 0444 files gives files 0440
+        and directories 0750; of 0644 files, 0640 and 0750): a mount never shows more than the
+        files it reads allow (issue 29)."""
         d = self.tmp / "set"
         shutil.copytree(model_fixture_path("sharded_st"), d)
         for f in d.iterdir():
@@ -387,9 +388,13 @@ class ModeTests(MountTestCase):
         split = self.tmp / "split"
         shutil.copytree(mnt, split)
         self.unmount(mnt, proc)
-        for directory in (d, split):
-            for mode, file_mode, dir_mode in ((0o750, 0o640, 0o750), (0o755, 0o644, 0o755),
-                                              (0o700, 0o600, 0o700)):
+        for f in split.rglob("*"):
+            if f.is_file():
+                os.chmod(f, 0o644)
+        cases = {d: ((0o750, 0o440, 0o750), (0o755, 0o444, 0o755), (0o700, 0o400, 0o700)),
+                 split: ((0o750, 0o640, 0o750), (0o755, 0o644, 0o755), (0o700, 0o600, 0o700))}
+        for directory, modes in cases.items():
+            for mode, file_mode, dir_mode in modes:
                 with self.subTest(directory=directory.name, mode=oct(mode)):
                     os.chmod(directory, mode)
                     mnt, proc = self.mount(directory)

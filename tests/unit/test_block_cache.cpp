@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // Unit tests of the remote read path's pure parts: HTTP status lines, header fields,
-// Content-Range, Content-Length and Retry-After; and the block cache: its bound, what it never
-// evicts, and readers waiting for blocks from many threads.
+// Content-Range, Content-Length and Retry-After, the rule for answers other than the range asked;
+// and the block cache: its bound, what it never evicts, and readers waiting for blocks from many
+// threads.
 #include <ckptfs/source/block_cache.hpp>
 #include <ckptfs/source/http_headers.hpp>
 
@@ -9,7 +10,9 @@
 
 #include <atomic>
 #include <cstring>
+#include <string>
 #include <thread>
+#include <variant>
 #include <vector>
 
 using namespace ckptfs;
@@ -85,6 +88,100 @@ TEST_CASE("parse_content_length(): digits only, up to 2^64 - 1") {
   CHECK_FALSE(http::parse_content_length("1e3"));
   CHECK_FALSE(http::parse_content_length("12 34"));
   CHECK_FALSE(http::parse_content_length("0x10"));
+}
+
+namespace {
+
+constexpr std::uint64_t block = 256 * 1024;
+
+// judge_range()'s verdict as text: "take T of D, total N", or "refused: why".
+std::string verdict(int status, std::optional<http::ContentRange> range,
+                    std::optional<std::uint64_t> length, http::RangeRequest request) {
+  auto v = http::judge_range(status, range, length, request, block);
+  if (auto* why = std::get_if<std::string>(&v)) return "refused: " + *why;
+  const auto& a = std::get<http::RangeAnswer>(v);
+  return "take " + std::to_string(a.take) + " of " + std::to_string(a.declared) + ", total " +
+         std::to_string(a.total);
+}
+
+http::ContentRange range(std::uint64_t first, std::uint64_t last, std::uint64_t total) {
+  return {first, last, total};
+}
+
+}  // namespace
+
+TEST_CASE("judge_range(): the bytes asked from the start of the body, never more") {
+  const std::uint64_t size = 10'000'000;
+  // Reads: exactly the range, or more of it (s3rver answers bytes=0-0 with all of it); the
+  // rest of the body is never read.
+  CHECK(verdict(206, range(block, 2 * block - 1, size), block, {block, block}) ==
+        "take 262144 of 262144, total 10000000");
+  CHECK(verdict(206, range(0, size - 1, size), size, {0, 1}) ==
+        "take 1 of 10000000, total 10000000");
+  CHECK(verdict(206, range(block, size - 1, size), std::nullopt, {block, block}) ==
+        "take 262144 of 9737856, total 10000000");
+  // Refused: another start, fewer bytes than asked, no or an unknown range.
+  CHECK(verdict(206, range(0, 2 * block - 1, size), std::nullopt, {block, block}) ==
+        "refused: the server answered bytes 0-524287 to a request for 262144-524287");
+  CHECK(verdict(206, range(block, block + 9, size), std::nullopt, {block, block}) ==
+        "refused: the server answered bytes 262144-262153 to a request for 262144-524287");
+  CHECK(verdict(206, std::nullopt, 5, {0, 5}).starts_with("refused: a 206 answer without"));
+  CHECK(verdict(206, http::ContentRange{0, 4, std::nullopt}, 5, {0, 5}) ==
+        "refused: a 206 answer with an unknown size");
+  // A 200 is the whole object from byte 0: the bytes asked of a request from 0, nothing else.
+  CHECK(verdict(200, std::nullopt, size, {0, block}) == "take 262144 of 10000000, total 10000000");
+  CHECK(verdict(200, std::nullopt, 5000, {0, 5000}) == "take 5000 of 5000, total 5000");
+  CHECK(verdict(200, std::nullopt, size, {block, block})
+            .starts_with("refused: the server answered 200 (the whole object) to a request for "
+                         "bytes 262144-524287"));
+  CHECK(verdict(200, std::nullopt, std::nullopt, {0, 1})
+            .starts_with("refused: the server ignores Range requests (it answered 200 without"));
+}
+
+TEST_CASE("judge_range(): the probe's verdict is the same whether it asks a byte or a block") {
+  // Each answer a server may give to the probe, and the verdict for a probe of one block (no
+  // disk cache) and of one byte (a disk cache may hold block 0): the same acceptance, the same
+  // size, the same message; what is taken is what was asked, up to the object's end (all of a
+  // small object that a server ignoring ranges sends whole).
+  struct Case {
+    int status;
+    std::optional<http::ContentRange> range;
+    std::optional<std::uint64_t> length;
+  };
+  const std::uint64_t big = 10'000'000;
+  const Case cases[] = {
+      {206, range(0, block - 1, big), block},  // a block (to a one-byte probe: more)
+      {206, range(0, big - 1, big), big},      // more than asked (s3rver and bytes=0-0)
+      {206, range(0, 999, 1000), 1000},        // a small object, whole
+      {200, std::nullopt, 1000},               // ignores ranges, a small object
+      {200, std::nullopt, block},              // ignores ranges, one block exactly
+      {200, std::nullopt, block + 1},          // ignores ranges, larger than a block
+      {200, std::nullopt, big},                // ignores ranges, large
+      {200, std::nullopt, std::nullopt},       // ignores ranges, no length
+      {206, range(1, block, big), block},      // another start
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.status);
+    CAPTURE(c.length.value_or(0));
+    const std::string by_block = verdict(c.status, c.range, c.length, {0, block, true});
+    const std::string by_byte = verdict(c.status, c.range, c.length, {0, 1, true});
+    CHECK(by_block.starts_with("refused") == by_byte.starts_with("refused"));
+    if (by_block.starts_with("refused")) {
+      // A 206 that starts elsewhere names the range asked, which differs; the rest is one text.
+      if (c.status == 200) CHECK(by_block == by_byte);
+    } else {
+      CHECK(by_block.substr(by_block.find(", total")) == by_byte.substr(by_byte.find(", total")));
+    }
+  }
+  CHECK(verdict(200, std::nullopt, 1000, {0, 1, true}) == "take 1000 of 1000, total 1000");
+  CHECK(verdict(206, range(0, big - 1, big), big, {0, 1, true}) ==
+        "take 1 of 10000000, total 10000000");
+  CHECK(verdict(206, range(0, 999, 1000), 1000, {0, block, true}) ==
+        "take 1000 of 1000, total 1000");
+  CHECK(verdict(200, std::nullopt, block + 1, {0, 1, true}) ==
+        "refused: the server ignores Range requests (it answered 200 with the whole object, "
+        "262145 bytes): ckptfs reads remote objects by range");
+  CHECK(verdict(200, std::nullopt, 0, {0, 1, true}) == "take 0 of 0, total 0");
 }
 
 TEST_CASE("Block: waiters see ready or failed once, or time out") {

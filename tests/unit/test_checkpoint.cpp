@@ -8,6 +8,7 @@
 #include <ckptfs/format/zip/zip_reader.hpp>
 
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
 using namespace ckptfs;
 using namespace ckptfs::test;
@@ -169,9 +170,25 @@ TEST_CASE("refusals say what the file is") {
     CHECK(message_of(zip.build()).find("incomplete") != std::string::npos);
   }
   SUBCASE("tar and preview formats, empty and random files") {
-    std::string tar(1024, '\0');
-    tar.replace(257, 5, "ustar");
-    CHECK(error_of(tar) == ExitCode::unsupported);
+    // A tar header as tar writes it, its checksum at 148: an archive, or torch 0.1's format.
+    auto tar = [](const std::string& first_member) {
+      std::string header(1024, '\0');
+      header.replace(0, first_member.size(), first_member);
+      header.replace(257, 6, std::string("ustar\0", 6));
+      header.replace(148, 8, std::string(8, ' '));
+      unsigned sum = 0;
+      for (std::size_t i = 0; i < 512; ++i) sum += static_cast<unsigned char>(header[i]);
+      const std::string octal = fmt::format("{:06o}", sum);
+      header.replace(148, 7, octal + '\0');
+      return header;
+    };
+    CHECK(error_of(tar("model.pth")) == ExitCode::unsupported);
+    CHECK(message_of(tar("model.pth")).find("a tar archive") != std::string::npos);
+    CHECK(message_of(tar("sys_info")).find("torch 0.1") != std::string::npos);
+    // "ustar" at 257 without the checksum is no tar header: not a checkpoint, as any bytes.
+    std::string ustar(1024, '\0');
+    ustar.replace(257, 5, "ustar");
+    CHECK(error_of(ustar) == ExitCode::bad_checkpoint);
     CHECK(error_of("PYTORCH1 and more") == ExitCode::unsupported);
     CHECK(error_of("") == ExitCode::bad_checkpoint);
     CHECK(error_of(std::string("\x13\x9a\x7f random bytes that mean nothing")) ==

@@ -5,9 +5,11 @@
 // overlapping, missing or outside chunks, sizes that overflow, items that are not zips or run
 // past their file, pickles of other classes, colliding paths, many chunks.
 #include "support/fake_checkpoint.hpp"
+#include "support/impostor_lookalike.hpp"
 
 #include <ckptfs/base/error.hpp>
 #include <ckptfs/format/dcp/dcp_reader.hpp>
+#include <ckptfs/format/impostor.hpp>
 #include <ckptfs/view/served.hpp>
 
 #include <doctest/doctest.h>
@@ -271,6 +273,20 @@ TEST_CASE("dcp: tensors assembled from chunks in two files, values nested by pla
   CHECK(served.way == ServedTensor::Way::pieces);
 }
 
+TEST_CASE("dcp: a .metadata whose first bytes are a tar header too is read as DCP") {
+  // The impostor test runs only when .metadata cannot be read: an fqn may spell anything.
+  Checkpoint c = two_ranks();
+  const std::string metadata = tar_lookalike([&](const std::string& fqn) {
+    c.entries[0].fqn = fqn;
+    c.files.clear();
+    return c.metadata();
+  });
+  CHECK(is_tar_header(metadata));
+  const DcpModel m = c.read();
+  REQUIRE(m.model.entries.size() == 3);
+  CHECK(bytes_of(m, tensor_of(m, "model.w")) == floats_from(0, 12));
+}
+
 TEST_CASE("dcp: a subclass of Metadata with newer fields, FSDP's empty chunks, a strided chunk") {
   Checkpoint c = two_ranks();
   c.metadata_class = "MCoreMetadata";
@@ -320,7 +336,8 @@ TEST_CASE("dcp: hostile chunks break their tensor only, with the reason, no file
   CHECK(broken(beyond).find("is not inside the tensor's [4, 3]") != std::string::npos);
   Checkpoint past_end = two_ranks();
   past_end.entries[0].chunks[1].length = 1 << 30;
-  CHECK(broken(past_end).find("runs past the file's end") != std::string::npos);
+  CHECK(broken(past_end).find("runs past the end of the file") != std::string::npos);
+  CHECK(broken(past_end).find("the file looks truncated") != std::string::npos);
   Checkpoint not_zip = two_ranks();
   not_zip.entries[0].chunks[1].item = std::string(200, 'x');
   CHECK(broken(not_zip).find("chunk 1 (at [1, 0]): the item at byte") != std::string::npos);

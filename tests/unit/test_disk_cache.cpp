@@ -175,6 +175,20 @@ TEST_CASE(
     dir.mkdir("foreign-inside/ckptfs-blocks-v1");
     REQUIRE(::chown(dir.path("foreign-inside/ckptfs-blocks-v1").c_str(), other_user, 0) == 0);
     CHECK(refusal(dir.path("foreign-inside")).find("owned by uid 65534") != std::string::npos);
+    // DIR a link another user made (as in /tmp) to a directory of the user's: not followed,
+    // and nothing is made there; a dangling one makes nothing where it leads either.
+    dir.mkdir("mine");
+    for (const char* name : {"planted", "planted-dangling"}) {
+      CAPTURE(name);
+      const std::string target =
+          std::string(name) == "planted" ? dir.path("mine") : dir.path("none");
+      const std::string link = dir.symlink(target, name);
+      REQUIRE(::lchown(link.c_str(), other_user, other_user) == 0);
+      why = refusal(link);
+      CHECK(why.find("a symbolic link owned by uid 65534") != std::string::npos);
+    }
+    CHECK(fs::is_empty(dir.path("mine")));
+    CHECK_FALSE(fs::exists(dir.path("none")));
   } else {
     MESSAGE("not root: the other-user cases are left out");
   }

@@ -5,11 +5,14 @@
 #include "support/gguf_builder.hpp"
 
 #include <ckptfs/base/error.hpp>
+#include <ckptfs/base/text.hpp>
 #include <ckptfs/format/gguf/gguf_reader.hpp>
+#include <ckptfs/view/describe.hpp>
 #include <ckptfs/view/served.hpp>
 #include <ckptfs/view/tree.hpp>
 
 #include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <cstring>
@@ -179,6 +182,12 @@ TEST_CASE("hostile files: one-line refusals with their exit codes") {
     v4[4] = 4;
     CHECK(refused_with(v4, ExitCode::bad_checkpoint, "version 4"));
     CHECK(refused_with(good.substr(0, 30), ExitCode::bad_checkpoint, "past the end of the file"));
+    // Cut short: in the header or in the tensors' data, said as README's troubleshooting says.
+    CHECK(refused_with(good.substr(0, 30), ExitCode::bad_checkpoint,
+                       "the file looks truncated (an interrupted download or copy?): download "
+                       "or copy it again"));
+    CHECK(refused_with(good.substr(0, good.size() - 20), ExitCode::bad_checkpoint,
+                       "run past the end of the file (76 bytes): the file looks truncated"));
   }
   SUBCASE("counts and lengths up to 2^64, never allocated for") {
     GgufWriter w;
@@ -277,6 +286,53 @@ TEST_CASE("hostile files: one-line refusals with their exit codes") {
 }
 
 TEST_CASE(
+    "limits of JSON text: checked on a string's length before it is read, on its escaped "
+    "size before it is written") {
+  auto one_string = [](const std::string& key, const std::string& value) {
+    GgufWriter kv;
+    kv.key(key, 8).string(value);
+    return gguf_file({}, 3, false, 32, kv.bytes, 1);
+  };
+  GgufLimits limits;
+  limits.max_metadata_json_bytes = 400;
+  // 50 control characters are 300 bytes of JSON ("\u0007"): within 400, as the keys' 2 x 3.
+  const Model m = read(one_string("k", std::string(50, '\7')), limits);
+  REQUIRE(m.json_metadata.size() == 1);
+  std::string expected;
+  append_json_string(expected, std::string(50, '\7'));
+  CHECK(m.json_metadata[0].value_json == expected);
+  // 70 are 420: refused before they are written; 1000 plain bytes, before they are read.
+  CHECK(refused_with(one_string("k", std::string(70, '\7')), ExitCode::unsupported,
+                     "more than 400 bytes of values as JSON (at key \"k\")", limits));
+  CHECK(refused_with(one_string("k", std::string(1000, 'a')), ExitCode::unsupported,
+                     "more than 400 bytes of values as JSON", limits));
+  // A key is written twice (metadata and metadata_types): 2 x (150 + 2) passes 300.
+  limits.max_metadata_json_bytes = 300;
+  CHECK(refused_with(one_string(std::string(150, 'k'), ""), ExitCode::unsupported,
+                     "bytes of values as JSON (at byte 24)", limits));
+  // Tensor names, all of them together.
+  GgufLimits names;
+  names.max_names_json_bytes = 10;
+  const std::string two =
+      gguf_file({{"abc", {4}, 0, std::string(16, '\0')}, {"\1\2", {4}, 0, std::string(16, '\0')}});
+  CHECK(refused_with(two, ExitCode::unsupported, "more than 10 bytes of tensor names as JSON",
+                     names));  // "abc" is 5 bytes of JSON, "\1\2" 14
+  names.max_names_json_bytes = 19;
+  CHECK(read(two, names).entries.size() == 2);
+  names.max_names_json_bytes = 18;
+  CHECK(refused_with(two, ExitCode::unsupported, "more than 18 bytes of tensor names as JSON",
+                     names));
+  // A string of several MiB is read a piece at a time, its UTF-8 sequences across the pieces'
+  // ends escaped as if it were read whole.
+  std::string text;
+  while (text.size() < (3u << 20) + 5) text += "a\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\x01\xff";
+  const Model big = read(one_string("big", text));
+  std::string whole;
+  append_json_string(whole, text);
+  CHECK(big.json_metadata[0].value_json == whole);
+}
+
+TEST_CASE(
     "the tree: data holds the blocks, tensor.npy the values, data-only types have two files") {
   std::string q8(34, '\0');
   q8[0] = 0x00;
@@ -318,6 +374,62 @@ TEST_CASE(
   const std::string index =
       read_file(tree.lookup(tree.lookup(Tree::root_ino, ".ckptfs"), "index.json"));
   CHECK(index.find("\"format\": \"gguf\"") != std::string::npos);
+}
+
+TEST_CASE("meta.json of every GGML type: data's blocks, their size and offset, the values' dtype") {
+  // A block-quantized tensor's data holds its blocks: stored_dtype names their type, nbytes,
+  // contiguous and file_offset describe data, dtype and numpy the values tensor.npy holds.
+  using nlohmann::json;
+  for (auto f = static_cast<int>(BlockFormat::q4_0); f <= static_cast<int>(BlockFormat::q2_0);
+       ++f) {
+    const BlockFormatInfo& b = info(static_cast<BlockFormat>(f));
+    for (const bool big_endian : {false, true}) {
+      CAPTURE(b.name);
+      CAPTURE(big_endian);
+      const Model m = read(gguf_file(
+          {{"q", {2 * b.block_elements}, b.ggml_type, blocks(2, b.block_bytes)}}, 3, big_endian));
+      const Tensor& t = m.tensors[0];
+      const bool values = values_not_served(m, t).empty();
+      for (const auto convert : {std::optional<DType>(), std::optional(DType::float16)}) {
+        const json j = json::parse(tensor_meta_json(m, 0, SharingIndex(m), convert));
+        CHECK(j["stored_dtype"] == b.name);
+        CHECK(j["dtype"] == (convert && values ? "float16" : "float32"));
+        CHECK(j["nbytes"] == 2 * b.block_bytes);
+        CHECK(j["nbytes"] == serve_data(m, t, convert).nbytes);
+        CHECK(j["contiguous"] == true);
+        CHECK(j["file_offset"] == m.storages[0].file_offset);
+        CHECK(j["ggml"]["type"] == b.name);
+        CHECK(j["ggml"]["nbytes"] == j["nbytes"]);
+        CHECK(j["ggml"]["dequantized"] == values);
+        if (values) {
+          CHECK(j["numpy"] == (convert ? "<f2" : "<f4"));
+          CHECK(j["byteorder"] == "little");
+        } else {
+          CHECK(j["numpy"].is_null());
+          CHECK(j["byteorder"] == (big_endian ? "big" : "little"));  // data's, its blocks'
+        }
+      }
+    }
+  }
+  // The plain types: data holds the values as stored.
+  for (const auto& [type, name, size] : {std::tuple{0u, "float32", 4u},
+                                         {1u, "float16", 2u},
+                                         {24u, "int8", 1u},
+                                         {25u, "int16", 2u},
+                                         {26u, "int32", 4u},
+                                         {27u, "int64", 8u},
+                                         {28u, "float64", 8u},
+                                         {30u, "bfloat16", 2u}}) {
+    CAPTURE(name);
+    const Model m = read(gguf_file({{"p", {4}, type, std::string(4 * size, '\2')}}));
+    const json j = json::parse(tensor_meta_json(m, 0, SharingIndex(m)));
+    CHECK(j["stored_dtype"] == name);
+    CHECK(j["dtype"] == name);
+    CHECK(j["nbytes"] == 4 * size);
+    CHECK(j["contiguous"] == true);
+    CHECK(j["file_offset"] == m.storages[0].file_offset);
+    CHECK(j["ggml"]["nbytes"] == j["nbytes"]);
+  }
 }
 
 TEST_CASE("a header of a billion one-byte array items: refused in bounded time") {

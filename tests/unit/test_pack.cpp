@@ -334,6 +334,23 @@ TEST_CASE("selection: patterns, what each format leaves out, broken tensors, uni
         "leave it out with --keys");
   const std::vector<KeyGlob> others{KeyGlob("[!v]*")};
   CHECK(select_entries(f.model, others, PackFormat::torch, std::nullopt).entries.size() == 5);
+  // Several: the first named with why, and how many of those selected are, as a mount counts.
+  f.model.tensors[f.model.entries[0].tensor].broken = "its record is missing";
+  std::size_t tensors = 0, broken = 0;
+  for (const Entry& e : f.model.entries) {
+    if (e.kind != Entry::Kind::tensor) continue;
+    ++tensors;
+    if (!f.model.tensors[e.tensor].broken.empty()) ++broken;
+  }
+  REQUIRE(broken >= 2);
+  std::tie(code, message) =
+      refusal([&] { select_entries(f.model, none, PackFormat::safetensors, std::nullopt); });
+  CHECK(code == ExitCode::bad_checkpoint);
+  CHECK(message == "tensor \"full\" is broken (its record is missing), and " +
+                       std::to_string(broken - 1) + " more: " + std::to_string(broken) +
+                       " of the " + std::to_string(tensors) +
+                       " tensors selected are broken (ckptfs inspect lists them); they cannot be "
+                       "packed: leave them out with --keys");
 }
 
 TEST_CASE("torch: one record per storage, views kept, the tied tensor memoized, values kept") {

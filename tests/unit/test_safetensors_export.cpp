@@ -147,3 +147,48 @@ TEST_CASE("shard_size: a model that fits one shard is model.safetensors, without
   CHECK(two.st.files()[1].name == "model-00002-of-00002.safetensors");
   CHECK(nlohmann::json::parse(two.st.index_json())["metadata"]["total_size"] == 16);
 }
+
+TEST_CASE("for_each_left_out: what the export leaves out and why, as its layout does") {
+  // "big" and "big2": 2^62 bytes each, stride-0 views of one element: both cannot be in one file.
+  PickleBuilder p;
+  p.proto(2).empty_dict().mark();
+  p.binunicode("w").tensor_v2("FloatStorage", "0", "cpu", 1, 0, {1}, {1});
+  p.binunicode("bad").tensor_v2("FloatStorage", "0", "cpu", 1, 3, {1}, {1});  // past its storage
+  p.binunicode("c").tensor_v2("ComplexDoubleStorage", "1", "cpu", 1, 0, {1}, {1});
+  p.binunicode("big").tensor_v2("FloatStorage", "0", "cpu", 1, 0, {1ll << 30, 1ll << 30}, {0, 0});
+  p.binunicode("big2").tensor_v2("FloatStorage", "0", "cpu", 1, 0, {1ll << 30, 1ll << 30}, {0, 0});
+  p.binunicode("bad_c").tensor_v2("ComplexDoubleStorage", "1", "cpu", 1, 1, {1}, {1});
+  p.setitems().stop();
+  const std::string file = torch_zip(p.bytes(), {{"0", floats(1)}, {"1", std::string(16, '\0')}});
+  Exported e(file, false);
+  struct Left {
+    std::size_t entry;
+    std::string why;
+    bool broken;
+    bool operator==(const Left&) const = default;
+  };
+  auto left_out = [&](std::uint64_t shard_size) {
+    std::vector<Left> out;
+    SafetensorsExport::for_each_left_out(e.model, shard_size, std::nullopt,
+                                         [&](std::size_t entry, std::string_view why, bool broken) {
+                                           out.push_back({entry, std::string(why), broken});
+                                         });
+    return out;
+  };
+  const std::string too_large =
+      "its bytes would take its file past the largest size a file can have";
+  // A broken tensor is "broken" whatever its dtype (the export then fails, as pack refuses it).
+  CHECK(left_out(0) == std::vector<Left>{{1, "broken", true},
+                                         {2, "safetensors has no dtype complex128", false},
+                                         {4, too_large, false},
+                                         {5, "broken", true}});
+  std::vector<std::string> keys;
+  for (const auto& t : e.st.tensors()) keys.push_back(t.key);
+  CHECK(keys == std::vector<std::string>{"w", "big"});  // the layout holds the rest
+  CHECK(SafetensorsExport::single_file_size(e.model) == e.st.files()[0].size);
+  // Sharded, each in a file of its own: nothing is too large.
+  CHECK(left_out(1).size() == 3);  // bad, c, bad_c
+  Exported sharded(file, false, 1);
+  CHECK(sharded.st.tensors().size() == 3);
+  CHECK(sharded.st.files().size() == 3);
+}

@@ -49,4 +49,11 @@ TEST_CASE("quote() makes untrusted names printable on one line") {
   CHECK(escape_for_terminal("tab\there", SIZE_MAX) == "tab\\x09here");
 }
 
+TEST_CASE("shell_quote() gives a word a shell reads back as the path") {
+  CHECK(shell_quote("/data/model.pth") == "/data/model.pth");
+  CHECK(shell_quote("my model's dir") == "'my model'\\''s dir'");
+  CHECK(shell_quote("") == "''");
+  CHECK(shell_quote("a\nb") == "\"a\\x0ab\"");  // a control character: shown escaped
+}
+
 TEST_SUITE_END();

@@ -6,6 +6,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace ckptfs {
 
@@ -21,6 +22,11 @@ enum class ExitCode : int {
   access_denied = 7,  // a server refused access: HTTP 401 or 403 (credentials, S3 signature)
   unreachable = 8,    // a server did not answer properly: connection, TLS, timeout, HTTP 5xx
 };
+
+// How every message about a file cut short ends, whatever its format: the bytes its own structure
+// says are there run past its end (README's troubleshooting table names it, with what to do).
+inline constexpr std::string_view looks_truncated =
+    "the file looks truncated (an interrupted download or copy?): download or copy it again";
 
 // A failure while reading a checkpoint. `what()` is one line, without the file name: the caller
 // prefixes it ("ckptfs: FILE: what"). Messages quote untrusted names (see quote()).

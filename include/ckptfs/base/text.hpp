@@ -20,11 +20,27 @@ std::size_t utf8_sequence_length(std::string_view text, std::size_t at) noexcept
 // are escaped.
 void append_json_string(std::string& out, std::string_view text);
 
+// What append_json_string() writes for `text` between its quotes, and how many bytes that is,
+// computed without writing it: a limit on JSON text is checked before the text is made (a
+// control character takes 6 bytes, "\u0001").
+void append_json_escaped(std::string& out, std::string_view text);
+std::size_t json_escaped_size(std::string_view text) noexcept;
+
+// Where to end a piece of a longer text so that no well-formed UTF-8 sequence straddles the cut:
+// the size of `piece` (at least 4 bytes), less the bytes of a sequence its end cuts. Escaping a
+// text piece by piece, each cut there, gives the same JSON as escaping it whole.
+std::size_t utf8_piece_end(std::string_view piece) noexcept;
+
 // `text` for a terminal: well-formed printable UTF-8 as is, '"' and '\' behind a backslash,
 // anything else as \xNN; cut at `max_bytes` with "..." (SIZE_MAX: never).
 std::string escape_for_terminal(std::string_view text, std::size_t max_bytes);
 
 // An untrusted string made safe for a one-line message: escape_for_terminal() in double quotes.
 std::string quote(std::string_view text, std::size_t max_bytes = 120);
+
+// `path` as a shell word, for a command a message suggests: as it is when it holds only
+// characters no shell treats specially, else in single quotes. Control characters are shown
+// escaped (quote()): such a name is copied by hand anyway.
+std::string shell_quote(std::string_view path);
 
 }  // namespace ckptfs

@@ -2,11 +2,16 @@
 // Files that stand where a checkpoint should and are none: a Git LFS pointer (a clone without
 // `git lfs pull`), an HTML or XML page (a download that saved a login or error page), a
 // compressed file or an archive (gzip, zstd, xz, bzip2, 7-Zip, tar), an empty file. Every reader
-// asks refuse_impostor() first, so that such a file is named for what it is, with what to do,
-// instead of failing on the format's first field ("header length 2336927755350992246").
+// asks once its own format has failed (read_or_name_impostor()), so that such a file is named for
+// what it is, with what to do, instead of by the format's first field that failed ("header
+// length 2336927755350992246"); never before: a valid file's bytes may hold any text ("ustar" at
+// byte 257 from a key named "mustard"), and a valid file is never refused for them.
 #pragma once
 
+#include <ckptfs/base/error.hpp>
 #include <ckptfs/source/byte_source.hpp>
+
+#include <string_view>
 
 namespace ckptfs {
 
@@ -25,5 +30,30 @@ enum class ImpostorCheck : bool { all, text_only };
 //   bad_checkpoint (4)  an empty file.
 // Returns otherwise; throws what ByteSource::read throws.
 void refuse_impostor(const ByteSource& source, ImpostorCheck check = ImpostorCheck::all);
+
+// Whether `head` (a file's first 512 bytes or more) is a POSIX tar header: "ustar" at 257 and
+// the header checksum at 148 that tar writes (the sum of the header's bytes, as tar and Python's
+// tarfile check it): text that merely spells "ustar" there is not one.
+bool is_tar_header(std::string_view head);
+
+// After a reader failed on `source` with `failure`: throws what refuse_impostor() throws when the
+// file is one of those above and the failure is one about what the file holds (exit codes 3, 4
+// and 5); returns otherwise, and when the file's first bytes cannot be read (the reader's own
+// error, which the caller rethrows, says more).
+void refuse_impostor_after(const ByteSource& source, const Error& failure,
+                           ImpostorCheck check = ImpostorCheck::all);
+
+// Runs `read` (a format's reader of `source`) and returns what it returns; when it fails, names
+// an impostor as refuse_impostor_after() does, or rethrows its error.
+template <class Read>
+auto read_or_name_impostor(const ByteSource& source, Read&& read,
+                           ImpostorCheck check = ImpostorCheck::all) -> decltype(read()) {
+  try {
+    return read();
+  } catch (const Error& failure) {
+    refuse_impostor_after(source, failure, check);
+    throw;
+  }
+}
 
 }  // namespace ckptfs

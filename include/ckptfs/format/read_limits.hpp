@@ -17,7 +17,8 @@ struct ReadLimits {
   // Entries may outnumber the pickle's nodes only up to this: more means that objects shared
   // along many paths multiply them (a DAG of dicts: 2^n entries from n small dicts).
   std::uint64_t min_entries_per_graph = 65'536;
-  // All keys and value.json texts together, or 64 bytes per pickle object when that is more: a
+  // All keys (as JSON: a control character counts six bytes, as index.json writes it) and
+  // value.json texts together, or 64 bytes per pickle object when that is more: a
   // shared value reached along many paths would otherwise be copied into every entry. It bounds
   // a single key too: there is no other limit on a key's length.
   std::uint64_t max_flattened_bytes = 64ull << 20;

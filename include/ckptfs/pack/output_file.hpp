@@ -20,6 +20,7 @@
 #include <sys/types.h>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -42,6 +43,20 @@ class OutputError : public Error {
   using Error::Error;
 };
 
+// What is under OUT's name now, when an OutputFile with `overwrite` may go there: nothing, a
+// symbolic link (replaced by the file, never followed: what it leads to is neither read nor
+// written), or a regular file (with Overwrite::yes; returned, the new file keeps its mode bits,
+// owner and group). Throws OutputError(usage), the message leaving `path` out, for:
+//   - anything there without Overwrite::yes ("exists: pack does not overwrite it without
+//     --force");
+//   - a FIFO, socket, device or directory (pack writes and replaces regular files only: renamed
+//     over a device, root's pack would replace /dev/null);
+//   - a file owned by another user (neither the one running pack nor the directory's owner) in a
+//     sticky directory others may write, as /tmp: whoever put it there would be given the output,
+//     owner and mode (the kernel's fs.protected_regular refuses cp's open of it the same way).
+// The caller checks before reading a source (which may take long); OutputFile checks again.
+std::optional<struct stat> check_output_name(const std::string& path, Overwrite overwrite);
+
 class OutputFile {
  public:
   // The bounded buffer of copies that read their bytes (CRCs, sources without a descriptor).
@@ -49,13 +64,13 @@ class OutputFile {
 
   // Opens an unnamed file (O_TMPFILE) in the directory of `path`, or, where the file system
   // has none, a temporary file ".<name>.ckptfs-pack-XXXXXX" beside it. Its permission bits are
-  // those of cp: `mode` (the source's, see permissions_of()) masked by the umask for a new file;
-  // an existing file replaced (Overwrite::yes) keeps its own mode bits, owner and group (the
-  // owner and group when this process may set them: a group it cannot keep gets no group bits,
-  // so the file is never open to more people than the one it replaces). Throws
-  // OutputError(usage) when `path` exists and `overwrite` is no ("exists: pack does not
-  // overwrite it without --force"), OutputError(io) when the directory cannot take a file
-  // (missing, read-only...). Every OutputError's message leaves `path` out: the caller names it.
+  // those of cp: `mode` (the source's, see permissions_of()) masked by the umask for a new file
+  // (and for one that replaces a symbolic link); a regular file replaced (Overwrite::yes) keeps
+  // its own mode bits, owner and group (the owner and group when this process may set them: a
+  // group it cannot keep gets no group bits, so the file is never open to more people than the
+  // one it replaces). Throws what check_output_name() throws, and OutputError(io) when the
+  // directory cannot take a file (missing, read-only...). Every OutputError's message leaves
+  // `path` out: the caller names it.
   OutputFile(std::string path, Overwrite overwrite, mode_t mode = 0666);
   // Without commit(), the file is gone: the unnamed one with its descriptor, the temporary
   // one unlinked.

@@ -40,8 +40,9 @@ struct Selection {
 };
 
 // The entries of `model` that `globs` select (all when there is none), for `format`:
-//   - a broken tensor is refused: Error(bad_checkpoint) naming its key and why it is broken
-//     (torch.load could not read it either);
+//   - broken tensors are refused: Error(bad_checkpoint) naming the first one's key and why it
+//     is broken, and how many of the tensors selected are (torch.load could not read them
+//     either; a mount counts them alike and fails their reads);
 //   - a pattern that selects no key is Error(usage) naming it (a typo would pack nothing);
 //   - left out, with why: for torch, values that are not plain (read_plain_value.hpp: objects
 //     ckptfs never builds) and quantized tensors ckptfs does not write (quint4x2 and quint2x4,

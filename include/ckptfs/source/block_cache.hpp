@@ -84,7 +84,9 @@ class BlockCache {
   // `capacity`: bytes of blocks to keep (at least one block per shard is always allowed).
   explicit BlockCache(std::uint64_t capacity);
 
-  // The cached block at `key`, or nullptr. Marks it recently used.
+  // The cached block at `key`, or nullptr. Marks it recently used. A block nobody holds may be
+  // evicted at any moment by another thread's acquire(): a reader keeps the block acquire()
+  // gave it rather than finding it again (which may find nothing, however large the cache).
   std::shared_ptr<Block> find(BlockKey key);
 
   // The cached block at `key`, or a new pending block of `length` bytes inserted there; the

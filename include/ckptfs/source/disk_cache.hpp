@@ -59,7 +59,10 @@ class DiskCache {
   std::shared_ptr<const Folder> object_folder(std::string_view key);
 
   // Fills `out` with block `index` of the object in `folder`; false when it is not there whole
-  // and trusted.
+  // and trusted. Never an error, never a wrong byte, whatever other mounts do meanwhile: the file
+  // is read through one descriptor (deleted by a trim or renamed over after the open, it still
+  // reads as the file opened), files are only renamed into place whole, and the size, header
+  // and CRC-32 make anything else a miss, which the caller fetches.
   bool load(const Folder& folder, std::uint64_t index, std::span<std::byte> out);
 
   // Writes block `index` (best effort: a failure leaves no file). Trims the cache when it grows

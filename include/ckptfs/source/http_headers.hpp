@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <variant>
 
 namespace ckptfs::http {
 
@@ -42,5 +43,38 @@ std::optional<std::uint64_t> parse_content_length(std::string_view value) noexce
 // nullopt when the value is neither.
 std::optional<std::uint64_t> parse_retry_after(std::string_view value, std::int64_t now,
                                                std::optional<std::int64_t> date_seconds) noexcept;
+
+// The one rule for what an answer to a range request holds (docs/SECURITY.md, "Ranges"): its
+// body must begin with the first byte asked and hold at least the bytes asked. Those are taken
+// and the transfer is cut there: what follows is never read. So a 206 whose Content-Range starts
+// where asked and ends later (s3rver answers "bytes=0-0" with the whole object as a 206) gives
+// the bytes asked; a 200 is the whole object from byte 0 (the server ignored the range), which
+// gives the bytes asked of a request from byte 0 and nothing else. A 206 that starts elsewhere
+// or ends short is refused; so is a 200 to a request from any other byte, since its bytes would
+// have to be read from byte 0 to the ones asked.
+//
+// The probe (the first request, the object's size unknown) asks `length` bytes from 0 and takes
+// up to the object's end. A 200 to it says that the server ignores ranges: usable only when
+// the whole object fits in `whole_limit` bytes (one block: it is then all taken, and every
+// later request is one from byte 0); a larger object is refused, since every block after the
+// first would need the whole object again. Whether the probe asks one byte (a disk cache may
+// hold block 0) or a block changes nothing of this.
+struct RangeRequest {
+  std::uint64_t first = 0;
+  std::uint64_t length = 0;  // at least 1
+  bool probe = false;        // first is then 0
+};
+struct RangeAnswer {
+  std::uint64_t total = 0;     // the object's size, as the answer gives it
+  std::uint64_t take = 0;      // bytes to take from the start of the body
+  std::uint64_t declared = 0;  // bytes the body says it holds (>= take); a body longer is refused
+};
+// `status` is 200 or 206; the fields as parsed (nullopt: absent or malformed). Returns the
+// answer, or why it cannot be used (a sentence without the URL).
+std::variant<RangeAnswer, std::string> judge_range(int status,
+                                                   const std::optional<ContentRange>& content_range,
+                                                   std::optional<std::uint64_t> content_length,
+                                                   const RangeRequest& request,
+                                                   std::uint64_t whole_limit);
 
 }  // namespace ckptfs::http

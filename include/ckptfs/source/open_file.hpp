@@ -51,4 +51,8 @@ struct OpenedFile {
 // directory", or strerror() of the failing call ("No such file or directory"...).
 OpenedFile open_file(const std::string& path, FileKind kind);
 
+// What kind of file `mode` (a stat's st_mode) is, in words for a message: "a regular file", "a
+// directory", "a symbolic link", "a FIFO", "a socket", "a character device", "a block device".
+const char* file_kind_name(mode_t mode) noexcept;
+
 }  // namespace ckptfs

@@ -7,6 +7,7 @@
 #include <ckptfs/view/read_buffer.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -20,6 +21,15 @@ namespace ckptfs {
 // the last dimension; a 0-d one, half a byte, has none). The one rule of what a safetensors
 // file of ckptfs holds: the mount's export and `ckptfs pack OUT.safetensors` both use it.
 std::string_view safetensors_dtype(const Tensor& tensor, DType served);
+
+// Why a safetensors file of ckptfs (the mount's export, `ckptfs pack OUT.safetensors`) cannot
+// hold `tensor`, served converted to `convert_to` as serve() says: its values are not served (a
+// block type ckptfs does not dequantize: values_not_served()), or the format has no dtype for it
+// (safetensors_dtype()); "" when it can. What the format cannot hold is left out and said: this
+// is the one text of why. (A broken tensor is no omission: the export fails instead of lacking
+// it, Tree::refusal(), as pack refuses it.)
+std::string safetensors_omission(const Model& model, const Tensor& tensor,
+                                 std::optional<DType> convert_to);
 
 class SafetensorsExport {
  public:
@@ -38,7 +48,9 @@ class SafetensorsExport {
   };
 
   // Lays out the export of `model`. Tensors are the servable entries whose dtype safetensors
-  // has (F4 for torch's float4_e2m1fn_x2, its last dimension doubled), in entry order, their
+  // has (F4 for torch's float4_e2m1fn_x2, its last dimension doubled; for_each_left_out() says
+  // which are not and why; a broken one's absence makes the tree refuse the reads of every file
+  // of the export, Tree::refusal()), in entry order, their
   // bytes little-endian whatever the checkpoint's (tied tensors each with their own bytes: the
   // format forbids overlaps); a tensor whose bytes would make its file larger than a file can
   // be is left out. Keys are the entries' keys, each byte that is not UTF-8 written U+FFFD (the
@@ -53,6 +65,17 @@ class SafetensorsExport {
   // as save_pretrained writes it. `convert_to`: tensors are served converted, as serve() says.
   SafetensorsExport(const Model& model, std::uint64_t shard_size,
                     std::optional<DType> convert_to = std::nullopt);
+
+  // Calls visit(entry, why, broken) for each tensor entry of `model` that the export of this
+  // shard_size and convert_to leaves out, in entry order: a broken tensor (`broken`, why
+  // "broken": reading the export fails, Tree::refusal(), as `ckptfs pack` refuses it), what the
+  // format cannot hold (safetensors_omission()), and a tensor whose bytes would take its file
+  // past the largest size a file can have (max_tensor_bytes: only hostile views of one element
+  // repeated reach it). The constructor's own rule, without laying the export out. Throws what
+  // visit throws.
+  static void for_each_left_out(
+      const Model& model, std::uint64_t shard_size, std::optional<DType> convert_to,
+      const std::function<void(std::size_t entry, std::string_view why, bool broken)>& visit);
 
   // The size of the one-file export (shard_size 0) of `model`, without laying it out: one pass
   // that keeps nothing but a few bytes of JSON at a time (unless two tensors share a key).

@@ -10,6 +10,7 @@
 #include <ckptfs/base/names.hpp>
 #include <ckptfs/model/model.hpp>
 #include <ckptfs/source/byte_source.hpp>
+#include <ckptfs/view/describe.hpp>
 #include <ckptfs/view/read_buffer.hpp>
 
 #include <sys/stat.h>
@@ -23,6 +24,7 @@
 
 namespace ckptfs {
 
+class JsonWriter;
 class SafetensorsExport;
 class SharingIndex;
 
@@ -83,9 +85,12 @@ struct TreeOptions {
   // Serve every floating-point tensor converted to this dtype (see serve()); none: as stored.
   std::optional<DType> dtype = std::nullopt;
   Layout layout = Layout::split;
-  // The split layout: which files a tensor's directory holds (KeyFile bits). A value's directory
-  // holds value.json and a broken tensor's meta.json whatever this says (it is all they have).
+  // The split layout: which files a tensor's directory holds (KeyFile bits), a broken tensor's
+  // too (see Tree::refusal()). A value's directory holds value.json whatever this says.
   std::uint8_t files = all_key_files;
+  // Per source (Model::sources' order), the local file it is (local_files(), describe.hpp):
+  // index.json's "source_files" and its tensors' "file_range". Empty: none published.
+  std::vector<std::optional<LocalFile>> local_files = {};
 };
 
 class Tree {
@@ -101,6 +106,7 @@ class Tree {
     index_json,         // .ckptfs/index.json
     safetensors_index,  // .ckptfs/model.safetensors.index.json (a sharded export)
     safetensors_file,   // .ckptfs/model.safetensors, or a shard
+    model_file,         // .ckptfs/config.json...: a file of the model (Model::files)
     entry_dir,          // an entry's directory
     data,               // a tensor's bytes
     meta_json,          // what the tensor is
@@ -114,7 +120,7 @@ class Tree {
 
   struct Node {
     Kind kind;
-    std::size_t index = 0;  // entry (entry_dir and its files), or file of the export
+    std::size_t index = 0;  // entry (entry_dir and its files), file of the export or model file
   };
 
   Tree(Model model, TreeOptions options);
@@ -151,8 +157,23 @@ class Tree {
   // listing leaves those files' attributes to their lookup.
   bool size_known(const Node& node) const noexcept;
 
-  // Appends to `out` the pieces of [offset, offset + length) of file `ino`, clipped to its size.
-  // Throws Error(io) when a source cannot be read.
+  // Why the bytes of `node` cannot be read (nullopt when they can), as one line that names the
+  // keys: a broken tensor's data, tensor.npy and tensor.pt (the RFC layout's <name>.pt), a
+  // tensor.pt whose per-channel scales or zero points are broken, and every file of the
+  // safetensors export when it would lack a broken tensor. Such a file is listed all the same,
+  // with the size it would have (a broken tensor's: nominal_nbytes()), so that no view is ever
+  // a tensor short without saying so: its opens and reads fail (EIO; read() throws Error(io)
+  // with this text). `group` is one per tensor (its directory's or file's inode) or per export
+  // (views_ino): the FUSE layer logs the text once per group.
+  struct Refusal {
+    std::string why;
+    Ino group;
+  };
+  std::optional<Refusal> refusal(const Node& node) const;
+
+  // Appends to `out` the pieces of [offset, offset + length) of file `ino`, clipped to its size:
+  // every byte of that range, never fewer. Throws Error(io) when a source cannot be read, and
+  // with refusal()'s text when the file is refused.
   void read(Ino ino, std::uint64_t offset, std::size_t length, Sources sources,
             ReadBuffer& out) const;
 
@@ -175,6 +196,8 @@ class Tree {
     std::size_t index;  // the export's file
   };
 
+  void read_clipped(const Node& n, std::uint64_t offset, std::size_t length, Sources sources,
+                    ReadBuffer& out) const;
   const EntryFiles& entry_files(std::size_t entry) const;
   const std::string& meta_json(std::size_t entry) const;
   std::uint32_t storage_crc(std::size_t entry, const EntryFiles& files, std::size_t storage,
@@ -183,7 +206,8 @@ class Tree {
                        ReadBuffer& out) const;
   const Tensor& tensor_of_storage(std::size_t entry, std::size_t storage) const;
   const std::string& index_json() const;
-  const std::string& keys_file() const;  // map.pt
+  const std::string& model_file(std::size_t file) const;  // Model::files[file]'s bytes
+  const std::string& keys_file() const;                   // map.pt
   template <typename Flush>
   void write_index_json(std::string& out, Flush flush) const;
   std::uint64_t index_json_size() const;
@@ -197,7 +221,13 @@ class Tree {
   std::optional<std::size_t> find_entry(std::string_view name) const;
   Ino lookup_view(std::string_view name) const;
   std::size_t root_entry(std::size_t child) const;  // the entry of a root child past fixed ones
-  bool has_rfc_file(std::size_t entry) const;
+  // Why entry i has no <name>.pt in the RFC layout (what map.pt cannot hold, a value that is not
+  // plain data, a tensor torch cannot load alone); "" when it has one.
+  std::string rfc_omission(std::size_t entry) const;
+  // Why reading the safetensors export fails (refusal()), made once: "" when it holds every
+  // tensor it can hold.
+  const std::string& export_refusal() const;
+  void write_exports(JsonWriter& j) const;  // index.json's "exports"
 
   static constexpr std::uint64_t unknown_size = ~std::uint64_t{0};
 
@@ -233,6 +263,8 @@ class Tree {
   mutable std::atomic<const std::string*> keys_file_{nullptr};
   mutable std::atomic<const SafetensorsExport*> safetensors_{nullptr};
   mutable std::atomic<const SharingIndex*> sharing_{nullptr};
+  mutable std::atomic<const std::string*> export_refusal_{nullptr};
+  mutable std::unique_ptr<std::atomic<const std::string*>[]> model_files_;  // made on first use
 };
 
 }  // namespace ckptfs

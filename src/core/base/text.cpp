@@ -5,6 +5,17 @@
 #include <fmt/format.h>
 
 namespace ckptfs {
+namespace {
+
+// `prefix` and the byte's two hex digits: "\\u0001", "\\udcff" (a hostile key may hold millions).
+void append_escape(std::string& out, std::string_view prefix, unsigned char byte) {
+  constexpr std::string_view hex = "0123456789abcdef";
+  out += prefix;
+  out += hex[byte >> 4];
+  out += hex[byte & 15];
+}
+
+}  // namespace
 
 std::size_t utf8_sequence_length(std::string_view text, std::size_t at) noexcept {
   auto byte = [&](std::size_t i) { return static_cast<unsigned char>(text[i]); };
@@ -29,6 +40,11 @@ std::size_t utf8_sequence_length(std::string_view text, std::size_t at) noexcept
 
 void append_json_string(std::string& out, std::string_view text) {
   out += '"';
+  append_json_escaped(out, text);
+  out += '"';
+}
+
+void append_json_escaped(std::string& out, std::string_view text) {
   std::size_t i = 0;
   while (i < text.size()) {
     // Printable ASCII other than quote and backslash is copied in runs: keys are mostly that.
@@ -57,18 +73,52 @@ void append_json_string(std::string& out, std::string_view text) {
           out += "\\r";
           break;
         default:
-          fmt::format_to(std::back_inserter(out), "\\u{:04x}", c);
+          append_escape(out, "\\u00", c);
       }
       ++i;
     } else if (std::size_t len = utf8_sequence_length(text, i); len != 0) {
       out.append(text.substr(i, len));  // DEL, or a well-formed multi-byte sequence
       i += len;
     } else {
-      fmt::format_to(std::back_inserter(out), "\\udc{:02x}", c);
+      append_escape(out, "\\udc", c);
       ++i;
     }
   }
-  out += '"';
+}
+
+std::size_t json_escaped_size(std::string_view text) noexcept {
+  std::size_t size = 0;
+  std::size_t i = 0;
+  while (i < text.size()) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c >= 0x20 && c < 0x7f) {
+      size += c == '"' || c == '\\' ? 2 : 1;
+      ++i;
+    } else if (c == '\n' || c == '\t' || c == '\r') {
+      size += 2;
+      ++i;
+    } else if (std::size_t len = c < 0x20 ? 0 : utf8_sequence_length(text, i); len != 0) {
+      size += len;
+      i += len;
+    } else {
+      size += 6;  // "\u00XX" for another control character, "\udcXX" for a stray byte
+      ++i;
+    }
+  }
+  return size;
+}
+
+std::size_t utf8_piece_end(std::string_view piece) noexcept {
+  const std::size_t n = piece.size();
+  for (std::size_t i = n < 3 ? 0 : n - 3; i < n; ++i) {
+    const auto c = static_cast<unsigned char>(piece[i]);
+    const std::size_t len = c >= 0xc2 && c <= 0xdf   ? 2
+                            : c >= 0xe0 && c <= 0xef ? 3
+                            : c >= 0xf0 && c <= 0xf4 ? 4
+                                                     : 1;
+    if (i + len > n) return i;  // a lead byte whose sequence the piece's end would cut
+  }
+  return n;
 }
 
 std::string escape_for_terminal(std::string_view text, std::size_t max_bytes) {
@@ -102,6 +152,19 @@ std::string escape_for_terminal(std::string_view text, std::size_t max_bytes) {
 
 std::string quote(std::string_view text, std::size_t max_bytes) {
   return '"' + escape_for_terminal(text, max_bytes) + '"';
+}
+
+std::string shell_quote(std::string_view path) {
+  if (!path.empty() && path.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                              "0123456789/._-+,:@%=") == std::string_view::npos) {
+    return std::string(path);
+  }
+  for (unsigned char c : path) {
+    if (c < 0x20 || c == 0x7f) return quote(path);
+  }
+  std::string out = "'";
+  for (char c : path) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
 }
 
 }  // namespace ckptfs

@@ -75,9 +75,9 @@ void refuse_compressed(std::string_view head) {
     refuse(ExitCode::unsupported,
            "a 7-Zip archive, not a checkpoint: extract it first (7z x) and mount what it holds");
   }
-  // A POSIX tar header: "ustar" at 257. torch 0.1's tar format (its first member "sys_info")
-  // is a checkpoint, which read_torch() names.
-  if (head.size() >= 262 && head.substr(257, 5) == "ustar") {
+  // A POSIX tar header. torch 0.1's tar format (its first member "sys_info") is a checkpoint,
+  // which read_torch() names.
+  if (is_tar_header(head)) {
     const std::string_view first = head.substr(0, std::min(head.find('\0'), std::size_t{100}));
     if (first == "sys_info" || first == "pickle" || first == "storages" || first == "tensors") {
       return;
@@ -89,19 +89,22 @@ void refuse_compressed(std::string_view head) {
   }
 }
 
-}  // namespace
+std::string read_head(const ByteSource& source) {
+  return source.read_string(0, static_cast<std::size_t>(std::min(source.size(), head_bytes)));
+}
 
-void refuse_impostor(const ByteSource& source, ImpostorCheck check) {
-  if (source.size() == 0) {
+// Throws when `head`, the first bytes of a file of `size` bytes, are an impostor's.
+void refuse_impostor_head(std::string_view head, std::uint64_t size, ImpostorCheck check) {
+  if (size == 0) {
     refuse(ExitCode::bad_checkpoint, "an empty file (an interrupted download?): nothing to read");
   }
-  const std::string head = source.read_string(0, std::min(source.size(), head_bytes));
   if (starts_with_bytes(head, "version https://git-lfs.github.com/spec/")) {
-    const std::string size = lfs_pointed_size(head);
-    refuse(ExitCode::io,
-           fmt::format("a Git LFS pointer, not the file it stands for{}: run `git lfs pull` in "
-                       "its repository (or download the file itself)",
-                       size.empty() ? "" : fmt::format(" ({} bytes, never downloaded)", size)));
+    const std::string pointed = lfs_pointed_size(head);
+    refuse(
+        ExitCode::io,
+        fmt::format("a Git LFS pointer, not the file it stands for{}: run `git lfs pull` in "
+                    "its repository (or download the file itself)",
+                    pointed.empty() ? "" : fmt::format(" ({} bytes, never downloaded)", pointed)));
   }
   // Markup: after a byte order mark and blank space.
   std::string_view text = head;
@@ -120,6 +123,53 @@ void refuse_impostor(const ByteSource& source, ImpostorCheck check) {
            "download the file itself again");
   }
   refuse_compressed(head);
+}
+
+}  // namespace
+
+bool is_tar_header(std::string_view head) {
+  constexpr std::size_t header_bytes = 512;
+  if (head.size() < header_bytes || head.substr(257, 5) != "ustar") return false;
+  // The checksum: octal digits between blanks, ended by a NUL or a blank (as tarfile's nti()).
+  std::string_view field = head.substr(148, 8);
+  field = field.substr(0, field.find('\0'));
+  while (!field.empty() && field.front() == ' ') field.remove_prefix(1);
+  while (!field.empty() && field.back() == ' ') field.remove_suffix(1);
+  if (field.empty() || field.size() > 7) return false;
+  std::uint32_t written = 0;
+  for (const char c : field) {
+    if (c < '0' || c > '7') return false;
+    written = written * 8 + static_cast<std::uint32_t>(c - '0');
+  }
+  // The sum of the header's bytes with the checksum field as blanks; old tars summed them as
+  // signed chars, which tarfile accepts too.
+  std::uint32_t unsigned_sum = 8 * ' ';
+  std::int32_t signed_sum = 8 * ' ';
+  for (std::size_t i = 0; i < header_bytes; ++i) {
+    if (i >= 148 && i < 156) continue;
+    unsigned_sum += static_cast<unsigned char>(head[i]);
+    signed_sum += static_cast<signed char>(head[i]);
+  }
+  return written == unsigned_sum || static_cast<std::int32_t>(written) == signed_sum;
+}
+
+void refuse_impostor(const ByteSource& source, ImpostorCheck check) {
+  refuse_impostor_head(read_head(source), source.size(), check);
+}
+
+void refuse_impostor_after(const ByteSource& source, const Error& failure, ImpostorCheck check) {
+  const ExitCode code = failure.code();
+  if (code != ExitCode::bad_zip && code != ExitCode::bad_checkpoint &&
+      code != ExitCode::unsupported) {
+    return;  // a read error, a server's refusal: not about what the file holds
+  }
+  std::string head;
+  try {
+    head = read_head(source);
+  } catch (const Error&) {
+    return;  // the reader's own error says more than a second failed read
+  }
+  refuse_impostor_head(head, source.size(), check);
 }
 
 }  // namespace ckptfs

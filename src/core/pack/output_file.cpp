@@ -3,6 +3,7 @@
 #include <ckptfs/base/crc32.hpp>
 #include <ckptfs/base/error.hpp>
 #include <ckptfs/pack/output_file.hpp>
+#include <ckptfs/source/open_file.hpp>
 
 #include <fmt/format.h>
 
@@ -13,6 +14,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <random>
 
 namespace ckptfs {
@@ -48,7 +50,37 @@ std::string temporary_name(const std::string& directory, const std::string& base
   return fmt::format("{}/.{}.ckptfs-pack-{:016x}", directory, base, random());
 }
 
+std::string directory_of(const std::string& path) {
+  const auto slash = path.rfind('/');
+  return slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+}
+
 }  // namespace
+
+std::optional<struct stat> check_output_name(const std::string& path, Overwrite overwrite) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) return std::nullopt;  // nothing there (or the open says)
+  if (overwrite == Overwrite::no) exists();
+  if (S_ISLNK(st.st_mode)) return std::nullopt;  // the link is replaced, its target untouched
+  if (!S_ISREG(st.st_mode)) {
+    throw OutputError(ExitCode::usage,
+                      fmt::format("{}, not a regular file: pack writes and replaces regular "
+                                  "files only; name another OUT",
+                                  file_kind_name(st.st_mode)));
+  }
+  struct stat directory {};
+  if (st.st_uid != ::geteuid() && ::stat(directory_of(path).c_str(), &directory) == 0 &&
+      (directory.st_mode & S_ISVTX) != 0 && (directory.st_mode & 022) != 0 &&
+      st.st_uid != directory.st_uid) {
+    throw OutputError(
+        ExitCode::usage,
+        fmt::format("owned by uid {} in a sticky directory others may write: whoever put it "
+                    "there would be given the output (its owner and mode are kept), so pack does "
+                    "not replace it; remove it first, or name another OUT",
+                    st.st_uid));
+  }
+  return st;
+}
 
 mode_t permissions_of(std::span<const ByteSource* const> sources) {
   mode_t mode = 0666;
@@ -66,14 +98,11 @@ mode_t permissions_of(std::span<const ByteSource* const> sources) {
 OutputFile::OutputFile(std::string path, Overwrite overwrite, mode_t mode)
     : path_(std::move(path)), overwrite_(overwrite), buffer_(buffer_bytes) {
   const auto slash = path_.rfind('/');
-  directory_ = slash == std::string::npos ? "." : slash == 0 ? "/" : path_.substr(0, slash);
+  directory_ = directory_of(path_);
   const std::string base = slash == std::string::npos ? path_ : path_.substr(slash + 1);
-  struct stat st {};
-  if (::lstat(path_.c_str(), &st) == 0 && overwrite_ == Overwrite::no) exists();
-  // The file this one replaces (through a symbolic link: the file it names, whose mode cp
-  // would keep), whose mode, owner and group it takes.
-  struct stat replaced {};
-  const bool replacing = overwrite_ == Overwrite::yes && ::stat(path_.c_str(), &replaced) == 0;
+  // The regular file this one replaces, whose mode, owner and group it takes (not those of what
+  // a link leads to: the link is replaced, and whoever made it does not choose them).
+  const std::optional<struct stat> replaced = check_output_name(path_, overwrite_);
   mode &= 0777;
   int fd = ::open(directory_.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, mode);
   if (fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
@@ -95,7 +124,7 @@ OutputFile::OutputFile(std::string path, Overwrite overwrite, mode_t mode)
   }
   if (fd < 0) fail_errno("cannot create it");
   fd_ = UniqueFd(fd);
-  if (replacing) keep_mode_of(replaced);
+  if (replaced) keep_mode_of(*replaced);
 }
 
 void OutputFile::keep_mode_of(const struct stat& replaced) {

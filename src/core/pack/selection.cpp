@@ -132,6 +132,8 @@ Selection select_entries(const Model& model, std::span<const KeyGlob> globs, Pac
   }
 
   Selection out;
+  // Broken tensors selected: refused once all are counted, as the mount counts them.
+  std::size_t tensors_selected = 0, broken = 0, first_broken = 0;
   for (std::size_t i = 0; i < model.entries.size(); ++i) {
     if (!selected[i]) continue;
     const Entry& e = model.entries[i];
@@ -148,23 +150,18 @@ Selection select_entries(const Model& model, std::span<const KeyGlob> globs, Pac
       }
     } else {
       const Tensor& t = model.tensors[e.tensor];
+      ++tensors_selected;
       if (!t.broken.empty()) {
-        throw Error(ExitCode::bad_checkpoint,
-                    fmt::format("tensor {} is broken ({}): it cannot be packed; leave it out "
-                                "with --keys",
-                                quote(e.key), t.broken));
+        if (broken++ == 0) first_broken = i;
+        continue;
       }
       if (const std::string_view why = values_not_served(model, t); !why.empty()) {
         out.left_out.push_back({i, fmt::format("{} blocks: {}", info(t.blocks).name, why)});
         continue;
       }
       if (format == PackFormat::safetensors) {
-        const DType served = serve(model, t, convert_to).dtype;
-        if (safetensors_dtype(t, served).empty()) {
-          out.left_out.push_back(
-              {i, served == DType::float4_e2m1fn_x2
-                      ? std::string("a 0-d float4_e2m1fn_x2: safetensors' F4 holds no half byte")
-                      : fmt::format("safetensors has no dtype {}", info(served).name)});
+        if (std::string why = safetensors_omission(model, t, convert_to); !why.empty()) {
+          out.left_out.push_back({i, std::move(why)});
           continue;
         }
       } else if (quantized(t.dtype)) {
@@ -181,6 +178,21 @@ Selection select_entries(const Model& model, std::span<const KeyGlob> globs, Pac
     }
     out.entries.push_back(i);
     out.values.push_back(std::move(value));
+  }
+
+  if (broken != 0) {
+    const Entry& e = model.entries[first_broken];
+    const std::string first =
+        fmt::format("tensor {} is broken ({})", quote(e.key), model.tensors[e.tensor].broken);
+    if (broken == 1) {
+      throw Error(ExitCode::bad_checkpoint,
+                  first + ": it cannot be packed; leave it out with --keys");
+    }
+    throw Error(ExitCode::bad_checkpoint,
+                fmt::format("{}, and {} more: {} of the {} tensors selected are broken (ckptfs "
+                            "inspect lists them); they cannot be packed: leave them out with "
+                            "--keys",
+                            first, broken - 1, broken, tensors_selected));
   }
 
   // Unique keys: the first of a text keeps it; later ones get the smallest "%#N" that is no

@@ -7,6 +7,7 @@
 #include <ckptfs/base/error.hpp>
 #include <ckptfs/base/sha256.hpp>
 #include <ckptfs/base/text.hpp>
+#include <ckptfs/source/open_file.hpp>
 
 #include <fmt/format.h>
 
@@ -95,29 +96,9 @@ bool own(const struct stat& st, mode_t type) {
   return (st.st_mode & S_IFMT) == type && st.st_uid == ::geteuid() && (st.st_mode & 022) == 0;
 }
 
-const char* kind_of(mode_t mode) {
-  switch (mode & S_IFMT) {
-    case S_IFREG:
-      return "a file";
-    case S_IFDIR:
-      return "a directory";
-    case S_IFLNK:
-      return "a symbolic link";
-    case S_IFIFO:
-      return "a FIFO";
-    case S_IFSOCK:
-      return "a socket";
-    case S_IFCHR:
-    case S_IFBLK:
-      return "a device";
-    default:
-      return "an unknown kind of file";
-  }
-}
-
 // Why `st` is not what own() wants, in words.
 std::string why_not_own(const struct stat& st, mode_t type) {
-  if ((st.st_mode & S_IFMT) != type) return kind_of(st.st_mode);
+  if ((st.st_mode & S_IFMT) != type) return file_kind_name(st.st_mode);
   if (st.st_uid != ::geteuid()) {
     return fmt::format("owned by uid {}, not by uid {} who runs ckptfs", st.st_uid, ::geteuid());
   }
@@ -161,8 +142,10 @@ std::vector<std::string> names_in(int dir) {
   return names;
 }
 
-// DIR itself: made when only its last component is missing, then opened (a link to it is
-// followed: what is checked is the directory opened) and checked.
+// DIR itself: made when only its last component is missing, then opened (a link of the user's
+// own to it is followed: what is checked is the directory opened) and checked. A link another
+// user owns is refused, as the kernel's fs.protected_symlinks refuses one in a sticky directory:
+// whoever made it chose which directory of the user's the cache's writes go to.
 int open_root(const std::string& directory) {
   auto refuse = [&](const std::string& why) {
     return Error(ExitCode::usage, fmt::format("cache_dir={}: {}", quote(directory), why));
@@ -175,6 +158,14 @@ int open_root(const std::string& directory) {
           quote(parent)));
     }
     throw refuse(fmt::format("cannot make it: {}", std::strerror(errno)));
+  }
+  struct stat named {};
+  if (::lstat(directory.c_str(), &named) == 0 && S_ISLNK(named.st_mode) &&
+      named.st_uid != ::geteuid()) {
+    throw refuse(fmt::format(
+        "a symbolic link owned by uid {}, not by uid {} who runs ckptfs: another user may have "
+        "made it to lead the cache into a directory of yours; name the directory itself",
+        named.st_uid, ::geteuid()));
   }
   Fd fd(::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!fd) throw refuse(std::strerror(errno));
@@ -232,7 +223,7 @@ DiskCache::DiskCache(const std::string& directory, std::uint64_t limit, Warn war
     std::string why = fmt::format("{}: {}", blocks_folder, std::strerror(error));
     if (::fstatat(dir.get(), blocks_folder, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
         !S_ISDIR(st.st_mode)) {
-      why = fmt::format("{} is {}, not a directory{}", blocks_folder, kind_of(st.st_mode),
+      why = fmt::format("{} is {}, not a directory{}", blocks_folder, file_kind_name(st.st_mode),
                         S_ISLNK(st.st_mode) ? " (ckptfs never follows a link in its cache)" : "");
     }
     throw Error(ExitCode::usage, fmt::format("cache_dir={}: {}", quote(directory), why));
@@ -267,7 +258,7 @@ std::shared_ptr<const DiskCache::Folder> DiskCache::object_folder(std::string_vi
   if (!folder) {
     if (errno == ELOOP || errno == ENOTDIR) {
       if (::fstatat(root_fd_, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
-        ignore(fmt::format("{} ({})", shown, kind_of(st.st_mode)));
+        ignore(fmt::format("{} ({})", shown, file_kind_name(st.st_mode)));
       }
     }
     return nullptr;
@@ -297,7 +288,7 @@ std::shared_ptr<const DiskCache::Folder> DiskCache::object_folder(std::string_vi
     }
     if (errno != ENOENT) {
       if (::fstatat(folder.get(), "key", &st, AT_SYMLINK_NOFOLLOW) == 0) {
-        ignore(fmt::format("{}/key ({})", shown, kind_of(st.st_mode)));
+        ignore(fmt::format("{}/key ({})", shown, file_kind_name(st.st_mode)));
       }
       return nullptr;
     }

@@ -2,6 +2,9 @@
 // Parsing of the HTTP status line, header fields, Content-Range and Retry-After.
 #include <ckptfs/source/http_headers.hpp>
 
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <charconv>
 
 namespace ckptfs::http {
@@ -86,6 +89,54 @@ std::optional<std::uint64_t> parse_retry_after(std::string_view value, std::int6
   if (auto seconds = number(value)) return seconds;
   if (!date_seconds) return std::nullopt;
   return *date_seconds > now ? static_cast<std::uint64_t>(*date_seconds - now) : 0;
+}
+
+std::variant<RangeAnswer, std::string> judge_range(int status,
+                                                   const std::optional<ContentRange>& content_range,
+                                                   std::optional<std::uint64_t> content_length,
+                                                   const RangeRequest& request,
+                                                   std::uint64_t whole_limit) {
+  const std::uint64_t last_asked = request.first + request.length - 1;
+  RangeAnswer answer;
+  std::uint64_t first = 0;
+  if (status == 206) {
+    if (!content_range) return std::string("a 206 answer without a valid Content-Range");
+    const ContentRange& r = *content_range;
+    if (!r.total || !r.first) return std::string("a 206 answer with an unknown size");
+    first = *r.first;
+    answer.total = *r.total;
+    answer.declared = *r.last - *r.first + 1;
+  } else {
+    // The server ignored the range: the body is the whole object, from byte 0.
+    if (!content_length) {
+      return std::string(
+          "the server ignores Range requests (it answered 200 without a Content-Length)");
+    }
+    answer.total = answer.declared = *content_length;
+    if (request.probe && answer.total > whole_limit) {
+      return fmt::format(
+          "the server ignores Range requests (it answered 200 with the whole object, {} bytes): "
+          "ckptfs reads remote objects by range",
+          answer.total);
+    }
+  }
+  // What must come: the bytes asked; at the probe, up to the object's end (all of it, when the
+  // server ignores ranges).
+  answer.take = !request.probe  ? request.length
+                : status == 200 ? answer.total
+                                : std::min(request.length, answer.total);
+  if (first != request.first || answer.declared < answer.take) {
+    const std::uint64_t want_last = request.probe ? answer.take - 1 : last_asked;
+    if (status == 200) {
+      return fmt::format(
+          "the server answered 200 (the whole object) to a request for bytes {}-{}: it ignores "
+          "ranges, and ckptfs reads remote objects by range",
+          request.first, want_last);
+    }
+    return fmt::format("the server answered bytes {}-{} to a request for {}-{}", first,
+                       first + answer.declared - 1, request.first, want_last);
+  }
+  return answer;
 }
 
 }  // namespace ckptfs::http

@@ -67,6 +67,32 @@ void HttpTransport::quiesce() {
   stopping_ = false;
 }
 
+void HttpTransport::end_overdue_jobs(CURLM* multi, std::vector<std::shared_ptr<Job>>& waiting) {
+  const auto now = Clock::now();
+  for (std::size_t i = 0; i < waiting.size();) {
+    if (waiting[i]->deadline > now) {
+      ++i;
+      continue;
+    }
+    std::shared_ptr<Job> job = std::move(waiting[i]);
+    waiting[i] = std::move(waiting.back());
+    waiting.pop_back();
+    job->finish(CURLE_OPERATION_TIMEDOUT, nullptr);
+  }
+  std::vector<CURL*> overdue;
+  for (const auto& [easy, job] : active_) {
+    if (job->deadline <= now) overdue.push_back(easy);
+  }
+  for (CURL* easy : overdue) {
+    auto it = active_.find(easy);
+    std::shared_ptr<Job> job = std::move(it->second);
+    active_.erase(it);
+    curl().multi_remove_handle(multi, easy);  // closes its connection when it was transferring
+    job->finish(CURLE_OPERATION_TIMEDOUT, easy);
+    idle_handles_.push_back(easy);
+  }
+}
+
 void HttpTransport::start_ready_jobs(CURLM* multi, std::vector<std::shared_ptr<Job>>& waiting) {
   const auto now = Clock::now();
   for (std::size_t i = 0; i < waiting.size();) {
@@ -135,14 +161,23 @@ void HttpTransport::run() {
       job->finish(result, easy);
       idle_handles_.push_back(easy);
     }
-    // Sleep until a socket is ready, a job is submitted (wakeup), or the first retry is due.
+    // Jobs past their deadline end now, wherever they are (finish() may resubmit none: its
+    // deadline has passed).
+    end_overdue_jobs(multi, waiting);
+    // Sleep until a socket is ready, a job is submitted (wakeup), the first retry is due or the
+    // first deadline passes.
     auto wait = std::chrono::milliseconds(1000);
     const auto now = Clock::now();
+    auto until = [&](Clock::time_point due) {
+      if (due == Clock::time_point::max()) return;
+      const auto ms = std::chrono::ceil<std::chrono::milliseconds>(due - now);
+      wait = std::max(std::chrono::milliseconds(0), std::min(wait, ms));
+    };
     for (const auto& job : waiting) {
-      const auto due = std::chrono::duration_cast<std::chrono::milliseconds>(job->not_before - now);
-      wait = std::max(std::chrono::milliseconds(0),
-                      std::min(wait, due + std::chrono::milliseconds(1)));
+      until(job->not_before);
+      until(job->deadline);
     }
+    for (const auto& [easy, job] : active_) until(job->deadline);
     {
       std::lock_guard lock(mutex_);
       if (!incoming_.empty() || stopping_) wait = std::chrono::milliseconds(0);

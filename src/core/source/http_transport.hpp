@@ -41,6 +41,11 @@ class Job {
 
   // Not started before this time (a retry's backoff).
   Clock::time_point not_before{};
+  // Ended by the transport at this time, in whichever state it is: waiting for its start,
+  // waiting inside curl for a connection (curl before 8.8 never times out a transfer queued
+  // behind CURLMOPT_MAX_HOST_CONNECTIONS: it waits until a connection frees), or transferring.
+  // It then gets finish() with CURLE_OPERATION_TIMEDOUT. Set before submit(), never changed.
+  Clock::time_point deadline = Clock::time_point::max();
   // Set to abort it: its transfer stops at the next progress callback, and finish() is called.
   std::atomic<bool> cancelled{false};
 };
@@ -69,6 +74,7 @@ class HttpTransport {
  private:
   void run();
   void start_ready_jobs(CURLM* multi, std::vector<std::shared_ptr<Job>>& waiting);
+  void end_overdue_jobs(CURLM* multi, std::vector<std::shared_ptr<Job>>& waiting);
   void finish_all(CURLM* multi, std::vector<std::shared_ptr<Job>>& waiting);
   static int progress(void* job, curl_off_t, curl_off_t, curl_off_t, curl_off_t);
 

@@ -35,6 +35,27 @@ const char* kind_problem(const struct stat& st, FileKind kind) {
 
 }  // namespace
 
+const char* file_kind_name(mode_t mode) noexcept {
+  switch (mode & S_IFMT) {
+    case S_IFREG:
+      return "a regular file";
+    case S_IFDIR:
+      return "a directory";
+    case S_IFLNK:
+      return "a symbolic link";
+    case S_IFIFO:
+      return "a FIFO";
+    case S_IFSOCK:
+      return "a socket";
+    case S_IFCHR:
+      return "a character device";
+    case S_IFBLK:
+      return "a block device";
+    default:
+      return "an unknown kind of file";
+  }
+}
+
 OpenedFile open_file(const std::string& path, FileKind kind) {
   OpenedFile out;
   // A stat never opens the file, so a FIFO or a device is refused without touching it.

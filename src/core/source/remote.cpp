@@ -48,6 +48,9 @@ constexpr std::size_t max_error_body = 4096;
 // A request slower than minimum_rate() over this long (a third of the timeout, 1 to 10 s) is
 // abandoned and retried on a new connection: a stalled server, or one that trickles bytes.
 constexpr long stall_seconds_max = 10;
+// How long one attempt may take to connect (a slower connect is retried on a new one); the
+// request's deadline ends it sooner (the transport ends every job at its deadline).
+constexpr long connect_timeout_ms = 10'000;
 // A block whose fetch failed stays failed this long: the kernel retries a failed read at once,
 // page by page, and that retry must not wait for the server again.
 constexpr auto failure_memory = std::chrono::seconds(1);
@@ -209,10 +212,41 @@ struct RemoteShared {
   std::uint64_t max_in_flight = 0;              // bytes of readahead requested, not yet there
   std::atomic<std::uint64_t> in_flight{0};
   std::atomic<std::uint32_t> next_id{0};
-  // Until then (steady_ms()), reads make one attempt, not retries until the timeout: a read that
-  // just failed for want of a server is followed by the kernel's own retries of the same pages,
-  // which would each wait the whole timeout again.
+
+  // The server is taken as failing until failing_until (steady_ms()), from the moment a request
+  // gave up for want of it, or a read waited the whole timeout for its bytes. Meanwhile reads
+  // take what the caches hold and fail at once for the rest, without waiting: the kernel retries
+  // a failed read at once, page by page, and the reads queued behind the serving threads that
+  // waited would each wait again (a read would then end long after its timeout). One request
+  // at a time (`recovering`) asks the server again in the background for blocks a read wanted,
+  // with retries; once a read request succeeds, reads fetch again.
   std::atomic<std::int64_t> failing_until{0};
+  std::atomic<bool> recovering{false};
+  std::mutex failure_mutex;
+  std::string failure;          // why the server is taken as failing
+  std::int64_t failure_at = 0;  // steady_ms() of it
+
+  bool failing() const noexcept {
+    return steady_ms() < failing_until.load(std::memory_order_relaxed);
+  }
+  void server_failed(const std::string& why) {
+    const std::int64_t now = steady_ms();
+    {
+      std::lock_guard lock(failure_mutex);
+      failure = why;
+      failure_at = now;
+    }
+    failing_until.store(now + options.timeout.count(), std::memory_order_relaxed);
+  }
+  void server_answered() noexcept { failing_until.store(0, std::memory_order_relaxed); }
+  // The error of a read that needs the server while it is taken as failing.
+  Error not_waited_for() {
+    std::lock_guard lock(failure_mutex);
+    return Error(ExitCode::unreachable,
+                 fmt::format("not waited for: {}, {:.1f} s ago; reads fail at once until the "
+                             "server answers again",
+                             failure, static_cast<double>(steady_ms() - failure_at) / 1000.0));
+  }
 
   std::mutex disk_mutex;
   std::condition_variable disk_wake;
@@ -234,7 +268,8 @@ struct Failure {
   bool changed = false;  // the object is no longer the one pinned
 };
 
-// One ranged GET, retried with backoff until it succeeds, fails for good, or its deadline.
+// One ranged GET, retried with backoff until it succeeds, fails for good, or its deadline (the
+// transport ends it there, in whichever state it is).
 //   probe: the first request at open, learning size and identity (and block 0);
 //   validate: a one-byte request checking that the identity still holds;
 //   read: blocks of the cache, filled in order, each made ready as soon as it is whole.
@@ -243,14 +278,15 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
   enum class Mode { probe, validate, read };
 
   RangeFetch(RemoteShared& shared, std::shared_ptr<Object> object, Mode mode, std::uint64_t offset,
-             std::uint64_t length, unsigned max_attempts)
+             std::uint64_t length, unsigned max_attempts, Clock::time_point until)
       : shared_(shared),
         object_(std::move(object)),
         mode_(mode),
         offset_(offset),
         length_(length),
-        max_attempts_(max_attempts),
-        deadline_(Clock::now() + shared.options.timeout) {}
+        max_attempts_(max_attempts) {
+    deadline = until;
+  }
 
   // read: the blocks [first, first + blocks.size()) the fetch fills (offset_ = first's start).
   void set_blocks(std::uint64_t first, std::vector<std::shared_ptr<Block>> blocks) {
@@ -258,6 +294,8 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
     blocks_ = std::move(blocks);
   }
   void count_in_flight(std::uint64_t bytes) { in_flight_ = bytes; }
+  // The one request that asks a failing server again (RemoteShared::recovering).
+  void set_recovery() { recovery_ = true; }
 
   // probe: waits for the outcome. Returns the failure, if any.
   std::optional<Failure> wait() {
@@ -273,7 +311,7 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
   bool start(CURL* easy) override {
     reset_response();
     const auto remaining =
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - Clock::now());
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     if (remaining.count() <= 0) return false;
     const Object& o = *object_;
     easy_setopt(easy, CURLOPT_URL, o.request_url.c_str());
@@ -291,9 +329,10 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
       easy_setopt(easy, CURLOPT_REDIR_PROTOCOLS_STR, o.redirect_protocols.c_str());
     }
     easy_setopt(easy, CURLOPT_PROTOCOLS_STR, "http,https");
-    easy_setopt(easy, CURLOPT_TIMEOUT_MS, static_cast<long>(remaining.count()));
-    easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS,
-                static_cast<long>(std::min<std::int64_t>(remaining.count(), 10'000)));
+    // The transport ends the request at its deadline; curl's own limit, a second later, only
+    // backs it up (curl before 8.8 never applies it to a request waiting for a connection).
+    easy_setopt(easy, CURLOPT_TIMEOUT_MS, static_cast<long>(remaining.count() + 1000));
+    easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, connect_timeout_ms);
     const long stall = std::clamp<long>(static_cast<long>(shared_.options.timeout.count() / 3000),
                                         1, stall_seconds_max);
     easy_setopt(easy, CURLOPT_LOW_SPEED_LIMIT, minimum_rate(shared_.options.timeout));
@@ -313,12 +352,24 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
       easy_setopt(easy, CURLOPT_ERRORBUFFER, nullptr);
       easy_setopt(easy, CURLOPT_HTTPHEADER, nullptr);
     }
-    if (result == CURLE_OK && accepted_ && received_ == expected_body()) {
+    // Every byte asked is here: the transfer ended, or was cut after them (surplus_ below).
+    if (accepted_ && received_ == wanted_ &&
+        (result == CURLE_OK || (result == CURLE_WRITE_ERROR && surplus_))) {
       succeed();
       return;
     }
     Failure f = failure_ ? *failure_ : describe(result);
     if (status_ >= 400) add_error_code(f);
+    if (result == CURLE_OPERATION_TIMEDOUT && Clock::now() >= deadline && !failure_) {
+      // Ended by the transport at the deadline (or by curl's backup a second later).
+      f = Failure{
+          ExitCode::unreachable,
+          fmt::format(
+              "no answer within the timeout ({} s{})", shared_.options.timeout.count() / 1000.0,
+              last_cause_.empty() ? std::string{} : fmt::format("; before: {}", last_cause_)),
+          false};
+      server_failed_ = true;
+    }
     if (cancelled) f = {ExitCode::io, "the request was cancelled", false, false};
     if (f.changed) object_->mark_changed(f.message);
     server_failed_ = server_failed_ || f.retry;
@@ -328,7 +379,7 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
       if (retry_after_) {
         // Capped: a hostile value must not overflow the clock (a day is past any timeout).
         const auto asked = std::chrono::seconds(std::min<std::uint64_t>(*retry_after_, 86400));
-        if (Clock::now() + asked >= deadline_) {
+        if (Clock::now() + asked >= deadline) {
           f.message += fmt::format(" (the server asked to retry after {} s, past the timeout)",
                                    *retry_after_);
           fail(f);
@@ -336,7 +387,8 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
         }
         backoff = std::max<std::chrono::milliseconds>(backoff, asked);
       }
-      if (Clock::now() + backoff < deadline_ && !cancelled) {
+      if (Clock::now() + backoff < deadline && !cancelled) {
+        last_cause_ = f.message;
         not_before = Clock::now() + backoff;
         resume_after_ready_blocks();
         shared_.transport.submit(shared_from_this());
@@ -348,12 +400,12 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
   }
 
  private:
-  std::uint64_t expected_body() const { return accepted_whole_ ? total_ : length_; }
-
   void reset_response() {
     status_ = 0;
     accepted_ = false;
-    accepted_whole_ = false;
+    surplus_ = false;
+    wanted_ = 0;
+    declared_ = 0;
     received_ = 0;
     failure_.reset();
     retry_after_.reset();
@@ -417,17 +469,24 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
       f->error_body_.append(data, std::min(n, room));
       return n;
     }
-    if (n > f->expected_body() - f->received_) {
-      f->failure_ = Failure{ExitCode::io, "the server sent more bytes than asked", true};
+    if (n > f->declared_ - f->received_) {
+      f->failure_ = Failure{ExitCode::io, "the server sent more bytes than it said it would", true};
       return 0;
     }
-    if (f->mode_ != Mode::read) {
-      f->body_.append(data, n);
-      f->received_ += n;
-      return n;
+    // Of an answer that holds more than asked (judge_range()), only the bytes asked are taken:
+    // returning fewer than `n` ends the transfer there, and what follows is never read.
+    const std::size_t take =
+        static_cast<std::size_t>(std::min<std::uint64_t>(n, f->wanted_ - f->received_));
+    if (take > 0) {
+      if (f->mode_ != Mode::read) {
+        f->body_.append(data, take);
+        f->received_ += take;
+      } else {
+        f->store(reinterpret_cast<const std::byte*>(data), take);
+      }
     }
-    f->store(reinterpret_cast<const std::byte*>(data), n);
-    return n;
+    if (take < n) f->surplus_ = true;
+    return take;
   }
 
   // Copies body bytes into the blocks, making each ready once whole.
@@ -474,44 +533,26 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
           ExitCode::io,
           fmt::format("the server sent the bytes encoded ({})", quote(content_encoding_)), false);
     }
-    if (status_ == 206 || (status_ == 200 && mode_ != Mode::read)) {
-      if (mode_ != Mode::read && status_ == 200) {
-        // The server ignores ranges: acceptable only when the whole object is what was asked.
-        if (!content_length_)
-          return fail_with(ExitCode::io, "the server ignores Range requests", false);
-        if (*content_length_ > (mode_ == Mode::probe ? std::max(length_, block_size) : length_)) {
-          return fail_with(ExitCode::io,
-                           "the server ignores Range requests (it answered 200 with the whole "
-                           "object): ckptfs reads remote objects by range",
-                           false);
-        }
-        total_ = *content_length_;
-        accepted_whole_ = true;
-      } else {
-        if (!content_range_) {
-          return fail_with(ExitCode::io, "a 206 answer without a valid Content-Range", false);
-        }
-        const auto& r = *content_range_;
-        if (!r.total || !r.first)
-          return fail_with(ExitCode::io, "a 206 answer with an unknown size", false);
-        total_ = *r.total;
-        const std::uint64_t want_last =
-            mode_ == Mode::probe ? std::min(offset_ + length_, total_) - 1 : offset_ + length_ - 1;
-        if (mode_ != Mode::probe && total_ != o.size) {
-          return fail_with(ExitCode::io,
-                           fmt::format("its size is now {} bytes, not {}: it changed on the "
-                                       "server since it was opened",
-                                       total_, o.size),
-                           false, true);
-        }
-        if (*r.first != offset_ || *r.last != want_last) {
-          return fail_with(ExitCode::io,
-                           fmt::format("the server answered bytes {}-{} to a request for {}-{}",
-                                       *r.first, *r.last, offset_, want_last),
-                           false);
-        }
-        if (mode_ == Mode::probe) length_ = want_last - offset_ + 1;
+    if (status_ == 206 || status_ == 200) {
+      // What the answer holds, by the one rule for answers other than the range asked.
+      auto verdict = http::judge_range(status_, content_range_, content_length_,
+                                       {offset_, length_, mode_ == Mode::probe}, block_size);
+      if (auto* why = std::get_if<std::string>(&verdict)) {
+        return fail_with(ExitCode::io, std::move(*why), false);
       }
+      const auto& answer = std::get<http::RangeAnswer>(verdict);
+      if (mode_ != Mode::probe && answer.total != o.size) {
+        return fail_with(ExitCode::io,
+                         fmt::format("its size is now {} bytes, not {}: it changed on the "
+                                     "server since it was opened",
+                                     answer.total, o.size),
+                         false, true);
+      }
+      total_ = answer.total;
+      wanted_ = answer.take;
+      declared_ = answer.declared;
+      // A retry after a cut asks again only for what was not taken (resume_after_ready_blocks).
+      if (mode_ == Mode::probe) length_ = wanted_;
       etag_ = response_etag_;
       last_modified_ = response_last_modified_;
       if (mode_ != Mode::probe) {
@@ -520,19 +561,12 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
       accepted_ = true;
       return;
     }
-    if (status_ == 200) {
-      return fail_with(ExitCode::io,
-                       "the server answered 200 to a Range request (it ignores ranges): its bytes "
-                       "are not used",
-                       false);
-    }
     if (status_ == 416 && mode_ == Mode::probe && content_range_ && content_range_->total &&
         *content_range_->total == 0) {
       total_ = 0;  // an empty object: no byte to ask for
       etag_ = response_etag_;
       last_modified_ = response_last_modified_;
       accepted_ = true;
-      accepted_whole_ = true;
       return;
     }
     if (mode_ != Mode::probe &&
@@ -597,8 +631,7 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
     }
     if (result == CURLE_OK) {
       return {ExitCode::unreachable,
-              fmt::format("the answer was cut after {} of {} bytes", received_, expected_body()),
-              true};
+              fmt::format("the answer was cut after {} of {} bytes", received_, wanted_), true};
     }
     std::string what = error_buffer_[0] != '\0' ? error_buffer_ : curl().easy_strerror(result);
     what = object_->scrub(what);
@@ -650,12 +683,13 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
     if (mode_ == Mode::read) {
       // Only bytes read say the server serves again: a one-byte check gets through a server
       // that trickles.
-      shared_.failing_until.store(0, std::memory_order_relaxed);
+      shared_.server_answered();
       for (std::size_t k = 0; k < blocks_.size(); ++k) block_done(k);
     } else {
       object_->validated_at = steady_ms();
       object_->validating = false;
     }
+    if (recovery_) shared_.recovering = false;
     release_in_flight();
     complete(std::nullopt);
   }
@@ -663,10 +697,10 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
   void fail(Failure f) {
     f.message = object_->scrub(std::move(f.message));
     // The last attempt may have been one the deadline stopped before it started: the server
-    // failed all the same.
-    if ((f.retry || server_failed_) && !cancelled) {
-      shared_.failing_until.store(steady_ms() + shared_.options.timeout.count(),
-                                  std::memory_order_relaxed);
+    // failed all the same. Only a read's request says so: a background check of the identity
+    // makes one attempt, and one lost answer must not fail the reads that come after it.
+    if ((f.retry || server_failed_) && !cancelled && mode_ == Mode::read) {
+      shared_.server_failed(f.message);
     }
     if (mode_ == Mode::read) {
       for (std::size_t k = 0; k < blocks_.size(); ++k) {
@@ -679,6 +713,7 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
       }
     }
     if (mode_ == Mode::validate) object_->validating = false;
+    if (recovery_) shared_.recovering = false;
     release_in_flight();
     complete(std::move(f));
   }
@@ -705,7 +740,8 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
   unsigned max_attempts_;
   unsigned attempt_ = 0;
   bool server_failed_ = false;  // an attempt failed in a way a retry may mend
-  Clock::time_point deadline_;
+  std::string last_cause_;      // why the previous attempt failed
+  bool recovery_ = false;
   std::uint64_t first_block_ = 0;
   std::vector<std::shared_ptr<Block>> blocks_;
   std::uint64_t in_flight_ = 0;
@@ -713,7 +749,9 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
   // The current attempt's response.
   int status_ = 0;
   bool accepted_ = false;
-  bool accepted_whole_ = false;  // a 200 (or empty 416) with the whole object
+  bool surplus_ = false;        // the answer held more than asked: cut after the bytes asked
+  std::uint64_t wanted_ = 0;    // bytes taken from the body (judge_range())
+  std::uint64_t declared_ = 0;  // bytes the body says it holds
   std::uint64_t received_ = 0;
   std::optional<Failure> failure_;
   std::optional<std::uint64_t> retry_after_;
@@ -783,8 +821,8 @@ class RemoteSource final : public ByteSource {
   void revalidate() const noexcept {
     if (object_->validating.exchange(true)) return;
     try {
-      auto job =
-          std::make_shared<RangeFetch>(*shared_, object_, RangeFetch::Mode::validate, 0, 1, 1);
+      auto job = std::make_shared<RangeFetch>(*shared_, object_, RangeFetch::Mode::validate, 0, 1,
+                                              1, Clock::now() + shared_->options.timeout);
       if (object_->size == 0) {
         object_->validating = false;
         return;
@@ -822,19 +860,20 @@ class RemoteSource final : public ByteSource {
     return b;
   }
 
-  // Fetches the new blocks [first, first + blocks.size()) in requests of blocks_per_request.
-  void fetch(std::uint64_t first, std::vector<std::shared_ptr<Block>> blocks,
-             bool readahead) const {
+  // Fetches the new blocks [first, first + blocks.size()) in requests of blocks_per_request,
+  // each ended at `deadline`; `recovery`: the one request that asks a failing server again.
+  void fetch(std::uint64_t first, std::vector<std::shared_ptr<Block>> blocks, bool readahead,
+             Clock::time_point deadline, bool recovery = false) const {
     for (std::size_t at = 0; at < blocks.size(); at += blocks_per_request) {
       const std::size_t n = std::min<std::size_t>(blocks_per_request, blocks.size() - at);
       std::vector<std::shared_ptr<Block>> part(blocks.begin() + at, blocks.begin() + at + n);
       const std::uint64_t offset = (first + at) * block_size;
       std::uint64_t length = 0;
       for (const auto& b : part) length += b->length();
-      const bool failing = steady_ms() < shared_->failing_until.load(std::memory_order_relaxed);
       auto job = std::make_shared<RangeFetch>(*shared_, object_, RangeFetch::Mode::read, offset,
-                                              length, failing ? 1u : ~0u);
+                                              length, ~0u, deadline);
       job->set_blocks(first + at, std::move(part));
+      if (recovery) job->set_recovery();
       if (readahead) {
         shared_->in_flight.fetch_add(length, std::memory_order_relaxed);
         job->count_in_flight(length);
@@ -847,13 +886,25 @@ class RemoteSource final : public ByteSource {
     }
   }
 
-  // Asks for the blocks of [from, to) that no cache holds, in runs of consecutive ones.
-  void fetch_missing(std::uint64_t from, std::uint64_t to, bool readahead) const {
+  // New blocks that no request will fill (the server is taken as failing): failed, so that a
+  // reader that found one meanwhile does not wait for it, and out of the cache, so that the
+  // next read makes them anew.
+  void drop(std::uint64_t first, const std::vector<std::shared_ptr<Block>>& blocks) const {
+    const Error why = shared_->not_waited_for();
+    for (std::size_t k = 0; k < blocks.size(); ++k) {
+      blocks[k]->set_failed(why.code(), why.what());
+      shared_->cache.erase(BlockKey{object_->id, first + k}, blocks[k].get());
+    }
+  }
+
+  // Readahead: asks for the blocks of [from, to) that no cache holds, in runs of consecutive
+  // ones, while what is on its way stays under max_in_flight.
+  void fetch_missing(std::uint64_t from, std::uint64_t to) const {
+    const auto deadline = Clock::now() + shared_->options.timeout;
     std::vector<std::shared_ptr<Block>> run;
     std::uint64_t run_first = from;
     for (std::uint64_t i = from; i < to; ++i) {
-      if (readahead &&
-          shared_->in_flight.load(std::memory_order_relaxed) >= shared_->max_in_flight) {
+      if (shared_->in_flight.load(std::memory_order_relaxed) >= shared_->max_in_flight) {
         break;  // enough is on its way: the next read asks for the rest
       }
       bool created = false;
@@ -862,11 +913,54 @@ class RemoteSource final : public ByteSource {
         if (run.empty()) run_first = i;
         run.push_back(std::move(b));
       } else if (!run.empty()) {
-        fetch(run_first, std::move(run), readahead);
+        fetch(run_first, std::move(run), true, deadline);
         run.clear();
       }
     }
-    if (!run.empty()) fetch(run_first, std::move(run), readahead);
+    if (!run.empty()) fetch(run_first, std::move(run), true, deadline);
+  }
+
+  // The blocks [first, last] of one read, each held from the moment it is found in the memory
+  // cache, loaded from the disk cache or made new, until the read has copied from it: a block
+  // nobody holds may be evicted at any moment by another reader's acquire, so a read never
+  // looks a block up twice (looking again, it found nothing: an EIO with a healthy server). New
+  // ones are fetched, in requests ended at `deadline`; while the server is taken as failing,
+  // only the first run of them is asked for, in the background (retried until the timeout), if
+  // no such request is under way, and the others are dropped.
+  std::vector<std::shared_ptr<Block>> read_blocks(std::uint64_t first, std::uint64_t last,
+                                                  Clock::time_point deadline, bool failing) const {
+    std::vector<std::shared_ptr<Block>> held;
+    held.reserve(static_cast<std::size_t>(last - first + 1));
+    std::vector<std::shared_ptr<Block>> run;
+    std::uint64_t run_first = first;
+    auto flush = [&] {
+      if (run.empty()) return;
+      if (!failing) {
+        fetch(run_first, std::move(run), false, deadline);
+      } else if (!shared_->recovering.exchange(true)) {
+        if (run.size() > blocks_per_request) {
+          drop(run_first + blocks_per_request,
+               std::vector<std::shared_ptr<Block>>(run.begin() + blocks_per_request, run.end()));
+          run.resize(blocks_per_request);
+        }
+        fetch(run_first, std::move(run), false, Clock::now() + shared_->options.timeout, true);
+      } else {
+        drop(run_first, run);
+      }
+      run.clear();
+    };
+    for (std::uint64_t i = first; i <= last; ++i) {
+      bool created = false;
+      held.push_back(block(i, created));
+      if (created) {
+        if (run.empty()) run_first = i;
+        run.push_back(held.back());
+      } else {
+        flush();
+      }
+    }
+    flush();
+    return held;
   }
 
   // Sequential reads grow a readahead window; others fetch only what they read.
@@ -914,11 +1008,13 @@ class RemoteSource final : public ByteSource {
       }
       s.issued_until = to;
     }
-    fetch_missing(from, to, true);
+    fetch_missing(from, to);
   }
 
   // Calls take(block, from, to) with bytes [from, to) of each block of [offset, offset +
-  // length), in order, once that block is ready (fetched now, or by a fetch under way).
+  // length), in order, once that block is ready (fetched now, or by a fetch under way). Waits
+  // for the server until the read's deadline, which is also its requests' (the transport ends
+  // them there); while the server is taken as failing, not at all.
   template <typename Take>
   void each_ready_block(std::uint64_t offset, std::uint64_t length, Take&& take) const {
     if (object_->changed.load(std::memory_order_acquire)) {
@@ -927,23 +1023,20 @@ class RemoteSource final : public ByteSource {
     const std::uint64_t first = offset / block_size;
     const std::uint64_t last = (offset + length - 1) / block_size;
     const auto deadline = Clock::now() + shared_->options.timeout;
+    const bool failing = shared_->failing();
     // What this read needs first, then what a sequential reader will need next.
-    fetch_missing(first, last + 1, false);
-    read_ahead(offset, length);
+    const std::vector<std::shared_ptr<Block>> blocks = read_blocks(first, last, deadline, failing);
+    if (!failing) read_ahead(offset, length);
     for (std::uint64_t i = first; i <= last; ++i) {
-      std::shared_ptr<Block> b = shared_->cache.find(BlockKey{object_->id, i});
-      if (!b) {
-        // Evicted between the fetch and now (a tiny cache under pressure): fetch it again.
-        fetch_missing(i, i + 1, false);
-        b = shared_->cache.find(BlockKey{object_->id, i});
-        if (!b) throw Error(ExitCode::io, "the block cache is too small for this read");
-      }
-      const Block::State state = b->wait_until(deadline);
+      const std::shared_ptr<Block>& b = blocks[static_cast<std::size_t>(i - first)];
+      const Block::State state = failing ? b->state() : b->wait_until(deadline);
       if (state == Block::State::pending) {
-        throw Error(ExitCode::unreachable,
-                    fmt::format("no answer from the server within {} s (bytes {}..{})",
-                                shared_->options.timeout.count() / 1000.0, i * block_size,
-                                i * block_size + b->length()));
+        if (failing) throw shared_->not_waited_for();
+        const std::string why = fmt::format("no answer from the server within {} s (bytes {}..{})",
+                                            shared_->options.timeout.count() / 1000.0,
+                                            i * block_size, i * block_size + b->length());
+        shared_->server_failed(why);  // the next reads do not wait for it again
+        throw Error(ExitCode::unreachable, why);
       }
       if (state == Block::State::failed) throw Error(b->error_code(), b->error());
       const std::uint64_t block_start = i * block_size;
@@ -1185,7 +1278,8 @@ std::unique_ptr<ByteSource> RemoteContext::open(const std::string& location) {
   const bool disk = shared_->disk != nullptr;
   const std::uint64_t probe_length = disk ? 1 : detail::block_size;
   auto probe =
-      std::make_shared<RangeFetch>(*shared_, object, RangeFetch::Mode::probe, 0, probe_length, 4);
+      std::make_shared<RangeFetch>(*shared_, object, RangeFetch::Mode::probe, 0, probe_length, 4,
+                                   detail::Clock::now() + shared_->options.timeout);
   shared_->transport.submit(probe);
   if (auto failure = probe->wait()) throw Error(failure->code, failure->message);
 
@@ -1208,8 +1302,10 @@ std::unique_ptr<ByteSource> RemoteContext::open(const std::string& location) {
     o.disk_folder = shared_->disk->object_folder(fmt::format(
         "{}\netag {}\nlast-modified {}\nsize {}\n", cache_key, o.etag, o.last_modified, o.size));
   }
+  // Block 0 whole (the probe asked for it, or the server sent the whole of a small object):
+  // kept, with or without a disk cache.
   const std::string& body = probe->body();
-  if (!disk && o.size > 0 && body.size() == std::min(o.size, detail::block_size)) {
+  if (o.size > 0 && body.size() == std::min(o.size, detail::block_size)) {
     auto [b, created] = shared_->cache.acquire(BlockKey{o.id, 0}, body.size());
     if (created) {
       std::memcpy(b->data(), body.data(), body.size());

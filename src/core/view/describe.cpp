@@ -4,6 +4,9 @@
 #include <ckptfs/view/describe.hpp>
 #include <ckptfs/view/served.hpp>
 
+#include <filesystem>
+#include <system_error>
+
 namespace ckptfs {
 
 SharingIndex::SharingIndex(const Model& c) : by_storage_(c.storages.size()) {
@@ -81,7 +84,7 @@ void write_ggml_fields(JsonWriter& j, const Model& c, const Tensor& t) {
   }
   j.key("nbytes").number(data.nbytes);
   j.key("file_offset");
-  if (auto offset = c.file_offset(t)) {
+  if (auto offset = c.file_offset(t); offset && !t.stored_dtype) {
     j.number(*offset);
   } else {
     j.null();
@@ -108,16 +111,21 @@ void write_tensor_fields(JsonWriter& j, const Model& c, std::size_t entry_index,
   const Entry& e = c.entries[entry_index];
   const Tensor& t = c.tensors[e.tensor];
   const ServedTensor served = serve(c, t, convert_to);
-  // A block-quantized tensor's values are never a range of the file (its blocks are).
-  const bool converted = served.dtype != served.stored || served.big_endian != big_endian(c, t) ||
-                         t.blocks != BlockFormat::none;
+  // A block-quantized tensor's `data` holds its blocks as stored, one range of the file (its
+  // values, dequantized, are in tensor.npy, tensor.pt and the exports): stored_dtype names
+  // their GGML type, and contiguous, nbytes and file_offset describe `data`, as for any tensor.
+  const bool blocked = t.blocks != BlockFormat::none;
+  const ServedTensor data = blocked ? serve_data(c, t, convert_to) : served;
+  const bool converted =
+      !blocked && (served.dtype != served.stored || served.big_endian != big_endian(c, t));
   j.key("dtype").string(info(served.dtype).name);
-  j.key("stored_dtype").string(info(served.stored).name);
+  j.key("stored_dtype").string(blocked ? info(t.blocks).name : info(served.stored).name);
   j.key("shape").numbers(t.shape);
   j.key("stride").numbers(t.stride);
   j.key("storage_offset").number(t.storage_offset);
   j.key("contiguous").boolean(t.broken.empty() && !t.assembly && t.contiguous() && !converted);
-  j.key("nbytes").number(served.nbytes);
+  // The size of `data` (a broken tensor's: the size its files keep, though reading them fails).
+  j.key("nbytes").number(t.broken.empty() ? data.nbytes : nominal_nbytes(t, true));
   j.key("source");
   if (t.storage) {
     j.string(c.sources[c.storages[*t.storage].source]);
@@ -130,7 +138,13 @@ void write_tensor_fields(JsonWriter& j, const Model& c, std::size_t entry_index,
   } else {
     j.null();
   }
-  j.key("numpy").string(numpy_descr(served.dtype, served.big_endian));
+  // tensor.npy's descr; none when there is no tensor.npy (values ckptfs does not dequantize).
+  j.key("numpy");
+  if (blocked && !values_not_served(c, t).empty()) {
+    j.null();
+  } else {
+    j.string(numpy_descr(served.dtype, served.big_endian));
+  }
   j.key("byteorder").string(served.big_endian ? "big" : "little");
   j.key("requires_grad").boolean(t.requires_grad);
   j.key("quantization");
@@ -198,6 +212,19 @@ void write_tensor_fields(JsonWriter& j, const Model& c, std::size_t entry_index,
   } else {
     j.string(t.broken);
   }
+  write_origin(j, c, entry_index);
+}
+
+void write_origin(JsonWriter& j, const Model& c, std::size_t entry_index) {
+  if (entry_index >= c.origins.size()) return;
+  const Model::Origin& o = c.origins[entry_index];
+  j.key("original_key").string(o.key);
+  j.key("transform");
+  if (o.how.empty()) {
+    j.null();
+  } else {
+    j.string(o.how);
+  }
 }
 
 void write_sources_and_metadata(JsonWriter& j, const Model& c) {
@@ -213,6 +240,81 @@ void write_sources_and_metadata(JsonWriter& j, const Model& c) {
     for (const Model::JsonMetadata& m : c.json_metadata) j.key(m.key).string(m.type);
     j.end_object();
   }
+  if (!c.notes.empty()) {
+    j.key("notes").begin_array();
+    for (const std::string& note : c.notes) j.string(note);
+    j.end_array();
+  }
+}
+
+std::vector<std::optional<LocalFile>> local_files(Sources sources) {
+  std::vector<std::optional<LocalFile>> out;
+  out.reserve(sources.size());
+  for (const ByteSource* source : sources) {
+    const auto* file = dynamic_cast<const FileSource*>(source);
+    if (file == nullptr) {
+      out.emplace_back();
+      continue;
+    }
+    std::error_code ec;
+    std::filesystem::path absolute = std::filesystem::absolute(file->path(), ec);
+    if (ec) {
+      out.emplace_back();  // no working directory to make it absolute against: not published
+      continue;
+    }
+    out.push_back(LocalFile{absolute.string(), file->identity()});
+  }
+  return out;
+}
+
+void write_source_files(JsonWriter& j, std::span<const std::optional<LocalFile>> files) {
+  j.key("source_files").begin_array();
+  for (const auto& file : files) {
+    const FileIdentity* id = file ? &file->identity : nullptr;
+    // Nanoseconds since the epoch, as Python's os.stat() gives st_mtime_ns (until 2262).
+    std::int64_t mtime_ns = 0;
+    if (id == nullptr || __builtin_mul_overflow(id->mtime_sec, 1'000'000'000, &mtime_ns) ||
+        __builtin_add_overflow(mtime_ns, id->mtime_nsec, &mtime_ns)) {
+      j.null();
+      continue;
+    }
+    j.begin_object().key("path").string(file->path);
+    j.key("device").number(std::uint64_t{id->device});
+    j.key("inode").number(std::uint64_t{id->inode});
+    j.key("size").number(id->size).key("mtime_ns").number(mtime_ns);
+    j.end_object();
+  }
+  j.end_array();
+}
+
+void write_file_range(JsonWriter& j, const Model& c, const ServedTensor& served,
+                      std::span<const std::optional<LocalFile>> files) {
+  j.key("file_range");
+  if (served.way != ServedTensor::Way::range) {
+    j.null();
+    return;
+  }
+  const Storage& storage = c.storages[served.storage];
+  if (storage.source >= files.size() || !files[storage.source]) {
+    j.null();  // not a local file
+    return;
+  }
+  std::uint64_t offset = 0;
+  try {
+    offset = data_offset(storage) + served.begin;  // a local file's located record: a pread
+  } catch (const std::exception&) {
+    j.null();  // its record's header cannot be read now: reads through the mount will say why
+    return;
+  }
+  const std::uint64_t size = files[storage.source]->identity.size;
+  if (offset < served.begin || offset > size || served.nbytes > size - offset) {
+    j.null();  // never past the file (the reader checked it; this costs nothing)
+    return;
+  }
+  j.begin_object().key("source").number(std::uint64_t{storage.source});
+  j.key("offset").number(offset);
+  j.key("byteorder").string(served.big_endian ? "big" : "little");
+  j.end_object();
 }
 
 void write_key_path(JsonWriter& j, const Entry& e) {

@@ -113,11 +113,79 @@ bool exported(const Model& model, const Entry& e, const ServedTensor& served) {
          !safetensors_dtype(model.tensors[e.tensor], served.dtype).empty();
 }
 
+// Where the export's tensors go, one after the other, as transformers' shard_checkpoint()
+// splits (shard_size 0: all in one file): the one rule of the constructor, single_file_size()
+// and for_each_left_out().
+class Placement {
+ public:
+  explicit Placement(std::uint64_t shard_size) : shard_size_(shard_size) {}
+  struct At {
+    bool new_file = false;               // the tensor closes the file before it: a new file starts
+    std::optional<std::uint64_t> begin;  // its offset in its file's data; none: left out
+  };
+  // A new file starts when the current one holds a tensor and this one would take it past
+  // shard_size; a tensor that would make its file larger than a file can be is left out.
+  At place(std::uint64_t nbytes) {
+    At at;
+    if (shard_size_ != 0 && in_this_file_ != 0 &&
+        (in_file_ > shard_size_ || nbytes > shard_size_ - in_file_)) {
+      at.new_file = true;
+      in_file_ = 0;
+      in_this_file_ = 0;
+    }
+    if (nbytes > max_tensor_bytes - in_file_) return at;
+    at.begin = in_file_;
+    in_file_ += nbytes;
+    ++in_this_file_;
+    return at;
+  }
+  std::uint64_t in_file() const noexcept { return in_file_; }
+
+ private:
+  std::uint64_t shard_size_;
+  std::uint64_t in_file_ = 0;  // bytes of tensors in the current file: the next one's offset
+  std::size_t in_this_file_ = 0;
+};
+
+constexpr std::string_view too_large_for_a_file =
+    "its bytes would take its file past the largest size a file can have";
+
 }  // namespace
 
 std::string_view safetensors_dtype(const Tensor& tensor, DType served) {
   if (served == DType::float4_e2m1fn_x2) return tensor.shape.empty() ? "" : "F4";
   return info(served).safetensors;
+}
+
+std::string safetensors_omission(const Model& model, const Tensor& tensor,
+                                 std::optional<DType> convert_to) {
+  if (const std::string_view why = values_not_served(model, tensor); !why.empty()) {
+    return fmt::format("{} blocks: {}", info(tensor.blocks).name, why);
+  }
+  const DType served = served_of(model, tensor, convert_to).dtype;
+  if (!safetensors_dtype(tensor, served).empty()) return {};
+  if (served == DType::float4_e2m1fn_x2) {
+    return "a 0-d float4_e2m1fn_x2: safetensors' F4 holds no half byte";
+  }
+  return fmt::format("safetensors has no dtype {}", info(served).name);
+}
+
+void SafetensorsExport::for_each_left_out(
+    const Model& model, std::uint64_t shard_size, std::optional<DType> convert_to,
+    const std::function<void(std::size_t entry, std::string_view why, bool broken)>& visit) {
+  Placement placement(shard_size);
+  for (std::size_t i = 0; i < model.entries.size(); ++i) {
+    const Entry& e = model.entries[i];
+    if (e.kind != Entry::Kind::tensor) continue;
+    const ckptfs::Tensor& t = model.tensors[e.tensor];
+    if (!t.broken.empty()) {
+      visit(i, "broken", true);  // whatever it would be: pack refuses it alike
+    } else if (const std::string why = safetensors_omission(model, t, convert_to); !why.empty()) {
+      visit(i, why, false);
+    } else if (!placement.place(served_of(model, t, convert_to).nbytes).begin) {
+      visit(i, too_large_for_a_file, false);
+    }
+  }
 }
 
 SafetensorsExport::SafetensorsExport(const Model& model, std::uint64_t shard_size,
@@ -152,23 +220,18 @@ SafetensorsExport::SafetensorsExport(const Model& model, std::uint64_t shard_siz
     used.insert(key);
     tensors_.push_back({i, std::move(key), 0, served.nbytes});
   }
-  // Files, as transformers' shard_checkpoint() splits: in order, a new file when the current one
-  // holds a tensor and the next would take it past shard_size. A tensor that would make its file
-  // larger than a file can be (with room for its header) is left out.
+  // Files, as transformers' shard_checkpoint() splits (Placement).
   std::vector<Tensor> kept;
-  std::uint64_t in_file = 0;  // bytes of tensors in the current file: the next one's offset
+  Placement placement(shard_size);
   std::size_t file_first = 0;
   for (Tensor& t : tensors_) {
-    const bool has_tensors = kept.size() > file_first;
-    if (shard_size != 0 && has_tensors &&
-        (in_file > shard_size || t.nbytes > shard_size - in_file)) {
+    const Placement::At at = placement.place(t.nbytes);
+    if (at.new_file) {
       files_.push_back({"", file_first, kept.size(), {}, 0});
       file_first = kept.size();
-      in_file = 0;
     }
-    if (t.nbytes > max_tensor_bytes - in_file) continue;
-    t.begin = in_file;
-    in_file += t.nbytes;
+    if (!at.begin) continue;
+    t.begin = *at.begin;
     kept.push_back(std::move(t));
   }
   tensors_ = std::move(kept);
@@ -222,20 +285,21 @@ std::uint64_t SafetensorsExport::single_file_size(const Model& model,
   std::string json;
   HeaderJson header(model, convert_to, json);
   std::uint64_t json_size = 0;
-  std::uint64_t in_file = 0;
+  Placement placement(0);
   for (std::size_t i = 0; i < model.entries.size(); ++i) {
     const Entry& e = model.entries[i];
     if (e.kind != Entry::Kind::tensor) continue;
     const ServedTensor served = served_of(model, model.tensors[e.tensor], convert_to);
-    if (!exported(model, e, served) || served.nbytes > max_tensor_bytes - in_file) continue;
-    header.tensor(i, e.key, in_file, served.nbytes);
-    in_file += served.nbytes;
+    if (!exported(model, e, served)) continue;
+    const auto begin = placement.place(served.nbytes).begin;
+    if (!begin) continue;
+    header.tensor(i, e.key, *begin, served.nbytes);
     json_size += json.size();
     json.clear();
   }
   header.finish();
   json_size += json.size();
-  return header_size(json_size) + in_file;
+  return header_size(json_size) + placement.in_file();
 }
 
 void SafetensorsExport::read(const Model& model, std::size_t file, std::uint64_t offset,

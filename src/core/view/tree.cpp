@@ -14,6 +14,8 @@
 #include <ckptfs/view/served.hpp>
 #include <ckptfs/view/tree.hpp>
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <bit>
 #include <cstring>
@@ -65,8 +67,7 @@ const T& once(std::atomic<const T*>& slot, Make make) {
 constexpr std::string_view entry_file_names[] = {"data", "meta.json", "tensor.npy", "tensor.pt"};
 constexpr Tree::Kind entry_file_kinds[] = {Tree::Kind::data, Tree::Kind::meta_json,
                                            Tree::Kind::tensor_npy, Tree::Kind::tensor_pt};
-// file_slots() with this bit set is known; a value's value.json and a broken tensor's meta.json
-// are slot 0.
+// file_slots() with this bit set is known; a value's value.json is slot 0.
 constexpr std::uint8_t known_slots = 0x80;
 
 // How a tensor's bytes are served in tensor.pt (and the RFC layout's <key>.pt): little-endian
@@ -78,17 +79,50 @@ ServedTensor serve_torch_file(const Model& model, const Tensor& tensor,
   return serve(model, tensor, convert_to, ByteOrder::little);
 }
 
-// The archive tensor.pt holds for a tensor served as `served`; nullopt when torch cannot hold it
-// (a quantization scheme torch does not save, more elements than a pickle may describe).
+// The archive tensor.pt holds for a tensor served as `served` (a broken tensor's: the one it
+// would hold); nullopt when torch cannot hold it (a quantization scheme torch does not save, more
+// elements than a pickle may describe), and then why in *why when given.
 std::optional<TorchArchive> torch_file_of(const Model& model, const Tensor& tensor,
-                                          const ServedTensor& served) {
+                                          const ServedTensor& served, std::string* why = nullptr) {
   try {
     TensorFileSpec spec = tensor_file_spec(model, tensor);
     spec.dtype = served.dtype;  // converted (-o dtype), or as stored
     return tensor_file(spec, {.prefix = "tensor", .big_endian = served.big_endian});
-  } catch (const Error&) {
+  } catch (const Error& e) {
+    if (why != nullptr) *why = e.what();
     return std::nullopt;
   }
+}
+
+// Why a tensor is broken, for a one-line message: as the reader wrote it (quoting what is
+// untrusted in it), each control character and byte that is not UTF-8 written \xNN, so that no
+// reason can break or forge a line of the log.
+std::string one_line(std::string_view why) {
+  std::string out;
+  for (std::size_t i = 0; i < why.size();) {
+    const auto c = static_cast<unsigned char>(why[i]);
+    const std::size_t length = utf8_sequence_length(why, i);
+    if (c < 0x20 || c == 0x7f || length == 0) {
+      out += fmt::format("\\x{:02x}", c);
+      ++i;
+    } else {
+      out.append(why.substr(i, length));
+      i += length;
+    }
+  }
+  return out;
+}
+
+// The keys of `entries` for a message: the first few quoted, then how many more.
+std::string some_keys(const Model& model, const std::vector<std::size_t>& entries,
+                      std::size_t total) {
+  std::string out;
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    if (i != 0) out += ", ";
+    out += quote(model.entries[entries[i]].key);
+  }
+  if (total > entries.size()) out += fmt::format(" and {} more", total - entries.size());
+  return out;
 }
 
 // The file torch.save(value) writes for the plain value a value entry holds (entry_value():
@@ -139,18 +173,29 @@ Modes modes_from_umask(mode_t umask) noexcept {
   return {static_cast<mode_t>(0666 & ~umask), static_cast<mode_t>(0777 & ~umask)};
 }
 
-bool Tree::has_rfc_file(std::size_t entry) const {
+std::string Tree::rfc_omission(std::size_t entry) const {
   const Entry& e = model_.entries[entry];
   try {
     pickle::Writer keys;
     keys.string(e.key);  // map.pt holds the key as a str
-  } catch (const Error&) {
-    return false;
+  } catch (const Error& error) {
+    return fmt::format("map.pt cannot hold its key: {}", error.what());
   }
-  if (e.kind == Entry::Kind::value) return value_file_of(e).has_value();
+  if (e.kind == Entry::Kind::value) {
+    if (value_file_of(e)) return {};
+    return "a value torch.save cannot write as plain data (an object of some class): its "
+           "value.json describes it";
+  }
+  // A broken tensor has its file, whose reads fail (refusal()): map.pt lists it.
   const Tensor& t = model_.tensors[e.tensor];
-  return t.broken.empty() && values_not_served(model_, t).empty() &&
-         torch_file_of(model_, t, serve_torch_file(model_, t, options_.dtype));
+  if (const std::string_view why = values_not_served(model_, t); !why.empty()) {
+    return fmt::format("{} blocks: {}", info(t.blocks).name, why);
+  }
+  std::string why;
+  if (!torch_file_of(model_, t, serve_torch_file(model_, t, options_.dtype), &why)) {
+    return "torch cannot load it alone: " + why;
+  }
+  return {};
 }
 
 Tree::Tree(Model model, TreeOptions options)
@@ -160,6 +205,17 @@ Tree::Tree(Model model, TreeOptions options)
   if (rfc) fixed_.push_back({"map.pt", Kind::keys_pt, 0});
   root_fixed_ = fixed_.size();
   fixed_.push_back({"index.json", Kind::index_json, 0});
+  // The model's own files (a GGUF's config.json under names=hf), beside index.json: never under
+  // a view's name.
+  model_files_ = std::make_unique<std::atomic<const std::string*>[]>(model_.files.size());
+  for (std::size_t i = 0; i < model_.files.size(); ++i) {
+    const std::string& name = model_.files[i].name;
+    if (name == "index.json" || name.starts_with("model.safetensors") ||
+        name.starts_with("model-")) {
+      continue;
+    }
+    fixed_.push_back({name, Kind::model_file, i});
+  }
   if (rfc) {
     // no safetensors export: the RFC's files are the tensors
   } else if (options_.shard_size == 0) {
@@ -181,7 +237,7 @@ Tree::Tree(Model model, TreeOptions options)
     // Which entries have a file decides the listing and map.pt; their content is made on use.
     has_file_.resize(entries);
     for (std::size_t i = 0; i < entries; ++i) {
-      if (has_rfc_file(i)) {
+      if (rfc_omission(i).empty()) {
         has_file_[i] = true;
         root_entries_.push_back(static_cast<std::uint32_t>(i));
       }
@@ -234,6 +290,8 @@ Tree::~Tree() {
   delete keys_file_.load();
   delete safetensors_.load();
   delete sharing_.load();
+  delete export_refusal_.load();
+  for (std::size_t i = 0; i < model_.files.size(); ++i) delete model_files_[i].load();
 }
 
 std::string_view Tree::entry_name(std::size_t entry) const {
@@ -282,8 +340,8 @@ std::uint8_t Tree::file_slots(std::size_t entry) const {
   std::uint8_t slots = file_slots_[entry].load(std::memory_order_relaxed);
   if (slots != 0) return slots & ~known_slots;
   const Entry& e = model_.entries[entry];
-  if (e.kind == Entry::Kind::value || !model_.tensors[e.tensor].broken.empty()) {
-    slots = 1;  // value.json, or a broken tensor's meta.json
+  if (e.kind == Entry::Kind::value) {
+    slots = 1;  // value.json
   } else if (!values_not_served(model_, model_.tensors[e.tensor]).empty()) {
     slots = options_.files & (key_data | key_meta_json);  // blocks whose values are not served
   } else {
@@ -313,9 +371,7 @@ std::optional<Tree::Node> Tree::node(Ino ino) const {
   }
   if (part == 0) return Node{Kind::entry_dir, entry};
   if ((file_slots(entry) & (1u << (part - 1))) == 0) return std::nullopt;
-  const Entry& e = model_.entries[entry];
-  if (e.kind == Entry::Kind::value) return Node{Kind::value_json, entry};
-  if (!model_.tensors[e.tensor].broken.empty()) return Node{Kind::meta_json, entry};
+  if (model_.entries[entry].kind == Entry::Kind::value) return Node{Kind::value_json, entry};
   return Node{entry_file_kinds[part - 1], entry};
 }
 
@@ -376,10 +432,6 @@ Tree::Ino Tree::child(Ino dir, std::size_t i, std::string& name) const {
     name = "value.json";
     return dir + 1;
   }
-  if (!model_.tensors[e.tensor].broken.empty()) {
-    name = "meta.json";
-    return dir + 1;
-  }
   // The i-th slot that holds a file.
   const std::uint8_t slots = file_slots(n->index);
   std::size_t slot = 0;
@@ -409,7 +461,6 @@ Tree::Ino Tree::lookup(Ino parent, std::string_view name) const {
   if (!n || n->kind != Kind::entry_dir) return 0;
   const Entry& e = model_.entries[n->index];
   if (e.kind == Entry::Kind::value) return name == "value.json" ? parent + 1 : 0;
-  if (!model_.tensors[e.tensor].broken.empty()) return name == "meta.json" ? parent + 1 : 0;
   const std::uint8_t slots = file_slots(n->index);
   for (std::size_t slot = 0; slot < std::size(entry_file_names); ++slot) {
     if ((slots & (1u << slot)) && name == entry_file_names[slot]) return parent + 1 + slot;
@@ -431,8 +482,9 @@ const Tree::EntryFiles& Tree::entry_files(std::size_t entry) const {
       f.value_file = value_file_of(e).value_or(std::string());
       return made;
     }
+    // A broken tensor's too: the files it would have, whose reads fail (refusal()).
     const Tensor& t = model_.tensors[e.tensor];
-    if (t.broken.empty() && values_not_served(model_, t).empty()) {
+    if (values_not_served(model_, t).empty()) {
       const ServedTensor served = serve(model_, t, options_.dtype);
       f.npy_header = npy_header(numpy_descr(served.dtype, served.big_endian), t.shape);
       f.archive = torch_file_of(model_, t, serve_torch_file(model_, t, options_.dtype));
@@ -459,14 +511,20 @@ std::uint64_t Tree::size(const Node& n) const {
       return safetensors().index_json().size();
     case Kind::safetensors_file:
       return safetensors_file_size(n.index);
-    case Kind::data:
-      return serve_data(model_, model_.tensors[model_.entries[n.index].tensor], options_.dtype)
-          .nbytes;
+    case Kind::model_file:
+      return model_file(n.index).size();
+    case Kind::data: {
+      const Tensor& t = model_.tensors[model_.entries[n.index].tensor];
+      if (!t.broken.empty()) return nominal_nbytes(t, true);
+      return serve_data(model_, t, options_.dtype).nbytes;
+    }
     case Kind::meta_json:
       return meta_json(n.index).size();
-    case Kind::tensor_npy:
+    case Kind::tensor_npy: {
+      const Tensor& t = model_.tensors[model_.entries[n.index].tensor];
       return entry_files(n.index).npy_header.size() +
-             serve(model_, model_.tensors[model_.entries[n.index].tensor], options_.dtype).nbytes;
+             (t.broken.empty() ? serve(model_, t, options_.dtype).nbytes : nominal_nbytes(t));
+    }
     case Kind::tensor_pt:
       return entry_files(n.index).archive->plan().size();
     case Kind::value_json:
@@ -489,6 +547,8 @@ bool Tree::size_known(const Node& n) const noexcept {
              safetensors_size_.load(std::memory_order_relaxed) != unknown_size;
     case Kind::keys_pt:
       return keys_file_.load(std::memory_order_acquire) != nullptr;
+    case Kind::model_file:
+      return model_files_[n.index].load(std::memory_order_acquire) != nullptr;
     default:  // the sharded export's index is laid out at mount; an entry's files are its own
       return true;
   }
@@ -551,6 +611,9 @@ void Tree::write_index_json(std::string& out, Flush flush) const {
   j.key("total_bytes").raw(decimal(total_bytes));
   write_sources_and_metadata(j, model_);
   write_root(j, model_);
+  write_source_files(j, options_.local_files);
+  write_exports(j);
+  if (out.size() > flush_at) flush();
   j.key("entries").begin_array();
   for (std::size_t i = 0; i < model_.entries.size(); ++i) {
     const Entry& e = model_.entries[i];
@@ -579,13 +642,137 @@ void Tree::write_index_json(std::string& out, Flush flush) const {
       } else {
         j.null();
       }
+      write_file_range(j, model_, served, options_.local_files);
     }
+    write_origin(j, model_, i);
     j.end_object();
     if (out.size() > flush_at) flush();
   }
   j.end_array().end_object();
   out += '\n';
   flush();
+}
+
+// "exports": [{"files", "fails", "lacks": [{"key", "why"}, ...]}]: each whole-checkpoint view
+// that lists tensors, what it lacks and why, and why reading it fails (null when it does not).
+void Tree::write_exports(JsonWriter& j) const {
+  j.key("exports").begin_array().begin_object();
+  j.key("files").begin_array();
+  if (options_.layout == Layout::rfc) {
+    j.string("map.pt");
+  } else {
+    for (std::size_t f = root_fixed_; f < fixed_.size(); ++f) {
+      if (fixed_[f].kind != Kind::index_json) j.string(fixed_[f].name);
+    }
+  }
+  j.end_array();
+  j.key("fails");
+  const std::string fails = options_.layout == Layout::rfc ? std::string() : export_refusal();
+  if (fails.empty()) {
+    j.null();
+  } else {
+    j.string(fails);
+  }
+  j.key("lacks").begin_array();
+  // One line each: a model of a million broken tensors lists a million.
+  std::string item;
+  auto lacks = [&](std::size_t entry, std::string_view why) {
+    item.clear();
+    JsonWriter(item, 0)
+        .begin_object()
+        .key("key")
+        .string(model_.entries[entry].key)
+        .key("why")
+        .string(why)
+        .end_object();
+    j.raw(item);
+  };
+  if (options_.layout == Layout::rfc) {
+    // The entries without a <name>.pt, which map.pt does not list.
+    for (std::size_t i = 0; i < model_.entries.size(); ++i) {
+      if (!has_file_[i]) lacks(i, rfc_omission(i));
+    }
+  } else {
+    SafetensorsExport::for_each_left_out(
+        model_, options_.shard_size, options_.dtype,
+        [&](std::size_t entry, std::string_view why, bool) { lacks(entry, why); });
+  }
+  j.end_array().end_object().end_array();
+}
+
+const std::string& Tree::export_refusal() const {
+  return once(export_refusal_, [&] {
+    constexpr std::size_t named = 3;
+    std::vector<std::size_t> broken;
+    std::size_t count = 0;
+    SafetensorsExport::for_each_left_out(model_, options_.shard_size, options_.dtype,
+                                         [&](std::size_t entry, std::string_view, bool b) {
+                                           if (!b) return;
+                                           if (broken.size() < named) broken.push_back(entry);
+                                           ++count;
+                                         });
+    if (count == 0) return std::string();
+    std::vector<std::string_view> files;
+    for (std::size_t f = root_fixed_; f < fixed_.size(); ++f) {
+      if (fixed_[f].kind == Kind::safetensors_file) files.push_back(fixed_[f].name);
+    }
+    const std::string what = files.size() == 1
+                                 ? fmt::format("{}/{}", views_folder, files.front())
+                                 : fmt::format("{}/model.safetensors.index.json and its {} shards",
+                                               views_folder, files.size());
+    const Tensor& first = model_.tensors[model_.entries[broken.front()].tensor];
+    // The first key with why it is broken, then the next few.
+    std::string keys =
+        fmt::format("{} ({})", quote(model_.entries[broken.front()].key), one_line(first.broken));
+    if (count > 1) {
+      broken.erase(broken.begin());
+      keys += ", " + some_keys(model_, broken, count - 1);
+    }
+    const bool one = files.size() == 1;
+    return fmt::format(
+        "{} would lack {} broken tensor{}: {}; {} with EIO rather than lack {}: {}/index.json's "
+        "\"exports\" lists what each view lacks, and ckptfs pack --keys writes the others",
+        what, count, count == 1 ? "" : "s", keys, one ? "it fails" : "they fail",
+        count == 1 ? "it" : "them", views_folder);
+  });
+}
+
+std::optional<Tree::Refusal> Tree::refusal(const Node& n) const {
+  switch (n.kind) {
+    case Kind::data:
+    case Kind::tensor_npy:
+    case Kind::tensor_pt: {
+      const Entry& e = model_.entries[n.index];
+      const Tensor& t = model_.tensors[e.tensor];
+      const Ino group = entry_ino(n.index);
+      if (!t.broken.empty()) {
+        return Refusal{fmt::format("tensor {} is broken ({}): every read of its bytes fails with "
+                                   "EIO (ckptfs inspect lists the broken tensors)",
+                                   quote(e.key), one_line(t.broken)),
+                       group};
+      }
+      if (n.kind != Kind::tensor_pt || !t.quantization) return std::nullopt;
+      // A per-channel quantized tensor's tensor.pt holds its scales and zero points too.
+      for (const auto& [part, name] : {std::pair{t.quantization->scales, "scales"},
+                                       std::pair{t.quantization->zero_points, "zero points"}}) {
+        if (part && *part < model_.tensors.size() && !model_.tensors[*part].broken.empty()) {
+          return Refusal{fmt::format("the per-channel {} of tensor {} are broken ({}): every "
+                                     "read of its tensor.pt fails with EIO",
+                                     name, quote(e.key), one_line(model_.tensors[*part].broken)),
+                         group};
+        }
+      }
+      return std::nullopt;
+    }
+    case Kind::safetensors_file:
+    case Kind::safetensors_index: {
+      const std::string& why = export_refusal();
+      if (why.empty()) return std::nullopt;
+      return Refusal{why, views_ino};
+    }
+    default:
+      return std::nullopt;
+  }
 }
 
 const std::string& Tree::keys_file() const {
@@ -595,6 +782,10 @@ const std::string& Tree::keys_file() const {
     for (const std::uint32_t entry : root_entries_) keys.push_back(model_.entries[entry].key);
     return ckptfs::keys_file(keys, {.prefix = "map"}).bytes();
   });
+}
+
+const std::string& Tree::model_file(std::size_t file) const {
+  return once(model_files_[file], [&] { return model_.files[file].make(model_, options_.dtype); });
 }
 
 const std::string& Tree::index_json() const {
@@ -750,9 +941,23 @@ void Tree::read(Ino ino, std::uint64_t offset, std::size_t length, Sources sourc
                 ReadBuffer& out) const {
   auto n = node(ino);
   if (!n) return;
+  if (auto refused = refusal(*n)) throw Error(ExitCode::io, refused->why);
   const std::uint64_t file_size = size(*n);
   if (offset >= file_size) return;
   length = static_cast<std::size_t>(std::min<std::uint64_t>(length, file_size - offset));
+  const std::size_t before = out.size();
+  read_clipped(*n, offset, length, sources, out);
+  // A short read would end the file there for its reader (the kernel takes it for the end of
+  // the file): whatever the cause, it fails instead.
+  if (out.size() - before != length) {
+    throw Error(ExitCode::io, fmt::format("a read of {} bytes at {} gave {} bytes", length, offset,
+                                          out.size() - before));
+  }
+}
+
+void Tree::read_clipped(const Node& node, std::uint64_t offset, std::size_t length, Sources sources,
+                        ReadBuffer& out) const {
+  const Node* n = &node;
   auto literal = [&](const std::string& text) { out.add_memory(text.data() + offset, length); };
   switch (n->kind) {
     case Kind::root:
@@ -765,6 +970,8 @@ void Tree::read(Ino ino, std::uint64_t offset, std::size_t length, Sources sourc
       return literal(safetensors().index_json());
     case Kind::safetensors_file:
       return safetensors().read(model_, n->index, offset, length, sources, out);
+    case Kind::model_file:
+      return literal(model_file(n->index));
     case Kind::meta_json:
       return literal(meta_json(n->index));
     case Kind::tensor_pt:

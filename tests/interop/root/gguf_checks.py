@@ -12,6 +12,8 @@ gguf-py, and the files `ckptfs pack` writes of one.
 For every tensor of every file, in order, against gguf.GGUFReader and gguf.quants.dequantize:
   - its directory's meta.json: key, shape (ne reversed), dtype served, and "ggml": type name and
     number, block size and bytes, nbytes and file_offset (the reader's n_bytes and data_offset);
+    nbytes the size of data; a block-quantized tensor's stored_dtype its type, its nbytes,
+    file_offset and contiguous its blocks' (the reader's);
   - data: the reader's bytes of the tensor, as stored (blocks too; -o dtype converts plain ones);
   - tensor.npy: a block-quantized tensor's values, element by element bit for bit with
     dequantize() (converted to DTYPE with torch's Tensor.to when given); a plain tensor's values;
@@ -218,6 +220,17 @@ def check_tensor(file, t, twin, mount, dtype, exports, summary):
     got_ggml = {k: meta["ggml"].get(k) for k in want_ggml}
     if got_ggml != want_ggml:
         fail(where, f"meta.json ggml {got_ggml}, want {want_ggml}")
+    # meta.json's nbytes is data's size; a block-quantized tensor's data is its blocks: their
+    # type, where they are, one range of the file.
+    size = (d / "data").stat().st_size
+    if meta["nbytes"] != size:
+        fail(where, f"meta.json nbytes {meta['nbytes']}, data has {size} bytes")
+    if t.tensor_type not in PLAIN:
+        want_data = {"stored_dtype": t.tensor_type.name, "nbytes": int(t.n_bytes),
+                     "file_offset": int(t.data_offset), "contiguous": True}
+        got_data = {k: meta.get(k) for k in want_data}
+        if got_data != want_data:
+            fail(where, f"meta.json {got_data}, want {want_data}")
     want = expected_values(t, dtype)
     # data: the blocks as stored; a plain tensor's bytes as tensor.npy's (-o dtype
     # converts them).
@@ -231,7 +244,8 @@ def check_tensor(file, t, twin, mount, dtype, exports, summary):
     summary["tensors"] += 1
     if want is None:
         summary["data_only"] += 1
-        if meta["ggml"].get("dequantized") is not False or (d / "tensor.npy").exists():
+        if meta["ggml"].get("dequantized") is not False or (d / "tensor.npy").exists() or \
+                meta["numpy"] is not None:
             fail(where, "values served for a type without a reference dequantization")
         if exports.get(t.name) is not None:
             fail(where, "in model.safetensors, without values")

@@ -21,8 +21,12 @@ struct GgufLimits {
   // time a mount spends on a hostile header (a 150,000-token vocabulary takes ~5 MB).
   std::uint64_t max_header_bytes = 512ull << 20;
   std::uint64_t max_tensors = 4'000'000;
-  // All metadata values as JSON, together (index.json holds them).
+  // All metadata keys, values and type names as JSON, together (index.json holds them): a
+  // string is refused unread when its length alone would pass it, and before it is written when
+  // its escaped form would.
   std::uint64_t max_metadata_json_bytes = 128ull << 20;
+  // All tensor names as JSON, together (index.json lists them; each is kept in the model).
+  std::uint64_t max_names_json_bytes = 64ull << 20;
   std::size_t max_array_depth = 8;  // arrays of arrays of ... (no GGUF writer nests them)
   std::size_t max_dims = 4;         // GGML_MAX_DIMS: ggml and gguf-py refuse more
 };

@@ -17,6 +17,9 @@ namespace ckptfs {
 struct NpzLimits {
   ZipLimits zip;
   std::size_t max_dims = 64;  // torch's own limit on dimensions
+  // The keys (members' names) as JSON, together, as index.json lists them (a control character
+  // is six bytes): what pickle checkpoints allow their keys (ReadLimits::max_flattened_bytes).
+  std::uint64_t max_keys_json_bytes = 64ull << 20;
 };
 
 // A deflated member whose array is served by inflating it on read: the caller opens an
@@ -46,7 +49,9 @@ bool looks_like_npz(const ByteSource& source);
 //     for (*deflated)[i], which the caller opens; without, a broken tensor saying so (inspect
 //     shows its dtype and shape).
 // Throws what ZipArchive throws for an invalid zip (Error(bad_zip)), and Error(bad_checkpoint)
-// for a stored member whose .npy header is invalid (read_npy_header()), naming the member.
+// for a stored member whose .npy header is invalid (read_npy_header()), naming the member;
+// Error(unsupported) past limits.max_keys_json_bytes. The file is named for what it is when it
+// is no zip (read_or_name_impostor(): a gzip, an HTML page...).
 Model read_npz(const ByteSource& source, const std::string& source_name,
                const NpzLimits& limits = {}, std::vector<DeflatedMember>* deflated = nullptr);
 

@@ -5,6 +5,7 @@
 // The checkpoint layer then interprets the graph (torch's _rebuild_* calls, storages).
 #pragma once
 
+#include <ckptfs/base/error.hpp>
 #include <ckptfs/source/byte_source.hpp>
 
 #include <cstdint>
@@ -108,6 +109,14 @@ class Graph {
   std::vector<Object> objects_;
   std::vector<NodeId> persistent_ids_;
   NodeId root_ = no_node;
+};
+
+// What parse() throws when the pickle's bytes end before its STOP, or before what an opcode's
+// length says: inside a zip record, a record that lies; at the end of a file (a legacy stream,
+// a DCP .metadata), a file cut short, which its reader says.
+class Truncated : public Error {
+ public:
+  using Error::Error;
 };
 
 struct ParseResult {

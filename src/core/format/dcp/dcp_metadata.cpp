@@ -363,6 +363,8 @@ DcpMetadata read_dcp_metadata(const ByteSource& metadata, const ReadLimits& limi
   pickle::ParseResult parsed;
   try {
     parsed = pickle::parse(metadata, 0, metadata.size(), limits.pickle);
+  } catch (const pickle::Truncated& e) {
+    throw Error(e.code(), fmt::format(".metadata: {}: {}", e.what(), looks_truncated));
   } catch (const Error& e) {
     throw Error(e.code(), fmt::format(".metadata: {}", e.what()));
   }

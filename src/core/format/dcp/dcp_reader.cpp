@@ -123,7 +123,8 @@ class DcpReader {
       return std::nullopt;
     }
     if (!source->contains(item.offset, item.length)) {
-      why = fmt::format("{} runs past the file's end (byte {})", item_text(item), source->size());
+      why = fmt::format("{} runs past the end of the file ({} bytes): {}", item_text(item),
+                        source->size(), looks_truncated);
       return std::nullopt;
     }
     const WindowSource window(*source, item.offset, item.length);
@@ -380,8 +381,8 @@ class DcpReader {
 
 DcpModel read_dcp(const ByteSource& metadata, const DcpOpener& open, const ReadLimits& limits,
                   const DcpLimits& dcp) {
-  refuse_impostor(metadata);
-  return DcpReader(metadata, open, limits, dcp).run();
+  return read_or_name_impostor(metadata,
+                               [&] { return DcpReader(metadata, open, limits, dcp).run(); });
 }
 
 }  // namespace ckptfs

@@ -84,6 +84,18 @@ class Cursor {
   std::string_view bytes(std::uint64_t n) {
     return {reinterpret_cast<const char*>(take(n)), static_cast<std::size_t>(n)};
   }
+  // `n` bytes from here, the cursor left where it is; valid until the next call.
+  std::string_view peek(std::uint64_t n) {
+    const std::string_view v = bytes(n);
+    offset_ -= n;
+    return v;
+  }
+  void skip(std::uint64_t n) {
+    need(n);
+    offset_ += n;
+  }
+  // Back to an offset read before.
+  void rewind_to(std::uint64_t offset) noexcept { offset_ = offset; }
 
   // Throws unless `n` more bytes are inside the file and the header limit.
   void need(std::uint64_t n) const {
@@ -96,8 +108,8 @@ class Cursor {
     }
     throw Error(ExitCode::bad_checkpoint,
                 fmt::format("GGUF header: byte {} needs {} more bytes, past the end of the file "
-                            "({} bytes): truncated, or a count or length that lies",
-                            offset_, n, source_.size()));
+                            "({} bytes; or a count or length lies): {}",
+                            offset_, n, source_.size(), looks_truncated));
   }
 
  private:
@@ -137,6 +149,10 @@ std::string type_name(std::uint32_t type) {
   return type < type_names.size() ? std::string(type_names[type]) : fmt::format("type {}", type);
 }
 
+// Metadata keys, values and tensor names, each string streamed from the cursor a piece at a
+// time and checked against its limit of JSON text before it is read: a string's bytes are one
+// byte of JSON or more each (a control character six), so a string longer than the limit leaves
+// is refused unread, and one whose escaped form would pass it is refused before it is written.
 class HeaderReader {
  public:
   HeaderReader(Cursor& in, const GgufLimits& limits, bool version1)
@@ -146,7 +162,11 @@ class HeaderReader {
   Model::JsonMetadata key_value() {
     Model::JsonMetadata m;
     const std::uint64_t at = in_.offset();
-    m.key = std::string(string_bytes());
+    key_ = nullptr;
+    key_at_ = at;
+    // A key is written twice: in index.json's metadata and in its metadata_types.
+    m.key = string_text(2, json_bytes_, limits_.max_metadata_json_bytes, false);
+    json_bytes_ += 2 * (json_escaped_size(m.key) + 2);
     key_ = &m.key;
     const std::uint32_t type = in_.u32();
     if (type > f64) fail(at, fmt::format("has value type {}, which GGUF does not define", type));
@@ -156,18 +176,19 @@ class HeaderReader {
       m.type = type_names[type];
       scalar(type, m.value_json);
     }
-    json_bytes_ += m.key.size() + m.value_json.size() + m.type.size();
-    if (json_bytes_ > limits_.max_metadata_json_bytes) {
-      throw Error(ExitCode::unsupported,
-                  fmt::format("GGUF metadata: more than {} bytes of values as JSON (at key {})",
-                              limits_.max_metadata_json_bytes, quote(m.key)));
-    }
+    json_bytes_ += m.value_json.size();
+    check_json(std::string(), m.type.size());
+    json_bytes_ += m.type.size();
     return m;
   }
 
-  std::string_view string_bytes() {
-    const std::uint64_t length = in_.size(version1_);
-    return in_.bytes(length);
+  // A tensor's name, counted against the limit of all names as JSON (index.json lists them).
+  std::string tensor_name() {
+    key_ = nullptr;
+    key_at_ = in_.offset();
+    std::string name = string_text(1, names_bytes_, limits_.max_names_json_bytes, true);
+    names_bytes_ += json_escaped_size(name) + 2;
+    return name;
   }
 
  private:
@@ -176,9 +197,70 @@ class HeaderReader {
                 fmt::format("GGUF header: metadata key {} (byte {}) {}", quote(*key_), at, what));
   }
 
+  [[noreturn]] void fail_limit(std::uint64_t limit, bool names) const {
+    throw Error(ExitCode::unsupported,
+                fmt::format("GGUF {}: more than {} bytes of {} as JSON (at {})",
+                            names ? "header" : "metadata", limit, names ? "tensor names" : "values",
+                            key_ ? "key " + quote(*key_) : fmt::format("byte {}", key_at_)));
+  }
+
+  // Pieces of a string's bytes, at most this many at a time.
+  static constexpr std::uint64_t piece_bytes = 1 << 20;
+
+  // Feeds the `length` bytes at the cursor to `piece`, a piece at a time, each ending where no
+  // UTF-8 sequence is cut (utf8_piece_end()).
+  template <class Piece>
+  void stream(std::uint64_t length, Piece&& piece) {
+    in_.need(length);
+    while (length > 0) {
+      std::uint64_t n = std::min(length, piece_bytes);
+      const std::string_view bytes = in_.peek(n);
+      if (n < length) n = utf8_piece_end(bytes);
+      piece(bytes.substr(0, static_cast<std::size_t>(n)));
+      in_.skip(n);
+      length -= n;
+    }
+  }
+
+  // A string's bytes (its length first), refused unread when `copies` times its JSON (at least
+  // its length and two quotes) would take `used` past `limit`, and before it is kept when its
+  // escaped size would.
+  std::string string_text(std::uint64_t copies, std::uint64_t used, std::uint64_t limit,
+                          bool names) {
+    const std::uint64_t length = in_.size(version1_);
+    in_.need(length);
+    if (length > limit || copies * (length + 2) > limit - std::min(used, limit)) {
+      fail_limit(limit, names);
+    }
+    const std::uint64_t start = in_.offset();
+    std::uint64_t escaped = 0;
+    stream(length, [&](std::string_view piece) { escaped += json_escaped_size(piece); });
+    if (copies * (escaped + 2) > limit - used) fail_limit(limit, names);
+    in_.rewind_to(start);
+    std::string text;
+    text.reserve(static_cast<std::size_t>(length));
+    stream(length, [&](std::string_view piece) { text += piece; });
+    return text;
+  }
+
+  // A string value, appended to `out` as JSON once its size is known to fit the limit.
+  void string_value(std::string& out) {
+    const std::uint64_t length = in_.size(version1_);
+    in_.need(length);
+    check_json(out, length + 2);
+    const std::uint64_t start = in_.offset();
+    std::uint64_t escaped = 0;
+    stream(length, [&](std::string_view piece) { escaped += json_escaped_size(piece); });
+    check_json(out, escaped + 2);
+    in_.rewind_to(start);
+    out += '"';
+    stream(length, [&](std::string_view piece) { append_json_escaped(out, piece); });
+    out += '"';
+  }
+
   void scalar(std::uint32_t type, std::string& out) {
     if (type == string) {
-      append_json_string(out, string_bytes());
+      string_value(out);
       return;
     }
     const std::uint64_t v = in_.number(scalar_sizes[type]);
@@ -284,19 +366,22 @@ class HeaderReader {
     return name;
   }
 
-  void check_json(const std::string& out) const {
-    if (json_bytes_ + out.size() > limits_.max_metadata_json_bytes) {
-      throw Error(ExitCode::unsupported,
-                  fmt::format("GGUF metadata: more than {} bytes of values as JSON (at key {})",
-                              limits_.max_metadata_json_bytes, quote(*key_)));
+  // Throws unless the metadata's JSON so far, `out` and `more` bytes fit the limit.
+  void check_json(const std::string& out, std::uint64_t more = 0) const {
+    const std::uint64_t limit = limits_.max_metadata_json_bytes;
+    if (json_bytes_ > limit || out.size() > limit - json_bytes_ ||
+        more > limit - json_bytes_ - out.size()) {
+      fail_limit(limit, false);
     }
   }
 
   Cursor& in_;
   const GgufLimits& limits_;
   bool version1_;
-  const std::string* key_ = nullptr;
-  std::uint64_t json_bytes_ = 0;
+  const std::string* key_ = nullptr;  // the metadata key being read, once read
+  std::uint64_t key_at_ = 0;          // where its key-value pair or tensor info starts
+  std::uint64_t json_bytes_ = 0;      // metadata keys, values and types as JSON, so far
+  std::uint64_t names_bytes_ = 0;     // tensor names as JSON, so far
 };
 
 struct TensorInfo {
@@ -367,14 +452,7 @@ Tensor make_tensor(const TensorInfo& info_, std::uint64_t& stored, const GgufLim
   return t;
 }
 
-}  // namespace
-
-bool looks_like_gguf(const ByteSource& source) {
-  return source.size() >= 4 && source.read_string(0, 4) == "GGUF";
-}
-
-Model read_gguf(const ByteSource& source, std::string source_name, const GgufLimits& limits) {
-  refuse_impostor(source);
+Model read_gguf_file(const ByteSource& source, std::string source_name, const GgufLimits& limits) {
   Cursor in(source, limits);
   if (source.size() < 8 || source.read_string(0, 4) != "GGUF") {
     throw Error(ExitCode::bad_checkpoint, "not a GGUF file: it does not start with \"GGUF\"");
@@ -440,7 +518,7 @@ Model read_gguf(const ByteSource& source, std::string source_name, const GgufLim
   for (std::uint64_t i = 0; i < tensor_count; ++i) {
     TensorInfo t;
     t.info_offset = in.offset();
-    t.name = std::string(header.string_bytes());
+    t.name = header.tensor_name();
     const std::uint32_t dims = in.u32();
     if (dims > limits.max_dims) {
       throw Error(ExitCode::bad_checkpoint,
@@ -485,11 +563,11 @@ Model read_gguf(const ByteSource& source, std::string source_name, const GgufLim
     if (t.broken.empty()) {
       if (data_start > size || ti.offset > size - data_start ||
           stored > size - data_start - ti.offset) {
-        throw Error(
-            ExitCode::bad_checkpoint,
-            fmt::format("{}: its {} bytes at offset {} of the data (byte {}) run past the "
-                        "end of the file ({} bytes)",
-                        where, stored, ti.offset, decimal(uint128{data_start} + ti.offset), size));
+        throw Error(ExitCode::bad_checkpoint,
+                    fmt::format("{}: its {} bytes at offset {} of the data (byte {}) run past the "
+                                "end of the file ({} bytes): {}",
+                                where, stored, ti.offset, decimal(uint128{data_start} + ti.offset),
+                                size, looks_truncated));
       }
       Storage s;
       s.key = ti.name;
@@ -519,6 +597,17 @@ Model read_gguf(const ByteSource& source, std::string source_name, const GgufLim
     }
   }
   return m;
+}
+
+}  // namespace
+
+bool looks_like_gguf(const ByteSource& source) {
+  return source.size() >= 4 && source.read_string(0, 4) == "GGUF";
+}
+
+Model read_gguf(const ByteSource& source, std::string source_name, const GgufLimits& limits) {
+  return read_or_name_impostor(
+      source, [&] { return read_gguf_file(source, std::move(source_name), limits); });
 }
 
 std::optional<GgufSplitName> gguf_split_name(std::string_view name) {

@@ -58,29 +58,24 @@ std::vector<std::int64_t> strides_of(const std::vector<std::int64_t>& shape, boo
   return stride;
 }
 
-}  // namespace
-
-bool looks_like_npz(const ByteSource& source) {
-  if (!looks_like_zip(source) || source.size() < 30) return false;
-  const std::string header = source.read_string(0, 30);
-  const std::size_t name_length =
-      static_cast<unsigned char>(header[26]) | static_cast<unsigned char>(header[27]) << 8;
-  if (name_length < 4 || !source.contains(30, name_length)) return false;
-  return source.read_string(30, name_length).ends_with(".npy");
-}
-
-Model read_npz(const ByteSource& source, const std::string& source_name, const NpzLimits& limits,
-               std::vector<DeflatedMember>* deflated_members) {
-  refuse_impostor(source);
+Model read_npz_members(const ByteSource& source, const std::string& source_name,
+                       const NpzLimits& limits, std::vector<DeflatedMember>* deflated_members) {
   const ZipArchive zip(source, limits.zip);
   Model m;
   m.format = Format::npz;
   m.sources.push_back(source_name);
   m.entries.reserve(zip.entries().size());
+  std::uint64_t keys_json = 0;
   for (const ZipEntry& member : zip.entries()) {
     Entry e;
     e.key =
         member.name.ends_with(".npy") ? member.name.substr(0, member.name.size() - 4) : member.name;
+    keys_json += json_escaped_size(e.key) + 2;
+    if (keys_json > limits.max_keys_json_bytes) {
+      throw Error(ExitCode::unsupported,
+                  fmt::format("its members' names take more than {} bytes as JSON (at member {})",
+                              limits.max_keys_json_bytes, quote(member.name)));
+    }
     e.kind = Entry::Kind::tensor;
     e.tensor = m.tensors.size();
     Tensor t;
@@ -155,6 +150,23 @@ Model read_npz(const ByteSource& source, const std::string& source_name, const N
     m.entries.push_back(std::move(e));
   }
   return m;
+}
+
+}  // namespace
+
+bool looks_like_npz(const ByteSource& source) {
+  if (!looks_like_zip(source) || source.size() < 30) return false;
+  const std::string header = source.read_string(0, 30);
+  const std::size_t name_length =
+      static_cast<unsigned char>(header[26]) | static_cast<unsigned char>(header[27]) << 8;
+  if (name_length < 4 || !source.contains(30, name_length)) return false;
+  return source.read_string(30, name_length).ends_with(".npy");
+}
+
+Model read_npz(const ByteSource& source, const std::string& source_name, const NpzLimits& limits,
+               std::vector<DeflatedMember>* deflated_members) {
+  return read_or_name_impostor(
+      source, [&] { return read_npz_members(source, source_name, limits, deflated_members); });
 }
 
 }  // namespace ckptfs

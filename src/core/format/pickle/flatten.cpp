@@ -440,7 +440,9 @@ class Flattener {
                               "along many paths multiply them",
                               entries_.size(), g_.size()));
     }
-    charge(key.size());
+    // As JSON, the form index.json and its key path give it (a control character takes six
+    // bytes): charged before the key path is written.
+    charge(json_escaped_size(key));
     bool all_str = true;
     std::string containers;
     std::string path = key_path_json(stack_.empty() ? nullptr : &leaf, all_str, containers);

@@ -234,6 +234,8 @@ class Machine {
   [[noreturn]] void fail(std::string_view what) const;
   // Out of line, so that the hot paths that may end in them stay small enough to inline.
   [[noreturn, gnu::cold]] void fail_truncated(std::size_t needed) const;
+  // Throws Truncated: the bytes ended before what the pickle says is there.
+  [[noreturn, gnu::cold]] void fail_short(std::string_view what) const;
   [[noreturn, gnu::cold]] void fail_limit(std::uint64_t limit, std::string_view what) const;
   std::string_view op_name() const { return opcode_name(op_); }
 
@@ -337,7 +339,13 @@ void Machine::fail(std::string_view what) const {
 }
 
 void Machine::fail_truncated(std::size_t needed) const {
-  fail(fmt::format("truncated pickle: {} needs {} bytes, {} left", op_name(), needed, left()));
+  fail_short(
+      fmt::format("truncated pickle: {} needs {} bytes, {} left", op_name(), needed, left()));
+}
+
+void Machine::fail_short(std::string_view what) const {
+  throw Truncated(ExitCode::bad_checkpoint,
+                  fmt::format("invalid pickle at byte {}: {}", op_offset_, what));
 }
 
 void Machine::underflow() const { fail(fmt::format("stack underflow in {}", op_name())); }
@@ -367,7 +375,7 @@ std::uint64_t Machine::read_signed_length() {
 std::string Machine::read_counted(std::uint64_t length) {
   // Checked before anything is allocated: a length prefix is the cheapest lie to tell.
   if (length > left()) {
-    fail(fmt::format("{} length {} exceeds the {} bytes left", op_name(), length, left()));
+    fail_short(fmt::format("{} length {} exceeds the {} bytes left", op_name(), length, left()));
   }
   std::string out(length, '\0');
   const std::size_t buffered = std::min<std::uint64_t>(length, buf_len_ - buf_pos_);
@@ -404,7 +412,9 @@ void Machine::read_line(std::string& out, std::size_t max_bytes) {
     }
     if (out.size() > max_bytes)
       fail(fmt::format("{} line is longer than {} bytes", op_name(), max_bytes));
-    if (left() == 0) fail(fmt::format("truncated pickle: {} line has no newline", op_name()));
+    if (left() == 0) {
+      fail_short(fmt::format("truncated pickle: {} line has no newline", op_name()));
+    }
     refill();
   }
 }
@@ -815,7 +825,7 @@ ParseResult Machine::run() {
     op_offset_ = position();
     if (buf_pos_ == buf_len_) {
       if (left() == 0) {
-        fail(fmt::format("truncated pickle: no STOP opcode in its {} bytes", end_ - start_));
+        fail_short(fmt::format("truncated pickle: no STOP opcode in its {} bytes", end_ - start_));
       }
       refill();
     }
@@ -1140,7 +1150,7 @@ ParseResult Machine::run() {
       case FRAME: {
         const auto length = read_le<std::uint64_t>();
         if (length > left()) {
-          fail(fmt::format("FRAME length {} exceeds the {} bytes left", length, left()));
+          fail_short(fmt::format("FRAME length {} exceeds the {} bytes left", length, left()));
         }
         break;  // frames only group opcodes for buffered writers: nothing to do
       }

@@ -153,8 +153,15 @@ std::optional<std::string> numpy_scalar_json(const Graph& g, const pickle::Objec
 
 namespace {
 
-// A frame of the iterative writer: literal text and child nodes, emitted in order.
-using Token = std::variant<std::string, NodeId>;
+// A str key of a dict written as a JSON object, escaped only when its turn comes (after a
+// comma unless it is the first): a value cut at max_bytes never escapes the keys past the cut.
+struct ObjectKey {
+  NodeId key;
+  bool first;
+};
+
+// A frame of the iterative writer: literal text, child nodes and keys, emitted in order.
+using Token = std::variant<std::string, NodeId, ObjectKey>;
 struct Frame {
   NodeId node;
   std::vector<Token> tokens;
@@ -207,10 +214,7 @@ void add_dict(const Graph& g, std::vector<Token>& t,
   if (object) {
     t.emplace_back(std::string("{"));
     for (std::size_t i = 0; i < items.size(); ++i) {
-      std::string s = i == 0 ? "" : ",";
-      append_json_string(s, g.text(items[i].first));
-      s += ':';
-      t.emplace_back(std::move(s));
+      t.emplace_back(ObjectKey{items[i].first, i == 0});
       t.emplace_back(items[i].second);
     }
     t.emplace_back(std::string("}"));
@@ -657,10 +661,26 @@ std::string key_identity(const Graph& g, NodeId id) {
 }
 
 std::string value_json(const Graph& g, NodeId root, std::size_t max_bytes) {
+  auto truncated = [&] {
+    return fmt::format("{{\"__truncated__\":true,\"bytes_limit\":{}}}", max_bytes);
+  };
   std::string out;
   std::unordered_set<NodeId> on_path;  // a set, not a bitmap: most values are tiny
   std::vector<Frame> stack;
+  // Whether `text` bytes, which write at least that many bytes of JSON, would pass max_bytes:
+  // checked before a str or bytes is escaped (six bytes for a control character, two per byte
+  // of hex), so that a value of any size costs at most a few times max_bytes to cut.
+  auto too_long = [&](std::size_t text) {
+    return text > max_bytes - std::min(out.size(), max_bytes);
+  };
+  bool cut = false;
   auto visit = [&](NodeId id) {
+    const Kind kind = g.kind(id);
+    if ((kind == Kind::string || kind == Kind::bytes || kind == Kind::bytearray) &&
+        too_long(g.text(id).size())) {
+      cut = true;
+      return;
+    }
     if (write_scalar(g, id, out)) return;
     if (stack.size() >= max_value_depth) {
       // Deeper values are cut so that JSON readers, which recurse, can read the result.
@@ -674,10 +694,8 @@ std::string value_json(const Graph& g, NodeId root, std::size_t max_bytes) {
     stack.push_back({id, tokens_of(g, id), 0});
   };
   visit(root);
-  while (!stack.empty()) {
-    if (out.size() > max_bytes) {
-      return fmt::format("{{\"__truncated__\":true,\"bytes_limit\":{}}}", max_bytes);
-    }
+  while (!stack.empty() && !cut) {
+    if (out.size() > max_bytes) return truncated();
     Frame& top = stack.back();
     if (top.next == top.tokens.size()) {
       on_path.erase(top.node);
@@ -687,13 +705,17 @@ std::string value_json(const Graph& g, NodeId root, std::size_t max_bytes) {
     Token token = std::move(top.tokens[top.next++]);
     if (auto* text = std::get_if<std::string>(&token)) {
       out += *text;
+    } else if (auto* key = std::get_if<ObjectKey>(&token)) {
+      const std::string& name = g.text(key->key);
+      if (too_long(name.size())) return truncated();
+      if (!key->first) out += ',';
+      append_json_string(out, name);
+      out += ':';
     } else {
       visit(std::get<NodeId>(token));  // may reallocate the stack: `top` is not used after
     }
   }
-  if (out.size() > max_bytes) {
-    return fmt::format("{{\"__truncated__\":true,\"bytes_limit\":{}}}", max_bytes);
-  }
+  if (cut || out.size() > max_bytes) return truncated();
   return out;
 }
 

@@ -275,19 +275,13 @@ Header parse_header(const ByteSource& source, std::uint64_t length,
   }
 }
 
-}  // namespace
-
-bool looks_like_safetensors(const ByteSource& source) {
-  return source.size() >= 10 && source.read_string(8, 1) == "{";
-}
-
-Model read_safetensors(const ByteSource& source, std::string source_name,
-                       const SafetensorsLimits& limits) {
-  refuse_impostor(source);
+Model read_safetensors_file(const ByteSource& source, std::string source_name,
+                            const SafetensorsLimits& limits) {
   const std::uint64_t size = source.size();
   if (size < 8) {
     throw Error(ExitCode::bad_checkpoint,
-                fmt::format("a {}-byte file: too short for a safetensors header length", size));
+                fmt::format("a {}-byte file: too short for a safetensors header length: {}", size,
+                            looks_truncated));
   }
   std::array<unsigned char, 8> head{};
   source.read(0, std::as_writable_bytes(std::span(head)));
@@ -302,8 +296,8 @@ Model read_safetensors(const ByteSource& source, std::string source_name,
   if (length > size - 8) {
     throw Error(ExitCode::bad_checkpoint,
                 fmt::format("safetensors header length {} runs past the end of the file ({} "
-                            "bytes)",
-                            length, size));
+                            "bytes): {}",
+                            length, size, looks_truncated));
   }
   Header header = parse_header(source, length, limits);
   for (Described& d : header.tensors) check_size(d);
@@ -342,8 +336,8 @@ Model read_safetensors(const ByteSource& source, std::string source_name,
     throw Error(ExitCode::bad_checkpoint,
                 at > data_size
                     ? fmt::format("the tensors' data runs to byte {} of the file, past its end "
-                                  "({} bytes): the file is truncated",
-                                  data_start + at, size)
+                                  "({} bytes): {}",
+                                  data_start + at, size, looks_truncated)
                     : fmt::format("the tensors' data ends at byte {} of the file, but the file "
                                   "has {} bytes",
                                   data_start + at, size));
@@ -371,6 +365,18 @@ Model read_safetensors(const ByteSource& source, std::string source_name,
     m.entries.push_back(std::move(e));
   }
   return m;
+}
+
+}  // namespace
+
+bool looks_like_safetensors(const ByteSource& source) {
+  return source.size() >= 10 && source.read_string(8, 1) == "{";
+}
+
+Model read_safetensors(const ByteSource& source, std::string source_name,
+                       const SafetensorsLimits& limits) {
+  return read_or_name_impostor(
+      source, [&] { return read_safetensors_file(source, std::move(source_name), limits); });
 }
 
 }  // namespace ckptfs

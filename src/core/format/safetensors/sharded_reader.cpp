@@ -176,10 +176,7 @@ void keep_used_only(Model& m) {
   m.storages = std::move(storages);
 }
 
-}  // namespace
-
-ShardIndex read_shard_index(const ByteSource& index, const ShardLimits& limits) {
-  refuse_impostor(index);
+ShardIndex read_index_json(const ByteSource& index, const ShardLimits& limits) {
   const std::uint64_t size = index.size();
   if (size > limits.max_index_bytes) {
     throw Error(ExitCode::unsupported,
@@ -199,6 +196,12 @@ ShardIndex read_shard_index(const ByteSource& index, const ShardLimits& limits) 
                               ? std::string(e.what())
                               : fmt::format("index: {}", e.what()));
   }
+}
+
+}  // namespace
+
+ShardIndex read_shard_index(const ByteSource& index, const ShardLimits& limits) {
+  return read_or_name_impostor(index, [&] { return read_index_json(index, limits); });
 }
 
 Model combine_shards(const ShardIndex& index, std::vector<Model> shard_models) {

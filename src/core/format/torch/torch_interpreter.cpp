@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
 // Recognises torch's storage references and tensor rebuild calls in an inert pickle graph.
+#include <ckptfs/base/text.hpp>
 #include <ckptfs/format/torch/torch_interpreter.hpp>
 
 #include <fmt/format.h>
@@ -126,7 +127,7 @@ class Interpreter {
     t.stride = {1};
     t.storage = static_cast<std::size_t>(ref_of_[id]);
     if (!r.dtype && r.class_name != "UntypedStorage" && r.class_name != "TypedStorage") {
-      t.broken = fmt::format("unknown storage class {}", r.class_name);
+      t.broken = fmt::format("unknown storage class {}", quote(r.class_name));
     }
     add_tensor(id, std::move(t));
   }
@@ -162,7 +163,7 @@ class Interpreter {
       t.dtype = dtype_override.value_or(r.dtype.value_or(DType::uint8));
       if (!r.dtype && !dtype_override && r.class_name != "UntypedStorage" &&
           r.class_name != "TypedStorage") {
-        t.broken = fmt::format("unknown storage class {}", r.class_name);
+        t.broken = fmt::format("unknown storage class {}", quote(r.class_name));
       }
     } else if (dtype_override) {
       t.dtype = *dtype_override;

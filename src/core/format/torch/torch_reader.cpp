@@ -23,18 +23,26 @@ namespace {
 using pickle::Kind;
 using namespace detail;
 
-// Refuses the files that are not torch.save output, saying what they are.
-void refuse_other_formats(const ByteSource& source) {
-  refuse_impostor(source);
-  std::array<char, 8> head{};
-  std::size_t n = std::min<std::uint64_t>(head.size(), source.size());
-  source.read(0, std::as_writable_bytes(std::span(head.data(), n)));
-  if (n == 8 && std::string_view(head.data(), 8) == "PYTORCH1") {
+// After the zip or legacy read failed: names the files that are not torch.save output, saying
+// what they are (throws), or returns, and the read's own error stands.
+void refuse_other_formats(const ByteSource& source, const Error& failure) {
+  refuse_impostor_after(source, failure);
+  if (failure.code() == ExitCode::io || failure.code() == ExitCode::access_denied ||
+      failure.code() == ExitCode::unreachable) {
+    return;
+  }
+  std::string head;
+  try {
+    head = source.read_string(0, std::min<std::uint64_t>(source.size(), 512));
+  } catch (const Error&) {
+    return;
+  }
+  if (head.starts_with("PYTORCH1")) {
     throw Error(ExitCode::unsupported,
                 "a checkpoint of the torch 1.0 preview release (PYTORCH1), which torch itself "
                 "no longer reads");
   }
-  if (source.size() >= 262 && source.read_string(257, 5) == "ustar") {
+  if (is_tar_header(head)) {
     throw Error(ExitCode::unsupported,
                 "a tar-format checkpoint of torch 0.1.x, which ckptfs does not serve: load it with "
                 "torch and save it again");
@@ -137,9 +145,9 @@ StorageTable legacy_storages(const ByteSource& source, std::uint64_t offset,
     std::array<unsigned char, 8> count_bytes{};
     if (!source.contains(offset, 8)) {
       throw Error(ExitCode::bad_checkpoint,
-                  fmt::format("file is truncated: storage {} would start at byte {} but the file "
-                              "has {}",
-                              quote(key), offset, source.size()));
+                  fmt::format("storage {} would start at byte {}, past the end of the file ({} "
+                              "bytes): {}",
+                              quote(key), offset, source.size(), looks_truncated));
     }
     source.read(offset, std::as_writable_bytes(std::span(count_bytes)));
     std::uint64_t count = 0;
@@ -147,10 +155,11 @@ StorageTable legacy_storages(const ByteSource& source, std::uint64_t offset,
     auto nbytes = mul(count, size_it->second);
     auto data = add(offset, 8);
     if (!nbytes || !data || !source.contains(*data, *nbytes)) {
-      throw Error(ExitCode::bad_checkpoint,
-                  fmt::format("file is truncated: storage {} declares {} elements of {} bytes at "
-                              "byte {} but the file has {}",
-                              quote(key), count, size_it->second, offset, source.size()));
+      throw Error(
+          ExitCode::bad_checkpoint,
+          fmt::format("storage {} declares {} elements of {} bytes at byte {}, past the "
+                      "end of the file ({} bytes): {}",
+                      quote(key), count, size_it->second, offset, source.size(), looks_truncated));
     }
     Storage s;
     s.key = key;
@@ -214,16 +223,27 @@ Model read_zip(const ByteSource& source, std::string name, const ReadLimits& lim
 }
 
 Model read_legacy(const ByteSource& source, std::string name, const ReadLimits& limits) {
+  // The stream's pickles run to the end of the file: one cut short ends before its STOP.
   auto next = [&](std::uint64_t offset, const char* what) {
     try {
       return pickle::parse(source, offset, source.size() - offset, limits.pickle);
+    } catch (const pickle::Truncated& e) {
+      throw Error(e.code(), fmt::format("{}: {}", pickle_error_context(what, e), looks_truncated));
     } catch (const Error& e) {
       throw Error(e.code(), pickle_error_context(what, e));
     }
   };
   pickle::ParseResult magic;
+  constexpr std::uint64_t magic_bytes = 64;  // its magic number's pickle takes 13 to 29
   try {
-    magic = pickle::parse(source, 0, std::min<std::uint64_t>(source.size(), 64), limits.pickle);
+    magic = pickle::parse(source, 0, std::min(source.size(), magic_bytes), limits.pickle);
+  } catch (const pickle::Truncated& e) {
+    // A stream cut before its magic number ends: it starts as torch.save's (PROTO 2 or more).
+    if (source.size() >= magic_bytes || source.read_string(0, 1) != "\x80") {
+      throw Error(ExitCode::bad_checkpoint,
+                  "not a PyTorch checkpoint: neither a zip nor a legacy torch.save stream");
+    }
+    throw Error(e.code(), fmt::format("legacy magic number: {}: {}", e.what(), looks_truncated));
   } catch (const Error&) {
     throw Error(ExitCode::bad_checkpoint,
                 "not a PyTorch checkpoint: neither a zip nor a legacy torch.save stream");
@@ -283,9 +303,15 @@ ZipPickle detail::read_zip_pickle(const ByteSource& source, const ReadLimits& li
 }
 
 Model read_torch(const ByteSource& source, std::string source_name, const ReadLimits& limits) {
-  refuse_other_formats(source);
-  if (looks_like_zip(source)) return read_zip(source, std::move(source_name), limits);
-  return read_legacy(source, std::move(source_name), limits);
+  // What the file is, when it is not torch.save output, is told only once both readers have
+  // failed: a valid checkpoint's bytes may spell any magic (a key "mustard" at byte 257).
+  try {
+    if (looks_like_zip(source)) return read_zip(source, std::move(source_name), limits);
+    return read_legacy(source, std::move(source_name), limits);
+  } catch (const Error& failure) {
+    refuse_other_formats(source, failure);
+    throw;
+  }
 }
 
 }  // namespace ckptfs

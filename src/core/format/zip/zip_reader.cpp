@@ -149,10 +149,8 @@ Directory find_directory(const ByteSource& source, const ZipLimits& limits) {
   if (!found) {
     // A zip's first local header is there, its end is not: the end was cut off.
     if (source.read_string(0, 4) == std::string_view("PK\x03\x04", 4)) {
-      fail(
-          "no end of central directory record in the last {} bytes: the file looks truncated "
-          "(an interrupted download or copy?): download or copy it again",
-          tail_size);
+      fail("no end of central directory record in the last {} bytes: {}", tail_size,
+           looks_truncated);
     }
     fail("no end of central directory record in the last {} bytes", tail_size);
   }

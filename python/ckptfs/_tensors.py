@@ -1,0 +1,90 @@
+# SPDX-License-Identifier: MIT
+"""dtypes: the numpy dtype that holds each of ckptfs's dtypes bit for bit (tensor.npy's), and
+turning such arrays into torch tensors of the dtype the mount serves. torch is imported on
+first use only (an `import ckptfs` costs numpy's import, not torch's)."""
+
+import numpy as np
+
+from ._errors import Error
+
+# ckptfs's dtype names (torch's) -> the numpy type of the same bytes, as tensor.npy's descr
+# (docs/TREE.md): numpy lacks bfloat16, float8, float4, complex32 and the bits/quantized types,
+# whose bits come as the unsigned integer of the same width.
+_NUMPY = {
+    "float32": "f4", "float64": "f8", "float16": "f2", "bfloat16": "u2",
+    "float8_e5m2": "u1", "float8_e4m3fn": "u1", "float8_e5m2fnuz": "u1",
+    "float8_e4m3fnuz": "u1", "float8_e8m0fnu": "u1", "float4_e2m1fn_x2": "u1",
+    "int8": "i1", "int16": "i2", "int32": "i4", "int64": "i8",
+    "uint8": "u1", "uint16": "u2", "uint32": "u4", "uint64": "u8", "bool": "b1",
+    "complex32": "u4", "complex64": "c8", "complex128": "c16",
+    "qint8": "i1", "quint8": "u1", "qint32": "i4", "quint4x2": "u1", "quint2x4": "u1",
+    "bits8": "u1", "bits16": "u2", "bits1x8": "u1", "bits2x4": "u1", "bits4x2": "u1",
+    "bcomplex32": "u4",
+}
+# The dtypes whose numpy arrays torch.from_numpy takes as they are (of the same dtype).
+FROM_NUMPY = {"float32", "float64", "float16", "int8", "int16", "int32", "int64", "uint8", "bool",
+              "complex64", "complex128"}
+# Quantized tensors need their scale and zero point (tensor.pt holds them): never made from bytes.
+QUANTIZED = {"qint8", "quint8", "qint32", "quint4x2", "quint2x4"}
+# The numpy types torch.from_numpy takes, by width, for the bits of an unsigned type it may not
+# take (uint16-64 came in torch 2.3): the signed integer of the same width, viewed afterwards.
+_CARRIER = {2: np.int16, 4: np.int32, 8: np.int64}
+
+
+def numpy_dtype(name, byteorder="="):
+    """The numpy dtype holding ckptfs dtype `name` bit for bit, in `byteorder` ("<", ">", "=");
+    None for a name this package does not know (a newer ckptfs's)."""
+    code = _NUMPY.get(name)
+    return None if code is None else np.dtype(code).newbyteorder(byteorder)
+
+
+_torch_module = None
+_torch_missing = False
+
+
+def torch_available():
+    """Whether torch can be imported: it is then, once (the first tensor asked for pays it)."""
+    global _torch_missing
+    if _torch_module is None and not _torch_missing:
+        try:
+            torch()
+        except ImportError:
+            _torch_missing = True
+    return not _torch_missing
+
+
+def torch():
+    """The torch module, imported on first use."""
+    global _torch_module
+    if _torch_module is None:
+        import torch as module
+        _torch_module = module
+    return _torch_module
+
+
+def torch_dtype(name, key):
+    """torch's dtype named `name`; Error when this torch has none (float8 came in 2.1, uint16-64
+    in 2.3...)."""
+    t = torch()
+    dtype = getattr(t, name, None)
+    if not isinstance(dtype, t.dtype):
+        raise Error(f"ckptfs: {key}: a {name} tensor, which torch {t.__version__} does not have: "
+                    f"ck.numpy(key) gives its bits (numpy dtype {numpy_dtype(name)}), or use a "
+                    "newer torch", status=5)
+    return dtype
+
+
+def to_torch(array, name, key):
+    """The torch tensor of dtype `name` whose bits are those of numpy `array` (as numpy_dtype
+    gives them), sharing its memory when its byte order is the machine's (else converted
+    once). Quantized dtypes are not made here (tensor.pt is)."""
+    t = torch()
+    dtype = torch_dtype(name, key)
+    if not array.dtype.isnative:
+        array = array.astype(array.dtype.newbyteorder("="))
+    if array.dtype.kind == "u" and array.dtype.itemsize > 1:
+        array = array.view(_CARRIER[array.dtype.itemsize])
+    if any(s < 0 for s in array.strides):
+        array = array.copy()  # (torch takes no negative stride)
+    tensor = t.from_numpy(array)
+    return tensor if tensor.dtype == dtype else tensor.view(dtype)
