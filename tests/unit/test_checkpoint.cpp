@@ -242,8 +242,8 @@ TEST_CASE("containers: OrderedDicts, lists, tuples and objects along the key pat
   p.binunicode("o").global("argparse", "Namespace").empty_tuple().newobj().empty_dict();
   p.binunicode("t").tensor_v2("FloatStorage", "3", "cpu", 1, 0, {1}, {1}).setitem().build();
   p.setitems().stop();
-  Model c = read(torch_zip(p.bytes(), {{"0", floats(1)}, {"1", floats(1)}, {"2", floats(1)},
-                                       {"3", floats(1)}}));
+  Model c = read(torch_zip(
+      p.bytes(), {{"0", floats(1)}, {"1", floats(1)}, {"2", floats(1)}, {"3", floats(1)}}));
   CHECK(keys(c) == std::vector<std::string>{"m.w", "l.0", "l.1", "l.2.0", "o.t"});
   CHECK(c.root == ContainerKind::ordered_dict);
   CHECK(c.entries[0].containers == "oo");

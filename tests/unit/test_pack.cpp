@@ -105,7 +105,6 @@ std::pair<ExitCode, std::string> refusal(const std::function<void()>& body) {
   return {ExitCode::ok, ""};
 }
 
-
 // The Fixture's entries nested: {"model": OrderedDict(full=, view=), "epoch": 7,
 // "opt": {"state": {0: {"t": tied}}}, "lst": [None, z]}.
 void nest(Fixture& f) {
@@ -521,7 +520,8 @@ TEST_CASE("torch: the nesting the key paths say, read back as it was; --flat kee
                               {"lst.1", R"(["lst",1])", "dl"}});
   CHECK(back.entries[4].value_json == "null");
   // Still one storage for full, view and tied.
-  CHECK(back.tensors[back.entries[0].tensor].storage == back.tensors[back.entries[3].tensor].storage);
+  CHECK(back.tensors[back.entries[0].tensor].storage ==
+        back.tensors[back.entries[3].tensor].storage);
 
   // --keys prunes the containers to what is selected; --flat writes the flattened keys.
   const std::string some = t.path("some.pth");
@@ -566,7 +566,7 @@ TEST_CASE("nesting: what pack does not build is written under flattened keys, re
   set(0, "ema.shadow.fc.bias", R"(["ema","shadow","fc.bias"])", "dxd");  // below an object
   set(1, "ema.decay", R"(["ema","decay"])", "dx");
   set(3, "(1, 2)", R"j([{"__tuple__":"(1, 2)"}])j", "d");  // a tuple key: its text
-  set(4, "(1, 2)", R"j(["(1, 2)"])j", "d");                 // the str key of that text keeps it
+  set(4, "(1, 2)", R"j(["(1, 2)"])j", "d");                // the str key of that text keeps it
   const Selection all = select_entries(f.model, {}, PackFormat::torch, std::nullopt);
   const Structure s = nested_structure(f.model, all);
   REQUIRE(s.nodes[0].children.size() == 4);  // ema, epoch, (1, 2)%#2, (1, 2)
@@ -601,11 +601,11 @@ TEST_CASE("nesting: key paths that lie are refused, naming the entry") {
   nest(f);
   Model m = f.model;
   m.entries[0].key = "x.full";  // the text is not the key path's
-  CHECK(refusal_of_structure(m) ==
-        R"(entry "x.full": its key_path does not spell its key)");
+  CHECK(refusal_of_structure(m) == R"(entry "x.full": its key_path does not spell its key)");
   m = f.model;
   m.entries[0].containers = "d";
-  CHECK(refusal_of_structure(m) == R"(entry "model.full": its key_path has 2 parts, its containers 1)");
+  CHECK(refusal_of_structure(m) ==
+        R"(entry "model.full": its key_path has 2 parts, its containers 1)");
   m = f.model;
   m.entries[1].containers = "dd";  // "model" a dict here, an OrderedDict for model.full
   CHECK(refusal_of_structure(m) ==
@@ -614,7 +614,8 @@ TEST_CASE("nesting: key paths that lie are refused, naming the entry") {
   m.entries[2].key_path = R"(["model"])";  // a value where a container is
   m.entries[2].containers = "d";
   m.entries[2].key = "model";
-  CHECK(refusal_of_structure(m) == R"(entry "model": its key_path puts it where entry "model.full" is too)");
+  CHECK(refusal_of_structure(m) ==
+        R"(entry "model": its key_path puts it where entry "model.full" is too)");
   m = f.model;
   m.entries[4].key_path = R"(["lst",40000000000])";
   m.entries[4].key = "lst.40000000000";
