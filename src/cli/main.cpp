@@ -146,8 +146,8 @@ inspect CHECKPOINT [--json] [-o OPT[,OPT...]]
   takes the remote options above and names=hf; CHECKPOINT may also be a split or an RFC
   directory (see pack)
 
-pack SRC OUT [--keys GLOB]... [--dtype NAME] [--names hf] [--flat] [--force] [--progress]
-     [--quiet] [-o OPT,...]
+pack SRC OUT [--keys GLOB]... [--dtype NAME] [--names hf] [--flat] [--force] [--progress|--quiet]
+     [-o OPT,...]
   writes SRC back as one file OUT, streaming in bounded memory: torch's zip format for
   OUT.pth, .pt, .bin or .ckpt (nested as torch.load of SRC gives it; --flat: one dict of
   the flattened keys), safetensors for OUT.safetensors (any case); SRC is a CHECKPOINT, a
