@@ -171,8 +171,10 @@ struct Tensor {
   // the reader makes sure convert() can do (stored_convertible(), model/dtype.hpp).
   std::optional<DType> stored_dtype;
 
-  std::uint64_t numel() const noexcept;   // valid when !broken (checked for overflow)
-  std::uint64_t nbytes() const noexcept;  // numel × element size: the logical tensor in C order
+  std::uint64_t numel() const noexcept;  // valid when !broken (checked for overflow)
+  // The logical tensor's bytes in C order: numel × element size, or a packed dtype's rows of
+  // bytes (tensor_nbytes(), model/dtype.hpp); 0 when empty or on overflow.
+  std::uint64_t nbytes() const noexcept;
   DType stored() const noexcept { return stored_dtype.value_or(dtype); }
   std::size_t stored_element_size() const noexcept { return info(stored()).element_size; }
   // A block-quantized tensor (GGUF's Q4_K...): its storage holds, from its first byte, the
@@ -181,8 +183,9 @@ struct Tensor {
   // BlockFormat::none for every other tensor.
   BlockFormat blocks = BlockFormat::none;
 
-  // The bytes of the tensor as stored: its blocks when block-quantized, else in C order numel ×
-  // the stored element size (nbytes() unless stored_dtype says otherwise); 0 on overflow.
+  // The bytes of the tensor as stored: its blocks when block-quantized, else in C order
+  // tensor_nbytes() of the stored dtype (nbytes() unless stored_dtype says otherwise); 0 on
+  // overflow.
   std::uint64_t stored_nbytes() const noexcept;
   // True when the tensor's bytes in C order are one range of its storage (empty tensors too).
   bool contiguous() const noexcept;

@@ -42,9 +42,8 @@ std::uint64_t Tensor::numel() const noexcept {
 }
 
 std::uint64_t Tensor::nbytes() const noexcept {
-  std::uint64_t n = 0;
-  if (__builtin_mul_overflow(numel(), element_size(), &n)) return 0;
-  return n;
+  if (numel() == 0) return 0;  // an overflowing count too
+  return tensor_nbytes(dtype, shape).value_or(0);
 }
 
 std::uint64_t Tensor::stored_nbytes() const noexcept {
@@ -54,8 +53,8 @@ std::uint64_t Tensor::stored_nbytes() const noexcept {
     if (__builtin_mul_overflow(numel() / b.block_elements, b.block_bytes, &n)) return 0;
     return n;
   }
-  if (__builtin_mul_overflow(numel(), stored_element_size(), &n)) return 0;
-  return n;
+  if (numel() == 0) return 0;
+  return tensor_nbytes(stored(), shape).value_or(0);
 }
 
 bool Tensor::contiguous() const noexcept {

@@ -172,9 +172,16 @@ class DcpReader {
         return fmt::format("its size {} overflows", box_text(t.shape));
       }
     }
-    std::uint64_t bytes = 0;
-    if (__builtin_mul_overflow(numel, t.element_size(), &bytes) || bytes > max_tensor_bytes) {
+    const auto bytes = tensor_nbytes(t.dtype, t.shape);
+    if (!bytes || *bytes > max_tensor_bytes) {
       return fmt::format("its size {} is more bytes than a file can hold", box_text(t.shape));
+    }
+    if (is_packed(t.dtype)) {
+      // Its elements share bytes (model/dtype.hpp): no chunk of them is a box of whole bytes.
+      return fmt::format(
+          "a {} tensor, packed {} elements a byte, assembled from chunks: ckptfs "
+          "assembles whole bytes",
+          info(t.dtype).name, elements_per_byte(t.dtype));
     }
     return {};
   }

@@ -395,11 +395,6 @@ Meta parse_meta(std::string_view text, const SplitLimits& limits) {
   return m;
 }
 
-bool is_quantized(DType dtype) {
-  return dtype == DType::qint8 || dtype == DType::quint8 || dtype == DType::qint32 ||
-         dtype == DType::quint4x2 || dtype == DType::quint2x4;
-}
-
 // torch's contiguous strides (a size of 0 counts as 1, as torch computes them).
 std::vector<std::int64_t> c_order_strides(const std::vector<std::int64_t>& shape) {
   std::vector<std::int64_t> stride(shape.size());
@@ -452,15 +447,11 @@ Tensor tensor_of(const Meta& m, QuantizationFields* per_channel) {
     }
     return t;
   }
-  // numel x element size, checked: Tensor::nbytes() gives 0 on overflow, which an empty tensor
-  // gives too.
-  std::uint64_t numel = 1;
-  bool overflow = false;
-  for (const std::int64_t d : t.shape) {
-    overflow |= __builtin_mul_overflow(numel, static_cast<std::uint64_t>(d), &numel);
-  }
-  std::uint64_t nbytes = 0;
-  overflow |= __builtin_mul_overflow(numel, std::uint64_t{t.element_size()}, &nbytes);
+  // tensor_nbytes(), checked: Tensor::nbytes() gives 0 on overflow, which an empty tensor gives
+  // too. A packed dtype's data is torch's rows of packed bytes (model/dtype.hpp).
+  const auto counted = tensor_nbytes(t.dtype, t.shape);
+  const bool overflow = !counted;
+  const std::uint64_t nbytes = counted.value_or(0);
   if (overflow || nbytes > max_tensor_bytes) {
     throw Error(ExitCode::bad_checkpoint,
                 fmt::format("a {} tensor of shape {} holds more bytes than a file can",
