@@ -4,7 +4,8 @@
 The one copy of the reference logic that scripts/make_fixtures.py, scripts/ckptfs-verify and the
 integration tests (tests/integration/) share:
 
-    dtypes      DTYPE_SIZES, NUMPY_KIND, dtype_name, numpy_descr, swap_unit, byteswap
+    dtypes      DTYPE_SIZES, NUMPY_KIND, PACKED, packed_nbytes, npy_shape, dtype_name,
+                numpy_descr, swap_unit, byteswap
     bytes       gather (a strided view over raw storage bytes, in C order), load_tensor_file
                 (torch.load of a tensor.pt, never running other code),
                 tensor_bytes (a torch tensor's elements in C order, in a given byte order),
@@ -55,8 +56,29 @@ DTYPE_SIZES = {
     "float8_e5m2": 1, "float8_e4m3fn": 1, "float8_e5m2fnuz": 1, "float8_e4m3fnuz": 1,
     "float8_e8m0fnu": 1, "float4_e2m1fn_x2": 1, "uint16": 2, "uint32": 4, "uint64": 8,
     "bits8": 1,
-    "qint8": 1, "quint8": 1, "qint32": 4,
+    "qint8": 1, "quint8": 1, "qint32": 4, "quint4x2": 1, "quint2x4": 1,
 }
+
+# The dtypes torch packs below a byte -> elements a byte: flat over the elements in C order,
+# element i in bits (i % k) * 8 / k up of byte i // k, in a storage of one row of
+# ceil(shape[-1] / k) bytes per row (torch 1.13 to 2.14; the bytes past the elements padding).
+PACKED = {"quint4x2": 2, "quint2x4": 4}
+
+
+def packed_nbytes(dtype, shape):
+    """The bytes torch stores a tensor of packed dtype `dtype` (a name) and `shape` in:
+    prod(shape[:-1]) * ceil(shape[-1] / k), 1 for a 0-d tensor."""
+    k = PACKED[dtype]
+    rows = 1
+    for d in list(shape)[:-1]:
+        rows *= d
+    return rows * -(-(shape[-1] if len(shape) else 1) // k)
+
+
+def npy_shape(dtype, shape):
+    """The shape of a tensor's tensor.npy in the mount: its own, but one dimension of its stored
+    bytes for a packed dtype."""
+    return (packed_nbytes(dtype, shape),) if dtype in PACKED else tuple(shape)
 
 # The numpy descr kind ckptfs uses in tensor.npy for each dtype; the dtypes numpy lacks are the
 # unsigned integer of their width, bit for bit.
@@ -68,6 +90,7 @@ NUMPY_KIND = {
     "float8_e5m2": "u1", "float8_e4m3fn": "u1", "float8_e5m2fnuz": "u1", "float8_e4m3fnuz": "u1",
     "float8_e8m0fnu": "u1", "float4_e2m1fn_x2": "u1",
     "qint8": "i1", "quint8": "u1", "qint32": "i4",  # the integer representation
+    "quint4x2": "u1", "quint2x4": "u1",  # the stored bytes (PACKED)
 }
 
 # Byte swapping is per element, complex numbers per half (their real and imaginary parts).
@@ -154,9 +177,13 @@ def tensor_bytes(t, byteorder=sys.byteorder):
     or 'big'; by default this machine's, i.e. the bytes as they are in memory).
 
     Dtypes numpy lacks (bfloat16, float8, complex32...) give their raw bits; a conjugated tensor
-    gives its stored, un-conjugated values; a quantized one its integer representation. Another
-    byte order swaps every element (complex numbers per half)."""
-    unit = SWAP_UNIT.get(dtype_name(t.dtype), t.element_size())
+    gives its stored, un-conjugated values; a quantized one its integer representation; a packed
+    one (PACKED) the bytes torch stores it in, padding included, from its storage offset.
+    Another byte order swaps every element (complex numbers per half)."""
+    name = dtype_name(t.dtype)
+    if name in PACKED:
+        return stored_bytes(t)[t.storage_offset():][:packed_nbytes(name, t.shape)]
+    unit = SWAP_UNIT.get(name, t.element_size())
     t = t.detach()
     if getattr(t, "is_quantized", False):
         t = t.int_repr()
@@ -188,6 +215,15 @@ def checkpoint_bytes(t, byteorder):
     elements in that order where this torch honours the byteorder record, its memory as it is
     where it does not (then the file's bytes, the values swapped)."""
     return tensor_bytes(t, byteorder if TORCH_HONOURS_BYTEORDER else sys.byteorder)
+
+
+def stored_bytes(t):
+    """The bytes of a torch tensor's whole storage, as it is in memory."""
+    try:
+        s = t.untyped_storage()
+    except AttributeError:  # torch < 2.0
+        s = t.storage().untyped()
+    return bytes(s)
 
 
 def storage_of(t):

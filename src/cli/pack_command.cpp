@@ -62,11 +62,10 @@ When done, one line on stderr (unless --quiet): what was written, how much, how 
   ckptfs: OUT: packed 480 tensors, 2 values (1.6 GiB) in 2.4 s (680.5 MiB/s)
 
 Left out, each said on stderr: values that are no plain Python value (objects ckptfs never
-builds), quantized tensors ckptfs does not write (quint4x2, quint2x4), a GGUF's quantized
-tensors of a type without a reference dequantization (Q8_K...; the others are written
-dequantized, float32 or --dtype), and for safetensors every value and every tensor of a dtype
-it lacks. A broken tensor is an error (leave it out with --keys). What a .pth cannot nest is
-said too: an object of a class (a pickled nn.Module, an argparse.Namespace holding tensors) is
+builds), a GGUF's quantized tensors of a type without a reference dequantization (Q8_K...; the
+others are written dequantized, float32 or --dtype), and for safetensors every value and every
+tensor of a dtype it lacks (quint4x2...). A broken tensor is an error (leave it out with
+--keys). What a .pth cannot nest is said too: an object of a class (a pickled nn.Module, an argparse.Namespace holding tensors) is
 an OrderedDict of the flattened keys below it; a tuple key is its text. Keys of equal text (the
 int 0 and the str "0" with --flat): the n-th is written <key>%#<n>, as the mount names it, said
 on stderr (and in safetensors keys that are not UTF-8, written U+FFFD).

@@ -70,12 +70,11 @@ EXIT = {"ok": 0, "usage": 1, "io": 2, "zip": 3, "checkpoint": 4, "unsupported": 
 # (float4_e2m1fn_x2 as F4, but a 0-d one: half a byte), as the mount's export does.
 SAFETENSORS_DTYPE = {torch_name: name for name, (torch_name, _) in st.DTYPES.items()
                      if torch_name is not None}
-TORCH_QUANTIZED = {"qint8", "quint8", "qint32"}
+QUANTIZED = {"qint8", "quint8", "qint32", "quint4x2", "quint2x4"}
 # The dtypes without a storage class, which torch 1.13 cannot load.
 NOT_IN_TORCH_1_13 = {"uint16", "uint32", "uint64", "float8_e5m2", "float8_e4m3fn",
                      "float8_e5m2fnuz", "float8_e4m3fnuz", "float8_e8m0fnu", "float4_e2m1fn_x2",
                      "complex32", "bits8", "bits16", "bits1x8", "bits2x4", "bits4x2"}
-QUANTIZED = TORCH_QUANTIZED | {"quint4x2", "quint2x4"}
 
 
 def sha256(data):
@@ -139,15 +138,13 @@ def torch_plan(doc):
     inside = set()
     for e in entries:
         q = e.get("quantization") if e["kind"] == "tensor" else None
-        if q and "scales" in q and e["dtype"] in TORCH_QUANTIZED and e["broken"] is None:
+        if q and "scales" in q and e["dtype"] in QUANTIZED and e["broken"] is None:
             inside |= {q["scales"], q["zero_points"]}
     want = []
     for i, e in enumerate(entries):
         if e["kind"] == "value":
             if not plain(e["value"]):
                 continue
-        elif e["dtype"] in QUANTIZED and e["dtype"] not in TORCH_QUANTIZED:
-            continue
         elif e["key"] in inside and e["dtype"] not in QUANTIZED and is_part(e):
             continue
         want.append(i)

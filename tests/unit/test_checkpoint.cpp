@@ -521,6 +521,57 @@ TEST_CASE("quantized tensors keep their quantization parameters") {
   CHECK(c.entries[2].key_path == R"(["pc",{"__part__":"q_per_channel_scales"}])");
 }
 
+TEST_CASE(
+    "quint4x2 and quint2x4: packed in torch's rows of bytes, served whole; other views broken") {
+  // As torch 1.13 to 2.14 save quantize_per_tensor(x, s, z, torch.quint4x2) of shape (3, 5): a
+  // QUInt4x2Storage of 9 bytes (3 rows of ceil(5 / 2)), its 15 elements packed flat in the first 8.
+  PickleBuilder p;
+  p.proto(2).empty_dict().mark();
+  auto qtensor = [&](const char* key, const char* storage_class, const char* record,
+                     std::int64_t numel, std::int64_t offset,
+                     std::initializer_list<std::int64_t> shape,
+                     std::initializer_list<std::int64_t> stride) {
+    p.binunicode(key).global("torch._utils", "_rebuild_qtensor").mark();
+    p.mark().binunicode("storage").global("torch", storage_class).binunicode(record);
+    p.binunicode("cpu").integer(numel).tuple().binpersid();
+    p.integer(offset).int_tuple(shape).int_tuple(stride);
+    p.global("torch", "per_tensor_affine").binfloat(0.5).integer(3).tuple3();
+    p.newfalse().global("collections", "OrderedDict").empty_tuple().reduce();
+    p.tuple().reduce();
+  };
+  qtensor("q4", "QUInt4x2Storage", "0", 9, 0, {3, 5}, {5, 1});
+  qtensor("q2", "QUInt2x4Storage", "1", 6, 0, {3, 5}, {5, 1});
+  qtensor("scalar", "QUInt4x2Storage", "2", 1, 0, {}, {});
+  qtensor("at_offset", "QUInt4x2Storage", "3", 12, 3, {3, 5}, {5, 1});
+  qtensor("short", "QUInt4x2Storage", "4", 8, 0, {3, 5}, {5, 1});
+  qtensor("transposed", "QUInt4x2Storage", "0", 9, 0, {5, 3}, {1, 5});
+  qtensor("empty", "QUInt2x4Storage", "5", 0, 0, {0, 4}, {4, 1});
+  p.setitems().stop();
+  Model c = read(torch_zip(p.bytes(), {{"0", std::string(9, '\x21')},
+                                       {"1", std::string(6, '\x22')},
+                                       {"2", std::string(1, '\x23')},
+                                       {"3", std::string(12, '\x24')},
+                                       {"4", std::string(8, '\x25')},
+                                       {"5", ""}}));
+  const Tensor& q4 = tensor(c, 0);
+  CHECK(q4.dtype == DType::quint4x2);
+  CHECK(q4.broken.empty());
+  CHECK(q4.nbytes() == 9);
+  CHECK(q4.stored_nbytes() == 9);
+  CHECK(c.file_offset(q4));
+  CHECK(tensor(c, 1).dtype == DType::quint2x4);
+  CHECK(tensor(c, 1).broken.empty());
+  CHECK(tensor(c, 1).nbytes() == 6);
+  CHECK(tensor(c, 2).broken.empty());
+  CHECK(tensor(c, 2).nbytes() == 1);
+  CHECK(tensor(c, 3).broken.empty());
+  CHECK(c.offset_in_storage(tensor(c, 3)) == 3u);  // torch's offset: bytes of a packed storage
+  CHECK(tensor(c, 4).broken == "its packed elements need 9 bytes of storage \"4\" but it has 8");
+  CHECK(tensor(c, 5).broken.find("strides are not C order") != std::string::npos);
+  CHECK(tensor(c, 6).broken.empty());
+  CHECK(tensor(c, 6).nbytes() == 0);
+}
+
 TEST_CASE("a view too large for a file is broken, with the reason, none wraps") {
   // A stride-0 view of 2^62 float32 elements: 2^64 bytes.
   PickleBuilder p;

@@ -224,9 +224,10 @@ struct Tensor {
   std::uint32_t derivation = no_derivation;
 
   bool derived() const noexcept { return derivation != no_derivation; }
-  // The elements (element_count(), base/numbers.hpp) and their bytes in C order (numel ×
-  // element size), as served; both 0 when size_problem() is not empty, which every reader
-  // marks broken, so that a tensor that is not broken has exactly these.
+  // The elements (element_count(), base/numbers.hpp) and their bytes in C order as served:
+  // numel × element size, or a packed dtype's rows of bytes (tensor_nbytes(),
+  // model/dtype.hpp); both 0 when size_problem() is not empty, which every reader marks
+  // broken, so that a tensor that is not broken has exactly these.
   std::uint64_t numel() const noexcept;
   std::uint64_t nbytes() const noexcept;
   DType stored() const noexcept { return stored_dtype.value_or(dtype); }
@@ -237,9 +238,9 @@ struct Tensor {
   // BlockFormat::none for every other tensor.
   BlockFormat blocks = BlockFormat::none;
 
-  // The bytes of the tensor as stored: its blocks when block-quantized, else in C order numel ×
-  // the stored element size (nbytes() unless stored_dtype says otherwise); 0 when size_problem()
-  // is not empty.
+  // The bytes of the tensor as stored: its blocks when block-quantized, else in C order
+  // tensor_nbytes() of the stored dtype (nbytes() unless stored_dtype says otherwise); 0 when
+  // size_problem() is not empty.
   std::uint64_t stored_nbytes() const noexcept;
   // True when the tensor's bytes in C order are one range of its storage (empty tensors too).
   bool contiguous() const noexcept;

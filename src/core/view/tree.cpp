@@ -486,7 +486,8 @@ const Tree::EntryFiles& Tree::entry_files(std::size_t entry) const {
     const Tensor& t = model_.tensors[e.tensor];
     if (values_not_served(model_, t).empty()) {
       const ServedTensor served = serve(model_, t, options_.dtype);
-      f.npy_header = npy_header(numpy_descr(served.dtype, served.big_endian), t.shape);
+      f.npy_header =
+          npy_header(numpy_descr(served.dtype, served.big_endian), npy_shape(t.dtype, t.shape));
       f.archive = torch_file_of(model_, t, serve_torch_file(model_, t, options_.dtype));
       if (f.archive) {
         f.segments = f.archive->plan().segments();

@@ -163,6 +163,13 @@ class DcpReader {
     }
     t.broken = entry.broken;
     if (t.broken.empty()) t.broken = size_problem(t);
+    if (t.broken.empty() && is_packed(t.dtype)) {
+      // Its elements share bytes (model/dtype.hpp): no chunk of them is a box of whole bytes.
+      t.broken = fmt::format(
+          "a {} tensor, packed {} elements a byte, assembled from chunks: ckptfs assembles whole "
+          "bytes",
+          info(t.dtype).name, elements_per_byte(t.dtype));
+    }
     if (t.broken.empty()) assemble(entry, t);
     const NodeId leaf = builder_.none();
     marks_.emplace_back(leaf, static_cast<std::int32_t>(interpretation_.tensors.size()));

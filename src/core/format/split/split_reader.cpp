@@ -456,11 +456,6 @@ Meta parse_meta(std::string_view text, const SplitLimits& limits) {
   return m;
 }
 
-bool is_quantized(DType dtype) {
-  return dtype == DType::qint8 || dtype == DType::quint8 || dtype == DType::qint32 ||
-         dtype == DType::quint4x2 || dtype == DType::quint2x4;
-}
-
 // torch's contiguous strides (a size of 0 counts as 1, as torch computes them).
 std::vector<std::int64_t> c_order_strides(const std::vector<std::int64_t>& shape) {
   std::vector<std::int64_t> stride(shape.size());
@@ -509,7 +504,7 @@ Tensor tensor_of(const Meta& m, QuantizationFields* per_channel) {
     }
     return t;
   }
-  // numel x element size, checked (Tensor::nbytes() is 0 for a shape it refuses, as for an empty
+  // tensor_nbytes() (numel x element size, or a packed dtype's rows of bytes), checked (Tensor::nbytes() is 0 for a shape it refuses, as for an empty
   // one).
   if (const std::string why = size_problem(t); !why.empty()) {
     throw Error(ExitCode::bad_checkpoint, fmt::format("a {} tensor: {}", info(t.dtype).name, why));
