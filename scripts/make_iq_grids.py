@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
-"""make_iq_grids: writes src/core/view/iq_grids.hpp, the lattice grids of GGML's IQ1/IQ2/IQ3 block
-formats, from the reference (gguf-py's gguf.quants) as it decodes them.
+"""make_iq_grids: writes src/core/format/gguf/iq_grids.hpp, the lattice grids of GGML's IQ1/IQ2/IQ3
+block formats, from the reference (gguf-py's gguf.quants) as it decodes them.
 
-usage: scripts/interop-run scripts/make_iq_grids.py /dev/stdout > src/core/view/iq_grids.hpp
-       clang-format -i src/core/view/iq_grids.hpp
+usage: scripts/interop-run scripts/make_iq_grids.py /dev/stdout > src/core/format/gguf/iq_grids.hpp
+       clang-format -i src/core/format/gguf/iq_grids.hpp
 
 Each grid row is written as one integer: its values' indices into the grid's value map, 2 bits
 each for the three-valued grids (IQ1_S/IQ1_M: -1, 0, 1; IQ2: 8, 25, 43) and 3 bits each for the

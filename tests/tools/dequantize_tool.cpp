@@ -8,7 +8,8 @@
 //                                         IN's blocks of FORMAT ("Q4_K") -> OUT, float32 LE
 //   ckptfs_dequantize_tool bench [MIB]    GB/s of float32 values per format and path, as TSV
 // PATH is scalar, avx2 or best. Exit status 0 on success, 1 on a usage error, 2 on an I/O error.
-#include <ckptfs/view/dequantize.hpp>
+#include <ckptfs/format/gguf/dequantize.hpp>
+#include <ckptfs/view/read_dequantized.hpp>
 
 #include <fmt/core.h>
 

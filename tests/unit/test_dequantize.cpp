@@ -3,8 +3,9 @@
 // on random blocks of every format (NaN and infinite scales included), and read_dequantized()
 // over every range against the whole tensor dequantized at once. The comparison with gguf-py
 // itself is tests/integration/test_gguf.py's.
+#include <ckptfs/format/gguf/dequantize.hpp>
 #include <ckptfs/view/convert.hpp>
-#include <ckptfs/view/dequantize.hpp>
+#include <ckptfs/view/read_dequantized.hpp>
 
 #include <doctest/doctest.h>
 

@@ -3,10 +3,10 @@
 // runs, and their values served (view/derived.hpp through serve() and read_served()): rows taken
 // run by run, a transpose, w - 1, float16 out, and a block-quantized source, each against the
 // values computed here from the definition.
+#include <ckptfs/format/gguf/dequantize.hpp>
 #include <ckptfs/model/derivation.hpp>
 #include <ckptfs/source/byte_source.hpp>
 #include <ckptfs/view/convert.hpp>
-#include <ckptfs/view/dequantize.hpp>
 #include <ckptfs/view/served.hpp>
 
 #include <doctest/doctest.h>

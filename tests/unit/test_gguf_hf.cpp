@@ -8,9 +8,9 @@
 #include "support/gguf_builder.hpp"
 
 #include <ckptfs/base/error.hpp>
+#include <ckptfs/format/gguf/dequantize.hpp>
 #include <ckptfs/format/gguf/gguf_hf.hpp>
 #include <ckptfs/format/gguf/gguf_reader.hpp>
-#include <ckptfs/view/dequantize.hpp>
 #include <ckptfs/view/served.hpp>
 #include <ckptfs/view/tree.hpp>
 

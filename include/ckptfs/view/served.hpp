@@ -26,7 +26,7 @@ struct ServedTensor {
     swap,     // big-endian elements served little-endian: read as stored (one range, gathered
               // or from its pieces), each element's bytes reversed (a complex number's halves)
     dequantize,  // a block-quantized tensor's values: its blocks, from one range of its storage,
-                 // dequantized on read (view/dequantize.hpp), then converted to `dtype`
+                 // dequantized on read (view/read_dequantized.hpp), then converted to `dtype`
     derive,      // a derived tensor's values (model.hpp's Derivation), computed on read from
                  // its sources' float32 values (view/derived.hpp), then converted to `dtype`
   };

@@ -2,6 +2,8 @@
 // convert(): the portable scalar kernels, the choice of code path, and the read-window helpers.
 #include <ckptfs/view/convert.hpp>
 
+#include <ckptfs/base/cpu_features.hpp>
+
 #include "convert_kernels.hpp"
 
 #include <algorithm>
@@ -11,10 +13,6 @@
 #include <memory>
 #include <new>
 #include <type_traits>
-
-#if defined(__x86_64__)
-#include <cpuid.h>
-#endif
 
 namespace ckptfs {
 namespace {
@@ -259,19 +257,7 @@ bool convert_path_available(ConvertPath path) noexcept {
     case ConvertPath::scalar:
       return true;
     case ConvertPath::avx2:
-#if defined(__x86_64__)
-    {
-      // The avx2 check includes the OS saving the AVX registers (XGETBV), which F16C
-      // needs too. F16C is read from CPUID itself: clang 14 does not know the name
-      // "f16c" in __builtin_cpu_supports.
-      __builtin_cpu_init();
-      unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-      const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
-      return __builtin_cpu_supports("avx2") && f16c;
-    }
-#else
-      return false;
-#endif
+      return cpu_has_avx2_f16c();
   }
   return false;
 }

@@ -4,8 +4,8 @@
 #include <ckptfs/model/assembly.hpp>
 #include <ckptfs/source/byte_source.hpp>
 #include <ckptfs/view/convert.hpp>
-#include <ckptfs/view/dequantize.hpp>
 #include <ckptfs/view/derived.hpp>
+#include <ckptfs/view/read_dequantized.hpp>
 #include <ckptfs/view/served.hpp>
 
 #include <algorithm>

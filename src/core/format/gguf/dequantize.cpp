@@ -1,17 +1,15 @@
 // SPDX-License-Identifier: MIT
 // dequantize(): the portable kernels, one per block format, each value computed with numpy's
-// float32 operations in gguf-py's order; the choice of code path; the staging buffers.
+// float32 operations in gguf-py's order; the choice of code path; big-endian blocks' fields.
 //
 // Built with -ffp-contract=off (CMakeLists.txt): a multiply and an add fused into one rounding
 // would change bits that numpy rounds twice.
 #include "dequantize_kernels.hpp"
 
-#include <ckptfs/view/convert.hpp>
-#include <ckptfs/view/dequantize.hpp>
+#include <ckptfs/base/cpu_features.hpp>
+#include <ckptfs/format/gguf/dequantize.hpp>
 
 #include <cmath>
-#include <memory>
-#include <new>
 #include <optional>
 #include <utility>
 
@@ -462,8 +460,7 @@ void dequantize_scalar(BlockFormat format, const std::byte* in, std::byte* out,
 }
 
 bool dequantize_path_available(DequantizePath path) noexcept {
-  // The same CPU features as convert()'s AVX2 path (AVX2 and F16C).
-  return path == DequantizePath::scalar || convert_path_available(ConvertPath::avx2);
+  return path == DequantizePath::scalar || cpu_has_avx2_f16c();
 }
 
 DequantizePath dequantize_best_path() noexcept {
@@ -536,26 +533,6 @@ void swap_block_fields(BlockFormat format, std::byte* blocks, std::size_t count)
       std::swap(p[0], p[1]);
     }
   }
-}
-
-void convert_dequantized(DType to, const std::byte* in, std::byte* out,
-                         std::size_t count) noexcept {
-  if (to == DType::float32) {
-    std::memcpy(out, in, count * sizeof(float));
-  } else {
-    convert(DType::float32, to, false, in, out, count);
-  }
-}
-
-DequantizeStaging dequantize_staging() {
-  struct AlignedDelete {
-    void operator()(std::byte* p) const { ::operator delete[](p, std::align_val_t{64}); }
-  };
-  thread_local std::unique_ptr<std::byte[], AlignedDelete> staging;
-  if (!staging) staging.reset(new (std::align_val_t{64}) std::byte[2 * dequantize_staging_bytes]);
-  using Span = std::span<std::byte, dequantize_staging_bytes>;
-  return {Span(staging.get(), dequantize_staging_bytes),
-          Span(staging.get() + dequantize_staging_bytes, dequantize_staging_bytes)};
 }
 
 }  // namespace ckptfs

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// What dequantize()'s code paths share, private to src/core/view: the fields of a block as
+// What dequantize()'s code paths share, private to src/core/format/gguf: the fields of a block as
 // numbers, the value tables of the formats, and one entry point per path.
 #pragma once
 
