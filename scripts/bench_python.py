@@ -19,9 +19,9 @@ docs/PYTHON.md) against the file itself, tmpfs and torch.load, side by side in o
   e. from `import ckptfs` to the first tensor of the 4.7 GiB checkpoint (a fresh process): the
      mount (ckptfs.open) and the rest, numpy alone and with torch imported first.
 
-scripts/bench imports this module and calls section(bench, Group); the measurements run in
-worker processes of this file (`bench_python.py --worker OP ...`: /usr/bin/python3, or the
-interop root's python3 through scripts/interop-run), which print JSON.
+scripts/bench runs section(bench) (registered in scripts/benchlib/sections/__init__.py); the
+measurements run in worker processes of this file (`bench_python.py --worker OP ...`:
+/usr/bin/python3, or the interop root's python3 through scripts/interop-run), which print JSON.
 """
 
 import json
@@ -292,7 +292,9 @@ def _sample(row, fn):
         row.fail(str(e) or type(e).__name__)
 
 
-def section(bench, Group):
+def section(bench):
+    """Section 17 for `bench` (benchlib.base.Bench)."""
+    from benchlib.table import Group  # here: the worker processes of this file need none of it
     cfg = bench.cfg
     n, rows, cols = cfg["seq"]
     seq = getattr(bench, "seq_file", None) or bench.generate(
