@@ -131,6 +131,6 @@ def describe_storage(path):
 
 
 def interop_root():
-    """The interop root (scripts/interop-root) that sections 13-15 and 17 run torch 2.x,
-    DeepSpeed's and gguf-py's code in."""
+    """The interop root (scripts/interop-root) that sections 13-15, 17 and 18 run torch
+    2.x, DeepSpeed's, gguf-py's and transformers' code in."""
     return Path(os.environ.get("CKPTFS_INTEROP_ROOT", "/var/cache/ckptfs/sid-root"))

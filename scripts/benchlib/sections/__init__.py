@@ -82,6 +82,9 @@ SECTIONS = (
                     "io_uring"),
     Section("python", 17, "bench_python", function="section",
             summary="the Python package: slices, reads, small tensors, load_into, first tensor"),
+    Section("gguf_hf", 18, "bench_gguf_hf",
+            summary="a Q4_K_M GGUF as a transformers model: gguf_file= against -o names=hf "
+                    "(interop root)"),
 )
 
 
