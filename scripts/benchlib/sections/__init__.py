@@ -4,15 +4,14 @@ order (the number their groups' titles carry), the module that runs them and the
 checkpoints they need. scripts/bench --help lists them from here.
 
 Adding a section (see also the top of scripts/bench):
-  1. a module, here (benchlib/sections/NAME.py) or beside scripts/bench (scripts/bench_NAME.py),
-     whose docstring says what it measures against what, with run(bench): it appends its
-     table.Group()s to bench.groups and measures each row with table.measure(), run by run
-     (range(bench.runs)). `bench` (base.Bench) has the options (bench.args, bench.cfg: QUICK or
-     FULL sizes), the private copy of the binary (bench.ckptfs), a mount point (bench.mnt), the
-     processes and mounts (bench.procs: mount_foreground, run, unmount), the warm torch worker
-     (bench.worker) and the checkpoints it needs (bench.seq_file, seq_entries, many_file,
-     big_file). A worker process of its own, if it needs one: `scripts/bench --worker NAME
-     ARGS...` runs the module's worker(*ARGS).
+  1. a module here, benchlib/sections/NAME.py, whose docstring says what it measures against what,
+     with run(bench): it appends its table.Group()s to bench.groups and measures each row with
+     table.measure(), run by run (range(bench.runs)). `bench` (base.Bench) has the options
+     (bench.args, bench.cfg: QUICK or FULL sizes), the private copy of the binary (bench.ckptfs), a
+     mount point (bench.mnt), the processes and mounts (bench.procs: mount_foreground, run,
+     unmount), the warm torch worker (bench.worker) and the checkpoints it needs (bench.seq_file,
+     seq_entries, many_file, big_file). A worker process of its own, if it needs one: `scripts/bench
+     --worker NAME ARGS...` runs the module's worker(*ARGS).
   2. one entry in SECTIONS: Section(NAME, ORDER, MODULE, SUMMARY, needs=(...)).
 """
 
@@ -24,8 +23,8 @@ from dataclasses import dataclass
 class Section:
     name: str          # its --only name
     order: int         # its number in the table's titles; sections run in this order
-    module: str        # the module whose `function`(bench) runs it: ".NAME" is one of this
-    #                    package's (benchlib/sections/NAME.py), "bench_NAME" scripts/bench_NAME.py
+    module: str        # the module whose `function`(bench) runs it: ".NAME" is
+    #                    benchlib/sections/NAME.py
     summary: str       # one line for --help
     needs: tuple = ()  # what Bench.setup generates before any section runs, when this one is
     #                    asked for: "seq" (the 1.6 GB state_dict, or --checkpoint; its entries:
@@ -80,9 +79,9 @@ SECTIONS = (
     Section("requests", 16, ".fuse_requests", needs=("seq", "many"),
             summary="the cost of each FUSE request: small files, random reads, no_open, "
                     "io_uring"),
-    Section("python", 17, "bench_python", function="section",
+    Section("python", 17, ".python",
             summary="the Python package: slices, reads, small tensors, load_into, first tensor"),
-    Section("gguf_hf", 18, "bench_gguf_hf",
+    Section("gguf_hf", 18, ".gguf_hf",
             summary="a Q4_K_M GGUF as a transformers model: gguf_file= against -o names=hf "
                     "(interop root)"),
 )

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""bench_gguf_hf: scripts/bench's section 18, "GGUF to a transformers model" (--only gguf_hf).
+"""Section 18, --only gguf_hf: GGUF to a transformers model.
 
 A Llama GGUF quantized to Q4_K_M by the interop root's llama-quantize (8 layers, 2048 wide,
 0.54 G parameters, 2.2 GB of float32 values; --quick: 2 layers, 1024 wide), loaded as a
@@ -12,19 +12,16 @@ transformers model three ways, each in a fresh process of the interop root
 For each: the time until every weight has been read once (a safetensors file's weights are
 mapped, read when touched; the loading process's imports are not counted, the mount is), the
 loading process's peak RSS above its imports (mapped file pages count), and the ckptfs daemon's
-peak RSS (VmHWM). The file is warm in the page cache. Registered in
-scripts/benchlib/sections/__init__.py.
+peak RSS (VmHWM). The file is warm in the page cache.
 """
 
 import json
 import subprocess
 from pathlib import Path
 
-from benchlib.common import BenchError, human_bytes, interop_root, log, now, read_status_kib
+from benchlib.common import (SCRIPTS, BenchError, human_bytes, interop_root, log, now,
+                             read_status_kib)
 from benchlib.table import Group, measure
-
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
 
 
 def run(bench):
@@ -41,8 +38,8 @@ def run(bench):
     layers, hidden = (2, 1024) if bench.args.quick else (8, 2048)
 
     def in_root(*args, timeout=3600):
-        r = subprocess.run([str(ROOT / "scripts" / "interop-run"),
-                            str(HERE / "ckptfs_bench_gguf_hf.py"), *map(str, args)],
+        r = subprocess.run([str(SCRIPTS / "interop-run"),
+                            str(SCRIPTS / "ckptfs_bench_gguf_hf.py"), *map(str, args)],
                            capture_output=True, text=True, timeout=timeout)
         if r.returncode != 0:
             raise BenchError(f"in the interop root: {r.stderr.strip()[-300:]}")
