@@ -29,6 +29,7 @@ FULL = {
     # ZeRO: stage -> (layers, hidden) of bf16 linear layers on 4 ranks: 1.41 GB (stage 2: 14
     # bytes a parameter, the module's bf16 weights included), 1.41 GB (stage 3: 12 bytes).
     "zero": {2: (6, 4097), 3: (7, 4097)},
+    "npz": 128 * MiB,             # one savez_compressed member (section 19)
 }
 QUICK = {
     "seq": (32, 2048, 1024),      # 32 x 8 MiB = 268 MB
@@ -38,6 +39,7 @@ QUICK = {
     "st": (32, 2048, 1024),
     "shards": (100, 4, 256, 1024),  # 100 shards of 4 x 1 MiB
     "zero": {2: (3, 1025), 3: (3, 1025)},
+    "npz": 16 * MiB,
 }
 FLOAT_DTYPES = ("float32", "float16", "bfloat16", "float64")
 

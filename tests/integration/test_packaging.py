@@ -919,7 +919,7 @@ class CompletionTests(TempDirTestCase):
                          sorted(["-f", "-d", "--debug", "-o", "--notify-fd", "-h", "--help", "-V",
                                  "--version"]))
         self.assertEqual(self.complete("ckptfs --v"), ["--version"])
-        self.assertEqual(self.complete("ckptfs inspect a.pth -"), ["--json"])
+        self.assertEqual(self.complete("ckptfs inspect a.pth -"), ["--json", "--verify"])
         self.assertEqual(self.complete("ckptfs pack a.pth out.pth -"),
                          sorted(["--keys", "--dtype", "--names", "--force", "--progress",
                                  "--quiet", "-o", "-h", "--help"]))

@@ -479,13 +479,18 @@ TEST_CASE("a view too large for a file is broken, with the reason, none wraps") 
   p.binunicode("huge").tensor_v2("FloatStorage", "0", "cpu", 1, 0, {1ll << 31, 1ll << 31}, {0, 0});
   p.binunicode("big").tensor_v2("FloatStorage", "0", "cpu", 1, 0, {1ll << 30, 1ll << 30}, {0, 0});
   p.binunicode("empty_far").tensor_v2("FloatStorage", "0", "cpu", 1, 1ll << 61, {0}, {1});
+  // 2^64 + 2 elements, which would wrap to 2: its stride-0 view of 1 element fits.
+  p.binunicode("wraps").tensor_v2("FloatStorage", "0", "cpu", 1, 0, {3, 6148914691236517206},
+                                  {0, 0});
   p.setitems().stop();
   Model c = read(torch_zip(p.bytes(), {{"0", floats(1)}}));
-  CHECK(tensor(c, 0).broken.find("do not fit a file") != std::string::npos);
+  CHECK(tensor(c, 0).broken.find("holds more bytes than a file can") != std::string::npos);
   CHECK(tensor(c, 1).broken.empty());  // 2^62 bytes: served (as a stride-0 gather)
   CHECK(tensor(c, 1).nbytes() == (1ull << 62));
   CHECK(tensor(c, 2).broken.empty());
   CHECK_FALSE(c.file_offset(tensor(c, 2)));  // far past its storage: no offset, never wrapped
+  CHECK(tensor(c, 3).broken.find("has more elements than 64 bits count") != std::string::npos);
+  CHECK(tensor(c, 3).nbytes() == 0);
 }
 
 TEST_SUITE_END();

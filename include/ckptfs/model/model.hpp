@@ -47,6 +47,8 @@ class StorageLocator {
   // first call, then remembered. Thread-safe. Throws Error: bad_zip when the record's header is
   // invalid or its bytes do not fit where the directory says, io when it cannot be read.
   virtual std::uint64_t data_offset(std::uint32_t index) const = 0;
+  // The same once it is known, without reading: nullopt before the first data_offset().
+  virtual std::optional<std::uint64_t> located(std::uint32_t index) const noexcept = 0;
 };
 
 // A run of bytes in one source holding one storage (torch) or one tensor's bytes (safetensors).
@@ -61,9 +63,23 @@ struct Storage {
   std::uint32_t locator_index = 0;
   std::uint64_t nbytes = 0;  // bytes of the storage in the source
   bool big_endian = false;   // byte order of its elements (the zip's `byteorder` record)
-  // The CRC-32 of the whole storage as its zip's central directory records it, unchecked (torch
-  // never checks it, and writes 0 at times); none outside zips.
+  // The CRC-32 of the whole storage as its zip's central directory records it (torch 1.13 and
+  // 2.x never check it, and torch >= 2.6 writes 0 when told not to compute it); none outside
+  // zips and where the record holds more than the storage (an .npz member).
   std::optional<std::uint32_t> record_crc32;
+  // The zip record holding the storage, when its bytes are checked against its CRC-32 as they
+  // are read (source/record_checks.hpp, format/zip/zip_record_checks.hpp): it begins `before`
+  // bytes before the storage's first byte (an .npz member's .npy header) and holds `size` bytes
+  // (the storage's and any after them); its local header is at `header_offset`. None outside
+  // zips, for a torch record whose recorded CRC is 0 (none computed), and for a deflated .npz
+  // member (its InflatedSource checks it).
+  struct RecordCheck {
+    std::uint32_t crc32 = 0;
+    std::uint64_t before = 0;
+    std::uint64_t size = 0;
+    std::uint64_t header_offset = 0;
+  };
+  std::optional<RecordCheck> record_check;
   std::string broken;  // why it cannot be served (missing record); empty when fine
 };
 
@@ -207,8 +223,11 @@ struct Tensor {
   std::uint32_t derivation = no_derivation;
 
   bool derived() const noexcept { return derivation != no_derivation; }
-  std::uint64_t numel() const noexcept;   // valid when !broken (checked for overflow)
-  std::uint64_t nbytes() const noexcept;  // numel × element size: the logical tensor in C order
+  // The elements (element_count(), base/numbers.hpp) and their bytes in C order (numel ×
+  // element size), as served; both 0 when size_problem() is not empty, which every reader
+  // marks broken, so that a tensor that is not broken has exactly these.
+  std::uint64_t numel() const noexcept;
+  std::uint64_t nbytes() const noexcept;
   DType stored() const noexcept { return stored_dtype.value_or(dtype); }
   std::size_t stored_element_size() const noexcept { return info(stored()).element_size; }
   // A block-quantized tensor (GGUF's Q4_K...): its storage holds, from its first byte, the
@@ -218,12 +237,20 @@ struct Tensor {
   BlockFormat blocks = BlockFormat::none;
 
   // The bytes of the tensor as stored: its blocks when block-quantized, else in C order numel ×
-  // the stored element size (nbytes() unless stored_dtype says otherwise); 0 on overflow.
+  // the stored element size (nbytes() unless stored_dtype says otherwise); 0 when size_problem()
+  // is not empty.
   std::uint64_t stored_nbytes() const noexcept;
   // True when the tensor's bytes in C order are one range of its storage (empty tensors too).
   bool contiguous() const noexcept;
   std::size_t element_size() const noexcept { return info(dtype).element_size; }
 };
+
+// Why a tensor of its shape, dtype, stored dtype and block format cannot be served, or "" when it
+// can: a negative dimension, more elements than 64 bits count (element_count()), more bytes as
+// served or as stored than max_tensor_bytes. The one check from a shape to elements to bytes:
+// every reader marks a tensor broken with it (after setting those four), so that an overflow
+// never passes for an empty tensor (a count that wrapped to 0) or a small one.
+std::string size_problem(const Tensor& tensor);
 
 // One flattened item of the model (see format/pickle/flatten.hpp for torch's rule).
 struct Entry {

@@ -57,6 +57,9 @@ struct PackResult {
 //                model.safetensors: {"format": "pt"} in __metadata__ (the model's own metadata
 //                kept), each tensor its own contiguous bytes (tied ones too), in the model's
 //                order, little-endian as the format is (a big-endian checkpoint's swapped).
+// Every zip record (and inflated .npz member) the written tensors' bytes come from is checked
+// against its CRC-32, whole, before the output gets its name: a corrupt one is
+// Error(bad_checkpoint) naming it, and no output (ByteSource::verify()).
 // `sources` holds the model's bytes (OpenedModel::sources()). Throws Error: usage for a name
 // without a known suffix ("OUT must end in .pth, .pt, .bin, .ckpt or .safetensors") or an existing
 // file without Overwrite::yes, and what select_entries(), TorchPack, OutputFile and the sources

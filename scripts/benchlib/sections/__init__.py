@@ -84,6 +84,10 @@ SECTIONS = (
     Section("gguf_hf", 18, ".gguf_hf",
             summary="a Q4_K_M GGUF as a transformers model: gguf_file= against -o names=hf "
                     "(interop root)"),
+    Section("npz", 19, ".npz",
+            summary="a deflated .npz member: whole, two readers, backwards; Python's zipfile"),
+    Section("peers", 20, "bench_remote_peers",
+            summary="S3 on Ceph's RGW (interop root): ckptfs against rclone mount and s3fs"),
 )
 
 

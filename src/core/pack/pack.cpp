@@ -116,6 +116,43 @@ std::vector<std::uint64_t> torch_tensor_ends(const Model& model, const Selection
   return ends;
 }
 
+// Checks, whole, every zip record and inflated member the written tensors' bytes came from
+// (ByteSource::verify(): most were checked as they were copied; what a tensor left out of its
+// record is read now), so that no output holds bytes of a corrupt one.
+void verify_copied(const Model& model, const Selection& selection, Sources sources) {
+  std::vector<bool> done(model.storages.size());
+  auto verify = [&](std::size_t storage) {
+    if (done[storage]) return;
+    done[storage] = true;
+    const Storage& s = model.storages[storage];
+    const ByteSource& source = *sources[s.source];
+    try {
+      source.verify(data_offset(s), s.nbytes);
+    } catch (const Error& e) {
+      throw Error(e.code(), fmt::format("{}: {}", source.name(), e.what()));
+    }
+  };
+  auto verify_tensor = [&](const Tensor& t) {
+    if (!t.broken.empty()) return;
+    if (t.storage) verify(*t.storage);
+    if (t.assembly) {
+      const Assembly& a = model.assemblies[*t.assembly];
+      for (std::size_t i = 0; i < a.size(); ++i) verify(a.piece(i).storage);
+    }
+  };
+  for (const std::size_t i : selection.entries) {
+    const Entry& e = model.entries[i];
+    if (e.kind != Entry::Kind::tensor) continue;
+    const Tensor& t = model.tensors[e.tensor];
+    verify_tensor(t);
+    if (t.quantization && t.quantization->scales)
+      verify_tensor(model.tensors[*t.quantization->scales]);
+    if (t.quantization && t.quantization->zero_points) {
+      verify_tensor(model.tensors[*t.quantization->zero_points]);
+    }
+  }
+}
+
 }  // namespace
 
 PackResult pack(const Model& model, Sources sources, const PackOptions& options) {
@@ -181,6 +218,7 @@ PackResult pack(const Model& model, Sources sources, const PackOptions& options)
   } else {
     write_safetensors(*sub, *layout, sources, options.dtype, out);
   }
+  verify_copied(model, selection, sources);
   result.bytes = out.size();
   out.commit();
   return result;

@@ -251,18 +251,20 @@ std::vector<std::optional<LocalFile>> local_files(Sources sources) {
   std::vector<std::optional<LocalFile>> out;
   out.reserve(sources.size());
   for (const ByteSource* source : sources) {
-    const auto* file = dynamic_cast<const FileSource*>(source);
-    if (file == nullptr) {
+    // A file the user named, or a member of a checkpoint's directory (a shard, a hub cache
+    // snapshot's link to its blob: its name is the link, which leads to this very file).
+    const FileIdentity* identity = source->local_file();
+    if (identity == nullptr) {
       out.emplace_back();
       continue;
     }
     std::error_code ec;
-    std::filesystem::path absolute = std::filesystem::absolute(file->path(), ec);
+    std::filesystem::path absolute = std::filesystem::absolute(source->name(), ec);
     if (ec) {
       out.emplace_back();  // no working directory to make it absolute against: not published
       continue;
     }
-    out.push_back(LocalFile{absolute.string(), file->identity()});
+    out.push_back(LocalFile{absolute.string(), *identity});
   }
   return out;
 }

@@ -6,6 +6,7 @@
 #include <ckptfs/base/json_reader.hpp>
 #include <ckptfs/base/json_writer.hpp>
 #include <ckptfs/base/names.hpp>
+#include <ckptfs/base/numbers.hpp>
 #include <ckptfs/base/text.hpp>
 #include <ckptfs/format/split/split_reader.hpp>
 #include <ckptfs/source/directory.hpp>
@@ -441,13 +442,9 @@ Tensor tensor_of(const Meta& m, QuantizationFields* per_channel) {
     t.dtype = DType::float32;
     t.blocks = *m.blocks;
     const BlockFormatInfo& b = info(t.blocks);
-    std::uint64_t numel = 1;
-    bool overflow = false;
-    for (const std::int64_t d : t.shape) {
-      overflow |= __builtin_mul_overflow(numel, static_cast<std::uint64_t>(d), &numel);
-    }
+    const bool overflow = !element_count(t.shape);
     const std::uint64_t row = t.shape.empty() ? 1 : static_cast<std::uint64_t>(t.shape.back());
-    if (overflow || numel > max_tensor_bytes / 4 || row % b.block_elements != 0 ||
+    if (!size_problem(t).empty() || row % b.block_elements != 0 ||
         t.stored_nbytes() != m.blocks_nbytes) {
       throw Error(ExitCode::bad_checkpoint,
                   fmt::format("ggml nbytes {}, but {} blocks of shape {} hold {}", m.blocks_nbytes,
@@ -457,20 +454,12 @@ Tensor tensor_of(const Meta& m, QuantizationFields* per_channel) {
     }
     return t;
   }
-  // numel x element size, checked: Tensor::nbytes() gives 0 on overflow, which an empty tensor
-  // gives too.
-  std::uint64_t numel = 1;
-  bool overflow = false;
-  for (const std::int64_t d : t.shape) {
-    overflow |= __builtin_mul_overflow(numel, static_cast<std::uint64_t>(d), &numel);
+  // numel x element size, checked (Tensor::nbytes() is 0 for a shape it refuses, as for an empty
+  // one).
+  if (const std::string why = size_problem(t); !why.empty()) {
+    throw Error(ExitCode::bad_checkpoint, fmt::format("a {} tensor: {}", info(t.dtype).name, why));
   }
-  std::uint64_t nbytes = 0;
-  overflow |= __builtin_mul_overflow(numel, std::uint64_t{t.element_size()}, &nbytes);
-  if (overflow || nbytes > max_tensor_bytes) {
-    throw Error(ExitCode::bad_checkpoint,
-                fmt::format("a {} tensor of shape {} holds more bytes than a file can",
-                            info(t.dtype).name, shape_text(t.shape)));
-  }
+  const std::uint64_t nbytes = t.nbytes();
   if (nbytes != *m.nbytes) {
     throw Error(ExitCode::bad_checkpoint,
                 fmt::format("nbytes {}, but a {} tensor of shape {} holds {}", *m.nbytes,

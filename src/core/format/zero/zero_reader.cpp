@@ -310,7 +310,10 @@ std::size_t Reader::assembled(const NamedShape& p, DType dtype, const std::vecto
   t.dtype = dtype;
   t.shape = p.shape;
   t.stride.assign(p.shape.size(), 1);
-  for (std::size_t d = p.shape.size(); d-- > 1;) t.stride[d - 1] = t.stride[d] * p.shape[d];
+  for (std::size_t d = p.shape.size(); d-- > 1;) {
+    // 0 past int64: an empty shape's (shape_of() bounds the elements, not the strides).
+    if (__builtin_mul_overflow(t.stride[d], p.shape[d], &t.stride[d - 1])) t.stride[d - 1] = 0;
+  }
   pieces_ += ranges.size();
   if (pieces_ > zero_.max_pieces) {
     throw Error(ExitCode::unsupported,
