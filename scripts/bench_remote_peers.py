@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: MIT
-"""bench_remote_peers.py: scripts/bench's section "peers" (19): a checkpoint on a real S3 server
+"""bench_remote_peers.py: scripts/bench's section "peers" (20): a checkpoint on a real S3 server
 (Ceph's RADOS Gateway of the interop root: radosgw, dbstore with the POSIX filter, on loopback;
 tests/integration/rgw_server.py) read through ckptfs and through the FUSE mounts users pick
 instead, `rclone mount` (VFS cache off, and full) and `s3fs`, side by side in one run, with the

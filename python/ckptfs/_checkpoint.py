@@ -196,7 +196,8 @@ class Checkpoint(Mapping):
             imported). The dtypes numpy lacks come as their bits, in the unsigned integer of
             the same width: bfloat16 as uint16 (torch.from_numpy(a.view(numpy.int16))
             .view(torch.bfloat16) makes the tensor), float8 and float4 as uint8, complex32 as
-            uint32; quantized tensors as their integers. A big-endian checkpoint's tensors read
+            uint32; quantized tensors as their integers (quint4x2 and quint2x4, packed 2 or 4
+            a byte, as their stored bytes: uint8 in one dimension, meta.json's "packing"). A big-endian checkpoint's tensors read
             through the mount keep their byte order (dtype '>f4'...), as np.load's do.
 
         ERRORS
@@ -239,6 +240,9 @@ class Checkpoint(Mapping):
         if entry["kind"] != "tensor":
             raise Error(f"ckptfs: {key}: a value, not a tensor: ck[key] gives it", status=1)
         self._check_served(key, entry)
+        if entry["dtype"] in _tensors.PACKED:
+            raise Error(f"ckptfs: {key}: a {entry['dtype']} tensor, whose rows share bytes "
+                        "(packed flat): ck[key] or ck.numpy(key) gives it whole", status=5)
         as_numpy = numpy or not _tensors.torch_available()
         return Slice(self, key, entry, as_numpy)
 
@@ -376,7 +380,7 @@ class Checkpoint(Mapping):
     def _read_data(self, key, entry):
         meta = self._json(entry, "meta.json")
         dtype = np.dtype(meta["numpy"])
-        array = np.empty(entry["shape"], dtype)
+        array = np.empty(_tensors.npy_shape(entry["dtype"], entry["shape"]), dtype)
         path = os.path.join(self._dir(entry), "data")
         try:
             with open(path, "rb") as f:
@@ -393,12 +397,10 @@ class Checkpoint(Mapping):
         _rebuild_qtensor makes it from tensor.pt."""
         torch = _tensors.torch()
         self._check_served(key, entry)
-        if entry["dtype"] in ("quint4x2", "quint2x4"):
-            raise Error(f"ckptfs: {key}: a {entry['dtype']} tensor (2 or 4 elements a byte, "
-                        "which ckptfs counts a byte an element): not made; ck.numpy(key) gives "
-                        "its bytes", status=5)
         q = self._json(entry, "meta.json").get("quantization") or {}
         ints = self._array(key, entry)
+        if entry["dtype"] in _tensors.PACKED:
+            return self._packed_quantized(key, entry, q, ints)
         if not ints.dtype.isnative:
             ints = ints.astype(ints.dtype.newbyteorder("="))
         ints = torch.from_numpy(ints)
@@ -416,6 +418,25 @@ class Checkpoint(Mapping):
                         f"cannot make ({scheme}): {e}", status=5) from None
         raise Error(f"ckptfs: {key}: a {entry['dtype']} tensor of a quantization scheme this "
                     f"package does not know ({scheme or '?'}): its tensor.pt holds it", status=5)
+
+    def _packed_quantized(self, key, entry, q, stored):
+        """A quint4x2 or quint2x4 tensor from its stored bytes (tensor.npy) and quantization."""
+        torch = _tensors.torch()
+        scheme = q.get("qscheme", "")
+        try:
+            if scheme.startswith("per_tensor"):
+                params = (torch.per_tensor_affine, q["scale"], q["zero_point"])
+            elif scheme.startswith("per_channel"):
+                params = (getattr(torch, scheme), self._tensor_of(q["scales"]),
+                          self._tensor_of(q["zero_points"]), q["axis"])
+            else:
+                raise Error(f"ckptfs: {key}: a {entry['dtype']} tensor of a quantization scheme "
+                            f"this package does not know ({scheme or '?'}): its tensor.pt holds "
+                            "it", status=5)
+            return _tensors.packed_quantized(stored, entry["dtype"], entry["shape"], params, key)
+        except (RuntimeError, KeyError, TypeError, AttributeError) as e:
+            raise Error(f"ckptfs: {key}: a {entry['dtype']} tensor torch {torch.__version__} "
+                        f"cannot make ({scheme}): {e}", status=5) from None
 
     def _tensor_of(self, name):
         """ck[name] of any entry, selected or not (a per-channel tensor's scales)."""

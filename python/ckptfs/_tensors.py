@@ -26,9 +26,35 @@ FROM_NUMPY = {"float32", "float64", "float16", "int8", "int16", "int32", "int64"
               "complex64", "complex128"}
 # Quantized tensors need their scale and zero point (tensor.pt holds them): never made from bytes.
 QUANTIZED = {"qint8", "quint8", "qint32", "quint4x2", "quint2x4"}
+# The dtypes torch packs below a byte, and how many elements a byte holds: flat over the elements
+# in C order, element i in bits (i % k) * 8 / k up of byte i // k, in a storage of torch's rows of
+# ceil(shape[-1] / k) bytes (docs/TREE.md, meta.json's "packing"). tensor.npy holds that storage
+# as uint8, in one dimension.
+PACKED = {"quint4x2": 2, "quint2x4": 4}
 # The numpy types torch.from_numpy takes, by width, for the bits of an unsigned type it may not
 # take (uint16-64 came in torch 2.3): the signed integer of the same width, viewed afterwards.
 _CARRIER = {2: np.int16, 4: np.int32, 8: np.int64}
+
+
+def nbytes(name, shape):
+    """The bytes a C-order tensor of dtype `name` and `shape` takes as torch stores it, as the
+    mount counts them: numel * the element size, or a packed dtype's rows of ceil(shape[-1] / k)
+    bytes (1 for a 0-d tensor); None for a name this package does not know."""
+    dtype = numpy_dtype(name)
+    if dtype is None:
+        return None
+    k = PACKED.get(name, 1)
+    rows = 1
+    for d in shape[:-1]:
+        rows *= d
+    last = shape[-1] if shape else 1
+    return rows * (-(-last // k) if k > 1 else last * dtype.itemsize)
+
+
+def npy_shape(name, shape):
+    """The shape of the tensor's tensor.npy (and ck.numpy's array): its own, but for a packed
+    dtype one dimension of its stored bytes."""
+    return (nbytes(name, shape),) if name in PACKED else tuple(shape)
 
 
 def numpy_dtype(name, byteorder="="):
@@ -88,3 +114,27 @@ def to_torch(array, name, key):
         array = array.copy()  # (torch takes no negative stride)
     tensor = t.from_numpy(array)
     return tensor if tensor.dtype == dtype else tensor.view(dtype)
+
+
+def packed_quantized(array, name, shape, qparams, key):
+    """The quantized tensor of packed dtype `name` (quint4x2, quint2x4) and `shape` whose storage
+    holds the bytes of uint8 `array` (its tensor.npy), made as torch.load makes it
+    (_rebuild_qtensor over a storage of those bytes); qparams as torch pickles them:
+    (torch.per_tensor_affine, scale, zero_point) or (torch.per_channel_affine, scales,
+    zero_points, axis)."""
+    import collections
+    t = torch()
+    dtype = torch_dtype(name, key)
+    data = t.from_numpy(np.array(array, dtype=np.uint8, copy=True).reshape(-1))
+    untyped = (data.untyped_storage() if hasattr(data, "untyped_storage")
+               else data.storage().untyped())  # (torch 1.13)
+    try:
+        storage = t.storage.TypedStorage(wrap_storage=untyped, dtype=dtype, _internal=True)
+    except TypeError:  # torch before 2.0 has no _internal
+        storage = t.storage.TypedStorage(wrap_storage=untyped, dtype=dtype)
+    stride, step = [], 1
+    for d in reversed(shape):
+        stride.insert(0, step)
+        step *= max(d, 1)
+    return t._utils._rebuild_qtensor(storage, 0, tuple(shape), tuple(stride), qparams, False,
+                                     collections.OrderedDict())

@@ -40,7 +40,7 @@ using ckptfs::cli::fail;
 
 constexpr const char* usage_text = R"(usage: ckptfs [options] CHECKPOINT MOUNTPOINT
        ckptfs inspect CHECKPOINT [--json | --verify] [-o OPT[,OPT...]]
-       ckptfs pack SRC OUT [--keys GLOB]... [--dtype NAME] [--names hf] [--force]
+       ckptfs pack SRC OUT [--keys GLOB]... [--dtype NAME] [--names hf] [--flat] [--force]
                   [--progress|--quiet] [-o OPT[,OPT...]]
        ckptfs -h | --help | -V | --version
 
@@ -142,22 +142,22 @@ as are those of cacert= and cache_dir=.
 
 inspect CHECKPOINT [--json | --verify] [-o OPT[,OPT...]]
   lists every entry without mounting: key, kind, dtype, shape, bytes, file offset, and totals;
-  --json prints {"format", "byteorder", "sources", "metadata", "entries": [...]}; --verify
-  reads every zip record of the checkpoint once and checks its CRC-32 (exit 4 when one does not
-  match); -o takes the remote options above and names=hf; CHECKPOINT may also be a split or an
-  RFC directory (see pack)
+  --json prints {"format", "byteorder", "sources", "metadata", "root", "entries": [...]};
+  --verify reads every zip record of the checkpoint once and checks its CRC-32 (exit 4 when
+  one does not match); -o takes the remote options above and names=hf; CHECKPOINT may also
+  be a split or an RFC directory (see pack)
 
-pack SRC OUT [--keys GLOB]... [--dtype NAME] [--names hf] [--force] [--progress] [--quiet]
+pack SRC OUT [--keys GLOB]... [--dtype NAME] [--names hf] [--flat] [--force] [--progress|--quiet]
      [-o OPT,...]
   writes SRC back as one file OUT, streaming in bounded memory: torch's zip format for
-  OUT.pth, .pt, .bin or .ckpt, safetensors for OUT.safetensors (any case); SRC is a
-  CHECKPOINT, a split directory (key directories copied out of a mount: meta.json and data,
-  or value.json) or an RFC directory (map.pt and <name>.pt files); --keys packs the keys
-  GLOB matches (repeatable), --dtype float16|bfloat16|float32 converts floating-point
-  tensors, --names hf names and makes a GGUF's tensors as -o names=hf does, --force
-  replaces OUT; progress on a terminal (--progress elsewhere), a summary
-  line at the end (--quiet: neither); OUT gets its name only once complete (details:
-  ckptfs pack --help)
+  OUT.pth, .pt, .bin or .ckpt (nested as torch.load of SRC gives it; --flat: one dict of
+  the flattened keys), safetensors for OUT.safetensors (any case); SRC is a CHECKPOINT, a
+  split directory (key directories copied out of a mount: meta.json and data, or
+  value.json) or an RFC directory (map.pt and <name>.pt files); --keys packs the keys GLOB
+  matches (repeatable), --dtype float16|bfloat16|float32 converts floating-point tensors,
+  --names hf names and makes a GGUF's tensors as -o names=hf does, --force replaces OUT;
+  progress on a terminal (--progress elsewhere), a summary line at the end (--quiet:
+  neither); OUT gets its name only once complete (details: ckptfs pack --help)
 
 CHECKPOINT, besides a torch.save file:
   FILE.safetensors                a safetensors file (also any file with its header)

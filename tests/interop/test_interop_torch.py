@@ -26,13 +26,7 @@ from interop_support import InteropCase, inside, outside, views_dir  # noqa: E40
 
 FIXTURES = ["dtypes", "views", "training", "module", "legacy"]
 
-# What torch 2.14 writes and ckptfs does not serve yet, by dtype: the problems of their keys are
-# expected (test_packed_quantized_dtypes), every other dtype's are failures.
-NOT_SERVED = {
-    "quint4x2": "packed sub-byte quantized: torch packs the elements two to a byte, flat, in a "
-                "storage of rows x ceil(columns / 2) bytes; ckptfs counts a byte an element",
-    "quint2x4": "the same, four to a byte",
-}
+PACKED = ("quint4x2", "quint2x4")
 
 
 def key_dtype(problem):
@@ -50,16 +44,14 @@ class TorchTests(InteropCase):
         cls.versions = cls.call("versions.tools")
 
     def check(self, name, layout):
-        """The report of torch_checks.check_<layout> on a mount of fixture `name`: its problems
-        must be none but those of NOT_SERVED's dtypes (in the dtypes fixture)."""
+        """The report of torch_checks.check_<layout> on a mount of fixture `name`: it must
+        have no problem."""
         fixture = self.fixtures[name]
         options = ["-o", "layout=rfc"] if layout == "rfc" else []
         mnt = self.mount(outside(fixture["path"]), *options)
         report = self.call(f"torch_checks.check_{layout}", fixture["path"], inside(mnt),
                            inside(views_dir(mnt)), fixture["weights_only"])
-        problems = [p for p in report["problems"] if name != "dtypes" or
-                    key_dtype(p) not in NOT_SERVED]
-        self.assertEqual(problems, [], f"{name} ({layout}) against {self.versions}")
+        self.assertEqual(report["problems"], [], f"{name} ({layout}) against {self.versions}")
         self.assertGreater(report["tensors"], 0, name)
         return report
 
@@ -76,13 +68,23 @@ class TorchTests(InteropCase):
         print(f"\n  {len(fixture['dtypes'])} dtypes saved by {self.versions}; not savable: "
               f"{sorted(fixture['not_savable'])}", file=sys.stderr)
 
-    @unittest.expectedFailure
     def test_packed_quantized_dtypes(self):
-        """quint4x2 and quint2x4, which torch 2.14 saves and loads (weights_only too), are not
-        served yet (NOT_SERVED): when they are, unittest says "unexpected success"; remove the
-        decorator and NOT_SERVED then."""
-        report = self.check("dtypes", "split")
-        self.assertEqual([p for p in report["problems"] if key_dtype(p) in NOT_SERVED], [])
+        """quint4x2 and quint2x4, which torch 2.14 saves and loads (weights_only too), packed 2
+        or 4 elements a byte in rows of whole bytes: served as torch stores them (data and
+        tensor.npy their bytes, tensor.pt torch.load's tensor; they were broken: "its view
+        needs 15 bytes of storage but it has 9"), in both layouts, each of the shapes of the
+        fixture (rows that fill their bytes and odd ones, 0-d, empty)."""
+        fixture = self.fixtures["dtypes"]
+        keys = [k for k in fixture["keys"] if key_dtype(k) in PACKED]
+        self.assertGreaterEqual(len(keys), 14, keys)
+        for layout in ("split", "rfc"):
+            with self.subTest(layout):
+                report = self.check("dtypes", layout)
+                self.assertEqual([p for p in report["problems"] if key_dtype(p) in PACKED], [])
+        report = self.call("torch_checks.check_packed", fixture["path"],
+                           inside(self.mount(outside(fixture["path"]))), keys)
+        self.assertEqual(report["problems"], [], self.versions)
+        self.assertEqual(report["tensors"], len(keys))
 
     def test_split_layout(self):
         for name in FIXTURES:

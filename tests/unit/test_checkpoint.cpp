@@ -215,6 +215,51 @@ TEST_CASE("flattening: nested training checkpoint, values, order") {
                                             "optimizer.param_groups", "epoch"});
   CHECK(c.entries[2].value_json == "[{\"lr\":0.1}]");
   CHECK(c.entries[3].value_json == "7");
+  // The Python keys and the containers along the way of every nested entry, for pack; "epoch",
+  // one str key of the root, needs none.
+  CHECK(c.root == ContainerKind::dict);
+  CHECK(c.entries[0].key_path == R"(["model","fc.weight"])");
+  CHECK(c.entries[0].containers == "dd");
+  CHECK(c.entries[1].key_path == R"(["optimizer","state",0,"exp_avg"])");
+  CHECK(c.entries[1].containers == "dddd");
+  CHECK(c.entries[2].key_path == R"(["optimizer","param_groups"])");
+  CHECK(c.entries[2].containers == "dd");
+  CHECK(c.entries[3].key_path.empty());
+  CHECK(c.entries[3].containers.empty());
+}
+
+TEST_CASE("containers: OrderedDicts, lists, tuples and objects along the key path, in order") {
+  // OrderedDict(m=OrderedDict(w=T) with BUILD {"_metadata": {"": {"version": 1}}},
+  //             l=[T, 3, (T,)], o=Namespace(t=T))
+  PickleBuilder p;
+  p.proto(2).global("collections", "OrderedDict").empty_tuple().reduce().mark();
+  p.binunicode("m").global("collections", "OrderedDict").empty_tuple().reduce();
+  p.binunicode("w").tensor_v2("FloatStorage", "0", "cpu", 1, 0, {1}, {1}).setitem();
+  p.empty_dict().binunicode("_metadata").empty_dict().binunicode("").empty_dict();
+  p.binunicode("version").integer(1).setitem().setitem().setitem().build();
+  p.binunicode("l").empty_list().mark().tensor_v2("FloatStorage", "1", "cpu", 1, 0, {1}, {1});
+  p.integer(3).tensor_v2("FloatStorage", "2", "cpu", 1, 0, {1}, {1}).tuple1().appends();
+  p.binunicode("o").global("argparse", "Namespace").empty_tuple().newobj().empty_dict();
+  p.binunicode("t").tensor_v2("FloatStorage", "3", "cpu", 1, 0, {1}, {1}).setitem().build();
+  p.setitems().stop();
+  Model c = read(torch_zip(
+      p.bytes(), {{"0", floats(1)}, {"1", floats(1)}, {"2", floats(1)}, {"3", floats(1)}}));
+  CHECK(keys(c) == std::vector<std::string>{"m.w", "l.0", "l.1", "l.2.0", "o.t"});
+  CHECK(c.root == ContainerKind::ordered_dict);
+  CHECK(c.entries[0].containers == "oo");
+  CHECK(c.entries[1].key_path == R"(["l",0])");
+  CHECK(c.entries[1].containers == "ol");
+  CHECK(c.entries[2].containers == "ol");
+  CHECK(c.entries[3].key_path == R"(["l",2,0])");
+  CHECK(c.entries[3].containers == "olt");
+  CHECK(c.entries[4].key_path == R"(["o","t"])");
+  CHECK(c.entries[4].containers == "ox");
+  // The inner OrderedDict's attributes, by the path that leads to it.
+  REQUIRE(c.container_states.size() == 1);
+  CHECK(c.container_states[0].key_path == R"(["m"])");
+  CHECK(c.container_states[0].containers == "oo");
+  REQUIRE(c.container_states[0].state);
+  CHECK(c.container_states[0].state->kind == PlainValue::Kind::dict);
 }
 
 TEST_CASE("a tensor reached twice is an entry under each key, keys with the same text all stay") {
@@ -308,12 +353,16 @@ TEST_CASE("a root tensor is the entry 'tensor', a root value is 'value'") {
   Model c = read(torch_zip(p.bytes(), {{"0", std::string(6, '\0')}}));
   CHECK(keys(c) == std::vector<std::string>{"tensor"});
   CHECK(tensor(c, 0).dtype == DType::float16);
+  CHECK(c.entries[0].key_path == "[]");  // the whole checkpoint
+  CHECK(!c.root);
 
   PickleBuilder q;
   q.proto(2).global("argparse", "Namespace").empty_tuple().newobj().empty_dict();
   q.binunicode("lr").binfloat(0.5).setitem().build().stop();
   Model v = read(torch_zip(q.bytes(), {}));
   CHECK(keys(v) == std::vector<std::string>{"value"});
+  CHECK(v.entries[0].key_path == "[]");
+  CHECK(!v.root);
   CHECK(v.entries[0].value_json ==
         R"({"__class__":"argparse.Namespace","args":[],"state":{"lr":0.5}})");
 }
@@ -470,6 +519,57 @@ TEST_CASE("quantized tensors keep their quantization parameters") {
   CHECK(*pc.quantization->scales == c.entries[2].tensor);
   CHECK(*pc.quantization->zero_points == c.entries[3].tensor);
   CHECK(c.entries[2].key_path == R"(["pc",{"__part__":"q_per_channel_scales"}])");
+}
+
+TEST_CASE(
+    "quint4x2 and quint2x4: packed in torch's rows of bytes, served whole; other views broken") {
+  // As torch 1.13 to 2.14 save quantize_per_tensor(x, s, z, torch.quint4x2) of shape (3, 5): a
+  // QUInt4x2Storage of 9 bytes (3 rows of ceil(5 / 2)), its 15 elements packed flat in the first 8.
+  PickleBuilder p;
+  p.proto(2).empty_dict().mark();
+  auto qtensor = [&](const char* key, const char* storage_class, const char* record,
+                     std::int64_t numel, std::int64_t offset,
+                     std::initializer_list<std::int64_t> shape,
+                     std::initializer_list<std::int64_t> stride) {
+    p.binunicode(key).global("torch._utils", "_rebuild_qtensor").mark();
+    p.mark().binunicode("storage").global("torch", storage_class).binunicode(record);
+    p.binunicode("cpu").integer(numel).tuple().binpersid();
+    p.integer(offset).int_tuple(shape).int_tuple(stride);
+    p.global("torch", "per_tensor_affine").binfloat(0.5).integer(3).tuple3();
+    p.newfalse().global("collections", "OrderedDict").empty_tuple().reduce();
+    p.tuple().reduce();
+  };
+  qtensor("q4", "QUInt4x2Storage", "0", 9, 0, {3, 5}, {5, 1});
+  qtensor("q2", "QUInt2x4Storage", "1", 6, 0, {3, 5}, {5, 1});
+  qtensor("scalar", "QUInt4x2Storage", "2", 1, 0, {}, {});
+  qtensor("at_offset", "QUInt4x2Storage", "3", 12, 3, {3, 5}, {5, 1});
+  qtensor("short", "QUInt4x2Storage", "4", 8, 0, {3, 5}, {5, 1});
+  qtensor("transposed", "QUInt4x2Storage", "0", 9, 0, {5, 3}, {1, 5});
+  qtensor("empty", "QUInt2x4Storage", "5", 0, 0, {0, 4}, {4, 1});
+  p.setitems().stop();
+  Model c = read(torch_zip(p.bytes(), {{"0", std::string(9, '\x21')},
+                                       {"1", std::string(6, '\x22')},
+                                       {"2", std::string(1, '\x23')},
+                                       {"3", std::string(12, '\x24')},
+                                       {"4", std::string(8, '\x25')},
+                                       {"5", ""}}));
+  const Tensor& q4 = tensor(c, 0);
+  CHECK(q4.dtype == DType::quint4x2);
+  CHECK(q4.broken.empty());
+  CHECK(q4.nbytes() == 9);
+  CHECK(q4.stored_nbytes() == 9);
+  CHECK(c.file_offset(q4));
+  CHECK(tensor(c, 1).dtype == DType::quint2x4);
+  CHECK(tensor(c, 1).broken.empty());
+  CHECK(tensor(c, 1).nbytes() == 6);
+  CHECK(tensor(c, 2).broken.empty());
+  CHECK(tensor(c, 2).nbytes() == 1);
+  CHECK(tensor(c, 3).broken.empty());
+  CHECK(c.offset_in_storage(tensor(c, 3)) == 3u);  // torch's offset: bytes of a packed storage
+  CHECK(tensor(c, 4).broken == "its packed elements need 9 bytes of storage \"4\" but it has 8");
+  CHECK(tensor(c, 5).broken.find("strides are not C order") != std::string::npos);
+  CHECK(tensor(c, 6).broken.empty());
+  CHECK(tensor(c, 6).nbytes() == 0);
 }
 
 TEST_CASE("a view too large for a file is broken, with the reason, none wraps") {

@@ -5,6 +5,8 @@
 #include <doctest/doctest.h>
 
 using ckptfs::npy_header;
+using ckptfs::npy_shape;
+using Shape = std::vector<std::int64_t>;
 
 namespace {
 std::size_t header_length(const std::string& h) {
@@ -32,6 +34,16 @@ TEST_CASE("shapes: 0-d, 1-d with a trailing comma, empty dimensions") {
   CHECK(npy_header("|b1", {}).find("'shape': (), }") != std::string::npos);
   CHECK(npy_header("<i8", {5}).find("'shape': (5,), }") != std::string::npos);
   CHECK(npy_header("<f2", {2, 0, 3}).find("'shape': (2, 0, 3), }") != std::string::npos);
+}
+
+TEST_CASE("npy_shape: the tensor's, but the stored bytes of a dtype packed below a byte") {
+  using ckptfs::DType;
+  CHECK(npy_shape(DType::float32, {3, 5}) == Shape{3, 5});
+  CHECK(npy_shape(DType::quint8, {}) == Shape{});
+  CHECK(npy_shape(DType::quint4x2, {3, 5}) == Shape{9});
+  CHECK(npy_shape(DType::quint4x2, {}) == Shape{1});
+  CHECK(npy_shape(DType::quint4x2, {0, 4}) == Shape{0});
+  CHECK(npy_shape(DType::quint2x4, {2, 3, 5}) == Shape{12});
 }
 
 TEST_CASE("the data always starts at a multiple of 64") {

@@ -248,9 +248,18 @@ TEST_CASE("byte order, requires_grad, broken tensors and quantization come from 
   t.write("p/meta.json", R"({"key": "p", "dtype": "quint8", "shape": [1], "nbytes": 1,
       "quantization": {"qscheme": "per_tensor_affine", "scale": {"__float__": "inf"}, "zero_point": -3}})");
   t.write("p/data", "x");
+  // quint2x4 of shape [3, 5]: torch's 3 rows of ceil(5 / 4) bytes.
+  t.write("p2/meta.json", R"({"key": "p2", "dtype": "quint2x4", "shape": [3, 5], "nbytes": 6,
+      "quantization": {"qscheme": "per_tensor_affine", "scale": 0.5, "zero_point": 1}})");
+  t.write("p2/data", "abcdef");
   const Model m = read_split_directory(t.path()).model;
-  CHECK(keys(m) == std::vector<std::string>{"b", "big", "p", "q", "q.q_per_channel_scales",
+  CHECK(keys(m) == std::vector<std::string>{"b", "big", "p", "p2", "q", "q.q_per_channel_scales",
                                             "q.q_per_channel_zero_points"});
+  const Tensor& p2 = m.tensors[m.entries[3].tensor];
+  CHECK(p2.broken.empty());
+  CHECK(p2.dtype == DType::quint2x4);
+  CHECK(p2.nbytes() == 6);
+  CHECK(m.offset_in_storage(p2) == 0u);
   const Tensor& b = m.tensors[m.entries[0].tensor];
   CHECK(b.broken == "its record is missing from the zip");
   CHECK_FALSE(b.storage);
@@ -262,15 +271,15 @@ TEST_CASE("byte order, requires_grad, broken tensors and quantization come from 
   CHECK(p.quantization->scheme == "per_tensor_affine");
   CHECK(p.quantization->scale == std::numeric_limits<double>::infinity());
   CHECK(p.quantization->zero_point == -3);
-  const Tensor& q = m.tensors[m.entries[3].tensor];
+  const Tensor& q = m.tensors[m.entries[4].tensor];
   REQUIRE(q.quantization);
   CHECK(q.quantization->axis == 0);
-  CHECK(q.quantization->scales == m.entries[4].tensor);
-  CHECK(q.quantization->zero_points == m.entries[5].tensor);
+  CHECK(q.quantization->scales == m.entries[5].tensor);
+  CHECK(q.quantization->zero_points == m.entries[6].tensor);
   // Without its scales in the directory, the quantized tensor is broken, saying why.
   t.remove("q.q_per_channel_scales");
   const Model without = read_split_directory(t.path()).model;
-  CHECK(has(without.tensors[without.entries[3].tensor].broken, "are not in the directory"));
+  CHECK(has(without.tensors[without.entries[4].tensor].broken, "are not in the directory"));
 }
 
 TEST_CASE("meta.json that lies about nbytes, shape or dtype, and data of another size") {
@@ -311,6 +320,8 @@ TEST_CASE("meta.json that lies about nbytes, shape or dtype, and data of another
        ExitCode::bad_checkpoint, "quantization given for a float32 tensor"},
       {"key path", "float32", "[4]", std::string(16, 'x'), R"(, "key_path": [[1]])", 16,
        ExitCode::bad_checkpoint, "a key_path part is not a key"},
+      {"packed counted a byte an element", "quint4x2", "[3, 5]", std::string(15, 'x'), "", 15,
+       ExitCode::bad_checkpoint, "nbytes 15, but a quint4x2 tensor of shape [3, 5] holds 9"},
   };
   for (const Case& c : cases) {
     CAPTURE(c.name);

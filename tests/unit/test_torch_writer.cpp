@@ -238,9 +238,38 @@ TEST_CASE("quantized tensors: per tensor and per channel, their parameters as to
     m.tensors[0].quantization->scheme = "per_tensor_symmetric";
     CHECK_THROWS_AS(tensor_file_spec(m, m.tensors[0]), Error);
   }
+  SUBCASE("packed below a byte: a storage of torch's rows of packed bytes, read back whole") {
+    // (shape, k, the bytes torch 2.14 and 1.13 store it in)
+    struct Case {
+      DType dtype;
+      std::vector<std::int64_t> shape;
+      std::uint64_t nbytes;
+    };
+    for (const Case& c : {Case{DType::quint4x2, {3, 5}, 9}, Case{DType::quint4x2, {2, 3, 5}, 18},
+                          Case{DType::quint4x2, {}, 1}, Case{DType::quint4x2, {0, 4}, 0},
+                          Case{DType::quint2x4, {3, 5}, 6}, Case{DType::quint2x4, {2, 1}, 2}}) {
+      CAPTURE(c.nbytes);
+      QuantizationSpec q;
+      q.scale = 0.25;
+      q.zero_point = 2;
+      const TorchArchive archive = tensor_file({c.dtype, c.shape, false, q}, {.prefix = "p"});
+      REQUIRE(archive.storages().size() == 1);
+      CHECK(archive.storages()[0].nbytes == c.nbytes);
+      const MemorySource source(file_of(archive, {pattern(c.nbytes)}));
+      const Model model = read_torch(source, "p.pt");
+      const Tensor& t = model.tensors.at(model.entries.at(0).tensor);
+      CHECK(t.dtype == c.dtype);
+      CHECK(t.shape == c.shape);
+      CHECK(t.broken.empty());
+      CHECK(t.nbytes() == c.nbytes);
+      CHECK(t.quantization->scale == 0.25);
+      CHECK(contains(data_pkl(archive),
+                     std::string("ctorch\n") + std::string(info(c.dtype).storage_class) + "\n"));
+    }
+  }
   SUBCASE("refusals") {
     CHECK_THROWS_AS(tensor_file({DType::qint8, {2}, false, std::nullopt}), Error);
-    CHECK_THROWS_AS(tensor_file({DType::quint4x2, {2}, false, QuantizationSpec{}}), Error);
+    CHECK_THROWS_AS(tensor_file({DType::quint4x2, {2}, false, std::nullopt}), Error);
     QuantizationSpec bad_axis;
     bad_axis.scheme = QScheme::per_channel_affine;
     bad_axis.axis = 2;

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -68,6 +69,26 @@ std::optional<DType> dtype_from_safetensors(std::string_view name);  // "F32", "
 // torch's .float() converts them (exact up to 2^24, then rounded to nearest, ties to even; bool
 // 0 or 1).
 bool stored_convertible(DType from, DType to) noexcept;
+
+// torch's quantized dtypes (qint8, quint8, qint32, quint4x2, quint2x4): their integers mean
+// something only with their quantization (Tensor::quantization).
+bool is_quantized(DType dtype) noexcept;
+
+// Elements one byte holds: 2 for quint4x2, 4 for quint2x4, 1 for every other dtype. torch packs
+// those two "sub-byte" dtypes flat over the tensor's elements in C order, element i in bits
+// (i % k) * 8/k up of byte i / k (its int_repr() is those ceil(numel / k) bytes), in a storage of
+// one whole row of bytes per row of the last dimension (tensor_nbytes()); the bytes past the
+// packed elements are padding (torch leaves them uninitialized).
+unsigned elements_per_byte(DType dtype) noexcept;
+inline bool is_packed(DType dtype) noexcept { return elements_per_byte(dtype) > 1; }
+
+// The bytes a C-order tensor of `dtype` and `shape` takes as torch stores it: numel × the element
+// size, or for a packed dtype torch's rows of ceil(last dimension / k) bytes: prod(shape[:-1]) ×
+// ceil(shape[-1] / k), 1 for a 0-d tensor (torch 1.13 to 2.14: (3,5) quint4x2 9 bytes, (3,5)
+// quint2x4 6). The one place sizes are counted from shapes. nullopt when a dimension is negative
+// or the product overflows 64 bits.
+std::optional<std::uint64_t> tensor_nbytes(DType dtype,
+                                           std::span<const std::int64_t> shape) noexcept;
 
 // The numpy descr of a dtype in a byte order ("<f4", ">f4"; "|u1" for one-byte types).
 std::string numpy_descr(DType dtype, bool big_endian);

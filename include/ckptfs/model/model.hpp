@@ -8,6 +8,7 @@
 #include <ckptfs/base/boxed_optional.hpp>
 #include <ckptfs/model/block_format.hpp>
 #include <ckptfs/model/dtype.hpp>
+#include <ckptfs/model/nesting.hpp>
 #include <ckptfs/model/plain_value.hpp>
 
 #include <cstdint>
@@ -223,9 +224,10 @@ struct Tensor {
   std::uint32_t derivation = no_derivation;
 
   bool derived() const noexcept { return derivation != no_derivation; }
-  // The elements (element_count(), base/numbers.hpp) and their bytes in C order (numel ×
-  // element size), as served; both 0 when size_problem() is not empty, which every reader
-  // marks broken, so that a tensor that is not broken has exactly these.
+  // The elements (element_count(), base/numbers.hpp) and their bytes in C order as served:
+  // numel × element size, or a packed dtype's rows of bytes (tensor_nbytes(),
+  // model/dtype.hpp); both 0 when size_problem() is not empty, which every reader marks
+  // broken, so that a tensor that is not broken has exactly these.
   std::uint64_t numel() const noexcept;
   std::uint64_t nbytes() const noexcept;
   DType stored() const noexcept { return stored_dtype.value_or(dtype); }
@@ -236,9 +238,9 @@ struct Tensor {
   // BlockFormat::none for every other tensor.
   BlockFormat blocks = BlockFormat::none;
 
-  // The bytes of the tensor as stored: its blocks when block-quantized, else in C order numel ×
-  // the stored element size (nbytes() unless stored_dtype says otherwise); 0 when size_problem()
-  // is not empty.
+  // The bytes of the tensor as stored: its blocks when block-quantized, else in C order
+  // tensor_nbytes() of the stored dtype (nbytes() unless stored_dtype says otherwise); 0 when
+  // size_problem() is not empty.
   std::uint64_t stored_nbytes() const noexcept;
   // True when the tensor's bytes in C order are one range of its storage (empty tensors too).
   bool contiguous() const noexcept;
@@ -256,8 +258,9 @@ std::string size_problem(const Tensor& tensor);
 struct Entry {
   enum class Kind : std::uint8_t { tensor, value };
   std::string key;  // the flattened key as text; two entries may share it
-  // The Python keys along the way, as compact JSON ([0, "exp_avg"]), when the text alone does
-  // not say them (a key that is not a str, or a text another entry has too); else empty.
+  // The Python keys along the way, as compact JSON ([0, "exp_avg"]), unless the entry is one
+  // str key of the model's root (Model::root) whose text no other entry has: then empty. "[]"
+  // for an entry that is the whole checkpoint (a bare tensor or value: Model::root is none).
   std::string key_path;
   Kind kind = Kind::value;
   std::size_t tensor = 0;  // index into Model::tensors when kind == tensor
@@ -267,6 +270,12 @@ struct Entry {
   // plain, or that only value_json says (split copies, formats without pickles): value_json
   // then says it as exactly as JSON can (format/pickle/read_plain_value.hpp, plain_value()).
   std::shared_ptr<const PlainValue> value;
+  // The kind of the container holding each part of key_path, one container_code() each
+  // (nesting.hpp): "do" for ["model", "fc.weight"] in {"model": OrderedDict}, Model::root's
+  // kind first. Empty when key_path is empty or "[]", and when the containers are unknown (a
+  // split directory copied from a mount older than containers): pack then writes the entry
+  // under its key at the root.
+  std::string containers;
 };
 
 struct Model {
@@ -278,6 +287,15 @@ struct Model {
   std::vector<Tensor> tensors;
   std::vector<Assembly> assemblies;  // of the assembled tensors (Tensor::assembly)
   std::vector<Entry> entries;        // in the model's order
+  // What torch.load of the checkpoint gives at the top, holding the entries without a key path:
+  // an OrderedDict for formats without nesting (safetensors, GGUF, npz, sharded sets, ZeRO's
+  // consolidated state dict: what pack writes of them); none when the checkpoint is one tensor
+  // or value, the entry whose key path is "[]".
+  std::optional<ContainerKind> root = ContainerKind::ordered_dict;
+  // The attributes of OrderedDicts of the nesting (a state_dict()'s {"_metadata": ...}, pickled
+  // as a BUILD state after its items), for pack to write them back: none for formats without
+  // pickles and for split directories, whose JSON does not say them.
+  std::vector<ContainerState> container_states;
   // String metadata of the file (safetensors' __metadata__), in the file's order.
   std::vector<std::pair<std::string, std::string>> metadata;
   // Metadata whose values are not all strings (a GGUF file's typed key-value pairs), in the

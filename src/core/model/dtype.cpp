@@ -129,6 +129,28 @@ bool stored_convertible(DType from, DType to) noexcept {
   }
 }
 
+bool is_quantized(DType dtype) noexcept {
+  return dtype == DType::qint8 || dtype == DType::quint8 || dtype == DType::qint32 ||
+         dtype == DType::quint4x2 || dtype == DType::quint2x4;
+}
+
+unsigned elements_per_byte(DType dtype) noexcept {
+  return dtype == DType::quint4x2 ? 2 : dtype == DType::quint2x4 ? 4 : 1;
+}
+
+std::optional<std::uint64_t> tensor_nbytes(DType dtype,
+                                           std::span<const std::int64_t> shape) noexcept {
+  const unsigned k = elements_per_byte(dtype);
+  std::uint64_t n = k > 1 ? 1 : info(dtype).element_size;
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] < 0) return std::nullopt;
+    auto d = static_cast<std::uint64_t>(shape[i]);
+    if (k > 1 && i + 1 == shape.size()) d = d / k + (d % k != 0);  // a row's bytes, rounded up
+    if (__builtin_mul_overflow(n, d, &n)) return std::nullopt;
+  }
+  return n;
+}
+
 std::string numpy_descr(DType dtype, bool big_endian) {
   const auto& i = info(dtype);
   char order = i.element_size == 1 ? '|' : big_endian ? '>' : '<';

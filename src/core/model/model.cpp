@@ -38,7 +38,8 @@ std::string_view format_name(Format format) {
 std::uint64_t Tensor::numel() const noexcept { return element_count(shape).value_or(0); }
 
 std::uint64_t Tensor::nbytes() const noexcept {
-  return checked_product(numel(), element_size()).value_or(0);
+  if (numel() == 0) return 0;  // an overflowing count too
+  return tensor_nbytes(dtype, shape).value_or(0);
 }
 
 std::uint64_t Tensor::stored_nbytes() const noexcept {
@@ -46,7 +47,8 @@ std::uint64_t Tensor::stored_nbytes() const noexcept {
     const BlockFormatInfo& b = info(blocks);
     return checked_product(numel() / b.block_elements, b.block_bytes).value_or(0);
   }
-  return checked_product(numel(), stored_element_size()).value_or(0);
+  if (numel() == 0) return 0;  // an overflowing count too
+  return tensor_nbytes(stored(), shape).value_or(0);
 }
 
 std::string size_problem(const Tensor& t) {
@@ -56,8 +58,9 @@ std::string size_problem(const Tensor& t) {
   }
   const auto numel = element_count(t.shape);
   if (!numel) return fmt::format("its shape {} has more elements than 64 bits count", shape);
-  const auto served = checked_product(*numel, t.element_size());
-  auto stored = checked_product(*numel, t.stored_element_size());
+  // tensor_nbytes(): numel × element size, or a packed dtype's rows of bytes.
+  const auto served = tensor_nbytes(t.dtype, t.shape);
+  auto stored = tensor_nbytes(t.stored(), t.shape);
   if (t.blocks != BlockFormat::none) {
     const BlockFormatInfo& b = info(t.blocks);
     stored = checked_product(*numel / b.block_elements, b.block_bytes);

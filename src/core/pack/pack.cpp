@@ -178,8 +178,17 @@ PackResult pack(const Model& model, Sources sources, const PackOptions& options)
   std::optional<SafetensorsExport> layout;
   // The key each selected entry is written under.
   std::vector<std::string_view> written(selection.keys.begin(), selection.keys.end());
+  bool renamed_known = false;
   if (*format == PackFormat::torch) {
-    torch.emplace(model, selection, torch_prefix_of(options.output), options.dtype);
+    Structure structure =
+        options.flat ? flat_structure(selection) : nested_structure(model, selection);
+    torch.emplace(model, selection, structure, torch_prefix_of(options.output), options.dtype);
+    if (!options.flat) {
+      // Keys are unique per container: only flattened ones may be renamed.
+      result.renamed = std::move(structure.renamed);
+      result.flattened = std::move(structure.flattened);
+      renamed_known = true;
+    }
   } else {
     sub = selected_model(model, selection);
     layout.emplace(*sub, 0, options.dtype);
@@ -192,7 +201,7 @@ PackResult pack(const Model& model, Sources sources, const PackOptions& options)
     // texts that then become equal get "%#<n>" (the export's rule).
     for (const SafetensorsExport::Tensor& st : layout->tensors()) written[st.entry] = st.key;
   }
-  for (std::size_t k = 0; k < selection.entries.size(); ++k) {
+  for (std::size_t k = 0; k < selection.entries.size() && !renamed_known; ++k) {
     const std::string& key = model.entries[selection.entries[k]].key;
     if (written[k] != key) result.renamed.emplace_back(key, written[k]);
   }

@@ -16,21 +16,12 @@
 namespace ckptfs {
 namespace {
 
-bool quantized(DType dtype) {
-  return dtype == DType::qint8 || dtype == DType::quint8 || dtype == DType::qint32 ||
-         dtype == DType::quint4x2 || dtype == DType::quint2x4;
-}
-
 bool per_channel(const Tensor& t) {
   return t.quantization && (t.quantization->scales || t.quantization->zero_points);
 }
 
 // Why torch's writer cannot write a quantized tensor; empty when it can.
 std::string quantized_problem(const Model& model, const Tensor& t) {
-  if (t.dtype != DType::qint8 && t.dtype != DType::quint8 && t.dtype != DType::qint32) {
-    return fmt::format("ckptfs writes no quantized tensor of dtype {} (packed below a byte)",
-                       info(t.dtype).name);
-  }
   if (!t.quantization) return "a quantized tensor without its quantization";
   const std::string& scheme = t.quantization->scheme;
   if (scheme != "per_tensor_affine" && scheme != "per_channel_affine" &&
@@ -47,7 +38,7 @@ std::string quantized_problem(const Model& model, const Tensor& t) {
     const std::vector<std::int64_t> channels{t.shape[static_cast<std::size_t>(q.axis)]};
     for (const std::size_t part : {*q.scales, *q.zero_points}) {
       const Tensor& p = model.tensors[part];
-      if (p.shape != channels || !p.broken.empty() || quantized(p.dtype)) {
+      if (p.shape != channels || !p.broken.empty() || is_quantized(p.dtype)) {
         return "per-channel scales or zero points that are not one per channel";
       }
     }
@@ -164,7 +155,7 @@ Selection select_entries(const Model& model, std::span<const KeyGlob> globs, Pac
           out.left_out.push_back({i, std::move(why)});
           continue;
         }
-      } else if (quantized(t.dtype)) {
+      } else if (is_quantized(t.dtype)) {
         if (std::string problem = quantized_problem(model, t); !problem.empty()) {
           out.left_out.push_back({i, std::move(problem)});
           continue;

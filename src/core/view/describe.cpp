@@ -2,8 +2,10 @@
 // The JSON forms of entries: meta.json and `inspect --json`.
 #include <ckptfs/base/numbers.hpp>
 #include <ckptfs/view/describe.hpp>
+#include <ckptfs/view/npy.hpp>
 #include <ckptfs/view/served.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <system_error>
 
@@ -104,6 +106,28 @@ void write_ggml_fields(JsonWriter& j, const Model& c, const Tensor& t) {
   j.end_object();
 }
 
+// "packing" of a quint4x2 or quint2x4 tensor, whose `data` is torch's storage of it
+// (model/dtype.hpp): {"elements_per_byte": 2, "bits": 4, "order": "c", "packed_nbytes": 8,
+// "row_nbytes": 3, "numpy_shape": [9]}. Its elements go flat in C order, element i in bits
+// (i % k) × bits up of byte i / k, in the first packed_nbytes bytes (torch's int_repr()); then
+// padding up to nbytes, torch's rows of row_nbytes bytes. tensor.npy holds those bytes as uint8,
+// one dimension: numpy_shape.
+void write_packing(JsonWriter& j, const Tensor& t) {
+  const std::uint64_t k = elements_per_byte(t.dtype);
+  const std::uint64_t numel = t.broken.empty() ? t.numel() : 0;
+  // (a broken tensor's shape may hold anything: a negative size counts nothing)
+  const std::uint64_t last =
+      t.shape.empty() ? 1 : static_cast<std::uint64_t>(std::max<std::int64_t>(t.shape.back(), 0));
+  j.key("packing").begin_object();
+  j.key("elements_per_byte").number(k);
+  j.key("bits").number(8 / k);
+  j.key("order").string("c");
+  j.key("packed_nbytes").number(numel / k + (numel % k != 0));
+  j.key("row_nbytes").number(last / k + (last % k != 0));
+  j.key("numpy_shape").numbers(npy_shape(t.dtype, t.shape));
+  j.end_object();
+}
+
 }  // namespace
 
 void write_tensor_fields(JsonWriter& j, const Model& c, std::size_t entry_index,
@@ -163,6 +187,7 @@ void write_tensor_fields(JsonWriter& j, const Model& c, std::size_t entry_index,
   } else {
     j.null();
   }
+  if (is_packed(t.dtype)) write_packing(j, t);
   if (t.blocks != BlockFormat::none || c.format == Format::gguf) write_ggml_fields(j, c, t);
   std::uint64_t others = 0;
   j.key("storage");
@@ -319,6 +344,27 @@ void write_file_range(JsonWriter& j, const Model& c, const ServedTensor& served,
   j.end_object();
 }
 
+void write_key_path(JsonWriter& j, const Entry& e) {
+  if (e.key_path.empty()) return;
+  j.key("key_path").raw(e.key_path);
+  if (e.containers.empty()) return;
+  j.key("containers").begin_array();
+  for (const char code : e.containers) {
+    const auto kind = container_from_code(code);
+    j.string(kind ? container_name(*kind) : "object");
+  }
+  j.end_array();
+}
+
+void write_root(JsonWriter& j, const Model& c) {
+  j.key("root");
+  if (c.root) {
+    j.string(container_name(*c.root));
+  } else {
+    j.null();
+  }
+}
+
 std::string tensor_meta_json(const Model& c, std::size_t entry_index, const SharingIndex& sharing,
                              std::optional<DType> convert_to) {
   std::string out;
@@ -326,7 +372,7 @@ std::string tensor_meta_json(const Model& c, std::size_t entry_index, const Shar
   JsonWriter j(out);
   const Entry& e = c.entries[entry_index];
   j.begin_object().key("key").string(e.key);
-  if (!e.key_path.empty()) j.key("key_path").raw(e.key_path);
+  write_key_path(j, e);
   write_tensor_fields(j, c, entry_index, sharing, convert_to);
   j.end_object();
   out += '\n';
@@ -341,11 +387,12 @@ std::string model_json(const Model& c) {
   j.key("format").string(format_name(c.format));
   j.key("byteorder").string(c.byteorder());
   write_sources_and_metadata(j, c);
+  write_root(j, c);
   j.key("entries").begin_array();
   for (std::size_t i = 0; i < c.entries.size(); ++i) {
     const Entry& e = c.entries[i];
     j.begin_object().key("key").string(e.key);
-    if (!e.key_path.empty()) j.key("key_path").raw(e.key_path);
+    write_key_path(j, e);
     if (e.kind == Entry::Kind::tensor) {
       j.key("kind").string("tensor");
       write_tensor_fields(j, c, i, sharing);

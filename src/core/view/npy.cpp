@@ -1,8 +1,11 @@
 // SPDX-License-Identifier: MIT
-// npy_header(): the .npy prelude and header dict, aligned to 64 bytes.
+// npy_header(): the .npy prelude and header dict, aligned to 64 bytes; npy_shape().
 #include <ckptfs/view/npy.hpp>
 
 #include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdint>
 
 namespace ckptfs {
 
@@ -33,6 +36,12 @@ std::string npy_header(std::string_view descr, const std::vector<std::int64_t>& 
     return out;
   }
   return {};  // unreachable: version 2.0 holds any header
+}
+
+std::vector<std::int64_t> npy_shape(DType dtype, const std::vector<std::int64_t>& shape) {
+  if (!is_packed(dtype)) return shape;
+  const std::uint64_t n = tensor_nbytes(dtype, shape).value_or(0);
+  return {static_cast<std::int64_t>(std::min<std::uint64_t>(n, INT64_MAX))};
 }
 
 }  // namespace ckptfs

@@ -249,20 +249,22 @@ std::string_view values_not_served(const Model& model, const Tensor& tensor) {
 }
 
 std::uint64_t nominal_nbytes(const Tensor& tensor, bool data) noexcept {
-  std::uint64_t numel = 1;
-  for (const std::int64_t d : tensor.shape) {
-    if (d < 0 || __builtin_mul_overflow(numel, static_cast<std::uint64_t>(d), &numel)) return 0;
-  }
-  std::uint64_t per = info(tensor.dtype).element_size;  // served as its dtype: unconverted
-  if (tensor.blocks != BlockFormat::none && data) {
-    const BlockFormatInfo& b = info(tensor.blocks);
-    if (numel % b.block_elements != 0) return 0;
-    numel /= b.block_elements;
-    per = b.block_bytes;
-  }
   std::uint64_t n = 0;
-  if (__builtin_mul_overflow(numel, per, &n) || n > max_tensor_bytes) return 0;
-  return n;
+  if (tensor.blocks != BlockFormat::none && data) {
+    std::uint64_t numel = 1;
+    for (const std::int64_t d : tensor.shape) {
+      if (d < 0 || __builtin_mul_overflow(numel, static_cast<std::uint64_t>(d), &numel)) return 0;
+    }
+    const BlockFormatInfo& b = info(tensor.blocks);
+    if (numel % b.block_elements != 0 ||
+        __builtin_mul_overflow(numel / b.block_elements, b.block_bytes, &n)) {
+      return 0;
+    }
+  } else {
+    // Served as its dtype, unconverted (a packed one: its rows of packed bytes).
+    n = tensor_nbytes(tensor.dtype, tensor.shape).value_or(0);
+  }
+  return n > max_tensor_bytes ? 0 : n;
 }
 
 ServedTensor serve_data(const Model& model, const Tensor& tensor, std::optional<DType> convert_to) {
@@ -292,6 +294,9 @@ ServedTensor serve(const Model& model, const Tensor& tensor, std::optional<DType
   if (!tensor.broken.empty()) return s;
   s.nbytes = tensor.nbytes();
   const auto begin = model.offset_in_storage(tensor);
+  // Packed below a byte (model/dtype.hpp): one range of its storage or nothing; the readers
+  // break every other view, and element-wise gathers would mean nothing for it.
+  if (is_packed(tensor.stored()) && !begin) s.nbytes = 0;
   if (begin) {
     s.contiguous = true;
     s.storage = *tensor.storage;

@@ -486,7 +486,8 @@ const Tree::EntryFiles& Tree::entry_files(std::size_t entry) const {
     const Tensor& t = model_.tensors[e.tensor];
     if (values_not_served(model_, t).empty()) {
       const ServedTensor served = serve(model_, t, options_.dtype);
-      f.npy_header = npy_header(numpy_descr(served.dtype, served.big_endian), t.shape);
+      f.npy_header =
+          npy_header(numpy_descr(served.dtype, served.big_endian), npy_shape(t.dtype, t.shape));
       f.archive = torch_file_of(model_, t, serve_torch_file(model_, t, options_.dtype));
       if (f.archive) {
         f.segments = f.archive->plan().segments();
@@ -610,6 +611,7 @@ void Tree::write_index_json(std::string& out, Flush flush) const {
   j.key("values").number(std::uint64_t{model_.entries.size() - tensors});
   j.key("total_bytes").raw(decimal(total_bytes));
   write_sources_and_metadata(j, model_);
+  write_root(j, model_);
   write_source_files(j, options_.local_files);
   write_exports(j);
   if (out.size() > flush_at) flush();
@@ -618,7 +620,7 @@ void Tree::write_index_json(std::string& out, Flush flush) const {
     const Entry& e = model_.entries[i];
     j.begin_object();
     j.key("key").string(e.key);
-    if (!e.key_path.empty()) j.key("key_path").raw(e.key_path);
+    write_key_path(j, e);
     j.key("path");
     if (options_.layout == Layout::split) {
       j.string(entry_name(i));

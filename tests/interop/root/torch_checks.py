@@ -4,6 +4,7 @@ with torch.load of the checkpoint mounted.
 
     check_split(source, mnt, views, weights_only)  the default layout: every key's directory
     check_rfc(source, mnt, views, weights_only)    -o layout=rfc: map.pt and <name>.pt
+    check_packed(source, mnt, keys)                quint4x2 and quint2x4 keys: their meta.json
 
 Each returns {"entries", "tensors", "files", "problems": [...]}: what it compared, and one line
 per difference (empty when the mount agrees with torch in every byte). The reference is
@@ -144,7 +145,8 @@ def check_split_entry(report, e, v, d, dtypes):
     if read(os.path.join(d, "data")) != want:
         report.problem(f"{key} ({v.dtype}): data differs from torch.load's bytes")
     array = np.load(os.path.join(d, "tensor.npy"))
-    if array.shape != tuple(v.shape) or array.tobytes() != want:
+    # (a packed dtype's tensor.npy: its stored bytes in one dimension, ref.npy_shape)
+    if array.shape != ref.npy_shape(ref.dtype_name(v.dtype), v.shape) or array.tobytes() != want:
         report.problem(f"{key} ({v.dtype}): np.load(tensor.npy) {array.dtype} {array.shape} "
                        f"differs")
     check_torch_file(report, os.path.join(d, "tensor.pt"), v, f"{key}/tensor.pt")
@@ -204,4 +206,39 @@ def check_rfc(source, mnt, views, weights_only=True):
     for k, v in flat:
         if isinstance(v, torch.Tensor) and k not in have_file:
             report.problem(f"{k} ({v.dtype}): a tensor without a file")
+    return report.result()
+
+
+def check_packed(source, mnt, keys):
+    """The tensors of packed dtypes (quint4x2, quint2x4) under `keys` of a mount of `source`:
+    meta.json's nbytes and "packing" say torch's storage of them, and tensor.pt gives the very
+    tensor torch.load gives: int_repr(), scale, zero point, shape, stride, dequantize()."""
+    report = Report()
+    want = dict(load_flat(source, True))
+    index = json.loads(read(os.path.join(mnt, ".ckptfs", "index.json")))
+    paths = {e["key"]: e["path"] for e in index["entries"]}
+    for key in keys:
+        v, d = want[key], os.path.join(mnt, paths[key])
+        name = ref.dtype_name(v.dtype)
+        k = ref.PACKED[name]
+        report.counts["tensors"] += 1
+        meta = json.loads(read(os.path.join(d, "meta.json")))
+        numel = v.numel()
+        packing = {"elements_per_byte": k, "bits": 8 // k, "order": "c",
+                   "packed_nbytes": -(-numel // k),
+                   "row_nbytes": -(-(v.shape[-1] if v.dim() else 1) // k),
+                   "numpy_shape": list(ref.npy_shape(name, v.shape))}
+        if meta.get("packing") != packing or meta["nbytes"] != ref.packed_nbytes(name, v.shape):
+            report.problem(f"{key}: meta.json nbytes {meta['nbytes']}, packing "
+                           f"{meta.get('packing')}; want {ref.packed_nbytes(name, v.shape)}, "
+                           f"{packing}")
+        got = torch.load(os.path.join(d, "tensor.pt"), weights_only=True)
+        if (got.dtype, got.shape, got.stride(), got.q_scale(), got.q_zero_point()) != \
+                (v.dtype, v.shape, v.stride(), v.q_scale(), v.q_zero_point()):
+            report.problem(f"{key}: tensor.pt {got.dtype} {tuple(got.shape)} {got.stride()} "
+                           f"{got.q_scale()} {got.q_zero_point()}, torch.load has {v.dtype} "
+                           f"{tuple(v.shape)} {v.stride()} {v.q_scale()} {v.q_zero_point()}")
+        elif not torch.equal(got.int_repr(), v.int_repr()) or \
+                not torch.equal(got.dequantize(), v.dequantize()):
+            report.problem(f"{key}: tensor.pt's int_repr() or dequantize() differ")
     return report.result()

@@ -79,7 +79,8 @@ def savable_dtypes():
 
 
 def dtypes_checkpoint():
-    """Every savable dtype: a (3, 5) tensor, a 0-d and an empty one each; a per-channel
+    """Every savable dtype: a (3, 5) tensor, a 0-d and an empty one each (quint4x2 and quint2x4,
+    packed below a byte, more shapes); a per-channel
     quantized tensor; a complex tensor's real view."""
     gen = torch.Generator().manual_seed(SEED)
     sd = collections.OrderedDict()
@@ -93,6 +94,10 @@ def dtypes_checkpoint():
         sd[f"{name}.scalar"] = random_tensor(dt, (), gen) if dt not in QUANTIZED else \
             torch.quantize_per_tensor(torch.tensor(0.5), 0.1, 0, dt)
         sd[f"{name}.empty"] = random_tensor(dt, (0, 4), gen)
+        if dt in (torch.quint4x2, torch.quint2x4):
+            # Packed below a byte, in rows of whole bytes: rows that fill them, and odd ones.
+            for shape in ((2, 3, 5), (4, 8), (7,), (2, 1)):
+                sd[f"{name}.{'x'.join(map(str, shape))}"] = random_tensor(dt, shape, gen)
     w = torch.randn(4, 6, generator=gen)
     sd["per_channel.qint8"] = torch.quantize_per_channel(
         w, torch.rand(4, generator=gen) / 10 + 0.01, torch.zeros(4, dtype=torch.long), 0,
@@ -164,6 +169,7 @@ def write(out_dir):
 
     sd, names = dtypes_checkpoint()
     save("dtypes", sd)["dtypes"] = names
+    out["dtypes"]["keys"] = list(sd)
     out["dtypes"]["not_savable"] = {str(dt).removeprefix("torch."): why
                                     for dt, why in savable_dtypes() if why}
     save("views", views_checkpoint())

@@ -69,9 +69,11 @@ class DcpReader {
     pickle::Graph graph = std::move(builder_).finish(root);
     interpretation_.tensor_of.assign(graph.size(), -1);
     for (const auto& [node, tensor] : marks_) interpretation_.tensor_of[node] = tensor;
-    std::vector<Entry> entries = flatten(graph, interpretation_, limits_);
-    model_.tensors = detail::used_tensors(entries, interpretation_.tensors);
-    model_.entries = std::move(entries);
+    // Nested as dcp_to_torch_save nests it: a dict at the root, dicts and lists below.
+    Flattened flat = flatten(graph, interpretation_, limits_);
+    model_.tensors = detail::used_tensors(flat.entries, interpretation_.tensors);
+    model_.entries = std::move(flat.entries);
+    model_.root = flat.root;
     model_.format = Format::dcp;
     return DcpModel{std::move(model_), std::move(sources_)};
   }
@@ -161,6 +163,13 @@ class DcpReader {
     }
     t.broken = entry.broken;
     if (t.broken.empty()) t.broken = size_problem(t);
+    if (t.broken.empty() && is_packed(t.dtype)) {
+      // Its elements share bytes (model/dtype.hpp): no chunk of them is a box of whole bytes.
+      t.broken = fmt::format(
+          "a {} tensor, packed {} elements a byte, assembled from chunks: ckptfs assembles whole "
+          "bytes",
+          info(t.dtype).name, elements_per_byte(t.dtype));
+    }
     if (t.broken.empty()) assemble(entry, t);
     const NodeId leaf = builder_.none();
     marks_.emplace_back(leaf, static_cast<std::int32_t>(interpretation_.tensors.size()));

@@ -140,6 +140,22 @@ void bind_tensors(std::vector<Tensor>& tensors, const std::vector<StorageRef>& r
     // Elements needed: offset + sum((size - 1) * stride) + 1, when there is any element (its
     // size was checked above: size_problem()).
     if (t.numel() == 0) continue;
+    if (is_packed(t.dtype)) {
+      // Packed below a byte (quint4x2, quint2x4): torch's packing is flat over the elements
+      // from byte storage_offset, and means nothing for another stride.
+      auto end = add(static_cast<std::uint64_t>(t.storage_offset), t.nbytes());
+      if (!t.contiguous()) {
+        t.broken = fmt::format(
+            "a {} tensor whose strides are not C order: its elements are "
+            "packed {} a byte in C order",
+            info(t.dtype).name, elements_per_byte(t.dtype));
+      } else if (!end || *end > available) {
+        t.broken = fmt::format("its packed elements need {} bytes of storage {} but it has {}",
+                               end ? fmt::to_string(*end) : std::string("2^64 or more"),
+                               quote(s.key), available);
+      }
+      continue;
+    }
     std::optional<std::uint64_t> last = static_cast<std::uint64_t>(t.storage_offset);
     for (std::size_t i = 0; i < t.shape.size() && last; ++i) {
       auto step =

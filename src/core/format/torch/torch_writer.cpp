@@ -16,19 +16,6 @@
 namespace ckptfs {
 namespace {
 
-bool quantized(DType dtype) {
-  switch (dtype) {
-    case DType::qint8:
-    case DType::quint8:
-    case DType::qint32:
-    case DType::quint4x2:
-    case DType::quint2x4:
-      return true;
-    default:
-      return false;
-  }
-}
-
 // torch's contiguous strides: a size of 0 counts as 1, so (3, 0) has strides (1, 1).
 std::vector<std::int64_t> c_order_strides(const std::vector<std::int64_t>& shape) {
   std::vector<std::int64_t> stride(shape.size());
@@ -38,6 +25,16 @@ std::vector<std::int64_t> c_order_strides(const std::vector<std::int64_t>& shape
     step *= std::max<std::int64_t>(shape[i], 1);
   }
   return stride;
+}
+
+// Whether strides are C order, those of dimensions of size 1 aside (as Tensor::contiguous()).
+bool c_order(const std::vector<std::int64_t>& shape, const std::vector<std::int64_t>& stride) {
+  std::int64_t expected = 1;
+  for (std::size_t i = shape.size(); i-- > 0;) {
+    if (shape[i] != 1 && stride[i] != expected) return false;
+    if (__builtin_mul_overflow(expected, shape[i], &expected)) return false;
+  }
+  return true;
 }
 
 // Checks a view against its storage: sizes not negative, strides as many as sizes and not
@@ -74,8 +71,20 @@ std::vector<std::int64_t> checked_strides(const TensorArgs& t) {
     }
   }
   std::uint64_t end = 0;
-  overflow |= __builtin_add_overflow(last, std::uint64_t{1}, &end);
-  overflow |= __builtin_mul_overflow(end, std::uint64_t{element}, &end);
+  if (is_packed(t.dtype)) {
+    // Packed below a byte: flat over the elements in C order from byte storage_offset, in
+    // tensor_nbytes() bytes (model/dtype.hpp); no other view means those elements.
+    if (!empty && !c_order(t.shape, stride)) {
+      throw Error(ExitCode::unsupported,
+                  fmt::format("a {} tensor whose strides are not C order", info(t.dtype).name));
+    }
+    const auto bytes = tensor_nbytes(t.dtype, t.shape);
+    overflow |= !bytes || __builtin_add_overflow(static_cast<std::uint64_t>(t.storage_offset),
+                                                 bytes.value_or(0), &end);
+  } else {
+    overflow |= __builtin_add_overflow(last, std::uint64_t{1}, &end);
+    overflow |= __builtin_mul_overflow(end, std::uint64_t{element}, &end);
+  }
   if (!empty && (overflow || end > t.storage_nbytes)) {
     throw Error(ExitCode::bad_checkpoint,
                 fmt::format("a {} view reaches past its storage of {} bytes", info(t.dtype).name,
@@ -183,7 +192,7 @@ void TorchPickler::backward_hooks() {
 }
 
 pickle::MemoSlot TorchPickler::tensor(const TensorArgs& t) {
-  if (quantized(t.dtype)) {
+  if (is_quantized(t.dtype)) {
     throw Error(ExitCode::unsupported,
                 fmt::format("a {} tensor needs its quantization parameters", info(t.dtype).name));
   }
@@ -213,9 +222,9 @@ pickle::MemoSlot TorchPickler::tensor(const TensorArgs& t) {
 }
 
 pickle::MemoSlot TorchPickler::quantized_tensor(const TensorArgs& t, const QuantizationArgs& q) {
-  if (t.dtype != DType::qint8 && t.dtype != DType::quint8 && t.dtype != DType::qint32) {
+  if (!is_quantized(t.dtype)) {
     throw Error(ExitCode::unsupported,
-                fmt::format("quantized tensors of dtype {} are not written", info(t.dtype).name));
+                fmt::format("a {} tensor is not quantized", info(t.dtype).name));
   }
   const std::vector<std::int64_t> stride = checked_strides(t);
   if (q.scheme == QScheme::per_channel_affine &&
@@ -441,8 +450,9 @@ TorchArchive tensor_file(const TensorFileSpec& spec, const TorchArchiveOptions& 
   }
   pickle::Writer w;
   TorchPickler torch(w);
-  TensorArgs data{spec.dtype,        0, count * info(spec.dtype).element_size, 0, spec.shape, {},
-                  spec.requires_grad};
+  // A packed dtype's storage: torch's rows of packed bytes, 1 for a 0-d tensor (count bounds it).
+  const std::uint64_t nbytes = tensor_nbytes(spec.dtype, spec.shape).value_or(0);
+  TensorArgs data{spec.dtype, 0, nbytes, 0, spec.shape, {}, spec.requires_grad};
   if (!spec.quantization) {
     torch.tensor(data);
   } else {
