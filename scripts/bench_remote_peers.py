@@ -26,8 +26,8 @@ Times of a-c are the reader's alone (the mount comes before); d's is the mount a
 Each worker runs in the root (scripts/interop-run: chroot, a mount namespace of its own), the
 peers' mounts in it, ckptfs's made here before it starts at a path inside the root.
 
-scripts/bench imports this module and calls section(bench, Group); the readers run as
-`bench_remote_peers.py --worker OP ...` in the root and print one JSON document.
+scripts/bench runs run(bench) (registered in scripts/benchlib/sections/__init__.py); the readers
+run as `bench_remote_peers.py --worker OP ...` in the root and print one JSON document.
 """
 
 import json
@@ -323,7 +323,9 @@ class Peers:
         return self.counted(run)
 
 
-def section(bench, Group):
+def run(bench):
+    """Section 20 for `bench` (benchlib.base.Bench); registered in benchlib/sections/."""
+    from benchlib.table import Group  # here: the worker processes of this file need none of it
     object_path = bench.work / f"peers-{len(TENSORS)}.safetensors"
     if not object_path.is_file():
         log(f"generating {object_path} with numpy")

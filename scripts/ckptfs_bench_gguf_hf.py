@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
 """ckptfs_bench_gguf_hf: the interop root's side of scripts/bench's section "GGUF to a
-transformers model" (scripts/bench_gguf_hf.py). Runs in the root (scripts/interop-run:
+transformers model" (scripts/benchlib/sections/gguf_hf.py). Runs in the root (scripts/interop-run:
 transformers 5, gguf-py, llama-quantize), prints one JSON document.
 
 usage: ckptfs_bench_gguf_hf.py make OUT_DIR LAYERS HIDDEN
