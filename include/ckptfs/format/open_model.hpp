@@ -6,6 +6,7 @@
 #include <ckptfs/format/dcp/dcp_reader.hpp>
 #include <ckptfs/format/gguf/gguf_reader.hpp>
 #include <ckptfs/format/npz/npz_reader.hpp>
+#include <ckptfs/format/onnx/onnx_reader.hpp>
 #include <ckptfs/format/safetensors/safetensors_reader.hpp>
 #include <ckptfs/format/safetensors/sharded_reader.hpp>
 #include <ckptfs/format/split/rfc_reader.hpp>
@@ -40,6 +41,7 @@ struct OpenOptions {
   ZeroLimits zero;                // DeepSpeed ZeRO checkpoints (their files: `limits`)
   GgufLimits gguf;                // GGUF files
   NpzLimits npz;                  // .npz files
+  OnnxLimits onnx;                // ONNX models
   SourceOpener open = open_local_file;
 };
 
@@ -97,6 +99,10 @@ class OpenedModel {
 //     set, opened and read in parallel as the shards above, combined by combine_gguf_splits();
 //   - a file starting with "GGUF": read_gguf();
 //   - a file named *.npz, or a zip whose first member is named *.npy: read_npz();
+//   - a file or URL named *.onnx, or whose first bytes are a ModelProto's (looks_like_onnx()):
+//     read_onnx(), its external data files opened by their locations beneath the model's
+//     directory (Directory: no link or ".." out of it), or beside its URL (sibling_location(),
+//     with options.open);
 //   - a zip: torch.save's (TorchScript and torch.package are refused); a file starting with '{':
 //     an index; anything else: the legacy torch stream (read_torch()).
 // Model::sources are relative to the directory of what was named (for a single file, its name).

@@ -5,6 +5,7 @@
 #include <ckptfs/format/directory_choice.hpp>
 #include <ckptfs/format/impostor.hpp>
 #include <ckptfs/format/open_model.hpp>
+#include <ckptfs/source/directory.hpp>
 #include <ckptfs/source/inflated_source.hpp>
 #include <ckptfs/source/location.hpp>
 #include <ckptfs/source/open_file.hpp>
@@ -162,6 +163,30 @@ OpenedModel open_dcp(const std::string& location, std::unique_ptr<ByteSource> me
   return OpenedModel(std::move(dcp.sources), std::move(dcp.model), metadata->times());
 }
 
+// An ONNX model: its external data files are opened, as the reader finds them, by the names its
+// tensors give (relative to its directory): beneath the directory (a link or ".." that leads out
+// is refused), or beside the URL.
+OpenedModel open_onnx(const std::string& location, std::unique_ptr<ByteSource> source,
+                      const std::string& name, const OpenOptions& options) {
+  std::shared_ptr<const Directory> directory;  // opened on the first external file
+  const OnnxMemberOpener open = [&](const std::string& member) -> std::unique_ptr<ByteSource> {
+    const std::string sibling = sibling_location(location, member);  // checks the name
+    if (is_url(location)) return options.open(sibling);
+    if (!directory) {
+      const auto slash = location.rfind('/');
+      directory = std::make_shared<const Directory>(slash == std::string::npos ? "."
+                                                    : slash == 0               ? "/"
+                                                                 : location.substr(0, slash));
+    }
+    return std::make_unique<DirectoryFileSource>(directory, member);
+  };
+  OnnxModel onnx = read_onnx(*source, name, open, options.onnx);
+  std::vector<std::unique_ptr<ByteSource>> sources;
+  sources.push_back(std::move(source));
+  for (auto& s : onnx.sources) sources.push_back(std::move(s));
+  return OpenedModel(std::move(sources), std::move(onnx.model));
+}
+
 OpenedModel open_file(const std::string& location, const OpenOptions& options) {
   const std::string name = file_name(location);
   if (const auto split = gguf_split_name(name); split && split->count > 1) {
@@ -181,6 +206,10 @@ OpenedModel open_file(const std::string& location, const OpenOptions& options) {
                                                          deflated[i].size, model.sources[i + 1]));
     }
     return OpenedModel(std::move(sources), std::move(model));
+  }
+  if (name.ends_with(".onnx") ||
+      (!looks_like_safetensors(*source) && !looks_like_gguf(*source) && looks_like_onnx(*source))) {
+    return open_onnx(location, std::move(source), name, options);
   }
   if (name.ends_with(".json") ||
       (!name.ends_with(".safetensors") && !looks_like_safetensors(*source) && !is_zip(*source) &&
