@@ -72,7 +72,8 @@ bool looks_like_onnx(const ByteSource& source);
 //   - typed fields (float_data, int32_data...), and 4-bit and 2-bit types: decoded on read, in an
 //     OnnxDecodedSource per source ("<file>#decoded");
 //   - Model::tensor_notes: each tensor's ONNX facts as JSON ({"data_type", "data_type_id",
-//     "graph", "stored_in", "external", "decoded", "sparse"}), for meta.json.
+//     "graph", "stored_in", "external", "decoded", "served_as" (how a type numpy lacks is
+//     served: its bits...), "sparse"}), for meta.json.
 // A tensor that cannot be served is broken, saying why: an unknown data type, a segment (which
 // to_array refuses too), a shape whose size overflows or has a negative dimension, bytes that do
 // not fit its shape, an external file that is missing or leads out, an encoding that is not

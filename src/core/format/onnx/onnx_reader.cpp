@@ -95,6 +95,35 @@ constexpr std::array<OnnxType, 27> types{{
 }};
 constexpr std::int64_t string_type = 8;
 
+// How a data type numpy lacks is served (meta.json's onnx.served_as); empty for numpy's own.
+std::string_view served_as_note(std::int64_t id) {
+  switch (id) {
+    case 16:  // BFLOAT16
+      return "its bits: numpy has no bfloat16, tensor.npy holds them as uint16 (<u2); "
+             "tensor.pt and model.safetensors as bfloat16";
+    case 17:  // FLOAT8E4M3FN
+    case 18:  // FLOAT8E4M3FNUZ
+    case 19:  // FLOAT8E5M2
+    case 20:  // FLOAT8E5M2FNUZ
+    case 24:  // FLOAT8E8M0
+      return "its bits: numpy has no float8, tensor.npy holds them as uint8 (|u1); tensor.pt "
+             "and model.safetensors as torch's float8 dtype";
+    case 23:  // FLOAT4E2M1
+      return "its 4-bit E2M1 codes, one element a byte (the low 4 bits): numpy and torch have "
+             "no float4 of one element";
+    case 21:  // UINT4
+    case 25:  // UINT2
+      return "uint8 values, one element a byte (numpy and torch have no 4-bit or 2-bit "
+             "integers)";
+    case 22:  // INT4
+    case 26:  // INT2
+      return "int8 values, one element a byte, sign-extended (numpy and torch have no 4-bit or "
+             "2-bit integers)";
+    default:
+      return {};
+  }
+}
+
 const OnnxType* type_of(std::int64_t id) {
   if (id <= 0 || id >= static_cast<std::int64_t>(types.size())) return nullptr;
   return &types[static_cast<std::size_t>(id)];
@@ -1026,6 +1055,13 @@ void Reader::add_tensor(TensorFields& t, std::string key, std::string key_path,
     note += "null";
   } else {
     append_json_string(note, decoded_note);
+  }
+  note += ",\"served_as\":";
+  const std::string_view served_as = served_as_note(t.data_type);
+  if (served_as.empty()) {
+    note += "null";
+  } else {
+    append_json_string(note, served_as);
   }
   note += ",\"sparse\":";
   note += sparse.empty() ? "null" : sparse;
