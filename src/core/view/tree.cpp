@@ -205,6 +205,17 @@ Tree::Tree(Model model, TreeOptions options)
   if (rfc) fixed_.push_back({"map.pt", Kind::keys_pt, 0});
   root_fixed_ = fixed_.size();
   fixed_.push_back({"index.json", Kind::index_json, 0});
+  // The model's own files (a GGUF's config.json under names=hf), beside index.json: never under
+  // a view's name.
+  model_files_ = std::make_unique<std::atomic<const std::string*>[]>(model_.files.size());
+  for (std::size_t i = 0; i < model_.files.size(); ++i) {
+    const std::string& name = model_.files[i].name;
+    if (name == "index.json" || name.starts_with("model.safetensors") ||
+        name.starts_with("model-")) {
+      continue;
+    }
+    fixed_.push_back({name, Kind::model_file, i});
+  }
   if (rfc) {
     // no safetensors export: the RFC's files are the tensors
   } else if (options_.shard_size == 0) {
@@ -280,6 +291,7 @@ Tree::~Tree() {
   delete safetensors_.load();
   delete sharing_.load();
   delete export_refusal_.load();
+  for (std::size_t i = 0; i < model_.files.size(); ++i) delete model_files_[i].load();
 }
 
 std::string_view Tree::entry_name(std::size_t entry) const {
@@ -499,6 +511,8 @@ std::uint64_t Tree::size(const Node& n) const {
       return safetensors().index_json().size();
     case Kind::safetensors_file:
       return safetensors_file_size(n.index);
+    case Kind::model_file:
+      return model_file(n.index).size();
     case Kind::data: {
       const Tensor& t = model_.tensors[model_.entries[n.index].tensor];
       if (!t.broken.empty()) return nominal_nbytes(t, true);
@@ -533,6 +547,8 @@ bool Tree::size_known(const Node& n) const noexcept {
              safetensors_size_.load(std::memory_order_relaxed) != unknown_size;
     case Kind::keys_pt:
       return keys_file_.load(std::memory_order_acquire) != nullptr;
+    case Kind::model_file:
+      return model_files_[n.index].load(std::memory_order_acquire) != nullptr;
     default:  // the sharded export's index is laid out at mount; an entry's files are its own
       return true;
   }
@@ -627,6 +643,7 @@ void Tree::write_index_json(std::string& out, Flush flush) const {
       }
       write_file_range(j, model_, served, options_.local_files);
     }
+    write_origin(j, model_, i);
     j.end_object();
     if (out.size() > flush_at) flush();
   }
@@ -764,6 +781,10 @@ const std::string& Tree::keys_file() const {
     for (const std::uint32_t entry : root_entries_) keys.push_back(model_.entries[entry].key);
     return ckptfs::keys_file(keys, {.prefix = "map"}).bytes();
   });
+}
+
+const std::string& Tree::model_file(std::size_t file) const {
+  return once(model_files_[file], [&] { return model_.files[file].make(model_, options_.dtype); });
 }
 
 const std::string& Tree::index_json() const {
@@ -948,6 +969,8 @@ void Tree::read_clipped(const Node& node, std::uint64_t offset, std::size_t leng
       return literal(safetensors().index_json());
     case Kind::safetensors_file:
       return safetensors().read(model_, n->index, offset, length, sources, out);
+    case Kind::model_file:
+      return literal(model_file(n->index));
     case Kind::meta_json:
       return literal(meta_json(n->index));
     case Kind::tensor_pt:
