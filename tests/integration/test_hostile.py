@@ -1453,10 +1453,11 @@ class HostileOnnxTests(HostileTestCase):
         """2 GB of raw_data declared in a tensor of a few bytes, a shape of 2^60 elements over 8
         bytes, a typed field of 2 values for 2^40: each tensor broken alone, never allocated."""
         huge_raw = pb_varint(9 << 3 | 2) + pb_varint(2 << 30) + floats(1)
-        graph = pb_bytes(5, onnx_tensor(b"huge_raw", 1, [1 << 29], huge_raw)) + \
-            pb_bytes(5, onnx_tensor(b"huge_shape", 1, [1 << 30, 1 << 30], pb_bytes(9, floats(2)))) + \
-            pb_bytes(5, onnx_tensor(b"huge_typed", 7, [1 << 40], pb_bytes(7, b"\x01\x02"))) + \
-            pb_bytes(5, onnx_tensor(b"fine", 1, [2], pb_bytes(9, floats(2))))
+        tensors = [onnx_tensor(b"huge_raw", 1, [1 << 29], huge_raw),
+                   onnx_tensor(b"huge_shape", 1, [1 << 30, 1 << 30], pb_bytes(9, floats(2))),
+                   onnx_tensor(b"huge_typed", 7, [1 << 40], pb_bytes(7, b"\x01\x02")),
+                   onnx_tensor(b"fine", 1, [2], pb_bytes(9, floats(2)))]
+        graph = b"".join(pb_bytes(5, t) for t in tensors)
         path = self.write("declared.onnx", onnx_model(graph))
         r = self.inspect(path)
         self.assertEqual(r.returncode, 0, r.stderr.decode(errors="replace"))

@@ -12,6 +12,7 @@
 
 #include <cstring>
 #include <map>
+#include <stdexcept>
 #include <string>
 
 using namespace ckptfs;
@@ -52,7 +53,8 @@ struct Read {
     const Tensor& t = tensor(key);
     REQUIRE_MESSAGE(t.broken.empty(), t.broken);
     const Storage& s = onnx.model.storages[*t.storage];
-    const ByteSource& from = s.source == 0 ? source : *onnx.sources[s.source - 1];
+    const ByteSource& from =
+        s.source == 0 ? static_cast<const ByteSource&>(source) : *onnx.sources[s.source - 1];
     return from.read_string(s.file_offset, static_cast<std::size_t>(s.nbytes));
   }
 };
