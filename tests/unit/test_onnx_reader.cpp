@@ -160,10 +160,14 @@ TEST_CASE("onnx: external data is read beneath the model's directory, by offset 
 
 TEST_CASE("onnx: hostile models are refused in one line or their tensors broken") {
   using namespace tensor_field;
-  SUBCASE("a length past the end of the file") {
+  SUBCASE("a length past the end of its message or the file") {
     Proto g;
     g.lying(5, 1000, "short");
-    CHECK_THROWS_WITH_AS(Read(onnx_model(g)), doctest::Contains("truncated"), Error);
+    CHECK_THROWS_WITH_AS(Read(onnx_model(g)), doctest::Contains("past the end of its message"),
+                         Error);
+    const std::string model = onnx_model(onnx_graph({}));
+    CHECK_THROWS_WITH_AS(Read(model.substr(0, model.size() - 3)),
+                         doctest::Contains("looks truncated"), Error);
   }
   SUBCASE("a 2 GB raw_data declared inside a small tensor") {
     Proto t = onnx_tensor("big", 1, {1u << 29});
