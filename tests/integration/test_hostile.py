@@ -1457,3 +1457,111 @@ class HostileIndexTests(HostileTestCase):
         r = self.inspect(index, rss_limit_mb=1024 * SLOWDOWN, json_output=False)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn(b"1000000 tensors (0 bytes), 0 values", r.stdout)
+
+
+# --------------------------------------------------------------------------------------------
+# ONNX models: protobuf with lengths that lie, nesting without end, declared sizes the file does
+# not hold, external data files named outside the model's directory (issue 33)
+# --------------------------------------------------------------------------------------------
+
+def pb_varint(n):
+    out = b""
+    while n >= 0x80:
+        out += bytes([(n & 0x7F) | 0x80])
+        n >>= 7
+    return out + bytes([n])
+
+
+def pb_bytes(field, payload):
+    return pb_varint(field << 3 | 2) + pb_varint(len(payload)) + payload
+
+
+def pb_int(field, n):
+    return pb_varint(field << 3) + pb_varint(n)
+
+
+def onnx_tensor(name, data_type, dims, rest=b""):
+    return b"".join(pb_int(1, d) for d in dims) + pb_int(2, data_type) + pb_bytes(8, name) + rest
+
+
+def onnx_external(location, offset=None):
+    kv = [(b"location", location)] + ([(b"offset", str(offset).encode())] if offset else [])
+    return b"".join(pb_bytes(13, pb_bytes(1, k) + pb_bytes(2, v)) for k, v in kv) + pb_int(14, 1)
+
+
+def onnx_model(graph):
+    """A ModelProto as torch.onnx.export writes one: ir_version first, the graph, an opset."""
+    return pb_int(1, 8) + pb_bytes(2, b"hostile") + pb_bytes(7, graph) + \
+        pb_bytes(8, pb_bytes(1, b"") + pb_int(2, 17))
+
+
+class HostileOnnxTests(HostileTestCase):
+    def test_lengths_past_the_end(self):
+        good = onnx_model(pb_bytes(5, onnx_tensor(b"w", 1, [2], pb_bytes(9, floats(2)))))
+        for cut in (len(good) - 3, len(good) // 2, 12):
+            with self.subTest(cut=cut):
+                path = self.write(f"cut_{cut}.onnx", good[:cut])
+                self.assert_refused(path, EXIT["checkpoint"], r"looks truncated")
+
+    def test_graphs_nested_without_end(self):
+        """A graph in an If's branch in a graph... 3000 deep: refused at the nesting limit,
+        walked without recursion."""
+        graph = pb_bytes(2, b"g")
+        for _ in range(3000):
+            node = pb_bytes(4, b"If") + pb_bytes(5, pb_bytes(1, b"then") + pb_bytes(6, graph) +
+                                                 pb_int(20, 5))
+            graph = pb_bytes(1, node)
+        path = self.write("deep.onnx", onnx_model(graph))
+        self.assert_refused(path, EXIT["checkpoint"], r"nested more than 64 deep")
+
+    def test_declared_sizes_the_file_lacks(self):
+        """2 GB of raw_data declared in a tensor of a few bytes, a shape of 2^60 elements over 8
+        bytes, a typed field of 2 values for 2^40: each tensor broken alone, never allocated."""
+        huge_raw = pb_varint(9 << 3 | 2) + pb_varint(2 << 30) + floats(1)
+        tensors = [onnx_tensor(b"huge_raw", 1, [1 << 29], huge_raw),
+                   onnx_tensor(b"huge_shape", 1, [1 << 30, 1 << 30], pb_bytes(9, floats(2))),
+                   onnx_tensor(b"huge_typed", 7, [1 << 40], pb_bytes(7, b"\x01\x02")),
+                   onnx_tensor(b"fine", 1, [2], pb_bytes(9, floats(2)))]
+        graph = b"".join(pb_bytes(5, t) for t in tensors)
+        path = self.write("declared.onnx", onnx_model(graph))
+        r = self.inspect(path)
+        self.assertEqual(r.returncode, 0, r.stderr.decode(errors="replace"))
+        doc = {e["key"]: e for e in json.loads(r.stdout)["entries"]}
+        self.assertRegex(doc["huge_raw"]["broken"], r"no valid protobuf.*past the end")
+        self.assertRegex(doc["huge_shape"]["broken"], r"raw_data is 8 bytes")
+        self.assertRegex(doc["huge_typed"]["broken"], r"holds 2 values")
+        self.assertIsNone(doc["fine"]["broken"])
+        mnt, proc = self.mount(path)
+        for key in ("huge_raw", "huge_shape", "huge_typed"):
+            assert_read_fails(self, mnt / key / "data")
+        self.assertEqual((mnt / "fine" / "data").read_bytes(), floats(2))
+        self.unmount(mnt, proc)
+
+    def test_external_data_outside_the_models_directory(self):
+        """A location with "..", an absolute one, a link leading out: the tensor broken, the
+        file outside never served; a file beside the model is."""
+        model_dir = self.tmp / "model_dir"
+        model_dir.mkdir()
+        secret = self.tmp / "secret.bin"
+        secret.write_bytes(floats(2, 7))
+        (model_dir / "link.bin").symlink_to(secret)
+        (model_dir / "w.bin").write_bytes(b"head" + floats(2))
+        graph = b"".join(pb_bytes(5, onnx_tensor(name, 1, [2], onnx_external(location)))
+                         for name, location in ((b"dotdot", b"../secret.bin"),
+                                                (b"absolute", str(secret).encode()),
+                                                (b"link", b"link.bin"),
+                                                (b"sub_dotdot", b"sub/../../secret.bin")))
+        graph += pb_bytes(5, onnx_tensor(b"beside", 1, [2], onnx_external(b"w.bin", 4)))
+        path = model_dir / "model.onnx"
+        path.write_bytes(onnx_model(graph))
+        mnt, proc = self.mount(path)
+        for key in ("dotdot", "absolute", "link", "sub_dotdot"):
+            with self.subTest(key):
+                meta = json.loads((mnt / key / "meta.json").read_bytes())
+                self.assertTrue(meta["broken"], key)
+                assert_read_fails(self, mnt / key / "data")
+        self.assertEqual((mnt / "beside" / "data").read_bytes(), floats(2))
+        meta = json.loads((mnt / "beside" / "meta.json").read_bytes())
+        self.assertEqual(meta["onnx"]["external"]["location"], "w.bin")
+        self.assertEqual(meta["onnx"]["external"]["offset"], 4)
+        self.unmount(mnt, proc)

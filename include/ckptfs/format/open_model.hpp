@@ -7,6 +7,7 @@
 #include <ckptfs/format/gguf/gguf_hf.hpp>
 #include <ckptfs/format/gguf/gguf_reader.hpp>
 #include <ckptfs/format/npz/npz_reader.hpp>
+#include <ckptfs/format/onnx/onnx_reader.hpp>
 #include <ckptfs/format/safetensors/safetensors_reader.hpp>
 #include <ckptfs/format/safetensors/sharded_reader.hpp>
 #include <ckptfs/format/split/rfc_reader.hpp>
@@ -45,6 +46,7 @@ struct OpenOptions {
   ZeroLimits zero;                // DeepSpeed ZeRO checkpoints (their files: `limits`)
   GgufLimits gguf;                // GGUF files
   NpzLimits npz;                  // .npz files
+  OnnxLimits onnx;                // ONNX models
   SourceOpener open = open_local_file;
   // Names::hf: a GGUF model is named and transformed by name_gguf_as_transformers(); any other
   // model keeps its keys, and a note (Model::notes) says so.
@@ -125,6 +127,9 @@ class OpenedModel {
 //     combine_gguf_splits();
 //   - a file starting with "GGUF": read_gguf();
 //   - a file named *.npz, or a zip whose first member is named *.npy: read_npz();
+//   - a file or URL named *.onnx, or whose first bytes are a ModelProto's (looks_like_onnx()):
+//     read_onnx(), its external data files its members, opened by their locations as the
+//     others' (beneath its directory, or beside its URL);
 //   - a zip: torch.save's (TorchScript and torch.package are refused); a file starting with '{':
 //     an index; anything else: the legacy torch stream (read_torch()).
 // Then options.names applies. Then, for a local directory's model (the directory named, or a

@@ -36,6 +36,7 @@ enum class Format : std::uint8_t {
   zero,         // DeepSpeed ZeRO (stages 1-3): *_model_states.pt and per-rank *_optim_states.pt
   gguf,         // llama.cpp's GGUF: typed key-value metadata, then tensors (block-quantized too)
   npz,          // numpy.savez: a zip of .npy members
+  onnx,         // an ONNX model: a protobuf ModelProto whose initializers are the tensors
 };
 std::string_view format_name(Format format);
 
@@ -307,6 +308,12 @@ struct Model {
     std::string value_json;
   };
   std::vector<JsonMetadata> json_metadata;
+  // What the format says of a tensor that the fields above do not (an ONNX initializer's data
+  // type, its external file, how its typed field is decoded), as a compact JSON object, by
+  // index into `tensors`: meta.json and `inspect --json` show it under the format's name
+  // ("onnx"). Shorter than `tensors` (empty for most formats) where there is nothing to say.
+  std::vector<std::string> tensor_notes;
+
   std::vector<Derivation> derivations;  // of the derived tensors (Tensor::derivation)
 
   // What an entry was in the file, when a naming of the model's keys other than the file's

@@ -40,14 +40,15 @@ inline constexpr std::size_t max_listed_pieces = 1024;
 // source (the file holding its bytes, as Model::sources names it; null without a storage: an
 // assembled tensor's are its pieces'), file_offset (in that file), numpy, byteorder,
 // requires_grad, quantization, ggml (a GGUF model's tensors and block-quantized ones only),
-// storage, shared_with, shared_with_count, pieces (null, or an assembled tensor's {"grid",
-// "count", "list": [{"source", "file_offset", "nbytes", "offsets", "lengths"}...]}), broken.
-// dtype, nbytes, numpy and byteorder describe the bytes served, which `convert_to` may convert
-// or which may be dequantized (see serve()); file_offset is then null, as they are no range of
-// the file. "ggml" describes the `data` file: {"type": "Q4_K", "type_id": 12,
-// "block_elements", "block_bytes", "nbytes", "file_offset"}, and for block-quantized tensors
-// "byteorder" (the blocks'), "dequantized" (whether tensor.npy serves their values) and
-// "not_dequantized" (why not). A split directory copied out of the mount reads "ggml" back.
+// the format's name with Model::tensor_notes' object (an ONNX model's: "onnx"), storage,
+// shared_with, shared_with_count, pieces (null, or an assembled tensor's {"grid", "count", "list":
+// [{"source", "file_offset", "nbytes", "offsets", "lengths"}...]}), broken. dtype, nbytes, numpy
+// and byteorder describe the bytes served, which `convert_to` may convert or which may be
+// dequantized (see serve()); file_offset is then null, as they are no range of the file. "ggml"
+// describes the `data` file: {"type": "Q4_K", "type_id": 12, "block_elements", "block_bytes",
+// "nbytes", "file_offset"}, and for block-quantized tensors "byteorder" (the blocks'),
+// "dequantized" (whether tensor.npy serves their values) and "not_dequantized" (why not). A split
+// directory copied out of the mount reads "ggml" back.
 void write_tensor_fields(JsonWriter& json, const Model& model, std::size_t entry_index,
                          const SharingIndex& sharing,
                          std::optional<DType> convert_to = std::nullopt);

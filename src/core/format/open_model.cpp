@@ -200,6 +200,24 @@ OpenedModel open_dcp(const Named& named, std::unique_ptr<ByteSource> metadata,
                      permission_bits(*metadata));
 }
 
+// An ONNX model: its external data files are its members (source/members.hpp), opened as the
+// reader finds them by the names its tensors give: beneath the directory of what was named (a
+// link or ".." that leads out is refused), or beside its URL. The directory is opened on the
+// first external file: a model without external data needs none.
+OpenedModel open_onnx(const Named& named, std::unique_ptr<ByteSource> source,
+                      const std::string& name, const OpenOptions& options) {
+  std::optional<CheckpointMembers> members;
+  const OnnxMemberOpener open = [&](const std::string& member) -> std::unique_ptr<ByteSource> {
+    if (!members) members.emplace(named.members(options));
+    return members->open(member);
+  };
+  OnnxModel onnx = read_onnx(*source, name, open, options.onnx);
+  std::vector<std::unique_ptr<ByteSource>> sources;
+  sources.push_back(std::move(source));
+  for (auto& s : onnx.sources) sources.push_back(std::move(s));
+  return OpenedModel(std::move(sources), std::move(onnx.model));
+}
+
 // What the user named (`source`, already open), read by the reader its name and first bytes
 // call for.
 OpenedModel read_named(const Named& named, std::unique_ptr<ByteSource> source,
@@ -222,6 +240,10 @@ OpenedModel read_named(const Named& named, std::unique_ptr<ByteSource> source,
           model.sources[i + 1], deflated[i].crc32));
     }
     return OpenedModel(std::move(sources), std::move(model));
+  }
+  if (name.ends_with(".onnx") ||
+      (!looks_like_safetensors(*source) && !looks_like_gguf(*source) && looks_like_onnx(*source))) {
+    return open_onnx(named, std::move(source), name, options);
   }
   if (name.ends_with(".json") ||
       (!name.ends_with(".safetensors") && !looks_like_safetensors(*source) && !is_zip(*source) &&

@@ -31,6 +31,8 @@ std::string_view format_name(Format format) {
       return "gguf";
     case Format::npz:
       return "npz";
+    case Format::onnx:
+      return "onnx";
   }
   return "?";
 }
