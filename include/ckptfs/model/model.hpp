@@ -34,6 +34,8 @@ enum class Format : std::uint8_t {
   zero,         // DeepSpeed ZeRO (stages 1-3): *_model_states.pt and per-rank *_optim_states.pt
   gguf,         // llama.cpp's GGUF: typed key-value metadata, then tensors (block-quantized too)
   npz,          // numpy.savez: a zip of .npy members
+  hdf5,         // HDF5 (h5py, Keras's .weights.h5 and Keras 2's .h5): datasets in groups
+  keras,        // Keras 3's .keras: a zip of model.weights.h5 (HDF5), config.json, metadata.json
 };
 std::string_view format_name(Format format);
 
@@ -226,6 +228,21 @@ struct Model {
     std::string value_json;
   };
   std::vector<JsonMetadata> json_metadata;
+  // Files of the checkpoint served as they are, read-only, in .ckptfs/ beside the views (a .keras
+  // archive's config.json and metadata.json): each `size` bytes at `offset` of source `source`.
+  // A name is one path component that no view has (the tree leaves out any other).
+  struct ExtraFile {
+    std::string name;
+    std::uint32_t source = 0;
+    std::uint64_t offset = 0;
+    std::uint64_t size = 0;
+  };
+  std::vector<ExtraFile> extra_files;
+  // What the format says of each tensor beyond the model's fields, for its meta.json: per tensor
+  // (Model::tensors' order) a compact JSON object, written under the key `tensor_details_key`
+  // ("hdf5": a dataset's path, layout, chunks, filters). Empty when the format has none.
+  std::string tensor_details_key;
+  std::vector<std::string> tensor_details;
 
   // Where the tensor's first byte is in its storage, when the tensor is servable, its bytes in C
   // order (as stored: stored_nbytes(); a block-quantized tensor's: its blocks) are one range of

@@ -106,6 +106,7 @@ class Tree {
     index_json,         // .ckptfs/index.json
     safetensors_index,  // .ckptfs/model.safetensors.index.json (a sharded export)
     safetensors_file,   // .ckptfs/model.safetensors, or a shard
+    extra_file,         // .ckptfs/<name>: a file of the checkpoint as it is (Model::extra_files)
     entry_dir,          // an entry's directory
     data,               // a tensor's bytes
     meta_json,          // what the tensor is
@@ -119,7 +120,7 @@ class Tree {
 
   struct Node {
     Kind kind;
-    std::size_t index = 0;  // entry (entry_dir and its files), or file of the export
+    std::size_t index = 0;  // entry (entry_dir and its files), file of the export, extra file
   };
 
   Tree(Model model, TreeOptions options);
@@ -135,7 +136,7 @@ class Tree {
   // source_of() of the nodes that show or describe every source.
   static constexpr std::uint32_t every_source = 0xffffffff;
   // The source whose bytes `node` shows or describes: a tensor entry's directory and files, its
-  // storage's source; every_source for the rest (the root, .ckptfs and its files, values). When
+  // storage's source; an extra file, its own; every_source for the rest (the root, .ckptfs and its files, values). When
   // that source changes while mounted, opens of the node fail (in a sharded set, only the changed
   // shard's tensors).
   std::uint32_t source_of(const Node& node) const noexcept;

@@ -28,6 +28,10 @@ std::string_view format_name(Format format) {
       return "gguf";
     case Format::npz:
       return "npz";
+    case Format::hdf5:
+      return "hdf5";
+    case Format::keras:
+      return "keras";
   }
   return "?";
 }

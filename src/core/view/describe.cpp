@@ -164,6 +164,10 @@ void write_tensor_fields(JsonWriter& j, const Model& c, std::size_t entry_index,
     j.null();
   }
   if (t.blocks != BlockFormat::none || c.format == Format::gguf) write_ggml_fields(j, c, t);
+  // What the format says of it beyond these fields (HDF5: its dataset's path, layout, chunks).
+  if (!c.tensor_details_key.empty() && e.tensor < c.tensor_details.size()) {
+    j.key(c.tensor_details_key).raw(c.tensor_details[e.tensor]);
+  }
   std::uint64_t others = 0;
   j.key("storage");
   if (t.storage) {

@@ -205,17 +205,34 @@ Tree::Tree(Model model, TreeOptions options)
   if (rfc) fixed_.push_back({"map.pt", Kind::keys_pt, 0});
   root_fixed_ = fixed_.size();
   fixed_.push_back({"index.json", Kind::index_json, 0});
+  const SafetensorsExport* sharded = nullptr;
+  if (!rfc && options_.shard_size != 0) {
+    // The shards' names say how many there are: the export is laid out now. A model that fits
+    // one shard is one model.safetensors, without an index.
+    sharded = &safetensors();
+    if (!sharded->index_json().empty()) {
+      fixed_.push_back({"model.safetensors.index.json", Kind::safetensors_index, 0});
+    }
+  }
+  // The checkpoint's own files (before the exports' files, which lookup_view() finds by their
+  // place): each a plain name that no view has, once.
+  for (std::size_t i = 0; i < model_.extra_files.size(); ++i) {
+    const std::string& name = model_.extra_files[i].name;
+    const bool plain = !name.empty() && name.size() <= 255 && name != "." && name != ".." &&
+                       name.find_first_of(std::string_view("/\0", 2)) == std::string::npos;
+    const bool taken =
+        name == "index.json" || name == "map.pt" || name == "model.safetensors.index.json" ||
+        name.ends_with(".safetensors") ||
+        std::any_of(fixed_.begin() + static_cast<std::ptrdiff_t>(root_fixed_), fixed_.end(),
+                    [&](const FixedNode& f) { return f.name == name; });
+    if (plain && !taken) fixed_.push_back({name, Kind::extra_file, i});
+  }
   if (rfc) {
     // no safetensors export: the RFC's files are the tensors
   } else if (options_.shard_size == 0) {
     fixed_.push_back({"model.safetensors", Kind::safetensors_file, 0});
   } else {
-    // The shards' names say how many there are: the export is laid out now. A model that fits
-    // one shard is one model.safetensors, without an index.
-    const SafetensorsExport& files = safetensors();
-    if (!files.index_json().empty()) {
-      fixed_.push_back({"model.safetensors.index.json", Kind::safetensors_index, 0});
-    }
+    const SafetensorsExport& files = *sharded;
     for (std::size_t i = 0; i < files.files().size(); ++i) {
       fixed_.push_back({files.files()[i].name, Kind::safetensors_file, i});
     }
@@ -375,6 +392,8 @@ std::uint32_t Tree::source_of(const Node& n) const noexcept {
       const Tensor& t = model_.tensors[e.tensor];
       return t.storage ? model_.storages[*t.storage].source : every_source;
     }
+    case Kind::extra_file:
+      return model_.extra_files[n.index].source;
     default:
       return every_source;
   }
@@ -499,6 +518,8 @@ std::uint64_t Tree::size(const Node& n) const {
       return safetensors().index_json().size();
     case Kind::safetensors_file:
       return safetensors_file_size(n.index);
+    case Kind::extra_file:
+      return model_.extra_files[n.index].size;
     case Kind::data: {
       const Tensor& t = model_.tensors[model_.entries[n.index].tensor];
       if (!t.broken.empty()) return nominal_nbytes(t, true);
@@ -644,7 +665,9 @@ void Tree::write_exports(JsonWriter& j) const {
     j.string("map.pt");
   } else {
     for (std::size_t f = root_fixed_; f < fixed_.size(); ++f) {
-      if (fixed_[f].kind != Kind::index_json) j.string(fixed_[f].name);
+      if (fixed_[f].kind == Kind::safetensors_file || fixed_[f].kind == Kind::safetensors_index) {
+        j.string(fixed_[f].name);
+      }
     }
   }
   j.end_array();
@@ -948,6 +971,10 @@ void Tree::read_clipped(const Node& node, std::uint64_t offset, std::size_t leng
       return literal(safetensors().index_json());
     case Kind::safetensors_file:
       return safetensors().read(model_, n->index, offset, length, sources, out);
+    case Kind::extra_file: {
+      const Model::ExtraFile& f = model_.extra_files[n->index];
+      return out.add_source(f.source, f.offset + offset, length);
+    }
     case Kind::meta_json:
       return literal(meta_json(n->index));
     case Kind::tensor_pt:
