@@ -5,6 +5,7 @@
 
 #include <ckptfs/format/dcp/dcp_reader.hpp>
 #include <ckptfs/format/gguf/gguf_reader.hpp>
+#include <ckptfs/format/hdf5/hdf5_reader.hpp>
 #include <ckptfs/format/npz/npz_reader.hpp>
 #include <ckptfs/format/safetensors/safetensors_reader.hpp>
 #include <ckptfs/format/safetensors/sharded_reader.hpp>
@@ -40,6 +41,7 @@ struct OpenOptions {
   ZeroLimits zero;                // DeepSpeed ZeRO checkpoints (their files: `limits`)
   GgufLimits gguf;                // GGUF files
   NpzLimits npz;                  // .npz files
+  Hdf5Limits hdf5;                // HDF5 files (.h5, .weights.h5) and .keras archives
   SourceOpener open = open_local_file;
 };
 
@@ -97,6 +99,10 @@ class OpenedModel {
 //     set, opened and read in parallel as the shards above, combined by combine_gguf_splits();
 //   - a file starting with "GGUF": read_gguf();
 //   - a file named *.npz, or a zip whose first member is named *.npy: read_npz();
+//   - a file named *.keras, or a zip whose first member is metadata.json, config.json or
+//     model.weights.h5: read_keras();
+//   - a file with HDF5's signature (at 0, or after a user block), or named *.h5 or *.hdf5:
+//     read_hdf5();
 //   - a zip: torch.save's (TorchScript and torch.package are refused); a file starting with '{':
 //     an index; anything else: the legacy torch stream (read_torch()).
 // Model::sources are relative to the directory of what was named (for a single file, its name).

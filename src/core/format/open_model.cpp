@@ -162,6 +162,15 @@ OpenedModel open_dcp(const std::string& location, std::unique_ptr<ByteSource> me
   return OpenedModel(std::move(dcp.sources), std::move(dcp.model), metadata->times());
 }
 
+// An HDF5 file or .keras archive with the sources its reader made over it (decoded chunks,
+// inflated members), which read `file`.
+OpenedModel opened_hdf5(std::unique_ptr<ByteSource> file, Hdf5Model read) {
+  std::vector<std::unique_ptr<ByteSource>> sources;
+  sources.push_back(std::move(file));
+  for (auto& s : read.sources) sources.push_back(std::move(s));
+  return OpenedModel(std::move(sources), std::move(read.model));
+}
+
 OpenedModel open_file(const std::string& location, const OpenOptions& options) {
   const std::string name = file_name(location);
   if (const auto split = gguf_split_name(name); split && split->count > 1) {
@@ -181,6 +190,14 @@ OpenedModel open_file(const std::string& location, const OpenOptions& options) {
                                                          deflated[i].size, model.sources[i + 1]));
     }
     return OpenedModel(std::move(sources), std::move(model));
+  }
+  if (name.ends_with(".keras") || looks_like_keras(*source)) {
+    Hdf5Model read = read_keras(*source, name, options.hdf5);
+    return opened_hdf5(std::move(source), std::move(read));
+  }
+  if (looks_like_hdf5(*source) || name.ends_with(".h5") || name.ends_with(".hdf5")) {
+    Hdf5Model read = read_hdf5(*source, name, options.hdf5);
+    return opened_hdf5(std::move(source), std::move(read));
   }
   if (name.ends_with(".json") ||
       (!name.ends_with(".safetensors") && !looks_like_safetensors(*source) && !is_zip(*source) &&
