@@ -3,7 +3,7 @@
 
 import importlib.metadata
 
-TOOLS = ["torch", "safetensors", "transformers", "accelerate", "gguf", "numpy"]
+TOOLS = ["torch", "safetensors", "transformers", "accelerate", "gguf", "numpy", "h5py"]
 
 
 def tools():
