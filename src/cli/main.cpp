@@ -40,8 +40,8 @@ using ckptfs::cli::fail;
 
 constexpr const char* usage_text = R"(usage: ckptfs [options] CHECKPOINT MOUNTPOINT
        ckptfs inspect CHECKPOINT [--json] [-o OPT[,OPT...]]
-       ckptfs pack SRC OUT [--keys GLOB]... [--dtype NAME] [--force] [--progress|--quiet]
-                  [-o OPT[,OPT...]]
+       ckptfs pack SRC OUT [--keys GLOB]... [--dtype NAME] [--names hf] [--force]
+                  [--progress|--quiet] [-o OPT[,OPT...]]
        ckptfs -h | --help | -V | --version
 
 Mounts a checkpoint read-only: a PyTorch file written by torch.save or torch.jit.save
@@ -65,7 +65,8 @@ options (before or after CHECKPOINT MOUNTPOINT):
        uid=N, gid=N        owner of every file (default: the user who mounts)
        umask=OCTAL         files 0666 & ~umask, dirs 0777 & ~umask (default: the
                            checkpoint's own mode: 0644 gives files 0644, dirs 0755; 0600
-                           gives 0600, 0700; a URL 0644, 0755); writes fail (EROFS) anyway
+                           gives 0600, 0700; several files: the strictest of them; a URL
+                           0644, 0755); writes fail (EROFS) anyway
        allow_other         let other users read the mount (needs user_allow_other for non-root)
        allow_root          let root read it too, and no other user
        auto_unmount        unmount even when ckptfs is killed (fusermount3 watches it)
@@ -80,6 +81,15 @@ options (before or after CHECKPOINT MOUNTPOINT):
        dtype=NAME          serve every floating-point tensor as float16, bfloat16 or float32,
                            converted on read as torch's .to() converts (a GGUF's quantized
                            tensors: their dequantized values)
+       names=hf            a GGUF file as transformers' GGUF loader makes it: its tensors
+                           under transformers' names (blk.0.attn_q.weight is
+                           model.layers.0.self_attn.q_proj.weight), with the values the
+                           loader computes (Q and K rows un-permuted, dequantized...), float32
+                           unless dtype= says otherwise, .ckptfs/config.json and (a BPE
+                           vocabulary) the tokenizer files, so that
+                           from_pretrained(MOUNTPOINT/.ckptfs) loads the model; an
+                           architecture the loader does not load keeps llama.cpp's names, a
+                           line says so (names=file: the file's names, the default)
        log=FILE            the mount's log appended to FILE (foreground and daemon): a
                            regular file of yours, or a new one (made 0600); never a link
                            (status 1); default: stderr in the foreground, syslog in a
@@ -133,15 +143,18 @@ as are those of cacert= and cache_dir=.
 inspect CHECKPOINT [--json] [-o OPT[,OPT...]]
   lists every entry without mounting: key, kind, dtype, shape, bytes, file offset, and totals;
   --json prints {"format", "byteorder", "sources", "metadata", "entries": [...]}; -o takes the
-  remote options above; CHECKPOINT may also be a split or an RFC directory (see pack)
+  remote options above and names=hf; CHECKPOINT may also be a split or an RFC directory (see
+  pack)
 
-pack SRC OUT [--keys GLOB]... [--dtype NAME] [--force] [--progress] [--quiet] [-o OPT,...]
+pack SRC OUT [--keys GLOB]... [--dtype NAME] [--names hf] [--force] [--progress] [--quiet]
+     [-o OPT,...]
   writes SRC back as one file OUT, streaming in bounded memory: torch's zip format for
   OUT.pth, .pt, .bin or .ckpt, safetensors for OUT.safetensors (any case); SRC is a
   CHECKPOINT, a split directory (key directories copied out of a mount: meta.json and data,
   or value.json) or an RFC directory (map.pt and <name>.pt files); --keys packs the keys
   GLOB matches (repeatable), --dtype float16|bfloat16|float32 converts floating-point
-  tensors, --force replaces OUT; progress on a terminal (--progress elsewhere), a summary
+  tensors, --names hf names and makes a GGUF's tensors as -o names=hf does, --force
+  replaces OUT; progress on a terminal (--progress elsewhere), a summary
   line at the end (--quiet: neither); OUT gets its name only once complete (details:
   ckptfs pack --help)
 
@@ -150,8 +163,12 @@ CHECKPOINT, besides a torch.save file:
   DIR                             DIR's one checkpoint (a set counts once: an index with its
                                   shards, a GGUF split set, a DCP or ZeRO checkpoint); of
                                   transformers' names (model.safetensors, pytorch_model.bin,
-                                  their *.index.json) alone, the first; several: refused,
-                                  listed, with how to name one
+                                  their *.index.json) alone, the first (in a Trainer's
+                                  checkpoint-N, beside its own files and a ZeRO checkpoint);
+                                  several: refused, listed, with how to name one. The files a
+                                  checkpoint names or a directory holds are read only beneath
+                                  its directory: a symbolic link leading out is refused (but
+                                  a Hugging Face cache snapshot's links to its blobs)
   DIR/NAME.index.json             a sharded set: each key from the shard its weight_map names
                                   (a URL too: the shards beside it)
   DIR, DIR/.metadata              a PyTorch DCP checkpoint (.metadata, __R_N.distcp): the model
@@ -184,6 +201,8 @@ the tree (layout=split): the root holds the key directories and the hidden .ckpt
   a broken tensor (a record missing...) keeps its files, but reads of them fail with EIO, and
   so do those of model.safetensors, which would lack it: the log says why, and the mount says
   how many tensors are broken (ckptfs inspect lists them)
+  MOUNTPOINT/.ckptfs/config.json  with names=hf: the config transformers makes of a GGUF
+                                  (and tokenizer.json, tokenizer_config.json of a BPE vocabulary)
 the tree (layout=rfc):
   MOUNTPOINT/map.pt               torch.save of the list of keys that have a file, in order
                                   (beside the <key>.pt files, where the RFC's loaders look)
@@ -204,8 +223,8 @@ exit status:
      missing, or OUT cannot be written
   3  the zip container is invalid (or truncated)
   4  the pickle, safetensors or GGUF header, .npy header or index is invalid, or the
-     checkpoint is inconsistent
-     (pack: a meta.json that disagrees with its data, a link leading out of SRC)
+     checkpoint is inconsistent (a file of it that leads out of its directory; pack: a
+     meta.json that disagrees with its data)
   5  a valid file ckptfs does not serve (compressed record, tar format, no tensors, F6 dtype,
      a gzip, zstd, xz, bzip2 or 7-Zip file, a tar archive: decompress or extract it first,
      a GGUF header past ckptfs's limits)
@@ -221,7 +240,8 @@ offset (or how the tensor is made: pieces, strided, converted), then the totals.
 anything a mount reads (see ckptfs --help), a split directory or an RFC directory.
 
   --json        {"format", "byteorder", "sources", "metadata", "entries": [...]} instead
-  -o OPT,...    remote options for a URL (timeout=, cache_size=, cacert=, insecure...)
+  -o OPT,...    remote options for a URL (timeout=, cache_size=, cacert=, insecure...), and
+                names=hf: a GGUF's tensors as transformers names them (see ckptfs --help)
   -h, --help    show this help and exit
 
 exit status: 0 listed; 1 usage; 2-5 the checkpoint cannot be read or is invalid, as a mount's
@@ -245,6 +265,7 @@ int run_inspect(const std::vector<std::string>& args) {
   std::string path;
   bool json = false;
   ckptfs::RemoteOptions remote_options;
+  ckptfs::Names names = ckptfs::Names::file;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
     if (arg == "-h" || arg == "--help") {
@@ -260,7 +281,14 @@ int run_inspect(const std::vector<std::string>& args) {
         const auto comma = list.find(',');
         const std::string_view item = list.substr(0, comma);
         std::string error;
-        if (!ckptfs::cli::take_remote_option(item, remote_options, error)) {
+        if (item.starts_with("names=")) {
+          const auto parsed = ckptfs::cli::parse_names(item.substr(6));
+          if (!parsed) {
+            return inspect_usage_error(
+                fmt::format("invalid names {} (hf or file)", ckptfs::quote(item.substr(6))));
+          }
+          names = *parsed;
+        } else if (!ckptfs::cli::take_remote_option(item, remote_options, error)) {
           return inspect_usage_error(fmt::format("unknown option {}", ckptfs::quote(item)));
         }
         if (!error.empty()) return inspect_usage_error(error);
@@ -279,7 +307,10 @@ int run_inspect(const std::vector<std::string>& args) {
   const std::string shown = ckptfs::display_location(path);
   try {
     auto remote = ckptfs::cli::remote_for(path, remote_options);
-    ckptfs::OpenedModel opened = ckptfs::open_model(path, ckptfs::cli::open_options(remote.get()));
+    ckptfs::OpenOptions open_options = ckptfs::cli::open_options(remote.get());
+    open_options.names = names;
+    ckptfs::OpenedModel opened = ckptfs::open_model(path, open_options);
+    ckptfs::cli::tell_notes(opened.model(), shown);
     if (json) {
       ckptfs::cli::print_inspect_json(opened.model(), stdout);
     } else {
@@ -308,6 +339,7 @@ std::string escaped_fsname(const std::string& path) {
 std::string view_options(const ckptfs::cli::MountOptions& o) {
   std::vector<std::string> shown;
   if (o.dtype) shown.push_back(fmt::format("dtype={}", ckptfs::info(*o.dtype).name));
+  if (o.names == ckptfs::Names::hf) shown.emplace_back("names=hf");
   if (o.layout == ckptfs::Layout::rfc) shown.emplace_back("layout=rfc");
   if (o.shard_size != 0) shown.push_back(fmt::format("shard_size={}", o.shard_size));
   if (o.files && *o.files != ckptfs::all_key_files) {
@@ -325,15 +357,17 @@ std::string mount_source(const std::string& checkpoint, const ckptfs::cli::Mount
 }
 
 // The modes of the mount's files and directories: -o umask= when given, else those that follow
-// the checkpoint's own mode (the file's, or the directory's when a directory is mounted); a URL
-// has none, and is shown as a file downloaded with the usual umask 022 would be (0644, 0755).
-ckptfs::Modes mount_modes(const ckptfs::cli::MountOptions& o) {
+// the checkpoint's own mode: the strictest of what was named (the file, or the directory when a
+// directory is mounted) and every file the model was read from (`files`: a set of 0600 shards
+// named by a 0644 index, or in a 0755 directory, mounts as 0600). A URL has none, and is shown
+// as a file downloaded with the usual umask 022 would be (0644, 0755).
+ckptfs::Modes mount_modes(const ckptfs::cli::MountOptions& o, mode_t files) {
   if (o.umask) return ckptfs::modes_from_umask(*o.umask);
   struct stat st {};
   if (ckptfs::is_url(o.checkpoint) || ::stat(o.checkpoint.c_str(), &st) != 0) {
     return ckptfs::modes_following(0644);
   }
-  return ckptfs::modes_following(st.st_mode);
+  return ckptfs::modes_following(st.st_mode & files);
 }
 
 // "B of N tensors are broken (see: ckptfs inspect CHECKPOINT)", or "" when none is: said at every
@@ -423,12 +457,15 @@ int run_mount(const std::vector<std::string>& args) {
   std::optional<ckptfs::Tree> tree;
   try {
     remote = ckptfs::cli::remote_for(o.checkpoint, o.remote);
-    opened.emplace(ckptfs::open_model(o.checkpoint, ckptfs::cli::open_options(remote.get())));
+    ckptfs::OpenOptions open_options = ckptfs::cli::open_options(remote.get());
+    open_options.names = o.names;
+    opened.emplace(ckptfs::open_model(o.checkpoint, open_options));
+    ckptfs::cli::tell_notes(opened->model(), shown);
     ckptfs::TreeOptions tree_options;
     tree_options.source_path = absolute;
     tree_options.uid = o.uid.value_or(::getuid());
     tree_options.gid = o.gid.value_or(::getgid());
-    tree_options.modes = mount_modes(o);
+    tree_options.modes = mount_modes(o, opened->permissions());
     tree_options.times = opened->times();
     tree_options.dtype = o.dtype;
     tree_options.shard_size = o.shard_size;

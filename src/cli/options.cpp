@@ -80,7 +80,7 @@ std::string unknown_option(std::string_view arg) {
       "uid",      "gid",     "umask",      "notify_fd", "read_ahead_kb",  "busy_poll_us",
       "max_read", "dtype",   "shard_size", "layout",    "files",          "fsname",
       "subtype",  "timeout", "cache_size", "cache_dir", "cache_dir_size", "cacert",
-      "log"};
+      "log",      "names"};
   static constexpr std::string_view flags[] = {"direct_io",    "allow_other", "allow_root",
                                                "auto_unmount", "insecure",    "ro"};
   for (auto known : with_value) {
@@ -148,6 +148,10 @@ std::string take_option(std::string_view item, MountOptions& o) {
     o.dtype = dtype_from_name(*d);
     if (*d != "float16" && *d != "bfloat16" && *d != "float32") o.dtype.reset();
     if (!o.dtype) return fmt::format("invalid dtype '{}' (float16, bfloat16 or float32)", *d);
+  } else if (auto nm = value_of("names")) {
+    const auto names = parse_names(*nm);
+    if (!names) return fmt::format("invalid names '{}' (hf or file)", *nm);
+    o.names = *names;
   } else if (auto z = value_of("shard_size")) {
     auto size = parse_size(*z);
     if (!size) return fmt::format("invalid shard_size '{}' (bytes, or 5GB, 500MB, 2GiB...)", *z);
@@ -209,6 +213,12 @@ std::string take_option_list(std::string_view list, MountOptions& o) {
 }
 
 }  // namespace
+
+std::optional<Names> parse_names(std::string_view value) {
+  if (value == "hf") return Names::hf;
+  if (value == "file") return Names::file;
+  return std::nullopt;
+}
 
 std::optional<std::uint64_t> parse_size(std::string_view text) {
   // The number: digits with at most one point.

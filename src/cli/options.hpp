@@ -2,6 +2,7 @@
 // The command line of `ckptfs [options] CHECKPOINT MOUNTPOINT`, parsed without libfuse.
 #pragma once
 
+#include <ckptfs/format/open_model.hpp>
 #include <ckptfs/model/dtype.hpp>
 #include <ckptfs/source/remote.hpp>
 #include <ckptfs/view/tree.hpp>
@@ -37,6 +38,7 @@ struct MountOptions {
   unsigned busy_poll_us = 200;        // -o busy_poll_us=N: polling for the next request
   unsigned max_read = 0;              // -o max_read=N: the largest READ (0: the kernel's)
   std::optional<DType> dtype;         // -o dtype=NAME: floating tensors served converted
+  Names names = Names::file;          // -o names=hf: a GGUF's tensors as transformers names them
   std::uint64_t shard_size = 0;       // -o shard_size=SIZE: a sharded safetensors export
   Layout layout = Layout::split;      // -o layout=split|rfc: what the root holds
   std::optional<std::uint8_t> files;  // -o files=LIST: a tensor directory's files (KeyFile bits)
@@ -54,7 +56,8 @@ struct MountOptions {
 // `ckptfs SOURCE MOUNTPOINT -o OPTIONS`). -o takes comma-separated options ("-o a,b" or "-oa,b"):
 //   - ckptfs's own: uid=N, gid=N, umask=OCTAL, notify_fd=N, read_ahead_kb=N, busy_poll_us=N,
 //     max_read=N (which ckptfs must also tell libfuse's INIT, or libfuse refuses it),
-//     dtype=float16|bfloat16|float32, shard_size=SIZE (see parse_size()), layout=split|rfc
+//     dtype=float16|bfloat16|float32, names=hf|file, shard_size=SIZE (see parse_size()),
+//     layout=split|rfc
 //     (shard_size with layout=rfc is a usage error: that layout has no safetensors files),
 //     files=NAME[,NAME...] (names of a key directory's files, key_file_bit(): the items after
 //     files= that are such names belong to it, "-o files=data,meta.json,allow_other"; with
@@ -71,6 +74,9 @@ struct ParseResult {
   std::string error;  // non-empty on a usage error
 };
 ParseResult parse_mount_options(const std::vector<std::string>& args);
+
+// The value of names= (-o names=, pack's --names): "hf" or "file"; nullopt for any other.
+std::optional<Names> parse_names(std::string_view value);
 
 // Takes one -o item when it is an option of remote sources (insecure, cacert=FILE,
 // cache_size=SIZE, cache_dir=DIR, cache_dir_size=SIZE, timeout=SECONDS): sets it in `remote`

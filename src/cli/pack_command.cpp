@@ -22,8 +22,8 @@ namespace ckptfs::cli {
 namespace {
 
 constexpr const char* pack_usage =
-    R"(usage: ckptfs pack SRC OUT [--keys GLOB]... [--dtype NAME] [--force] [--progress|--quiet]
-                [-o OPT,...]
+    R"(usage: ckptfs pack SRC OUT [--keys GLOB]... [--dtype NAME] [--names hf] [--force]
+                [--progress|--quiet] [-o OPT,...]
 
 Writes SRC back as one file, OUT, streaming: memory stays bounded whatever the size of the
 tensors, bytes are copied from file to file by the kernel where they can be. OUT appears only
@@ -46,6 +46,9 @@ OUT  gets SRC's permission bits under the umask, as cp gives them; its suffix, i
   --keys GLOB   pack only the keys GLOB matches (fnmatch: * ? [seq] [!seq]; '*' takes '.' too);
                 repeatable: a key any of them matches; a GLOB matching no key is an error
   --dtype NAME  float16, bfloat16 or float32: floating-point tensors converted as torch's .to()
+  --names hf    a GGUF file's tensors under transformers' names, with the values transformers'
+                GGUF loader gives them (Q and K rows un-permuted...), float32 unless --dtype, as
+                a mount's -o names=hf serves them (see ckptfs --help)
   --force       replace OUT if it exists (else: refused, exit 1); it keeps its mode bits
   --progress    show progress even when stderr is no terminal (a line every 2 s); on a
                 terminal it is shown anyway, one line redrawn: bytes, rate, ETA, tensors
@@ -136,6 +139,7 @@ void tell_renamed(const PackResult& result, const std::string& out) {
 int run_pack(const std::vector<std::string>& args) {
   PackOptions options;
   RemoteOptions remote_options;
+  Names names = Names::file;
   std::vector<std::string> positional;
   bool progress = false, quiet = false;
   for (std::size_t i = 0; i < args.size(); ++i) {
@@ -162,6 +166,13 @@ int run_pack(const std::vector<std::string>& args) {
             fmt::format("invalid --dtype {} (float16, bfloat16 or float32)", quote(*name)));
       }
       options.dtype = dtype_from_name(*name);
+    } else if (a == "--names" || a.starts_with("--names=")) {
+      auto given = value("--names");
+      if (!given) return usage_error("--names needs hf or file");
+      const auto parsed = parse_names(*given);
+      if (!parsed)
+        return usage_error(fmt::format("invalid --names {} (hf or file)", quote(*given)));
+      names = *parsed;
     } else if (a == "--progress") {
       progress = true;
     } else if (a == "--quiet" || a == "-q") {
@@ -207,7 +218,10 @@ int run_pack(const std::vector<std::string>& args) {
   const std::string shown = display_location(source);
   try {
     auto remote = remote_for(source, remote_options);
-    OpenedModel opened = open_model(source, open_options(remote.get()));
+    OpenOptions how = open_options(remote.get());
+    how.names = names;
+    OpenedModel opened = open_model(source, how);
+    tell_notes(opened.model(), shown);
     const auto start = std::chrono::steady_clock::now();
     // On a terminal, progress unless --quiet; elsewhere only with --progress.
     const bool tty = ::isatty(STDERR_FILENO) == 1;

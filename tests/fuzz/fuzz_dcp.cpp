@@ -88,7 +88,7 @@ void check(const MemorySource& metadata, const std::string& files) {
   }
   Tree tree(std::move(m.model), {});
   ReadBuffer buffer;
-  tree.read(tree.lookup(Tree::root_ino, "index.json"), 0, 1 << 16, sources, buffer);
+  tree.read(tree.lookup(Tree::views_ino, "index.json"), 0, 1 << 16, sources, buffer);
   for (std::size_t i = 0; i < tree.model().entries.size() && i < 64; ++i) {
     const Tree::Ino dir = tree.lookup(Tree::root_ino, tree.entry_name(i));
     FUZZ_CHECK(dir != 0);

@@ -5,13 +5,16 @@
 // every metadata value is strict JSON; the tree serves each tensor's data as exactly the file's
 // bytes at its offset (the size and offset its meta.json says), and its values (dequantized from
 // fuzzed blocks) at the size the tree gives tensor.npy; index.json and inspect's table and JSON
-// are made.
+// are made. Then -o names=hf of it: refused only as bad_checkpoint; every tensor it keeps or
+// derives served (rows, transposes, w - 1 of fuzzed values) at the size it says, whatever the
+// metadata's head counts; index.json and config.json made.
 #include "fuzz_check.hpp"
 
 #include "../../src/cli/inspect.hpp"
 
 #include <ckptfs/base/error.hpp>
 #include <ckptfs/base/json_reader.hpp>
+#include <ckptfs/format/gguf/gguf_hf.hpp>
 #include <ckptfs/format/gguf/gguf_reader.hpp>
 #include <ckptfs/source/byte_source.hpp>
 #include <ckptfs/view/describe.hpp>
@@ -42,6 +45,35 @@ std::string read_all(const Tree& tree, Tree::Ino ino, const ByteSource& source,
         p.memory ? std::string(p.memory, p.length) : source.read_string(p.source_offset, p.length);
   }
   return got;
+}
+
+// -o names=hf of a model read_gguf() accepted.
+void check_names_hf(Model m, const MemorySource& source) {
+  try {
+    name_gguf_as_transformers(m);
+  } catch (const Error& e) {
+    FUZZ_CHECK(e.code() == ExitCode::bad_checkpoint);
+    return;
+  }
+  const ByteSource* sources[] = {&source};
+  constexpr std::size_t max_read = 1 << 16;
+  for (std::size_t i = 0; i < m.entries.size() && i < 32; ++i) {
+    const Tensor& t = m.tensors[m.entries[i].tensor];
+    const ServedTensor served = serve(m, t);
+    if (served.way == ServedTensor::Way::none) continue;
+    const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(served.nbytes, max_read));
+    ReadBuffer buffer;
+    read_served(m, t, served, served.nbytes - n, n, sources, buffer);
+    FUZZ_CHECK(buffer.size() == n);
+  }
+  const std::size_t files = m.files.size();
+  Tree tree(std::move(m), {});
+  read_all(tree, tree.lookup(Tree::views_ino, "index.json"), source, max_read);
+  if (files != 0) {
+    // Python's JSON (NaN and Infinity for what a file's floats may hold): made, not empty.
+    FUZZ_CHECK(
+        !read_all(tree, tree.lookup(Tree::views_ino, "config.json"), source, 1 << 22).empty());
+  }
 }
 
 void check_gguf(const MemorySource& source) {
@@ -89,6 +121,7 @@ void check_gguf(const MemorySource& source) {
   }
 
   const Model kept = m;
+  check_names_hf(kept, source);
   Tree tree(std::move(m), {});
   constexpr std::size_t max_read = 1 << 16;
   for (std::size_t i = 0; i < kept.entries.size() && i < 32; ++i) {
@@ -118,7 +151,7 @@ void check_gguf(const MemorySource& source) {
       FUZZ_CHECK(values.size() == std::min<std::uint64_t>(st.st_size, max_read));
     }
   }
-  read_all(tree, tree.lookup(Tree::root_ino, "index.json"), source, max_read);
+  read_all(tree, tree.lookup(Tree::views_ino, "index.json"), source, max_read);
 }
 
 }  // namespace

@@ -232,6 +232,36 @@ void gguf_seeds() {
   overlap.header(2, 0).tensor_info("a", {8}, 0, 0).tensor_info("b", {8}, 0, 0).align();
   overlap.bytes += std::string(32, '\0');
   write("gguf", "overlap", overlap.bytes);
+  // -o names=hf: a Llama's Q and K (plain and Q8_0: assemblies, derivations), GPT-2's
+  // transposes, Gemma's norms, Qwen3-MoE's experts (the fuzz target names every file so).
+  GgufWriter llama;
+  llama.key("general.architecture", 8).string("llama").key("llama.block_count", 4).u32(1);
+  llama.key("llama.attention.head_count", 4).u32(2);
+  llama.key("llama.attention.head_count_kv", 4).u32(1);
+  write("gguf", "names_hf_llama",
+        gguf_file({{"blk.0.attn_q.weight", {4, 8}, 0, std::string(128, '\1')},
+                   {"blk.0.attn_k.weight", {32, 4}, 8, std::string(4 * 34, '\x42')},
+                   {"blk.0.attn_v.weight", {4, 4}, 1, std::string(32, '\x3c')},
+                   {"rope_freqs.weight", {2}, 0, std::string(8, '\0')}},
+                  3, false, 32, llama.bytes, 4));
+  GgufWriter gpt2;
+  gpt2.key("general.architecture", 8).string("gpt2").key("gpt2.block_count", 4).u32(1);
+  write("gguf", "names_hf_gpt2",
+        gguf_file({{"blk.0.attn_qkv.weight", {2, 3}, 0, std::string(24, '\1')},
+                   {"blk.0.ffn_up.weight", {32, 3}, 8, std::string(3 * 34, '\x42')},
+                   {"output.weight", {2, 3}, 0, std::string(24, '\2')}},
+                  3, false, 32, gpt2.bytes, 2));
+  GgufWriter gemma;
+  gemma.key("general.architecture", 8).string("gemma3").key("gemma3.block_count", 4).u32(1);
+  write("gguf", "names_hf_gemma",
+        gguf_file({{"blk.0.attn_norm.weight", {4}, 0, f32}}, 3, false, 32, gemma.bytes, 2));
+  GgufWriter moe;
+  moe.key("general.architecture", 8).string("qwen3moe").key("qwen3moe.block_count", 4).u32(1);
+  write("gguf", "names_hf_moe",
+        gguf_file({{"blk.0.ffn_gate_exps.weight", {32, 2, 2}, 8, std::string(4 * 34, '\x42')},
+                   {"blk.0.ffn_up_exps.weight", {32, 2, 2}, 8, std::string(4 * 34, '\x43')},
+                   {"blk.0.ffn_down_exps.weight", {2, 2, 2}, 0, std::string(32, '\1')}},
+                  3, false, 32, moe.bytes, 2));
 }
 
 }  // namespace

@@ -229,8 +229,8 @@ class ExportTests(BrokenTestCase):
 
 
 @needs_corpus
-class PartialZeroTests(BrokenTestCase):
-    def test_partial_zero3_directory(self):
+class PartialZeroCorpusTests(BrokenTestCase):
+    def test_partial_zero3_directory_of_the_corpus(self):
         """The issue's input: every fp32 weight is in optimizer states this copy lacks."""
         path = CORPUS / "formats" / ZERO3
         self.assertTrue(path.is_dir(), f"{path} is missing")

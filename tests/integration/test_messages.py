@@ -604,6 +604,90 @@ class DirectoryTests(MessageTestCase):
         self.assert_refused(d, "io", r'"only.pth": a Git LFS pointer')
 
 
+class ModelDirectoryTests(MessageTestCase):
+    """Issue 29, item 12: a model directory's other files named by mistake, a Trainer's
+    checkpoint-N/, a DeepSpeed `latest` whose tag is not there."""
+
+    ZERO = CORPUS / "formats" / "bigyanghimire__deepspeed-experiments__zero3-bert-model-states-only"
+
+    def safetensors(self, path, key="w"):
+        header = json.dumps({key: {"dtype": "U8", "shape": [2], "data_offsets": [0, 2]}})
+        header = header.encode() + b" " * (-len(header) % 8)
+        path.write_bytes(struct.pack("<Q", len(header)) + header + b"xy")
+
+    def test_other_json_files_of_a_model(self):
+        d = self.new_dir("model")
+        self.safetensors(d / "model.safetensors")
+        config = '{"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2"}'
+        for name, what in (("config.json", r"a model config \(transformers' config.json\), not a "
+                                           r"checkpoint: name its directory, which holds the "
+                                           r"weights$"),
+                           ("generation_config.json", r"a model's generation config, not a "
+                                                      r"checkpoint: name its directory"),
+                           ("tokenizer.json", r"a tokenizer, not a checkpoint: name its "),
+                           ("tokenizer_config.json", r"a tokenizer's config, not a checkpoint"),
+                           ("trainer_state.json", r"a Hugging Face Trainer's state \(of a "
+                                                  r"checkpoint-N directory\), not a checkpoint"),
+                           ("adapter_config.json", r"a PEFT adapter's config, not a checkpoint: "
+                                                   r"name its directory")):
+            with self.subTest(name):
+                (d / name).write_text(config)
+                self.assert_refused(d / name, "io", what)
+        m, proc = self.mount(d)  # its directory mounts the weights
+        self.assertTrue((m / "w" / "data").is_file())
+        self.unmount(m, proc)
+
+    def test_latest_naming_a_tag_that_is_not_there(self):
+        run_dir = self.new_dir("run")
+        (run_dir / "latest").write_text("global_step9\n")
+        missing = (r'latest names the tag "global_step9", which does not exist here: name the '
+                   r"tag directory that holds the \*_model_states.pt files, or write its name "
+                   r"into latest$")
+        self.assert_refused(run_dir, "checkpoint", missing)
+        self.assert_refused(run_dir / "latest", "checkpoint", missing)
+        (run_dir / "global_step9").mkdir()
+        self.assert_refused(run_dir, "io", r'latest names the tag "global_step9", which holds no '
+                                           r"\*_model_states.pt: not a DeepSpeed checkpoint")
+
+    def test_trainer_checkpoint_with_deepspeed(self):
+        """checkpoint-N/ as transformers' Trainer writes it with DeepSpeed (ZeRO-3 with
+        stage3_gather_16bit_weights_on_model_save, two processes): the model's weights, its
+        config, the Trainer's state, arguments and RNG states, and DeepSpeed's checkpoint
+        (`latest`, global_stepN/, zero_to_fp32.py). Naming checkpoint-N/ mounts the model, as
+        from_pretrained(checkpoint-N) loads it; global_stepN/ (or `latest`) the ZeRO
+        checkpoint; without the model's file (ZeRO-3 saving no gathered weights), the ZeRO one."""
+        if not self.ZERO.is_dir():
+            self.skipTest(f"{self.ZERO} is missing")
+        ckpt = self.new_dir("run") / "checkpoint-99"
+        ckpt.mkdir()
+        shutil.copytree(self.ZERO / "global_step99", ckpt / "global_step99")
+        shutil.copy(self.ZERO / "latest", ckpt / "latest")
+        shutil.copy(self.ZERO / "zero_to_fp32.py", ckpt / "zero_to_fp32.py")
+        self.safetensors(ckpt / "model.safetensors", "bert.embeddings.word_embeddings.weight")
+        (ckpt / "config.json").write_text('{"model_type": "bert"}')
+        (ckpt / "generation_config.json").write_text('{"_from_model_config": true}')
+        (ckpt / "trainer_state.json").write_text('{"global_step": 99, "log_history": []}')
+        torch.save({"output_dir": "run", "deepspeed": "ds.json"}, ckpt / "training_args.bin")
+        for rank in (0, 1):
+            torch.save({"python": (3, (), None), "cpu": torch.get_rng_state()},
+                       ckpt / f"rng_state_{rank}.pth")
+        torch.save({"last_epoch": 99}, ckpt / "scheduler.pt")
+        m, proc = self.mount(ckpt)
+        index = json.loads((m / ".ckptfs" / "index.json").read_text())
+        self.assertEqual(index["format"], "safetensors")
+        self.assertEqual([e["key"] for e in index["entries"]],
+                         ["bert.embeddings.word_embeddings.weight"])
+        self.unmount(m, proc)
+        for path in (ckpt / "global_step99", ckpt / "latest"):
+            r = run([CKPTFS, "inspect", "--json", path])
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(json.loads(r.stdout)["format"], "zero")
+        (ckpt / "model.safetensors").unlink()
+        r = run([CKPTFS, "inspect", "--json", ckpt])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(json.loads(r.stdout)["format"], "zero")
+
+
 class LogTests(MessageTestCase):
     """Item 11: -o log=FILE in a daemon and in the foreground; the lost log said."""
 

@@ -921,12 +921,13 @@ class CompletionTests(TempDirTestCase):
         self.assertEqual(self.complete("ckptfs --v"), ["--version"])
         self.assertEqual(self.complete("ckptfs inspect a.pth -"), ["--json"])
         self.assertEqual(self.complete("ckptfs pack a.pth out.pth -"),
-                         sorted(["--keys", "--dtype", "--force", "--progress", "--quiet", "-o",
-                                 "-h", "--help"]))
+                         sorted(["--keys", "--dtype", "--names", "--force", "--progress",
+                                 "--quiet", "-o", "-h", "--help"]))
         self.assertEqual(self.complete("ckptfs pack a.pth --f"), ["--force"])
         self.assertEqual(self.complete("ckptfs pack a.pth out.pth --dtype "),
                          ["bfloat16", "float16", "float32"])
         self.assertEqual(self.complete("ckptfs pack a.pth out.pth --dtype b"), ["bfloat16"])
+        self.assertEqual(self.complete("ckptfs pack a.gguf out.pth --names "), ["file", "hf"])
         self.assertEqual(self.complete("ckptfs pack a.pth --keys "), [])
 
     def test_checkpoint_then_mountpoint(self):
@@ -965,8 +966,8 @@ class CompletionTests(TempDirTestCase):
         self.assertEqual(self.complete("ckptfs -o "), names)
         self.assertEqual(self.complete("ckptfs a.pth mnt -o "), names)
         self.assertEqual(self.complete("ckptfs -o u"), ["uid=", "umask="])
-        self.assertEqual(self.complete("ckptfs -o allow_other,n"), ["allow_other,no_open",
-                                                                        "allow_other,notify_fd="])
+        self.assertEqual(self.complete("ckptfs -o allow_other,n"),
+                         ["allow_other,names=", "allow_other,no_open", "allow_other,notify_fd="])
         self.assertEqual(self.complete("ckptfs -o uid=5,al"), ["5,allow_other", "5,allow_root"])
         self.assertEqual(self.complete("ckptfs -oal"), ["-oallow_other", "-oallow_root"])
         self.assertEqual(self.complete("ckptfs -o uid="), [])
@@ -981,7 +982,7 @@ class CompletionTests(TempDirTestCase):
                          ["data,allow_other,direct_io", "data,allow_other,dtype="])
         remote = sorted(["timeout=", "cache_size=", "cache_dir=", "cache_dir_size=", "cacert=",
                          "insecure"])
-        self.assertEqual(self.complete("ckptfs inspect -o "), remote)
+        self.assertEqual(self.complete("ckptfs inspect -o "), sorted(remote + ["names="]))
         self.assertEqual(self.complete("ckptfs pack a.pth out.pth -o "), remote)
         self.assertEqual(self.complete("ckptfs pack -o cache_size=1G,c"),
                          sorted(["1G,cache_dir=", "1G,cache_dir_size=", "1G,cache_size=",

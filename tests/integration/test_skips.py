@@ -138,10 +138,10 @@ class SkipTests(unittest.TestCase):
             self.assertFalse((self.tmp / "fixtures").exists())
 
     def clone_without_corpus(self):
-        """A copy of the test modules, the scripts and tests/data in self.tmp/clone, as in a
-        fresh clone with nothing beside it (no self.tmp/shared)."""
+        """A copy of the test modules, the scripts, tests/data and the Python package in
+        self.tmp/clone, as in a fresh clone with nothing beside it (no self.tmp/shared)."""
         clone = self.tmp / "clone"
-        for part in ("tests/integration", "tests/data", "scripts"):
+        for part in ("tests/integration", "tests/data", "scripts", "python"):
             shutil.copytree(REPO / part, clone / part,
                             ignore=shutil.ignore_patterns("__pycache__", "s3rver"))
         self.assertFalse((self.tmp / "shared").exists())

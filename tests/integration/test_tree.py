@@ -372,10 +372,11 @@ class ModeTests(MountTestCase):
                 self.assert_modes(mnt, file_mode, dir_mode, f"{oct(mode)} {options}")
                 self.unmount(mnt, proc)
 
-    def test_a_directory_gives_its_own_mode(self):
-        """A sharded set's directory, and a split directory copied out of a mount: the
-        directory's mode (a directory 0750 gives files 0640 and directories 0750), whatever its
-        files' modes."""
+    def test_a_directory_gives_the_strictest_mode(self):
+        """A sharded set's directory, and a split directory copied out of a mount: the strictest
+        of the directory's mode and its files' (a 0750 directory of 0444 files gives files 0440
+        and directories 0750; of 0644 files, 0640 and 0750): a mount never shows more than the
+        files it reads allow (issue 29)."""
         d = self.tmp / "set"
         shutil.copytree(model_fixture_path("sharded_st"), d)
         for f in d.iterdir():
@@ -384,9 +385,13 @@ class ModeTests(MountTestCase):
         split = self.tmp / "split"
         shutil.copytree(mnt, split)
         self.unmount(mnt, proc)
-        for directory in (d, split):
-            for mode, file_mode, dir_mode in ((0o750, 0o640, 0o750), (0o755, 0o644, 0o755),
-                                              (0o700, 0o600, 0o700)):
+        for f in split.rglob("*"):
+            if f.is_file():
+                os.chmod(f, 0o644)
+        cases = {d: ((0o750, 0o440, 0o750), (0o755, 0o444, 0o755), (0o700, 0o400, 0o700)),
+                 split: ((0o750, 0o640, 0o750), (0o755, 0o644, 0o755), (0o700, 0o600, 0o700))}
+        for directory, modes in cases.items():
+            for mode, file_mode, dir_mode in modes:
                 with self.subTest(directory=directory.name, mode=oct(mode)):
                     os.chmod(directory, mode)
                     mnt, proc = self.mount(directory)

@@ -156,6 +156,113 @@ TEST_CASE("a source notices that its file was replaced") {
   CHECK(s.read_string(0, 4) == "1234");  // its own descriptor still reads the old file
 }
 
+TEST_CASE("a Hugging Face cache snapshot: links to its own repository's blobs are followed") {
+  TempDir t;
+  const std::string repo = "hub/models--org--name";
+  t.write(repo + "/blobs/aaa", "weights");
+  t.write(repo + "/blobs/bbb", "config");
+  t.write(repo + "/refs/main", "rev");
+  t.write(repo + "/snapshots/old/model.safetensors", "another revision");
+  t.symlink("../../blobs/aaa", repo + "/snapshots/rev/model.safetensors");
+  t.symlink("../../../blobs/bbb", repo + "/snapshots/rev/sub/config.json");  // nested
+  auto dir = std::make_shared<const Directory>(t.path(repo + "/snapshots/rev"));
+  CHECK(dir->in_hub_snapshot());
+  DirectoryFileSource weights(dir, "model.safetensors");
+  CHECK(read_all(weights) == "weights");
+  CHECK(weights.unchanged(true));
+  CHECK(read_all(DirectoryFileSource(dir, "sub/config.json")) == "config");
+  CHECK(dir->has("model.safetensors", FileKind::regular));
+  // A folder below the snapshot is in it too; and the snapshot named through a link of the
+  // user's own (its real path counts).
+  auto sub = std::make_shared<const Directory>(t.path(repo + "/snapshots/rev/sub"));
+  CHECK(sub->in_hub_snapshot());
+  CHECK(read_all(DirectoryFileSource(sub, "config.json")) == "config");
+  t.symlink(t.path(repo + "/snapshots/rev"), "mine");
+  CHECK(read_all(DirectoryFileSource(std::make_shared<const Directory>(t.path("mine")),
+                                     "model.safetensors")) == "weights");
+  // Listed as the regular files they lead to.
+  auto entries = dir->list("", 10);
+  std::sort(entries.begin(), entries.end(),
+            [](const DirectoryEntry& a, const DirectoryEntry& b) { return a.name < b.name; });
+  REQUIRE(entries.size() == 2);
+  CHECK(entries[0].name == "model.safetensors");
+  CHECK(entries[0].regular);
+  CHECK(entries[1].directory);
+  // datasets-- and spaces-- repositories are laid out alike.
+  t.write("hub/datasets--org--set/blobs/ccc", "rows");
+  t.symlink("../../blobs/ccc", "hub/datasets--org--set/snapshots/r/data.safetensors");
+  CHECK(read_all(DirectoryFileSource(
+            std::make_shared<const Directory>(t.path("hub/datasets--org--set/snapshots/r")),
+            "data.safetensors")) == "rows");
+}
+
+TEST_CASE("a Hugging Face cache snapshot: every other link out is refused") {
+  TempDir outside;
+  outside.write("secret", "shadow");
+  TempDir t;
+  const std::string repo = "models--org--name";
+  const std::string rev = repo + "/snapshots/rev/";
+  t.write(repo + "/blobs/aaa", "weights");
+  t.write(repo + "/refs/main", "rev");
+  t.write(repo + "/snapshots/old/file", "another revision");
+  t.write("models--org--other/blobs/aaa", "another repository");
+  t.symlink(outside.path("secret"), repo + "/blobs/linked");  // a blob that is a link
+  t.symlink("aaa", repo + "/blobs/inside_link");              // even to a blob
+  t.mkdir(repo + "/blobs/folder");
+  t.symlink("../../snapshots/old/file", rev + "other_snapshot");  // another snapshot
+  t.symlink("../../refs/main", rev + "ref");                      // refs/
+  t.symlink("../../blobs/linked", rev + "link_to_linked_blob");
+  t.symlink("../../blobs/inside_link", rev + "link_to_blob_link");
+  t.symlink("../../blobs/folder", rev + "folder_blob");
+  t.symlink(t.path(repo + "/blobs/aaa"), rev + "absolute");  // absolute, even inside
+  t.symlink("../../../models--org--other/blobs/aaa", rev + "other_repo");
+  t.symlink("../../blobs/../../../" + outside.path("secret").substr(1), rev + "climbs");
+  t.symlink(outside.path("secret"), rev + "outside");
+  t.symlink("/proc/self/fd/0", rev + "magic");
+  t.symlink("../../blobs", rev + "blobs_dir");  // a folder link out
+  t.symlink(outside.path(), rev + "out_dir");
+  auto dir = std::make_shared<const Directory>(t.path(rev));
+  REQUIRE(dir->in_hub_snapshot());
+  for (const char* path : {"other_snapshot", "ref", "link_to_linked_blob", "link_to_blob_link",
+                           "absolute", "other_repo", "climbs", "outside", "magic", "blobs_dir/aaa",
+                           "out_dir/secret", "../../blobs/aaa", "../../refs/main"}) {
+    CAPTURE(path);
+    auto [code, message] = refusal([&] { DirectoryFileSource(dir, path); });
+    CHECK(code == ExitCode::bad_checkpoint);
+    CHECK(message.find("leads out of the directory") != std::string::npos);
+    CHECK(message.find("only a link to a regular file of its own repository's blobs/") !=
+          std::string::npos);
+    CHECK_FALSE(dir->has(path, FileKind::regular));
+  }
+  CHECK(refusal([&] { DirectoryFileSource(dir, "folder_blob"); }).second == "is a directory");
+  // blobs/ itself a link (to a folder of the same names elsewhere) is no repository's blobs.
+  t.remove(repo + "/blobs");
+  t.symlink(t.path("models--org--other/blobs"), repo + "/blobs");
+  t.symlink("../../blobs/aaa", rev + "model.safetensors");
+  CHECK(refusal([&] { DirectoryFileSource(dir, "model.safetensors"); }).first ==
+        ExitCode::bad_checkpoint);
+}
+
+TEST_CASE("a snapshot is only a snapshot of a repository folder") {
+  TempDir t;
+  // snapshots/<rev> without a models--, datasets-- or spaces-- folder above it: links stay
+  // refused.
+  for (const std::string repo : {"cache", "models--", "model--org--name"}) {
+    CAPTURE(repo);
+    t.write(repo + "/blobs/aaa", "weights");
+    t.symlink("../../blobs/aaa", repo + "/snapshots/rev/model.safetensors");
+    auto dir = std::make_shared<const Directory>(t.path(repo + "/snapshots/rev"));
+    CHECK_FALSE(dir->in_hub_snapshot());
+    CHECK(refusal([&] { DirectoryFileSource(dir, "model.safetensors"); }).second ==
+          "leads out of the directory (a symbolic link or \"..\")");
+  }
+  // The repository folder itself, or its snapshots/: no snapshot.
+  CHECK_FALSE(Directory(t.path("models--")).in_hub_snapshot());
+  t.mkdir("models--org--name/snapshots");
+  CHECK_FALSE(Directory(t.path("models--org--name")).in_hub_snapshot());
+  CHECK_FALSE(Directory(t.path("models--org--name/snapshots")).in_hub_snapshot());
+}
+
 TEST_CASE("a directory that is none is refused") {
   TempDir t;
   t.write("file", "x");

@@ -231,20 +231,206 @@ TEST_CASE("a missing shard, a shard outside the directory, a bad shard: one erro
   auto [code3, message3] = refusal(dir.path("z.index.json"));
   CHECK(code3 == ExitCode::bad_checkpoint);
   CHECK(message3.starts_with("shard \"bad.safetensors\" (named by the index): the tensors' data"));
-  // A .json that is no index.
-  dir.write("config.json", R"({"hidden_size": 8})");
-  CHECK(refusal(dir.path("config.json")).second ==
+  // A .json that is no index, of no name known.
+  dir.write("settings.json", R"({"hidden_size": 8})");
+  CHECK(refusal(dir.path("settings.json")).second ==
         "index: no weight_map: not the index of a sharded set");
 }
 
-TEST_CASE("symbolic links are followed: the Hugging Face cache is made of them") {
+TEST_CASE("a model's other JSON files named by mistake: what each is and what to name") {
+  TempDir dir;
+  dir.write("model.safetensors", one_tensor("w"));
+  const std::pair<const char*, const char*> named[] = {
+      {"config.json",
+       "a model config (transformers' config.json), not a checkpoint: name its directory, "
+       "which holds the weights"},
+      {"generation_config.json", "a model's generation config, not a checkpoint: name its "},
+      {"tokenizer.json", "a tokenizer, not a checkpoint: name its directory"},
+      {"tokenizer_config.json", "a tokenizer's config, not a checkpoint: name its directory"},
+      {"trainer_state.json",
+       "a Hugging Face Trainer's state (of a checkpoint-N directory), not a checkpoint: name "
+       "its directory, which holds the model's weights"},
+      {"adapter_config.json",
+       "a PEFT adapter's config, not a checkpoint: name its directory, "
+       "which holds the adapter's weights (adapter_model.safetensors)"},
+      {"model_index.json",
+       "a diffusers pipeline's index, not a checkpoint: name the directory "
+       "of one of its components"}};
+  for (const auto& [name, message] : named) {
+    CAPTURE(name);
+    dir.write(name, R"({"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2"})");
+    auto [code, text] = refusal(dir.path(name));
+    CHECK(code == ExitCode::io);
+    CHECK(text.starts_with(message));
+  }
+  // The directory itself mounts the weights beside them.
+  CHECK(keys(open_model(dir.path()).model()) == std::vector<std::string>{"w"});
+  // An index that happens to bear such a name is still read as one.
+  dir.write("config.json", index_json({{"w", "model.safetensors"}}));
+  CHECK(keys(open_model(dir.path("config.json")).model()) == std::vector<std::string>{"w"});
+}
+
+TEST_CASE("members that lead out of the directory are refused, what was named is followed") {
+  TempDir outside;
+  outside.write("secret.safetensors", one_tensor("secret"));
+  outside.write("model.safetensors", one_tensor("secret"));
+  TempDir dir;
+  // A sharded set whose second shard is a link out, and one whose folder is.
+  dir.write("set/a.safetensors", one_tensor("a"));
+  fs::create_symlink(outside.path("secret.safetensors"), dir.path("set/b.safetensors"));
+  fs::create_symlink(outside.path(), dir.path("set/sub"));
+  const std::string index = dir.write("set/model.safetensors.index.json",
+                                      index_json({{"a", "a.safetensors"}, {"b", "b.safetensors"}}));
+  const std::string by_folder =
+      dir.write("set/by_folder.index.json", index_json({{"s", "sub/secret.safetensors"}}));
+  const std::string leads_out = "leads out of the directory (a symbolic link or \"..\")";
+  CHECK(refusal(index) == std::pair{ExitCode::bad_checkpoint,
+                                    "shard \"b.safetensors\" (named by the index): " + leads_out});
+  CHECK(refusal(by_folder) ==
+        std::pair{ExitCode::bad_checkpoint,
+                  "shard \"sub/secret.safetensors\" (named by the index): " + leads_out});
+  // The index itself named through a link: followed, its shards beside the link.
+  dir.write("own/a.safetensors", one_tensor("a"));
+  dir.write("own/b.safetensors", one_tensor("b"));
+  fs::create_symlink(index, dir.path("own/model.safetensors.index.json"));
+  CHECK(keys(open_model(dir.path("own/model.safetensors.index.json")).model()) ==
+        std::vector<std::string>{"a", "b"});
+
+  // A GGUF split set with a file that is a link out; the file named may be a link itself.
+  GgufWriter kv0, kv1;
+  kv0.key("split.no", 2).u16(0).key("split.count", 2).u16(2);
+  kv1.key("split.no", 2).u16(1).key("split.count", 2).u16(2);
+  const std::string part0 =
+      gguf_file({{"a", {4}, 0, std::string(16, '\1')}}, 3, false, 32, kv0.bytes, 2);
+  const std::string part1 =
+      gguf_file({{"b", {4}, 0, std::string(16, '\2')}}, 3, false, 32, kv1.bytes, 2);
+  dir.write("gguf/m-00001-of-00002.gguf", part0);
+  outside.write("m-00002-of-00002.gguf", part1);
+  fs::create_symlink(outside.path("m-00002-of-00002.gguf"), dir.path("gguf/m-00002-of-00002.gguf"));
+  CHECK(refusal(dir.path("gguf/m-00001-of-00002.gguf")) ==
+        std::pair{ExitCode::bad_checkpoint, "split file \"m-00002-of-00002.gguf\": " + leads_out});
+  CHECK(refusal(dir.path("gguf")).second ==
+        "\"m-00001-of-00002.gguf\": split file \"m-00002-of-00002.gguf\": " + leads_out);
+  outside.write("m-00001-of-00002.gguf", part0);
+  dir.write("gguf2/m-00002-of-00002.gguf", part1);
+  fs::create_symlink(outside.path("m-00001-of-00002.gguf"),
+                     dir.path("gguf2/m-00001-of-00002.gguf"));
+  CHECK(keys(open_model(dir.path("gguf2/m-00001-of-00002.gguf")).model()) ==
+        std::vector<std::string>{"a", "b"});
+  CHECK(refusal(dir.path("gguf2/m-00002-of-00002.gguf")).second ==
+        "split file \"m-00001-of-00002.gguf\": " + leads_out);
+
+  // A directory whose one checkpoint is a link out: the user named the directory, not it.
+  fs::create_directories(dir.path("single"));
+  fs::create_symlink(outside.path("model.safetensors"), dir.path("single/model.safetensors"));
+  CHECK(refusal(dir.path("single")) ==
+        std::pair{ExitCode::bad_checkpoint, "\"model.safetensors\": " + leads_out});
+  // Named itself, it is followed.
+  CHECK(keys(open_model(dir.path("single/model.safetensors")).model()) ==
+        std::vector<std::string>{"secret"});
+}
+
+TEST_CASE("a Hugging Face cache snapshot mounts: its links to its own blobs are followed") {
   TempDir cache;
-  cache.write("blobs/0123abcd", one_tensor("w"));
-  fs::create_directories(cache.path("snapshots/rev"));
-  fs::create_symlink("../../blobs/0123abcd", cache.path("snapshots/rev/model-1.safetensors"));
-  cache.write("snapshots/rev/model.safetensors.index.json",
-              index_json({{"w", "model-1.safetensors"}}));
-  CHECK(keys(open_model(cache.path("snapshots/rev")).model()) == std::vector<std::string>{"w"});
+  const std::string repo = "hub/models--org--name/";
+  const std::string rev = repo + "snapshots/0123abcd/";
+  cache.write(repo + "blobs/s1", one_tensor("w"));
+  cache.write(repo + "blobs/s2", one_tensor("v"));
+  cache.write(repo + "blobs/ix",
+              index_json({{"w", "model-1.safetensors"}, {"v", "sub/model-2.safetensors"}}));
+  cache.write(repo + "blobs/cf", R"({"model_type": "gpt2"})");
+  cache.write(repo + "refs/main", "0123abcd");
+  fs::create_directories(cache.path(rev + "sub"));
+  fs::create_symlink("../../blobs/s1", cache.path(rev + "model-1.safetensors"));
+  fs::create_symlink("../../../blobs/s2", cache.path(rev + "sub/model-2.safetensors"));
+  fs::create_symlink("../../blobs/ix", cache.path(rev + "model.safetensors.index.json"));
+  fs::create_symlink("../../blobs/cf", cache.path(rev + "config.json"));
+  const std::vector<std::string> both{"w", "v"};
+  CHECK(keys(open_model(cache.path(rev)).model()) == both);
+  CHECK(keys(open_model(cache.path(rev + "model.safetensors.index.json")).model()) == both);
+  // A snapshot's link to another revision, or to refs/, is no blob.
+  cache.write(repo + "snapshots/old/model-1.safetensors", one_tensor("old"));
+  fs::remove(cache.path(rev + "model-1.safetensors"));
+  fs::create_symlink("../old/model-1.safetensors", cache.path(rev + "model-1.safetensors"));
+  CHECK(refusal(cache.path(rev))
+            .second.starts_with("\"model.safetensors.index.json\": shard \"model-1.safetensors\" "
+                                "(named by the index): "
+                                "leads out of the directory"));
+  // The same tree without the repository folder's name is no snapshot: nothing is followed.
+  TempDir plain;
+  plain.write("blobs/s1", one_tensor("w"));
+  fs::create_directories(plain.path("snapshots/rev"));
+  fs::create_symlink("../../blobs/s1", plain.path("snapshots/rev/model.safetensors"));
+  CHECK(refusal(plain.path("snapshots/rev")).first == ExitCode::bad_checkpoint);
+}
+
+TEST_CASE("a Trainer's checkpoint-N: the model's weights, its own files and ZeRO's left aside") {
+  TempDir run;
+  const std::string ckpt = run.path("checkpoint-5");
+  fs::create_directories(ckpt);
+  run.write("checkpoint-5/model.safetensors", one_tensor("w"));
+  run.write("checkpoint-5/config.json", R"({"model_type": "gpt2"})");
+  run.write("checkpoint-5/trainer_state.json", R"({"global_step": 5})");
+  const std::string saved =
+      torch_zip(state_dict_pickle({{"w", "0", 2, 0, {2}, {1}}}), {{"0", floats(2)}});
+  for (const char* name : {"training_args.bin", "optimizer.pt", "scheduler.pt", "scaler.pt",
+                           "rng_state.pth", "rng_state_0.pth", "rng_state_1.pth"}) {
+    run.write(std::string("checkpoint-5/") + name, saved);
+  }
+  CHECK(keys(open_model(ckpt).model()) == std::vector<std::string>{"w"});
+  CHECK(open_model(ckpt).model().sources == std::vector<std::string>{"model.safetensors"});
+  // Without trainer_state.json they are checkpoints like any other.
+  fs::rename(run.path("checkpoint-5/trainer_state.json"), run.path("state.json"));
+  CHECK(refusal(ckpt).second.starts_with("a directory of 8 checkpoints: "));
+  fs::rename(run.path("state.json"), run.path("checkpoint-5/trainer_state.json"));
+  // With DeepSpeed: `latest` and global_step5/ beside the model: the model still.
+  run.write("checkpoint-5/latest", "global_step5");
+  run.write("checkpoint-5/global_step5/mp_rank_00_model_states.pt", saved);
+  run.write("checkpoint-5/zero_to_fp32.py", "# DeepSpeed's script");
+  CHECK(open_model(ckpt).model().format == Format::safetensors);
+  // ZeRO-3 without gathered weights saves no model file: the ZeRO checkpoint is what there is.
+  fs::remove(run.path("checkpoint-5/model.safetensors"));
+  auto [code, message] = refusal(ckpt);
+  CHECK(message.starts_with("\"global_step5/mp_rank_00_model_states.pt\": "));
+  // Two model files are still two.
+  run.write("checkpoint-5/model.safetensors", one_tensor("w"));
+  run.write("checkpoint-5/other.safetensors", one_tensor("o"));
+  CHECK(refusal(ckpt).second.starts_with(
+      "a directory of 2 checkpoints: \"model.safetensors\", \"other.safetensors\": "));
+}
+
+TEST_CASE("latest naming a tag that is not there: the message names latest") {
+  TempDir run;
+  run.write("latest", "global_step7\n");
+  run.write("zero_to_fp32.py", "# DeepSpeed's script");
+  const std::string missing =
+      "latest names the tag \"global_step7\", which does not exist here: name the tag "
+      "directory that holds the *_model_states.pt files, or write its name into latest";
+  CHECK(refusal(run.path()) == std::pair{ExitCode::bad_checkpoint, missing});
+  CHECK(refusal(run.path("latest")) == std::pair{ExitCode::bad_checkpoint, missing});
+  fs::create_directories(run.path("global_step7"));
+  CHECK(refusal(run.path()) ==
+        std::pair{ExitCode::io, std::string("latest names the tag \"global_step7\", which holds "
+                                            "no *_model_states.pt: not a DeepSpeed checkpoint "
+                                            "directory")});
+}
+
+TEST_CASE("the permissions of a model of several files: the strictest of them all") {
+  TempDir dir;
+  const std::string a = dir.write("a.safetensors", one_tensor("a"));
+  const std::string b = dir.write("b.safetensors", one_tensor("b"));
+  const std::string index = dir.write("model.safetensors.index.json",
+                                      index_json({{"a", "a.safetensors"}, {"b", "b.safetensors"}}));
+  for (const std::string& f : {a, b, index}) REQUIRE(::chmod(f.c_str(), 0644) == 0);
+  CHECK(open_model(index).permissions() == 0644);
+  CHECK(open_model(dir.path()).permissions() == 0644);
+  REQUIRE(::chmod(b.c_str(), 0600) == 0);
+  CHECK(open_model(index).permissions() == 0600);
+  CHECK(open_model(dir.path()).permissions() == 0600);
+  REQUIRE(::chmod(b.c_str(), 0644) == 0);
+  REQUIRE(::chmod(index.c_str(), 0640) == 0);
+  CHECK(open_model(index).permissions() == 0640);
+  CHECK(open_model(a).permissions() == 0644);
 }
 
 TEST_CASE("a hundred shards: each opened once, in parallel, the first failure in order wins") {
@@ -265,7 +451,8 @@ TEST_CASE("a hundred shards: each opened once, in parallel, the first failure in
     return open_local_file(location);
   };
   OpenedModel opened = open_model(index, options);
-  CHECK(opens == 101);  // the index and each shard once
+  CHECK(opens == 1);  // the index; the shards are members, opened beneath its directory
+  CHECK(opened.sources().size() == 100);  // each once
   CHECK(opened.model().entries.size() == 200);
   CHECK(opened.model().sources.size() == 100);
   for (std::size_t i = 0; i < 200; ++i) {

@@ -680,10 +680,11 @@ TEST_CASE("ranks missing, partitions short, group counts that disagree: broken, 
     outside.write("x.pt", "whatever");
     t.remove("global_step3/bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt");
     t.symlink(outside.path("x.pt"), "global_step3/bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt");
-    // A link leading out is no file of the listing: one rank fewer.
-    CHECK(broken_of(read_zero_directory(t.path()), "layer.weight")
-              .starts_with(
-                  "expected 2 *_optim_states.pt files (rank 0's partition_count) but found 1"));
+    // Listed as glob lists it, and refused when opened: the fp32 weights broken, saying so.
+    CHECK(broken_of(read_zero_directory(t.path()), "layer.weight") ==
+          "the optimizer states of rank 1: "
+          "\"global_step3/bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt\": leads out of the "
+          "directory (a symbolic link or \"..\")");
   }
 }
 
@@ -726,16 +727,33 @@ TEST_CASE("what is refused: files of other kinds, latest naming what it may not"
                                 "it must name a directory beneath the checkpoint's")});
     t.write("latest", "global_step4");
     CHECK(refusal(t.path()).second ==
-          "latest names the tag \"global_step4\", which is no directory here");
+          "latest names the tag \"global_step4\", which does not exist here: name the tag "
+          "directory that holds the *_model_states.pt files, or write its name into latest");
     CHECK_FALSE(looks_like_zero_directory(t.path()));
+    t.write("global_step4", "a file");
+    CHECK(refusal(t.path()).second.starts_with(
+        "latest names the tag \"global_step4\", which is no directory: "));
+    t.remove("global_step4");
+    t.mkdir("global_step4");
+    CHECK(refusal(t.path()).second ==
+          "latest names the tag \"global_step4\", which holds no *_model_states.pt: not a "
+          "DeepSpeed checkpoint directory");
+    TempDir outside;
+    t.remove("global_step4");
+    t.symlink(outside.path(), "global_step4");
+    CHECK(refusal(t.path()).second.starts_with(
+        "latest names the tag \"global_step4\", which is no directory beneath this one: "));
   }
   SUBCASE("a model states file leading out of the directory") {
     TempDir outside;
     outside.write("m.pt", "whatever");
     t.remove("global_step3/mp_rank_00_model_states.pt");
     t.symlink(outside.path("m.pt"), "global_step3/mp_rank_00_model_states.pt");
-    // Not listed (a link leading out is no regular file beneath it): nothing to mount.
-    CHECK(refusal(t.path()).first == ExitCode::io);
+    // Listed, and refused when opened, saying why.
+    CHECK(refusal(t.path()) ==
+          std::pair{ExitCode::bad_checkpoint,
+                    std::string("\"global_step3/mp_rank_00_model_states.pt\": leads out of the "
+                                "directory (a symbolic link or \"..\")")});
   }
 }
 
@@ -786,9 +804,10 @@ TEST_CASE("by URL: the files found by DeepSpeed's names, what is not there told 
   // A refused (403) name is passed over as not there, as S3 refuses a missing key.
   refuse = "mp_rank_00_model_states.pt";
   CHECK_THROWS_WITH_AS(read_zero_remote("https://h/run/", open),
-                       "no DeepSpeed model states (\"global_step3/mp_rank_00_model_states.pt\": "
-                       "403; \"global_step3/zero_pp_rank_0_mp_rank_00_model_states.pt\": 403): "
-                       "not a DeepSpeed checkpoint directory",
+                       "latest names the tag \"global_step3\", in which no DeepSpeed model "
+                       "states were found (\"global_step3/mp_rank_00_model_states.pt\": 403; "
+                       "\"global_step3/zero_pp_rank_0_mp_rank_00_model_states.pt\": 403): not a "
+                       "DeepSpeed checkpoint directory",
                        Error);
   // The optimizer states not there: the fp32 weights broken, saying so.
   refuse = "optim_states.pt";

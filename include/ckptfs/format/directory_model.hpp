@@ -17,6 +17,8 @@ struct DirectoryModel {
   // The newest mtime and ctime of the files read that are no sources (index.json, meta.json,
   // value.json, map.pt): with the sources' own, the times of a mounted tree.
   SourceTimes times;
+  // The permission bits all those files have (permission_bits(), their modes ANDed).
+  mode_t permissions = 0777;
 };
 
 }  // namespace ckptfs

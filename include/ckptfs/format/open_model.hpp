@@ -4,6 +4,7 @@
 #pragma once
 
 #include <ckptfs/format/dcp/dcp_reader.hpp>
+#include <ckptfs/format/gguf/gguf_hf.hpp>
 #include <ckptfs/format/gguf/gguf_reader.hpp>
 #include <ckptfs/format/hdf5/hdf5_reader.hpp>
 #include <ckptfs/format/npz/npz_reader.hpp>
@@ -15,6 +16,7 @@
 #include <ckptfs/format/zero/zero_reader.hpp>
 #include <ckptfs/model/model.hpp>
 #include <ckptfs/source/byte_source.hpp>
+#include <ckptfs/source/members.hpp>
 
 #include <functional>
 #include <memory>
@@ -23,13 +25,16 @@
 
 namespace ckptfs {
 
-// Opens one location (a local path; a URL when a remote opener is given) as a source. Throws
-// Error(io) naming the problem when it cannot. Called from several threads at once (the shards
-// of a sharded set are opened in parallel).
-using SourceOpener = std::function<std::unique_ptr<ByteSource>(const std::string& location)>;
+// OpenOptions::open (SourceOpener, source/members.hpp) opens what the user named (a local path;
+// a URL when a remote opener is given) and a URL's members; a local checkpoint's members are
+// opened beneath its directory (CheckpointMembers), never through it.
 
 // Local files: FileSource.
 std::unique_ptr<ByteSource> open_local_file(const std::string& path);
+
+// How a model's keys are named: as its file names them, or (a GGUF file) as transformers'
+// GGUF loader names its parameters (format/gguf/gguf_hf.hpp).
+enum class Names : std::uint8_t { file, hf };
 
 struct OpenOptions {
   ReadLimits limits;              // torch.save files
@@ -43,14 +48,18 @@ struct OpenOptions {
   NpzLimits npz;                  // .npz files
   Hdf5Limits hdf5;                // HDF5 files (.h5, .weights.h5) and .keras archives
   SourceOpener open = open_local_file;
+  // Names::hf: a GGUF model is named and transformed by name_gguf_as_transformers(); any other
+  // model keeps its keys, and a note (Model::notes) says so.
+  Names names = Names::file;
 };
 
 // A model with the sources it reads from; sources()[i] holds the bytes of Storage::source i.
 class OpenedModel {
  public:
-  // times(): the newest of the sources' times and `other_times` (an index read to find them).
+  // times(): the newest of the sources' times and `other_times` (an index read to find them);
+  // permissions(): the bits every local source has, and `other_permissions` (that index's).
   OpenedModel(std::vector<std::unique_ptr<ByteSource>> sources, Model model,
-              SourceTimes other_times = {});
+              SourceTimes other_times = {}, mode_t other_permissions = 0777);
   OpenedModel(OpenedModel&&) noexcept = default;
   OpenedModel& operator=(OpenedModel&&) noexcept = default;
 
@@ -61,42 +70,53 @@ class OpenedModel {
   // The newest mtime and the newest ctime of the files the model was read from: the times of
   // the mounted tree, which change only when one of those files does.
   const SourceTimes& times() const noexcept { return times_; }
+  // The permission bits all the local files the model was read from have (their modes ANDed:
+  // a set of 0600 and 0644 files is 0600); 0777 when none is local. A mount of the model is
+  // no less strict than the strictest of its files.
+  mode_t permissions() const noexcept { return permissions_; }
 
  private:
   std::vector<std::unique_ptr<ByteSource>> owned_;
   std::vector<const ByteSource*> raw_;
   Model model_;
   SourceTimes times_;
+  mode_t permissions_ = 0777;
 };
 
-// Opens what `location` names and reads it with the reader it calls for:
+// Opens what `location` names and reads it with the reader it calls for. What the user named is
+// followed wherever its links lead; the files it names or holds (its members: shards, split
+// files, .distcp files, the file a directory mount chooses) are opened with CheckpointMembers
+// (source/members.hpp): beneath its local directory (a link that leads out is refused, but for
+// a Hugging Face cache snapshot's links to its blobs), or beside its URL with options.open.
 //   - a local directory: an RFC directory when it holds map.pt (read_rfc_directory()); a split
 //     directory when it holds index.json or a subdirectory holding meta.json or value.json
 //     (read_split_directory(); whatever else is there: a mount's model.safetensors copied
-//     along); a PyTorch DCP checkpoint when it holds .metadata (as the file below; what else
-//     is there, such as Megatron's common.pt and metadata.json, is not read, as
-//     dcp_to_torch_save reads none of it); else the first of model.safetensors,
-//     model.safetensors.index.json, pytorch_model.bin, pytorch_model.bin.index.json in it
-//     (transformers' order); else a DeepSpeed ZeRO checkpoint when it holds *_model_states.pt
-//     files or a `latest` naming a directory that does (read_zero_directory(); a Hugging Face
-//     Trainer's checkpoint-N/ with a model.safetensors mounts that file: name its
-//     global_stepN/ for the ZeRO checkpoint); else its one *.index.json; else, without any,
-//     its one *.safetensors; else its one *.gguf file or GGUF split set. Several candidates
-//     and none of those names (two *.index.json, say) is an error asking to name the one to
-//     mount;
+//     along); otherwise its one checkpoint (choose_checkpoint_in(), directory_choice.hpp): a
+//     PyTorch DCP checkpoint when it holds .metadata (as the file below; what else is there,
+//     such as Megatron's common.pt and metadata.json, is not read, as dcp_to_torch_save reads
+//     none of it); transformers' names first (model.safetensors, model.safetensors.index.json,
+//     pytorch_model.bin, pytorch_model.bin.index.json); a DeepSpeed ZeRO checkpoint when it holds
+//     *_model_states.pt files or a `latest` (read_zero_directory(); a Hugging Face Trainer's
+//     checkpoint-N/ with its model's weights mounts those: name its global_stepN/ for the ZeRO
+//     checkpoint); its one *.index.json, *.safetensors, *.gguf file or GGUF split set. Several
+//     candidates (two *.index.json, say) is an error asking to name the one to mount;
+//   - a local file named `latest`: the DeepSpeed ZeRO checkpoint of its directory, as a URL;
 //   - a file or URL named .metadata: a PyTorch DCP checkpoint (read_dcp()), the files it names
-//     its siblings (sibling_location()), opened with options.open as their items are read;
+//     its members, opened as their items are read (one that cannot be opened or leads out of the
+//     directory breaks the tensors it holds);
 //   - a URL whose path ends in '/' or "/latest": a DeepSpeed ZeRO checkpoint
 //     (read_zero_remote(): its files found by DeepSpeed's names beside it, opened with
 //     options.open);
-//   - a file or URL named *.json: the index of a sharded set (read_shard_index()). Its shards
-//     (sibling_location() of the index, source/location.hpp: URLs too) are opened with
-//     options.open, each once, and read in parallel (at most 8 at a time), each as a file
-//     below; the first that fails, in the index's order, is the error, naming it;
+//   - a file or URL named *.json: the index of a sharded set (read_shard_index()). Its shards,
+//     members, are each opened once and read in parallel (at most 8 at a time), each as a file
+//     below; the first that fails, in the index's order, is the error, naming it. A model's
+//     other JSON file (config.json, tokenizer.json...: companion_file_kind()) that is no index
+//     is refused (io) saying what it is and what to name;
 //   - a file named *.safetensors or whose first bytes are a safetensors header length and '{':
 //     read_safetensors();
 //   - a file named like a GGUF split set's ("<prefix>-00002-of-00005.gguf"): every file of the
-//     set, opened and read in parallel as the shards above, combined by combine_gguf_splits();
+//     set (the others members), read in parallel as the shards above, combined by
+//     combine_gguf_splits();
 //   - a file starting with "GGUF": read_gguf();
 //   - a file named *.npz, or a zip whose first member is named *.npy: read_npz();
 //   - a file named *.keras, or a zip whose first member is metadata.json, config.json or
@@ -105,7 +125,8 @@ class OpenedModel {
 //     read_hdf5();
 //   - a zip: torch.save's (TorchScript and torch.package are refused); a file starting with '{':
 //     an index; anything else: the legacy torch stream (read_torch()).
-// Model::sources are relative to the directory of what was named (for a single file, its name).
+// Then options.names applies. Model::sources are relative to the directory of what was named
+// (for a single file, its name).
 // Throws Error with the exit code of the problem, its message without the location (the caller
 // names it); a shard's problem names the shard.
 OpenedModel open_model(const std::string& location, const OpenOptions& options = {});

@@ -11,6 +11,7 @@
 #include <ckptfs/model/plain_value.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -154,6 +155,35 @@ struct Assembly {
   std::vector<std::uint32_t> cells_;
 };
 
+// A tensor whose values are computed on read from other tensors' values, where neither a
+// strided view of a storage nor an assembly of pieces can say them: a GGUF file's tensor as
+// transformers' GGUF loader gives it (format/gguf/gguf_hf.hpp) when its source is block-quantized
+// or its values change. Each source's values are taken as served in float32 (dequantized, or
+// converted as torch converts); the tensor, float32, serves in C order:
+//   - `transpose` false: rows of `row_length` elements, each a row of a source (elements
+//     [r × row_length, (r + 1) × row_length) of the source's C order are its row r), run by run:
+//     a run gives `count` rows, the source's rows first, first + step, first + 2 step...;
+//   - `transpose` true: the transpose of its one run's source, a 2-d [m, n] tensor ([n, m]);
+// then `op` applied to each value with float32 arithmetic (numpy's: what transformers computes).
+// check_derivation() (model/derivation.hpp) validates one; view/derived.hpp serves it.
+struct Derivation {
+  struct Run {
+    std::size_t source = 0;   // index into Model::tensors: a tensor that is not derived itself
+    std::uint64_t at = 0;     // the tensor's row the run starts at: the earlier runs' rows
+    std::uint64_t first = 0;  // the source row of the run's first row
+    std::uint64_t count = 0;  // rows
+    std::uint64_t step = 1;   // source rows from one of the run's rows to the next
+  };
+  enum class Op : std::uint8_t {
+    none,
+    minus_one,  // w - 1: Gemma's and Nemotron's norm weights, which llama.cpp stores as w + 1
+  };
+  std::vector<Run> runs;
+  std::uint64_t row_length = 1;
+  bool transpose = false;
+  Op op = Op::none;
+};
+
 struct Tensor {
   DType dtype = DType::float32;
   std::vector<std::int64_t> shape;
@@ -172,7 +202,13 @@ struct Tensor {
   // of the stored dtype; every view serves `dtype`, converted on read (view/served.hpp), which
   // the reader makes sure convert() can do (stored_convertible(), model/dtype.hpp).
   std::optional<DType> stored_dtype;
+  // Index into Model::derivations when the tensor's values are computed from other tensors'
+  // (storage and assembly are then none, stride C order), else no_derivation: 4 bytes where
+  // the struct has room for them.
+  static constexpr std::uint32_t no_derivation = 0xffffffff;
+  std::uint32_t derivation = no_derivation;
 
+  bool derived() const noexcept { return derivation != no_derivation; }
   std::uint64_t numel() const noexcept;   // valid when !broken (checked for overflow)
   std::uint64_t nbytes() const noexcept;  // numel × element size: the logical tensor in C order
   DType stored() const noexcept { return stored_dtype.value_or(dtype); }
@@ -243,6 +279,31 @@ struct Model {
   // ("hdf5": a dataset's path, layout, chunks, filters). Empty when the format has none.
   std::string tensor_details_key;
   std::vector<std::string> tensor_details;
+  std::vector<Derivation> derivations;  // of the derived tensors (Tensor::derivation)
+
+  // What an entry was in the file, when a naming of the model's keys other than the file's
+  // changed it (-o names=hf: a GGUF file's tensors under transformers' names): its key there
+  // and how its values were made from it ("" when they are the file's). By entry when any
+  // entry has one; empty otherwise.
+  struct Origin {
+    std::string key;
+    std::string how;
+  };
+  std::vector<Origin> origins;
+
+  // A file of the model beside its tensors (a config.json made from a GGUF file's metadata),
+  // shown in the views folder under `name`. `make` gives its bytes from the model and the dtype
+  // the view converts floating-point tensors to (-o dtype; none: as the model serves them); the
+  // view calls it once, on first use, from any thread.
+  struct File {
+    std::string name;
+    std::function<std::string(const Model&, std::optional<DType>)> make;
+  };
+  std::vector<File> files;
+
+  // What a user should know about how the model was read, one line each (an architecture
+  // -o names=hf does not know): said on standard error and in index.json.
+  std::vector<std::string> notes;
 
   // Where the tensor's first byte is in its storage, when the tensor is servable, its bytes in C
   // order (as stored: stored_nbytes(); a block-quantized tensor's: its blocks) are one range of

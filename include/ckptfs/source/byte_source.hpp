@@ -109,6 +109,11 @@ struct FileIdentity {
 FileIdentity file_identity(const struct stat& st) noexcept;
 bool same_identity(const struct stat& st, const FileIdentity& identity) noexcept;
 
+// The permission bits (st_mode & 0777) of the file a source reads, by fstat() of its
+// descriptor; 0777 when it has none (memory, a remote object): what the modes of a mount of
+// several files are the strictest of (OpenedModel::permissions()).
+mode_t permission_bits(const ByteSource& source) noexcept;
+
 // Reads exactly out.size() bytes at `offset` of descriptor `fd` (pread, retried on EINTR).
 // Throws Error(io) when a read fails or the file ends first ("file shrank while being read").
 void pread_exactly(int fd, std::uint64_t offset, std::span<std::byte> out);

@@ -52,10 +52,16 @@ void write_tensor_fields(JsonWriter& json, const Model& model, std::size_t entry
                          const SharingIndex& sharing,
                          std::optional<DType> convert_to = std::nullopt);
 
+// Writes, into an open JSON object, what entry `entry_index` was in the file when the model's
+// naming changed it (Model::origins: -o names=hf): "original_key" (the file's name of it) and
+// "transform" (how its values were made from it; null when they are the file's). Nothing for a
+// model without origins.
+void write_origin(JsonWriter& json, const Model& model, std::size_t entry_index);
+
 // Writes, into an open JSON object, "sources": [Model::sources...] and "metadata": {key: value}
 // (Model::metadata: safetensors' __metadata__, a sharded set's index metadata; {} when none),
 // then Model::json_metadata's values in it too, and their types in "metadata_types": {key: type}
-// (a GGUF file's; only when there are some).
+// (a GGUF file's; only when there are some), and "notes": [Model::notes...] when there are some.
 void write_sources_and_metadata(JsonWriter& json, const Model& model);
 
 // A source that is a local file, as the mount opened it. index.json publishes it

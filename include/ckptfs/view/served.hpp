@@ -27,6 +27,8 @@ struct ServedTensor {
               // or from its pieces), each element's bytes reversed (a complex number's halves)
     dequantize,  // a block-quantized tensor's values: its blocks, from one range of its storage,
                  // dequantized on read (view/dequantize.hpp), then converted to `dtype`
+    derive,      // a derived tensor's values (model.hpp's Derivation), computed on read from
+                 // its sources' float32 values (view/derived.hpp), then converted to `dtype`
   };
   Way way = Way::none;
   DType dtype = DType::float32;   // of the bytes served
@@ -58,13 +60,15 @@ enum class ByteOrder : std::uint8_t { as_stored, little };
 //
 // A block-quantized tensor (Tensor::blocks) is served as its values: Way::dequantize to float32,
 // or to `convert_to` when convertible(float32, convert_to); Way::none with nbytes 0 when they
-// are not served (values_not_served()).
+// are not served (values_not_served()). A derived tensor (Tensor::derivation) likewise, by
+// Way::derive.
 ServedTensor serve(const Model& model, const Tensor& tensor,
                    std::optional<DType> convert_to = std::nullopt,
                    ByteOrder order = ByteOrder::as_stored);
 
 // What an entry's `data` file serves: serve()'s bytes, except for a block-quantized tensor: its
-// blocks as stored (Way::range, dtype uint8, nbytes stored_nbytes()), its values or not.
+// blocks as stored (Way::range, dtype uint8, nbytes stored_nbytes()), its values or not. A
+// derived tensor's `data` is its values (it has no bytes of its own).
 ServedTensor serve_data(const Model& model, const Tensor& tensor,
                         std::optional<DType> convert_to = std::nullopt);
 
@@ -76,8 +80,9 @@ ServedTensor serve_data(const Model& model, const Tensor& tensor,
 std::uint64_t nominal_nbytes(const Tensor& tensor, bool data = false) noexcept;
 
 // Why a servable tensor's values are not served although its `data` is: a block-quantized
-// tensor of a format dequantize() does not handle, or whose blocks are big-endian; empty for
-// every other tensor (a broken one too: Tensor::broken says why).
+// tensor of a format dequantize() does not handle, or whose blocks are big-endian, or a derived
+// tensor one of whose sources' values are not served as float32; empty for every other tensor
+// (a broken one too: Tensor::broken says why).
 std::string_view values_not_served(const Model& model, const Tensor& tensor);
 
 // The bytes that reverse together when an element of `dtype` changes byte order: its size, or

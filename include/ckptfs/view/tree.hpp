@@ -107,6 +107,7 @@ class Tree {
     safetensors_index,  // .ckptfs/model.safetensors.index.json (a sharded export)
     safetensors_file,   // .ckptfs/model.safetensors, or a shard
     extra_file,         // .ckptfs/<name>: a file of the checkpoint as it is (Model::extra_files)
+    model_file,         // .ckptfs/config.json...: a file of the model (Model::files)
     entry_dir,          // an entry's directory
     data,               // a tensor's bytes
     meta_json,          // what the tensor is
@@ -120,7 +121,8 @@ class Tree {
 
   struct Node {
     Kind kind;
-    std::size_t index = 0;  // entry (entry_dir and its files), file of the export, extra file
+    std::size_t index = 0;  // entry (entry_dir and its files), file of the export, model file
+                            // or extra file
   };
 
   Tree(Model model, TreeOptions options);
@@ -206,7 +208,8 @@ class Tree {
                        ReadBuffer& out) const;
   const Tensor& tensor_of_storage(std::size_t entry, std::size_t storage) const;
   const std::string& index_json() const;
-  const std::string& keys_file() const;  // map.pt
+  const std::string& model_file(std::size_t file) const;  // Model::files[file]'s bytes
+  const std::string& keys_file() const;                   // map.pt
   template <typename Flush>
   void write_index_json(std::string& out, Flush flush) const;
   std::uint64_t index_json_size() const;
@@ -263,6 +266,7 @@ class Tree {
   mutable std::atomic<const SafetensorsExport*> safetensors_{nullptr};
   mutable std::atomic<const SharingIndex*> sharing_{nullptr};
   mutable std::atomic<const std::string*> export_refusal_{nullptr};
+  mutable std::unique_ptr<std::atomic<const std::string*>[]> model_files_;  // made on first use
 };
 
 }  // namespace ckptfs

@@ -7,6 +7,7 @@
 #include <ckptfs/format/open_model.hpp>
 #include <ckptfs/source/inflated_source.hpp>
 #include <ckptfs/source/location.hpp>
+#include <ckptfs/source/members.hpp>
 #include <ckptfs/source/open_file.hpp>
 
 #include <fmt/format.h>
@@ -52,7 +53,7 @@ bool is_zip(const ByteSource& source) {
   return source.size() >= 4 && source.read_string(0, 4) == std::string_view("PK\x03\x04", 4);
 }
 
-// A model file (never an index, never an .npz: open_file() opens those): safetensors, GGUF or
+// A model file (never an index, never an .npz: read_named() opens those): safetensors, GGUF or
 // torch.save. `name` is its name in
 // Model::sources.
 Model read_model_file(const ByteSource& source, const std::string& location, std::string name,
@@ -70,20 +71,41 @@ Model read_model_file(const ByteSource& source, const std::string& location, std
   return read_torch(source, std::move(name), limits);
 }
 
-// The files of a set (a sharded set's shards, a GGUF split set's files): `names`, siblings of
-// `location`, each opened with options.open and read as read_model_file() reads it, in parallel.
-// The first that fails, in the set's order, is the error, naming it as `what` says ("shard %s
+// What the user named, and where its members are: beside it (a file, a URL), or in the
+// directory it was chosen from (`directory`: a directory mount's one checkpoint).
+struct Named {
+  std::string location;
+  std::shared_ptr<const Directory> directory;
+
+  CheckpointMembers members(const OpenOptions& options) const {
+    return directory ? CheckpointMembers(directory) : CheckpointMembers(location, options.open);
+  }
+};
+
+// The files of a set (a sharded set's shards, a GGUF split set's files): `names`, members of
+// `named` (source/members.hpp: beneath its directory), each read as read_model_file() reads it,
+// in parallel; `named_source`, when given, is the one named `named_name`, already open. The
+// first that fails, in the set's order, is the error, naming it as `what` says ("shard %s
 // (named by the index)").
 struct SetFiles {
   std::vector<std::unique_ptr<ByteSource>> sources;
   std::vector<Model> models;
 };
-SetFiles read_set(const std::string& location, const std::vector<std::string>& names,
-                  const OpenOptions& options, std::string_view what) {
+SetFiles read_set(const Named& named, const std::vector<std::string>& names,
+                  const OpenOptions& options, std::string_view what,
+                  std::unique_ptr<ByteSource> named_source = {},
+                  const std::string& named_name = {}) {
+  const CheckpointMembers members = named.members(options);
   const std::size_t n = names.size();
   std::vector<std::unique_ptr<ByteSource>> sources(n);
   std::vector<Model> models(n);
   std::vector<std::exception_ptr> errors(n);
+  if (named_source) {
+    // What the user named is followed wherever it leads, as any file named; the rest are members.
+    const auto it = std::find(names.begin(), names.end(), named_name);
+    if (it != names.end())
+      sources[static_cast<std::size_t>(it - names.begin())] = std::move(named_source);
+  }
   std::atomic<std::size_t> next{0};
   std::atomic<bool> failed{false};
   // Shards are taken in order, so when one fails every earlier one has been taken: the first
@@ -93,9 +115,8 @@ SetFiles read_set(const std::string& location, const std::vector<std::string>& n
       const std::size_t i = next.fetch_add(1);
       if (i >= n) return;
       try {
-        const std::string shard_location = sibling_location(location, names[i]);
-        sources[i] = options.open(shard_location);
-        models[i] = read_model_file(*sources[i], shard_location, names[i], options);
+        if (!sources[i]) sources[i] = members.open(names[i]);
+        models[i] = read_model_file(*sources[i], names[i], names[i], options);
       } catch (...) {
         errors[i] = std::current_exception();
         failed = true;
@@ -121,22 +142,34 @@ SetFiles read_set(const std::string& location, const std::vector<std::string>& n
   return {std::move(sources), std::move(models)};
 }
 
-OpenedModel open_sharded(const std::string& location, std::unique_ptr<ByteSource> index_source,
+OpenedModel open_sharded(const Named& named, std::unique_ptr<ByteSource> index_source,
                          const OpenOptions& options) {
-  ShardIndex index = read_shard_index(*index_source, options.sharded);
-  SetFiles set = read_set(location, index.shards, options, "shard {} (named by the index)");
+  ShardIndex index;
+  try {
+    index = read_shard_index(*index_source, options.sharded);
+  } catch (const Error& e) {
+    // A model's other JSON file named by mistake (its config.json): say what it is.
+    const std::string_view what = companion_file_kind(file_name(named.location));
+    if (what.empty()) throw;
+    throw Error(ExitCode::io, fmt::format("{}, not a checkpoint: {}", what,
+                                          companion_file_advice(file_name(named.location))));
+  }
+  SetFiles set = read_set(named, index.shards, options, "shard {} (named by the index)");
   Model model = combine_shards(index, std::move(set.models));
-  return OpenedModel(std::move(set.sources), std::move(model), index_source->times());
+  return OpenedModel(std::move(set.sources), std::move(model), index_source->times(),
+                     permission_bits(*index_source));
 }
 
-// A GGUF split set, from any of its files: every file of its name's prefix and count.
-OpenedModel open_gguf_split(const std::string& location, const GgufSplitName& split,
+// A GGUF split set, from any of its files (`source`, named `name`): every file of its name's
+// prefix and count.
+OpenedModel open_gguf_split(const Named& named, const GgufSplitName& split,
+                            std::unique_ptr<ByteSource> source, const std::string& name,
                             const OpenOptions& options) {
   std::vector<std::string> names;
   for (std::uint32_t i = 1; i <= split.count; ++i) {
     names.push_back(gguf_split_file(split.prefix, i, split.count));
   }
-  SetFiles set = read_set(location, names, options, "split file {}");
+  SetFiles set = read_set(named, names, options, "split file {}", std::move(source), name);
   for (std::size_t i = 0; i < names.size(); ++i) {
     if (set.models[i].format != Format::gguf) {
       throw Error(ExitCode::bad_checkpoint,
@@ -147,19 +180,22 @@ OpenedModel open_gguf_split(const std::string& location, const GgufSplitName& sp
   return OpenedModel(std::move(set.sources), std::move(model));
 }
 
-// A DCP checkpoint by its .metadata: the files it names are its siblings, opened as needed.
-OpenedModel open_dcp(const std::string& location, std::unique_ptr<ByteSource> metadata,
+// A DCP checkpoint by its .metadata: the files it names are its members, opened as needed (one
+// that cannot be opened, or leads out of the directory, breaks the tensors it holds).
+OpenedModel open_dcp(const Named& named, std::unique_ptr<ByteSource> metadata,
                      const OpenOptions& options) {
+  const CheckpointMembers members = named.members(options);
   DcpModel dcp = read_dcp(
       *metadata,
       [&](const std::string& name) {
         // A .distcp file holds raw bytes: only a text impostor (a Git LFS pointer) is told.
-        auto file = options.open(sibling_location(location, name));
+        auto file = members.open(name);
         refuse_impostor(*file, ImpostorCheck::text_only);  // the reader names the file
         return file;
       },
       options.limits, options.dcp);
-  return OpenedModel(std::move(dcp.sources), std::move(dcp.model), metadata->times());
+  return OpenedModel(std::move(dcp.sources), std::move(dcp.model), metadata->times(),
+                     permission_bits(*metadata));
 }
 
 // An HDF5 file or .keras archive with the sources its reader made over it (decoded chunks,
@@ -171,13 +207,16 @@ OpenedModel opened_hdf5(std::unique_ptr<ByteSource> file, Hdf5Model read) {
   return OpenedModel(std::move(sources), std::move(read.model));
 }
 
-OpenedModel open_file(const std::string& location, const OpenOptions& options) {
+// What the user named (`source`, already open), read by the reader its name and first bytes
+// call for.
+OpenedModel read_named(const Named& named, std::unique_ptr<ByteSource> source,
+                       const OpenOptions& options) {
+  const std::string& location = named.location;
   const std::string name = file_name(location);
   if (const auto split = gguf_split_name(name); split && split->count > 1) {
-    return open_gguf_split(location, *split, options);
+    return open_gguf_split(named, *split, std::move(source), name, options);
   }
-  std::unique_ptr<ByteSource> source = options.open(location);
-  if (name == dcp_metadata_name) return open_dcp(location, std::move(source), options);
+  if (name == dcp_metadata_name) return open_dcp(named, std::move(source), options);
   if (name.ends_with(".npz") || looks_like_npz(*source)) {
     // numpy.savez_compressed's members are served inflated on read, each its own source.
     std::vector<DeflatedMember> deflated;
@@ -202,7 +241,7 @@ OpenedModel open_file(const std::string& location, const OpenOptions& options) {
   if (name.ends_with(".json") ||
       (!name.ends_with(".safetensors") && !looks_like_safetensors(*source) && !is_zip(*source) &&
        starts_like_json(*source))) {
-    return open_sharded(location, std::move(source), options);
+    return open_sharded(named, std::move(source), options);
   }
   Model model = read_model_file(*source, location, name, options);
   std::vector<std::unique_ptr<ByteSource>> sources;
@@ -217,19 +256,25 @@ std::unique_ptr<ByteSource> open_local_file(const std::string& path) {
 }
 
 OpenedModel::OpenedModel(std::vector<std::unique_ptr<ByteSource>> sources, Model model,
-                         SourceTimes other_times)
-    : owned_(std::move(sources)), model_(std::move(model)), times_(other_times) {
+                         SourceTimes other_times, mode_t other_permissions)
+    : owned_(std::move(sources)),
+      model_(std::move(model)),
+      times_(other_times),
+      permissions_(other_permissions & 0777) {
   for (const auto& s : owned_) {
     raw_.push_back(s.get());
     keep_newest(times_, s->times());
+    permissions_ &= permission_bits(*s);
   }
 }
 
-OpenedModel open_model(const std::string& location, const OpenOptions& options) {
+namespace {
+
+OpenedModel open_as_named(const std::string& location, const OpenOptions& options) {
   struct stat st {};
   if (::stat(location.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
     auto opened = [](DirectoryModel d) {
-      return OpenedModel(std::move(d.sources), std::move(d.model), d.times);
+      return OpenedModel(std::move(d.sources), std::move(d.model), d.times, d.permissions);
     };
     // A mount's own layouts first: map.pt is the RFC layout's; .ckptfs/index.json, index.json
     // or key directories make a split directory, whatever else was copied along (`rsync -a
@@ -247,17 +292,45 @@ OpenedModel open_model(const std::string& location, const OpenOptions& options) 
       return opened(read_zero_directory(location, options.limits, options.zero));
     }
     try {
-      return open_file((location.ends_with('/') ? location : location + "/") + chosen.name,
-                       options);
+      // The user named the directory, not the file: it is a member, opened beneath it.
+      Named named{(location.ends_with('/') ? location : location + "/") + chosen.name,
+                  std::make_shared<const Directory>(location)};
+      std::unique_ptr<ByteSource> source = named.members(options).open(chosen.name);
+      return read_named(named, std::move(source), options);
     } catch (const Error& e) {
       throw Error(e.code(), fmt::format("{}: {}", quote(chosen.name), e.what()));
     }
   }
   if (is_url(location) && looks_like_zero_location(location)) {
     DirectoryModel d = read_zero_remote(location, options.open, options.limits, options.zero);
-    return OpenedModel(std::move(d.sources), std::move(d.model), d.times);
+    return OpenedModel(std::move(d.sources), std::move(d.model), d.times, d.permissions);
   }
-  return open_file(location, options);
+  if (!is_url(location) && file_name(location) == "latest") {
+    // A DeepSpeed checkpoint's `latest` named, as a URL may name it: the directory holding it.
+    const auto slash = location.rfind('/');
+    const std::string directory = slash == std::string::npos ? "." : location.substr(0, slash + 1);
+    DirectoryModel d = read_zero_directory(directory, options.limits, options.zero);
+    return OpenedModel(std::move(d.sources), std::move(d.model), d.times, d.permissions);
+  }
+  // A file or URL the user named: followed wherever it leads, its members beside it.
+  return read_named(Named{location, nullptr}, options.open(location), options);
+}
+
+}  // namespace
+
+OpenedModel open_model(const std::string& location, const OpenOptions& options) {
+  OpenedModel opened = open_as_named(location, options);
+  if (options.names == Names::hf) {
+    Model& model = opened.model();
+    if (model.format == Format::gguf) {
+      name_gguf_as_transformers(model);
+    } else {
+      model.notes.push_back(fmt::format(
+          "names=hf names a GGUF file's tensors as transformers does: a {} model keeps its keys",
+          format_name(model.format)));
+    }
+  }
+  return opened;
 }
 
 }  // namespace ckptfs

@@ -28,6 +28,7 @@ Model selected_model(const Model& model, const Selection& selection) {
   sub.storages = model.storages;
   sub.tensors = model.tensors;
   sub.assemblies = model.assemblies;
+  sub.derivations = model.derivations;
   sub.metadata = model.metadata;
   sub.entries.reserve(selection.entries.size());
   for (std::size_t i = 0; i < selection.entries.size(); ++i) {

@@ -85,6 +85,12 @@ void keep_newest(SourceTimes& newest, const SourceTimes& t) noexcept {
   }
 }
 
+mode_t permission_bits(const ByteSource& source) noexcept {
+  struct stat st {};
+  if (source.fd() < 0 || ::fstat(source.fd(), &st) != 0) return 0777;
+  return st.st_mode & 0777;
+}
+
 FileIdentity file_identity(const struct stat& st) noexcept {
   return {st.st_dev,         st.st_ino,          static_cast<std::uint64_t>(st.st_size),
           st.st_mtim.tv_sec, st.st_mtim.tv_nsec, st.st_ctim.tv_sec,

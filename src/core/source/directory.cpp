@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // Directory and DirectoryFileSource: openat2(RESOLVE_BENEATH) opens, a realpath() check where
-// the kernel lacks openat2, and listings classified beneath the directory.
+// the kernel lacks openat2, a Hugging Face cache snapshot's links to its blobs, and listings
+// classified beneath the directory.
 #include <ckptfs/base/error.hpp>
 #include <ckptfs/source/directory.hpp>
 
@@ -11,6 +12,7 @@
 #include <linux/openat2.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <climits>
@@ -22,14 +24,59 @@ namespace {
 
 constexpr const char* escapes = "leads out of the directory (a symbolic link or \"..\")";
 
+// The folder names of a hub cache's repositories: f"{repo_type}s--{org}--{name}"
+// (huggingface_hub's repo_folder_name()).
+constexpr std::array<std::string_view, 3> repository_prefixes = {"models--", "datasets--",
+                                                                 "spaces--"};
+
 // Set once openat2 is known to be missing (ENOSYS): the realpath() check is used from then on.
 std::atomic<bool> without_openat2{false};
 
-// What an open beneath the directory gave: a descriptor, or the errno of the failure.
-struct Attempt {
-  UniqueFd fd;
-  int error = 0;
-};
+int open_retrying(int dir, const char* path, int flags) {
+  int fd;
+  do {
+    fd = ::openat(dir, path, flags);
+  } while (fd < 0 && errno == EINTR);
+  return fd;
+}
+
+// The real path of what descriptor `fd` is open on (the kernel's name for it), "" when unknown.
+std::string real_path_of(int fd) {
+  const std::string link = fmt::format("/proc/self/fd/{}", fd);
+  char target[PATH_MAX];
+  const ssize_t n = ::readlink(link.c_str(), target, sizeof target);
+  if (n <= 0 || static_cast<std::size_t>(n) >= sizeof target || target[0] != '/') return {};
+  return std::string(target, static_cast<std::size_t>(n));
+}
+
+// The '/'-separated parts of `path`, without empty ones.
+std::vector<std::string_view> parts_of(std::string_view path) {
+  std::vector<std::string_view> parts;
+  for (std::size_t at = 0; at <= path.size();) {
+    std::size_t slash = path.find('/', at);
+    if (slash == std::string_view::npos) slash = path.size();
+    if (slash > at) parts.push_back(path.substr(at, slash - at));
+    at = slash + 1;
+  }
+  return parts;
+}
+
+// `target` (relative) resolved from the absolute `base` by its text alone: "." dropped, ".."
+// taking off the last part (never above "/").
+std::string lexically_resolved(std::string_view base, std::string_view target) {
+  std::vector<std::string_view> parts = parts_of(base);
+  for (std::string_view part : parts_of(target)) {
+    if (part == ".") continue;
+    if (part == "..") {
+      if (!parts.empty()) parts.pop_back();
+      continue;
+    }
+    parts.push_back(part);
+  }
+  std::string out;
+  for (std::string_view part : parts) (out += '/') += part;
+  return out.empty() ? "/" : out;
+}
 
 // The path an open beneath `dir` resolves to through realpath(), when it lies inside the
 // directory; the directory is named by its descriptor so that the working directory does not
@@ -55,11 +102,11 @@ std::string resolved_inside(int dir, const std::string& relative, int& error) {
 
 // An open of `relative` beneath `dir` that never resolves outside it: openat2 with
 // RESOLVE_BENEATH (and no magic links), else a realpath() check and an ordinary open.
-Attempt open_beneath(int dir, const std::string& relative, std::uint64_t flags) {
-  Attempt out;
+UniqueFd open_strictly_beneath(int dir, const std::string& relative, std::uint64_t flags,
+                               int& error) {
   if (relative.find('\0') != std::string::npos) {
-    out.error = EINVAL;
-    return out;
+    error = EINVAL;
+    return {};
   }
   if (!without_openat2.load(std::memory_order_relaxed)) {
     struct open_how how {};
@@ -69,39 +116,63 @@ Attempt open_beneath(int dir, const std::string& relative, std::uint64_t flags) 
     do {
       fd = ::syscall(SYS_openat2, dir, relative.c_str(), &how, sizeof how);
     } while (fd < 0 && errno == EINTR);
-    if (fd >= 0) {
-      out.fd = UniqueFd(static_cast<int>(fd));
-      return out;
-    }
+    if (fd >= 0) return UniqueFd(static_cast<int>(fd));
     if (errno != ENOSYS) {
-      out.error = errno;
-      return out;
+      error = errno;
+      return {};
     }
     without_openat2.store(true, std::memory_order_relaxed);
   }
-  const std::string path = resolved_inside(dir, relative, out.error);
-  if (path.empty()) return out;
-  int fd;
-  do {
-    fd = ::open(path.c_str(), static_cast<int>(flags));
-  } while (fd < 0 && errno == EINTR);
+  const std::string path = resolved_inside(dir, relative, error);
+  if (path.empty()) return {};
+  const int fd = open_retrying(AT_FDCWD, path.c_str(), static_cast<int>(flags));
   if (fd < 0) {
-    out.error = errno;
-  } else {
-    out.fd = UniqueFd(fd);
+    error = errno;
+    return {};
   }
-  return out;
+  return UniqueFd(fd);
 }
 
-[[noreturn]] void fail_open(int error) {
-  // EXDEV: the path leaves the directory; ELOOP: a loop of links, or a magic link refused.
-  if (error == EXDEV) throw Error(ExitCode::bad_checkpoint, escapes);
-  if (error == ELOOP) {
-    throw Error(ExitCode::bad_checkpoint,
-                "leads through a loop of symbolic links or a /proc magic link");
+// The blob a hub snapshot's file `relative` (beneath `dir`) links to, opened with `flags` in
+// `repository` (whose real path is `repository_path`) when it is a link whose text, resolved
+// lexically from the link's real directory, names a file directly in the repository's blobs/;
+// -1 otherwise (the caller keeps its own error). Neither blobs/ nor the blob may be a link: they
+// are opened without following one, so nothing here leads further than blobs/.
+UniqueFd open_hub_blob(int dir, int repository, const std::string& repository_path,
+                       const std::string& relative, std::uint64_t flags) {
+  const auto slash = relative.rfind('/');
+  const std::string parent = slash == std::string::npos ? "." : relative.substr(0, slash);
+  const std::string name = slash == std::string::npos ? relative : relative.substr(slash + 1);
+  if (name.empty() || name == "." || name == "..") return {};
+  int ignored = 0;
+  const UniqueFd folder =
+      open_strictly_beneath(dir, parent, O_PATH | O_DIRECTORY | O_CLOEXEC, ignored);
+  if (folder.get() < 0) return {};
+  char text[PATH_MAX];
+  const ssize_t n = ::readlinkat(folder.get(), name.c_str(), text, sizeof text);
+  if (n <= 0 || static_cast<std::size_t>(n) >= sizeof text || text[0] == '/') return {};
+  const std::string folder_path = real_path_of(folder.get());
+  if (folder_path.empty()) return {};
+  const std::string target =
+      lexically_resolved(folder_path, std::string_view(text, static_cast<std::size_t>(n)));
+  const std::string blobs = repository_path + "/blobs/";
+  if (!target.starts_with(blobs) || target.find('/', blobs.size()) != std::string::npos ||
+      target.size() == blobs.size()) {
+    return {};
   }
-  if (error == EINVAL) throw Error(ExitCode::bad_checkpoint, "a path with a NUL byte");
-  throw Error(ExitCode::io, std::strerror(error));
+  const int blobs_fd =
+      open_retrying(repository, "blobs", O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (blobs_fd < 0) return {};
+  const UniqueFd blobs_dir(blobs_fd);
+  // O_PATH | O_NOFOLLOW gives a link itself rather than failing: the caller's fstat() then
+  // finds no regular file. Any other open of a link fails with ELOOP.
+  const int fd = open_retrying(blobs_dir.get(), target.c_str() + blobs.size(),
+                               static_cast<int>(flags) | O_NOFOLLOW);
+  if (fd < 0) return {};
+  UniqueFd blob(fd);
+  struct stat st {};
+  if (::fstat(blob.get(), &st) != 0 || S_ISLNK(st.st_mode)) return {};
+  return blob;
 }
 
 const char* kind_problem(const struct stat& st, FileKind kind) {
@@ -110,19 +181,85 @@ const char* kind_problem(const struct stat& st, FileKind kind) {
   return S_ISDIR(st.st_mode) ? "is a directory" : "not a regular file";
 }
 
-// fstat() of what `relative` names beneath `dir`, through an O_PATH descriptor (which opens
-// nothing: a FIFO or a device is looked at, never opened). Returns the errno of a failure.
-int stat_beneath(int dir, const std::string& relative, struct stat& st) {
-  Attempt path = open_beneath(dir, relative, O_PATH | O_CLOEXEC);
-  if (path.fd.get() < 0) return path.error;
-  if (::fstat(path.fd.get(), &st) != 0) return errno;
-  return 0;
+bool is_repository_folder(std::string_view name) {
+  for (std::string_view prefix : repository_prefixes) {
+    if (name.size() > prefix.size() && name.starts_with(prefix)) return true;
+  }
+  return false;
 }
 
 }  // namespace
 
 Directory::Directory(std::string path) : path_(std::move(path)) {
-  fd_ = open_file(path_, FileKind::directory).fd;
+  // O_PATH opens nothing (a FIFO would not wait), and only a directory opens with O_DIRECTORY.
+  const int fd = open_retrying(AT_FDCWD, path_.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOTDIR) throw Error(ExitCode::io, "not a directory");
+    throw Error(ExitCode::io, std::strerror(errno));
+  }
+  fd_ = UniqueFd(fd);
+  // A hub cache snapshot: the last ".../<repository>/snapshots/<rev>" of the real path, the
+  // directory being <rev> or a folder below it. Its repository folder is opened by climbing
+  // from the directory itself, and must be the folder that path names.
+  const std::string real = real_path_of(fd_.get());
+  const std::vector<std::string_view> parts = parts_of(real);
+  for (std::size_t i = parts.size(); i-- > 1;) {
+    if (parts[i] != "snapshots" || i + 1 >= parts.size() || !is_repository_folder(parts[i - 1])) {
+      continue;
+    }
+    std::string up = "..";
+    for (std::size_t k = i + 1; k < parts.size(); ++k) up += "/..";
+    std::string repository_path;
+    for (std::size_t k = 0; k < i; ++k) (repository_path += '/') += parts[k];
+    const int repository = open_retrying(fd_.get(), up.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (repository < 0) break;
+    UniqueFd opened(repository);
+    if (real_path_of(opened.get()) == repository_path) {
+      repository_ = std::move(opened);
+      repository_path_ = std::move(repository_path);
+    }
+    break;
+  }
+}
+
+UniqueFd Directory::open_beneath(const std::string& relative, std::uint64_t flags,
+                                 int& error) const {
+  UniqueFd fd = open_strictly_beneath(fd_.get(), relative, flags, error);
+  if (fd.get() < 0 && error == EXDEV && in_hub_snapshot()) {
+    UniqueFd blob = open_hub_blob(fd_.get(), repository_.get(), repository_path_, relative, flags);
+    if (blob.get() >= 0) return blob;
+  }
+  return fd;
+}
+
+void Directory::fail_open(int error) const {
+  // EXDEV: the path leaves the directory; ELOOP: a loop of links, or a magic link refused.
+  if (error == EXDEV) {
+    if (!in_hub_snapshot()) throw Error(ExitCode::bad_checkpoint, escapes);
+    throw Error(ExitCode::bad_checkpoint,
+                fmt::format("{}: in a Hugging Face cache snapshot only a link to a regular file "
+                            "of its own repository's blobs/ is followed",
+                            escapes));
+  }
+  if (error == ELOOP) {
+    throw Error(ExitCode::bad_checkpoint,
+                "leads through a loop of symbolic links or a /proc magic link");
+  }
+  if (error == EINVAL) throw Error(ExitCode::bad_checkpoint, "a path with a NUL byte");
+  throw Error(ExitCode::io, std::strerror(error));
+}
+
+int Directory::look(std::string_view relative_view, struct stat& st) const noexcept {
+  try {
+    int error = 0;
+    const std::string relative(relative_view.empty() ? "." : relative_view);
+    const UniqueFd path = open_beneath(relative, O_PATH | O_CLOEXEC, error);
+    if (path.get() < 0) return error;
+    if (::fstat(path.get(), &st) != 0) return errno;
+    return 0;
+  } catch (const std::bad_alloc&) {
+    return ENOMEM;
+  }
 }
 
 OpenedFile Directory::open(std::string_view relative_view, FileKind kind) const {
@@ -130,16 +267,16 @@ OpenedFile Directory::open(std::string_view relative_view, FileKind kind) const 
   // First an O_PATH descriptor, which opens nothing, to look at what the path is: a FIFO or a
   // device is refused before any open that could wait or act.
   struct stat looked {};
-  if (int error = stat_beneath(fd(), relative, looked)) fail_open(error);
+  if (int error = look(relative, looked)) fail_open(error);
   if (const char* problem = kind_problem(looked, kind); *problem) {
     throw Error(ExitCode::io, problem);
   }
   std::uint64_t flags = O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK;
   if (kind == FileKind::directory) flags |= O_DIRECTORY;
-  Attempt opened = open_beneath(fd(), relative, flags);
-  if (opened.fd.get() < 0) fail_open(opened.error);
+  int error = 0;
   OpenedFile out;
-  out.fd = std::move(opened.fd);
+  out.fd = open_beneath(relative, flags, error);
+  if (out.fd.get() < 0) fail_open(error);
   if (::fstat(out.fd.get(), &out.st) != 0) throw Error(ExitCode::io, std::strerror(errno));
   if (out.st.st_dev != looked.st_dev || out.st.st_ino != looked.st_ino) {
     throw Error(ExitCode::io, "changed while it was being opened");
@@ -153,8 +290,7 @@ OpenedFile Directory::open(std::string_view relative_view, FileKind kind) const 
 
 bool Directory::has(std::string_view relative, FileKind kind) const {
   struct stat st {};
-  return stat_beneath(fd(), std::string(relative.empty() ? "." : relative), st) == 0 &&
-         *kind_problem(st, kind) == '\0';
+  return look(relative, st) == 0 && *kind_problem(st, kind) == '\0';
 }
 
 std::vector<DirectoryEntry> Directory::list(std::string_view relative,
@@ -176,7 +312,7 @@ std::vector<DirectoryEntry> Directory::list(std::string_view relative,
       }
       DirectoryEntry entry{std::string(name), false, false, 0};
       struct stat st {};
-      entry.error = stat_beneath(fd(), prefix + entry.name, st);
+      entry.error = look(prefix + entry.name, st);
       if (entry.error == 0) {
         entry.directory = S_ISDIR(st.st_mode);
         entry.regular = S_ISREG(st.st_mode);
@@ -207,7 +343,7 @@ bool DirectoryFileSource::unchanged(bool check_path) const noexcept {
   struct stat st {};
   if (::fstat(fd_.get(), &st) != 0 || !same_identity(st, identity_)) return false;
   if (!check_path) return true;
-  return stat_beneath(directory_->fd(), relative_, st) == 0 && same_identity(st, identity_);
+  return directory_->look(relative_, st) == 0 && same_identity(st, identity_);
 }
 
 void DirectoryFileSource::read_in_range(std::uint64_t offset, std::span<std::byte> out) const {

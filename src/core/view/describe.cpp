@@ -84,7 +84,7 @@ void write_ggml_fields(JsonWriter& j, const Model& c, const Tensor& t) {
   }
   j.key("nbytes").number(data.nbytes);
   j.key("file_offset");
-  if (auto offset = c.file_offset(t)) {
+  if (auto offset = c.file_offset(t); offset && !t.stored_dtype) {
     j.number(*offset);
   } else {
     j.null();
@@ -216,6 +216,19 @@ void write_tensor_fields(JsonWriter& j, const Model& c, std::size_t entry_index,
   } else {
     j.string(t.broken);
   }
+  write_origin(j, c, entry_index);
+}
+
+void write_origin(JsonWriter& j, const Model& c, std::size_t entry_index) {
+  if (entry_index >= c.origins.size()) return;
+  const Model::Origin& o = c.origins[entry_index];
+  j.key("original_key").string(o.key);
+  j.key("transform");
+  if (o.how.empty()) {
+    j.null();
+  } else {
+    j.string(o.how);
+  }
 }
 
 void write_sources_and_metadata(JsonWriter& j, const Model& c) {
@@ -230,6 +243,11 @@ void write_sources_and_metadata(JsonWriter& j, const Model& c) {
     j.key("metadata_types").begin_object();
     for (const Model::JsonMetadata& m : c.json_metadata) j.key(m.key).string(m.type);
     j.end_object();
+  }
+  if (!c.notes.empty()) {
+    j.key("notes").begin_array();
+    for (const std::string& note : c.notes) j.string(note);
+    j.end_array();
   }
 }
 

@@ -5,6 +5,7 @@
 #include <ckptfs/source/byte_source.hpp>
 #include <ckptfs/view/convert.hpp>
 #include <ckptfs/view/dequantize.hpp>
+#include <ckptfs/view/derived.hpp>
 #include <ckptfs/view/served.hpp>
 
 #include <algorithm>
@@ -161,6 +162,50 @@ ServedTensor serve_blocks(const Model& model, const Tensor& tensor,
   return s;
 }
 
+// Why derived `tensor`'s values are not served: a source whose values are not served as
+// float32 (values_not_served(), or a dtype convert() does not make float32 of); "" when they are.
+std::string_view derived_values_not_served(const Model& model, const Tensor& tensor) {
+  for (const Derivation::Run& run : model.derivations[tensor.derivation].runs) {
+    const Tensor& source = model.tensors[run.source];
+    if (const std::string_view why = values_not_served(model, source); !why.empty()) return why;
+    if (source.blocks == BlockFormat::none && !convertible(source.dtype, DType::float32)) {
+      return "a source of a dtype that is not served as float32";
+    }
+  }
+  return {};
+}
+
+// Bytes [offset, offset + out.size()) of `source`'s values as float32, little-endian: what
+// read_derived() takes its sources' values from.
+void read_source_values(const Model& model, const Tensor& source, std::uint64_t offset,
+                        Sources sources, std::span<char> out) {
+  const ServedTensor served = serve(model, source, DType::float32, ByteOrder::little);
+  thread_local ReadBuffer buffer;
+  buffer.clear();
+  read_served(model, source, served, offset, out.size(), sources, buffer);
+  char* at = out.data();
+  for (const ReadPiece& p : buffer.pieces()) {
+    if (p.memory) {
+      std::memcpy(at, p.memory, p.length);
+    } else {
+      sources[p.source]->read(p.source_offset, std::as_writable_bytes(std::span(at, p.length)));
+    }
+    at += p.length;
+  }
+}
+
+// serve() of a derived tensor: its values, computed on read.
+ServedTensor serve_derived(const Model& model, const Tensor& tensor,
+                           std::optional<DType> convert_to) {
+  ServedTensor s;
+  s.dtype = s.stored = tensor.dtype;
+  if (!tensor.broken.empty() || !derived_values_not_served(model, tensor).empty()) return s;
+  if (convert_to && convertible(DType::float32, *convert_to)) s.dtype = *convert_to;
+  s.nbytes = tensor.numel() * info(s.dtype).element_size;  // float32's fits (the reader checked)
+  if (s.nbytes != 0) s.way = ServedTensor::Way::derive;
+  return s;
+}
+
 }  // namespace
 
 void read_stored(const Model& model, const Tensor& tensor, std::uint64_t offset, Sources sources,
@@ -192,6 +237,7 @@ void read_stored(const Model& model, const Tensor& tensor, std::uint64_t offset,
 }
 
 std::string_view values_not_served(const Model& model, const Tensor& tensor) {
+  if (tensor.derived() && tensor.broken.empty()) return derived_values_not_served(model, tensor);
   if (tensor.blocks == BlockFormat::none) return {};
   if (!dequantizable(tensor.blocks)) return info(tensor.blocks).not_dequantized;
   if (big_endian(model, tensor) && !big_endian_dequantizable(tensor.blocks)) {
@@ -238,6 +284,7 @@ ServedTensor serve_data(const Model& model, const Tensor& tensor, std::optional<
 ServedTensor serve(const Model& model, const Tensor& tensor, std::optional<DType> convert_to,
                    ByteOrder order) {
   if (tensor.blocks != BlockFormat::none) return serve_blocks(model, tensor, convert_to);
+  if (tensor.derived()) return serve_derived(model, tensor, convert_to);
   ServedTensor s;
   s.dtype = tensor.dtype;
   s.stored = tensor.stored();
@@ -300,6 +347,12 @@ namespace {
 // The source a tensor's staged bytes are said to come from (a read checks that it did not
 // change): its storage's, or the source of the piece of an assembled tensor's first element.
 std::uint32_t staged_source(const Model& model, const Tensor& tensor, std::uint64_t offset) {
+  if (tensor.derived()) {
+    // The source of its first run's source: enough to tell a changed file (the others are
+    // checked as they are read).
+    return staged_source(model, model.tensors[model.derivations[tensor.derivation].runs[0].source],
+                         0);
+  }
   if (tensor.storage) return model.storages[*tensor.storage].source;
   if (!tensor.assembly) return ReadPiece::generated;
   const Assembly& a = model.assemblies[*tensor.assembly];
@@ -366,6 +419,13 @@ void read_served(const Model& model, const Tensor& tensor, const ServedTensor& s
                      });
       return;
     }
+    case ServedTensor::Way::derive:
+      read_derived(model, tensor, served.dtype, offset,
+                   out.add_staged(length, staged_source(model, tensor, 0)),
+                   [&](const Tensor& source, std::uint64_t at, std::span<char> into) {
+                     read_source_values(model, source, at, sources, into);
+                   });
+      return;
     case ServedTensor::Way::dequantize: {
       const Storage& storage = model.storages[served.storage];
       const std::span<char> into = out.add_staged(length, storage.source);

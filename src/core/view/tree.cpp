@@ -205,24 +205,26 @@ Tree::Tree(Model model, TreeOptions options)
   if (rfc) fixed_.push_back({"map.pt", Kind::keys_pt, 0});
   root_fixed_ = fixed_.size();
   fixed_.push_back({"index.json", Kind::index_json, 0});
-  const SafetensorsExport* sharded = nullptr;
-  if (!rfc && options_.shard_size != 0) {
-    // The shards' names say how many there are: the export is laid out now. A model that fits
-    // one shard is one model.safetensors, without an index.
-    sharded = &safetensors();
-    if (!sharded->index_json().empty()) {
-      fixed_.push_back({"model.safetensors.index.json", Kind::safetensors_index, 0});
+  // The model's own files (a GGUF's config.json under names=hf), beside index.json: never under
+  // a view's name.
+  model_files_ = std::make_unique<std::atomic<const std::string*>[]>(model_.files.size());
+  for (std::size_t i = 0; i < model_.files.size(); ++i) {
+    const std::string& name = model_.files[i].name;
+    if (name == "index.json" || name.starts_with("model.safetensors") ||
+        name.starts_with("model-")) {
+      continue;
     }
+    fixed_.push_back({name, Kind::model_file, i});
   }
-  // The checkpoint's own files (before the exports' files, which lookup_view() finds by their
-  // place): each a plain name that no view has, once.
+  // The checkpoint's own files as they are (a .keras archive's config.json): each a plain name
+  // that no view and no model file has, once.
   for (std::size_t i = 0; i < model_.extra_files.size(); ++i) {
     const std::string& name = model_.extra_files[i].name;
     const bool plain = !name.empty() && name.size() <= 255 && name != "." && name != ".." &&
                        name.find_first_of(std::string_view("/\0", 2)) == std::string::npos;
     const bool taken =
-        name == "index.json" || name == "map.pt" || name == "model.safetensors.index.json" ||
-        name.ends_with(".safetensors") ||
+        name == "index.json" || name == "map.pt" || name.starts_with("model.safetensors") ||
+        name.starts_with("model-") ||
         std::any_of(fixed_.begin() + static_cast<std::ptrdiff_t>(root_fixed_), fixed_.end(),
                     [&](const FixedNode& f) { return f.name == name; });
     if (plain && !taken) fixed_.push_back({name, Kind::extra_file, i});
@@ -232,7 +234,12 @@ Tree::Tree(Model model, TreeOptions options)
   } else if (options_.shard_size == 0) {
     fixed_.push_back({"model.safetensors", Kind::safetensors_file, 0});
   } else {
-    const SafetensorsExport& files = *sharded;
+    // The shards' names say how many there are: the export is laid out now. A model that fits
+    // one shard is one model.safetensors, without an index.
+    const SafetensorsExport& files = safetensors();
+    if (!files.index_json().empty()) {
+      fixed_.push_back({"model.safetensors.index.json", Kind::safetensors_index, 0});
+    }
     for (std::size_t i = 0; i < files.files().size(); ++i) {
       fixed_.push_back({files.files()[i].name, Kind::safetensors_file, i});
     }
@@ -297,6 +304,7 @@ Tree::~Tree() {
   delete safetensors_.load();
   delete sharing_.load();
   delete export_refusal_.load();
+  for (std::size_t i = 0; i < model_.files.size(); ++i) delete model_files_[i].load();
 }
 
 std::string_view Tree::entry_name(std::size_t entry) const {
@@ -520,6 +528,8 @@ std::uint64_t Tree::size(const Node& n) const {
       return safetensors_file_size(n.index);
     case Kind::extra_file:
       return model_.extra_files[n.index].size;
+    case Kind::model_file:
+      return model_file(n.index).size();
     case Kind::data: {
       const Tensor& t = model_.tensors[model_.entries[n.index].tensor];
       if (!t.broken.empty()) return nominal_nbytes(t, true);
@@ -554,6 +564,8 @@ bool Tree::size_known(const Node& n) const noexcept {
              safetensors_size_.load(std::memory_order_relaxed) != unknown_size;
     case Kind::keys_pt:
       return keys_file_.load(std::memory_order_acquire) != nullptr;
+    case Kind::model_file:
+      return model_files_[n.index].load(std::memory_order_acquire) != nullptr;
     default:  // the sharded export's index is laid out at mount; an entry's files are its own
       return true;
   }
@@ -648,6 +660,7 @@ void Tree::write_index_json(std::string& out, Flush flush) const {
       }
       write_file_range(j, model_, served, options_.local_files);
     }
+    write_origin(j, model_, i);
     j.end_object();
     if (out.size() > flush_at) flush();
   }
@@ -665,7 +678,7 @@ void Tree::write_exports(JsonWriter& j) const {
     j.string("map.pt");
   } else {
     for (std::size_t f = root_fixed_; f < fixed_.size(); ++f) {
-      if (fixed_[f].kind == Kind::safetensors_file || fixed_[f].kind == Kind::safetensors_index) {
+      if (fixed_[f].kind != Kind::index_json && fixed_[f].kind != Kind::extra_file) {
         j.string(fixed_[f].name);
       }
     }
@@ -787,6 +800,10 @@ const std::string& Tree::keys_file() const {
     for (const std::uint32_t entry : root_entries_) keys.push_back(model_.entries[entry].key);
     return ckptfs::keys_file(keys, {.prefix = "map"}).bytes();
   });
+}
+
+const std::string& Tree::model_file(std::size_t file) const {
+  return once(model_files_[file], [&] { return model_.files[file].make(model_, options_.dtype); });
 }
 
 const std::string& Tree::index_json() const {
@@ -975,6 +992,8 @@ void Tree::read_clipped(const Node& node, std::uint64_t offset, std::size_t leng
       const Model::ExtraFile& f = model_.extra_files[n->index];
       return out.add_source(f.source, f.offset + offset, length);
     }
+    case Kind::model_file:
+      return literal(model_file(n->index));
     case Kind::meta_json:
       return literal(meta_json(n->index));
     case Kind::tensor_pt:

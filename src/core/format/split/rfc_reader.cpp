@@ -102,6 +102,7 @@ DirectoryModel read_rfc_directory(const std::string& directory, const ReadLimits
   {
     const DirectoryFileSource map(dir, std::string(map_name));
     keep_newest(out.times, map.times());
+    out.permissions &= permission_bits(map);
     keys = naming(map_name, [&] { return read_keys(map, limits, rfc); });
   }
 
@@ -134,6 +135,7 @@ DirectoryModel read_rfc_directory(const std::string& directory, const ReadLimits
     if (part.storages.empty()) {
       // A value, or a tensor without bytes: nothing is read from the file later.
       keep_newest(out.times, source->times());
+      out.permissions &= permission_bits(*source);
     } else {
       const auto source_index = static_cast<std::uint32_t>(m.sources.size());
       for (Storage& s : part.storages) {

@@ -50,9 +50,16 @@ auto naming(std::string_view file, Body&& body) {
   }
 }
 
-// The whole of a small file beneath the directory, at most `max_bytes`; its times kept.
+// Keeps in `out` the times and permission bits of a file read that is no source.
+void note_read(DirectoryModel& out, const struct stat& st) {
+  keep_newest(out.times,
+              {st.st_mtim.tv_sec, st.st_mtim.tv_nsec, st.st_ctim.tv_sec, st.st_ctim.tv_nsec});
+  out.permissions &= st.st_mode & 0777;
+}
+
+// The whole of a small file beneath the directory, at most `max_bytes`; noted in `out`.
 std::string read_small_file(const Directory& dir, const std::string& relative,
-                            std::uint64_t max_bytes, SourceTimes& times) {
+                            std::uint64_t max_bytes, DirectoryModel& out) {
   OpenedFile file = naming(relative, [&] { return dir.open(relative, FileKind::regular); });
   const auto size = static_cast<std::uint64_t>(file.st.st_size);
   if (size > max_bytes) {
@@ -62,8 +69,7 @@ std::string read_small_file(const Directory& dir, const std::string& relative,
   std::string text(static_cast<std::size_t>(size), '\0');
   naming(relative,
          [&] { pread_exactly(file.fd.get(), 0, std::as_writable_bytes(std::span(text))); });
-  keep_newest(times, {file.st.st_mtim.tv_sec, file.st.st_mtim.tv_nsec, file.st.st_ctim.tv_sec,
-                      file.st.st_ctim.tv_nsec});
+  note_read(out, file.st);
   return text;
 }
 
@@ -156,15 +162,14 @@ std::optional<std::string> find_index(const Directory& dir,
 }
 
 Index read_index(const Directory& dir, const std::string& name, const SplitLimits& limits,
-                 SourceTimes& times) {
+                 DirectoryModel& out) {
   OpenedFile file = naming(name, [&] { return dir.open(name, FileKind::regular); });
   const auto size = static_cast<std::uint64_t>(file.st.st_size);
   if (size > limits.max_index_bytes) {
     fail(ExitCode::unsupported, name,
          fmt::format("{} bytes, over the limit of {}", size, limits.max_index_bytes));
   }
-  keep_newest(times, {file.st.st_mtim.tv_sec, file.st.st_mtim.tv_nsec, file.st.st_ctim.tv_sec,
-                      file.st.st_ctim.tv_nsec});
+  note_read(out, file.st);
   std::uint64_t consumed = 0;
   // Streamed: a million entries are read a chunk at a time.
   JsonReader json(
@@ -581,7 +586,7 @@ DirectoryModel read_split_directory(const std::string& directory, const SplitLim
             [](const DirectoryEntry& a, const DirectoryEntry& b) { return a.name < b.name; });
   Index index;
   if (auto found = find_index(*dir, listed, limits)) {
-    index = read_index(*dir, *found, limits, out.times);
+    index = read_index(*dir, *found, limits, out);
   }
 
   std::vector<Found> found;
@@ -626,8 +631,7 @@ DirectoryModel read_split_directory(const std::string& directory, const SplitLim
     Found f;
     f.directory = e.name;
     if (is_value) {
-      const std::string text =
-          read_small_file(*dir, value_name, limits.max_value_json_bytes, out.times);
+      const std::string text = read_small_file(*dir, value_name, limits.max_value_json_bytes, out);
       charge(text.size(), value_name);
       f.entry.kind = Entry::Kind::value;
       f.entry.value_json = naming(
@@ -645,8 +649,7 @@ DirectoryModel read_split_directory(const std::string& directory, const SplitLim
              "suffixed): copy the mount's index.json along");
       }
     } else {
-      const std::string text =
-          read_small_file(*dir, meta_name, limits.max_meta_json_bytes, out.times);
+      const std::string text = read_small_file(*dir, meta_name, limits.max_meta_json_bytes, out);
       charge(text.size(), meta_name);
       const Meta meta = naming(meta_name, [&] { return parse_meta(text, limits); });
       QuantizationFields per_channel;

@@ -9,7 +9,9 @@
 
 #include <fmt/format.h>
 
+#include <sys/stat.h>
 #include <algorithm>
+#include <cerrno>
 
 namespace ckptfs::zero {
 namespace {
@@ -32,7 +34,8 @@ std::vector<std::string> states_files(const std::vector<DirectoryEntry>& entries
                                       std::string_view suffix) {
   std::vector<std::string> names;
   for (const DirectoryEntry& e : entries) {
-    if (e.regular && globbed(e.name, suffix)) names.push_back(e.name);
+    // A link leading out is listed: opening it says so (glob would list it too).
+    if (e.file_or_way_out() && globbed(e.name, suffix)) names.push_back(e.name);
   }
   std::sort(names.begin(), names.end(), natural_less);
   return names;
@@ -45,7 +48,7 @@ bool not_there(const Error& e) {
 
 bool has_model_states(const std::vector<DirectoryEntry>& entries) {
   return std::any_of(entries.begin(), entries.end(), [](const DirectoryEntry& e) {
-    return e.regular && globbed(e.name, model_suffix);
+    return e.file_or_way_out() && globbed(e.name, model_suffix);
   });
 }
 
@@ -97,10 +100,17 @@ Files Files::local(const std::string& directory, const ZeroLimits& limits) {
   if (!has_model_states(entries) && f.directory_->has("latest", FileKind::regular)) {
     const DirectoryFileSource latest(f.directory_, "latest");
     f.times_ = latest.times();
+    f.permissions_ = permission_bits(latest);
     const std::string tag = read_latest(latest, limits);
-    if (!f.directory_->has(tag, FileKind::directory)) {
+    struct stat st {};
+    if (const int error = f.directory_->look(tag, st); error != 0 || !S_ISDIR(st.st_mode)) {
       throw Error(ExitCode::bad_checkpoint,
-                  fmt::format("latest names the tag {}, which is no directory here", quote(tag)));
+                  fmt::format("latest names the tag {}, {}: name the tag directory that holds "
+                              "the *_model_states.pt files, or write its name into latest",
+                              quote(tag),
+                              error == ENOENT ? "which does not exist here"
+                              : error == 0    ? "which is no directory"
+                                              : "which is no directory beneath this one"));
     }
     f.prefix_ = tag + "/";
     try {
@@ -112,9 +122,13 @@ Files Files::local(const std::string& directory, const ZeroLimits& limits) {
   f.model_states_ = states_files(entries, model_suffix);
   f.optim_states_ = states_files(entries, optim_suffix);
   if (f.model_states_.empty()) {
+    if (f.prefix_.empty()) {
+      throw Error(ExitCode::io, "no *_model_states.pt in it: not a DeepSpeed checkpoint directory");
+    }
     throw Error(ExitCode::io,
-                fmt::format("no *_model_states.pt in {}: not a DeepSpeed checkpoint directory",
-                            f.prefix_.empty() ? std::string("it") : quote(f.prefix_)));
+                fmt::format("latest names the tag {}, which holds no *_model_states.pt: not a "
+                            "DeepSpeed checkpoint directory",
+                            quote(f.prefix_.substr(0, f.prefix_.size() - 1))));
   }
   return f;
 }
@@ -137,6 +151,7 @@ Files Files::remote(const std::string& location, const ZeroOpener& open, const Z
   }
   if (latest) {
     f.times_ = latest->times();
+    f.permissions_ = permission_bits(*latest);
     f.prefix_ = read_latest(*latest, limits) + "/";
   }
   return f;

@@ -31,8 +31,9 @@ class Files {
   bool is_remote() const noexcept { return !location_.empty(); }
   // The tag directory relative to what was named: "" or "global_step99/" (with its '/').
   const std::string& prefix() const noexcept { return prefix_; }
-  // The times of `latest`, when it was read.
+  // The times and permission bits of `latest`, when it was read.
   const SourceTimes& times() const noexcept { return times_; }
+  mode_t permissions() const noexcept { return permissions_; }
 
   // Local: every *_model_states.pt and *_optim_states.pt in the tag directory (regular files
   // whose names do not start with '.', as glob's '*' takes them), in natural order.
@@ -56,6 +57,7 @@ class Files {
  private:
   std::string prefix_;
   SourceTimes times_;
+  mode_t permissions_ = 0777;
   std::shared_ptr<const Directory> directory_;  // local
   std::string location_;                        // remote: what was named
   ZeroOpener open_;

@@ -78,6 +78,7 @@ class Reader {
       : files_(files), limits_(limits), zero_(zero) {
     out_.model.format = Format::zero;
     out_.times = files.times();
+    out_.permissions = files.permissions();
   }
 
   DirectoryModel read();
@@ -650,11 +651,17 @@ DirectoryModel Reader::read() {
     std::string why;
     auto found = files_.open_first(
         {"mp_rank_00_model_states.pt", "zero_pp_rank_0_mp_rank_00_model_states.pt"}, why);
-    if (!found) {
+    if (!found && files_.prefix().empty()) {
       throw Error(ExitCode::io,
                   fmt::format("no DeepSpeed model states ({}): not a DeepSpeed checkpoint "
                               "directory",
                               why));
+    }
+    if (!found) {
+      throw Error(ExitCode::io,
+                  fmt::format("latest names the tag {}, in which no DeepSpeed model states "
+                              "were found ({}): not a DeepSpeed checkpoint directory",
+                              quote(files_.prefix().substr(0, files_.prefix().size() - 1)), why));
     }
     names.push_back(found->name);
     opened = std::move(found->source);
