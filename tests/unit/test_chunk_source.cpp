@@ -45,7 +45,9 @@ std::string le32(std::uint32_t v) {
   return s;
 }
 
-std::uint32_t fletcher(const std::string& s) { return hdf5_fletcher32(std::as_bytes(std::span(s))); }
+std::uint32_t fletcher(const std::string& s) {
+  return hdf5_fletcher32(std::as_bytes(std::span(s)));
+}
 
 }  // namespace
 
@@ -73,9 +75,7 @@ TEST_CASE("ChunkSource decodes shuffled, deflated, checksummed chunks and fills 
   spec.shuffle_element_size = 4;
   spec.fill = le32(0x01020304);
   // Chunk 0 skipped Fletcher-32 (its mask's bit 2); chunk 2 was never written.
-  spec.chunks = {{2, stored_a.size(), 0b100},
-                 {2 + stored_a.size(), stored_b.size(), 0},
-                 {}};
+  spec.chunks = {{2, stored_a.size(), 0b100}, {2 + stored_a.size(), stored_b.size(), 0}, {}};
   auto cache = std::make_shared<ChunkCache>(1 << 20);
   const ChunkSource source(file, spec, cache, "f.h5:/w");
   REQUIRE(source.size() == 3 * 256);
@@ -129,8 +129,7 @@ TEST_CASE("read_hdf5 refuses what is not HDF5 with one line") {
     CHECK(std::string(e.what()).find('\n') == std::string::npos);
   }
   // A signature after a user block of 512 bytes is found; a superblock cut short is refused.
-  MemorySource user_block{std::string(512, '\0') + std::string("\x89HDF\r\n\x1a\n\0", 9),
-                          "u.h5"};
+  MemorySource user_block{std::string(512, '\0') + std::string("\x89HDF\r\n\x1a\n\0", 9), "u.h5"};
   CHECK(looks_like_hdf5(user_block));
   CHECK_THROWS_AS((void)read_hdf5(user_block, "u.h5"), Error);
 }

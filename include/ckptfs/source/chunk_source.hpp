@@ -34,7 +34,7 @@ struct ChunkSpec {
     std::uint64_t size = 0;
     std::uint32_t filter_mask = 0;
   };
-  std::uint64_t chunk_bytes = 0;    // of every chunk decoded (edge chunks are whole chunks too)
+  std::uint64_t chunk_bytes = 0;     // of every chunk decoded (edge chunks are whole chunks too)
   std::vector<ChunkFilter> filters;  // in the order the writer applied them
   std::uint32_t shuffle_element_size = 1;  // the shuffle filter's element size
   // One element's bytes, repeated over a chunk never written; empty: zeros.
@@ -86,9 +86,7 @@ class ChunkSource final : public ByteSource {
   const std::string& name() const noexcept override { return name_; }
   SourceTimes times() const noexcept override { return stored_.times(); }
   bool remote() const noexcept override { return stored_.remote(); }
-  bool unchanged(bool check_path) const noexcept override {
-    return stored_.unchanged(check_path);
-  }
+  bool unchanged(bool check_path) const noexcept override { return stored_.unchanged(check_path); }
   const ChunkSpec& spec() const noexcept { return spec_; }
 
  private:

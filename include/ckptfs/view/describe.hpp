@@ -40,8 +40,8 @@ inline constexpr std::size_t max_listed_pieces = 1024;
 // source (the file holding its bytes, as Model::sources names it; null without a storage: an
 // assembled tensor's are its pieces'), file_offset (in that file), numpy, byteorder,
 // requires_grad, quantization, ggml (a GGUF model's tensors and block-quantized ones only),
-// the format's own fields under Model::tensor_details_key ("hdf5": an HDF5 dataset's), storage, shared_with, shared_with_count, pieces (null, or an assembled tensor's {"grid",
-// "count", "list": [{"source", "file_offset", "nbytes", "offsets", "lengths"}...]}), broken.
+// Model::tensor_details_key's ("hdf5"), storage, shared_with, shared_with_count, pieces (null,
+// or an assembled tensor's {"grid", "count", "list": [{"source", "file_offset"...}]}), broken.
 // dtype, nbytes, numpy and byteorder describe the bytes served, which `convert_to` may convert
 // or which may be dequantized (see serve()); file_offset is then null, as they are no range of
 // the file. "ggml" describes the `data` file: {"type": "Q4_K", "type_id": 12,

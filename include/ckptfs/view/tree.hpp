@@ -138,9 +138,9 @@ class Tree {
   // source_of() of the nodes that show or describe every source.
   static constexpr std::uint32_t every_source = 0xffffffff;
   // The source whose bytes `node` shows or describes: a tensor entry's directory and files, its
-  // storage's source; an extra file, its own; every_source for the rest (the root, .ckptfs and its files, values). When
-  // that source changes while mounted, opens of the node fail (in a sharded set, only the changed
-  // shard's tensors).
+  // storage's source; an extra file, its own; every_source for the rest (the root, .ckptfs and its
+  // files, values). When that source changes while mounted, opens of the node fail (in a sharded
+  // set, only the changed shard's tensors).
   std::uint32_t source_of(const Node& node) const noexcept;
   // The child of directory `parent` named `name`, or 0.
   Ino lookup(Ino parent, std::string_view name) const;

@@ -13,7 +13,8 @@
 namespace ckptfs {
 
 std::size_t ChunkCache::KeyHash::operator()(const Key& k) const noexcept {
-  return std::hash<const void*>()(k.owner) ^ (std::hash<std::uint64_t>()(k.index) * 0x9e3779b97f4a7c15ull);
+  return std::hash<const void*>()(k.owner) ^
+         (std::hash<std::uint64_t>()(k.index) * 0x9e3779b97f4a7c15ull);
 }
 
 ChunkCache::Block ChunkCache::find(const void* owner, std::uint64_t index) {
@@ -85,7 +86,8 @@ std::string inflate_exactly(const std::string& in, std::string& out) {
   int status = inflate(&z, Z_FINISH);
   std::string why;
   if (status == Z_STREAM_END) {
-    if (z.avail_out != 0) why = fmt::format("inflates to {} bytes, not {}", z.total_out, out.size());
+    if (z.avail_out != 0)
+      why = fmt::format("inflates to {} bytes, not {}", z.total_out, out.size());
   } else if (status == Z_BUF_ERROR && z.avail_out == 0) {
     why = fmt::format("inflates to more than {} bytes", out.size());
   } else if (status == Z_BUF_ERROR) {
@@ -137,9 +139,8 @@ std::string ChunkSource::decode(std::uint64_t index) const {
   }
   std::string bytes = stored_.read_string(c.offset, static_cast<std::size_t>(c.size));
   auto fail = [&](std::string_view why) {
-    return Error(ExitCode::bad_checkpoint,
-                 fmt::format("{}: chunk {} (at byte {} of the file): {}", name_, index, c.offset,
-                             why));
+    return Error(ExitCode::bad_checkpoint, fmt::format("{}: chunk {} (at byte {} of the file): {}",
+                                                       name_, index, c.offset, why));
   };
   for (std::size_t k = spec_.filters.size(); k-- > 0;) {
     if (k < 32 && (c.filter_mask >> k & 1) != 0) continue;  // its writer skipped this filter
@@ -147,16 +148,16 @@ std::string ChunkSource::decode(std::uint64_t index) const {
       case ChunkFilter::fletcher32: {
         if (bytes.size() < 4) throw fail("too short for its Fletcher-32 checksum");
         const auto* tail = reinterpret_cast<const unsigned char*>(bytes.data() + bytes.size() - 4);
-        const std::uint32_t stored = tail[0] | tail[1] << 8 | tail[2] << 16 |
-                                     static_cast<std::uint32_t>(tail[3]) << 24;
+        const std::uint32_t stored =
+            tail[0] | tail[1] << 8 | tail[2] << 16 | static_cast<std::uint32_t>(tail[3]) << 24;
         bytes.resize(bytes.size() - 4);
         const std::uint32_t sum = hdf5_fletcher32(std::as_bytes(std::span(bytes)));
         // HDF5 before 1.6.3 stored the checksum with each 16-bit half byte-swapped; HDF5 still
         // accepts both.
         const std::uint32_t swapped = ((sum & 0x00ff00ff) << 8) | ((sum >> 8) & 0x00ff00ff);
         if (stored != sum && stored != swapped) {
-          throw fail(fmt::format("its Fletcher-32 checksum is {:08x}, its bytes' {:08x}", stored,
-                                 sum));
+          throw fail(
+              fmt::format("its Fletcher-32 checksum is {:08x}, its bytes' {:08x}", stored, sum));
         }
         break;
       }

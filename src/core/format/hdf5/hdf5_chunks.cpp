@@ -35,7 +35,8 @@ class Placer {
     place_at(index, address, size, mask);
   }
 
-  void place_at(std::uint64_t index, std::uint64_t address, std::uint64_t size, std::uint32_t mask) {
+  void place_at(std::uint64_t index, std::uint64_t address, std::uint64_t size,
+                std::uint32_t mask) {
     const std::uint64_t max_chunks = file_.limits().max_chunks;
     if (++chunks_ > max_chunks) {
       throw Error(ExitCode::unsupported,
@@ -165,13 +166,14 @@ void read_fixed_array(const File& file, const Layout& layout, const ChunkGrid& g
     if (i == first) {
       const std::uint64_t n = std::min(page_entries, entries - i);
       const std::uint64_t length = n * entry_size + 4;
-      const bool used = (static_cast<unsigned char>(initialized[page / 8]) & (0x80 >> page % 8)) != 0;
+      const bool used =
+          (static_cast<unsigned char>(initialized[page / 8]) & (0x80 >> page % 8)) != 0;
       const std::string page_what = fmt::format("{} (its page {})", what, page);
       page_bytes = used ? file.read(page_address, length, page_what) : std::string();
       if (used) {
         const auto* tail = reinterpret_cast<const unsigned char*>(page_bytes.data() + length - 4);
-        const std::uint32_t stored = tail[0] | tail[1] << 8 | tail[2] << 16 |
-                                     static_cast<std::uint32_t>(tail[3]) << 24;
+        const std::uint32_t stored =
+            tail[0] | tail[1] << 8 | tail[2] << 16 | static_cast<std::uint32_t>(tail[3]) << 24;
         if (lookup3(std::string_view(page_bytes).substr(0, length - 4)) != stored) {
           fail(page_what + ": its checksum does not match its bytes");
         }
@@ -201,26 +203,27 @@ std::vector<ChunkSpec::Chunk> read_chunk_index(const File& file, const Layout& l
       // Version 1 B-tree: each key the chunk's stored size, filter mask and element offsets (one
       // per dimension, and a last 0 for the element's bytes).
       std::vector<std::uint64_t> scaled(rank);
-      walk_btree1(file, layout.address, 1, 8 + 8 * (rank + 1), file.limits().max_chunks,
-                  [&](std::string_view key, std::uint64_t child) {
-                    Cursor k(key, file, "a chunk B-tree key");
-                    const std::uint32_t size = k.u32();
-                    const std::uint32_t mask = k.u32();
-                    for (std::size_t d = 0; d < rank; ++d) {
-                      const std::uint64_t offset = k.u64();
-                      if (offset % grid.chunk[d] != 0) {
-                        k.fail(fmt::format("chunk offset {} not a multiple of {}", offset,
-                                           grid.chunk[d]));
-                      }
-                      scaled[d] = offset / grid.chunk[d];
-                    }
-                    placer.place(scaled, child, size, mask);
-                  });
+      walk_btree1(
+          file, layout.address, 1, 8 + 8 * (rank + 1), file.limits().max_chunks,
+          [&](std::string_view key, std::uint64_t child) {
+            Cursor k(key, file, "a chunk B-tree key");
+            const std::uint32_t size = k.u32();
+            const std::uint32_t mask = k.u32();
+            for (std::size_t d = 0; d < rank; ++d) {
+              const std::uint64_t offset = k.u64();
+              if (offset % grid.chunk[d] != 0) {
+                k.fail(fmt::format("chunk offset {} not a multiple of {}", offset, grid.chunk[d]));
+              }
+              scaled[d] = offset / grid.chunk[d];
+            }
+            placer.place(scaled, child, size, mask);
+          });
       break;
     }
     case 1: {  // a single chunk: the whole dataset
       if (grid.total != 1) fail("a single chunk index for several chunks");
-      const std::uint64_t size = (layout.chunk_flags & 2) != 0 ? layout.single_size : grid.chunk_bytes;
+      const std::uint64_t size =
+          (layout.chunk_flags & 2) != 0 ? layout.single_size : grid.chunk_bytes;
       placer.place_at(0, layout.address, size, layout.single_mask);
       break;
     }
@@ -249,8 +252,9 @@ std::vector<ChunkSpec::Chunk> read_chunk_index(const File& file, const Layout& l
       }
       break;
     case 4:
-      fail("an extensible array chunk index (a dataset with one unlimited dimension, written "
-           "with libver='latest'), which ckptfs does not read");
+      fail(
+          "an extensible array chunk index (a dataset with one unlimited dimension, written "
+          "with libver='latest'), which ckptfs does not read");
     case 5: {
       // Records: the chunk's address, [its stored size and filter mask], its scaled offsets.
       if (layout.address == undefined) break;

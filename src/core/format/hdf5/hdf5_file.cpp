@@ -101,8 +101,8 @@ File::File(const ByteSource& source, std::uint64_t begin, std::uint64_t size,
     length_size_ = c.u8();
     c.skip(1);
     if (c.u16() == 0 || c.u16() == 0) c.fail("a group B-tree K of 0");
-    c.skip(4);                                  // file consistency flags
-    if (superblock_version_ == 1) c.skip(4);    // indexed storage K, reserved
+    c.skip(4);                                // file consistency flags
+    if (superblock_version_ == 1) c.skip(4);  // indexed storage K, reserved
     for (unsigned s : {offset_size_, length_size_}) {
       if (s != 2 && s != 4 && s != 8) c.fail(fmt::format("a size of offsets or lengths of {}", s));
     }
@@ -167,16 +167,16 @@ std::string File::read(std::uint64_t address, std::uint64_t length, const std::s
   return source_.read_string(absolute(address), static_cast<std::size_t>(length));
 }
 
-std::string File::read_signed(std::uint64_t address, std::uint64_t length,
-                              std::string_view sig, const std::string& what) const {
+std::string File::read_signed(std::uint64_t address, std::uint64_t length, std::string_view sig,
+                              const std::string& what) const {
   if (length < sig.size() + 4) fail(fmt::format("{}: too short ({} bytes)", what, length));
   std::string bytes = read(address, length, what);
   if (std::string_view(bytes).substr(0, sig.size()) != sig) {
     fail(fmt::format("{}: no {} signature there", what, sig));
   }
   const auto* tail = reinterpret_cast<const unsigned char*>(bytes.data() + length - 4);
-  const std::uint32_t stored = tail[0] | tail[1] << 8 | tail[2] << 16 |
-                               static_cast<std::uint32_t>(tail[3]) << 24;
+  const std::uint32_t stored =
+      tail[0] | tail[1] << 8 | tail[2] << 16 | static_cast<std::uint32_t>(tail[3]) << 24;
   if (lookup3(std::string_view(bytes).substr(0, length - 4)) != stored) {
     fail(fmt::format("{}: its checksum does not match its bytes", what));
   }
@@ -285,8 +285,8 @@ std::vector<Message> read_object_header(const File& file, std::uint64_t address)
       const Block b = blocks.front();
       blocks.pop_front();
       take(b.length);
-      const std::string more = file.read_signed(b.address, b.length, "OCHK",
-                                                what + fmt::format(" (continued at {})", hex(b.address)));
+      const std::string more = file.read_signed(
+          b.address, b.length, "OCHK", what + fmt::format(" (continued at {})", hex(b.address)));
       parse(more, b.address, 4, static_cast<std::size_t>(b.length - 4), (flags & 0x04) != 0);
     }
     return messages;
@@ -324,8 +324,9 @@ Message shared_message(const File& file, const Message& message) {
   } else if (version == 2 || version == 3) {
     const unsigned type = c.u8();
     if (version == 3 && type == 1) {
-      c.fail("a message kept in the file's shared object header message heap, which ckptfs "
-             "does not read");
+      c.fail(
+          "a message kept in the file's shared object header message heap, which ckptfs "
+          "does not read");
     }
     address = c.offset();
   } else {
@@ -401,8 +402,8 @@ void decode_integer(Cursor& c, Datatype& t) {
   const bool is_signed = (t.bits & 8) != 0;
   const char* name = integer_name(t.size, is_signed);
   if (name == nullptr || offset != 0 || precision != t.size * 8) {
-    t.unsupported = fmt::format("an integer type of {} bits at bit {} in {} bytes", precision,
-                                offset, t.size);
+    t.unsupported =
+        fmt::format("an integer type of {} bits at bit {} in {} bytes", precision, offset, t.size);
     return;
   }
   t.dtype = integer_dtype(t.size, is_signed);
@@ -570,8 +571,9 @@ Datatype decode_datatype(Cursor& c) {
       const std::string_view tag = c.bytes(tag_length);
       t.opaque = true;
       t.name = fmt::format("opaque ({} bytes)", t.size);
-      t.unsupported = fmt::format("an opaque type of {} bytes{}", t.size,
-                                  tag.empty() ? "" : " tagged " + quote(tag.substr(0, tag.find('\0'))));
+      t.unsupported =
+          fmt::format("an opaque type of {} bytes{}", t.size,
+                      tag.empty() ? "" : " tagged " + quote(tag.substr(0, tag.find('\0'))));
       break;
     }
     case 6:
@@ -589,9 +591,18 @@ Datatype decode_datatype(Cursor& c) {
       }
       break;
     default: {
-      static constexpr const char* names[] = {"", "", "a time type", "", "a bitfield type", "",
-                                              "", "a reference type", "", "",
-                                              "an array type", "a complex type"};
+      static constexpr const char* names[] = {"",
+                                              "",
+                                              "a time type",
+                                              "",
+                                              "a bitfield type",
+                                              "",
+                                              "",
+                                              "a reference type",
+                                              "",
+                                              "",
+                                              "an array type",
+                                              "a complex type"};
       t.unsupported = t.type_class < 12 ? names[t.type_class] : "";
       if (t.unsupported.empty()) t.unsupported = fmt::format("datatype class {}", t.type_class);
       break;
@@ -820,7 +831,8 @@ std::optional<std::vector<std::string>> attribute_strings(const File& file, cons
 
 Link decode_link(Cursor& c) {
   Link l;
-  if (const unsigned version = c.u8(); version != 1) c.fail(fmt::format("link version {}", version));
+  if (const unsigned version = c.u8(); version != 1)
+    c.fail(fmt::format("link version {}", version));
   const unsigned flags = c.u8();
   unsigned type = 0;
   if ((flags & 0x08) != 0) type = c.u8();

@@ -182,9 +182,9 @@ struct Layout {
   // Version 4's chunk index: 1 single chunk, 2 implicit, 3 fixed array, 4 extensible array,
   // 5 v2 B-tree; 0 for versions 1 to 3 (a v1 B-tree).
   int index_type = 0;
-  std::uint8_t chunk_flags = 0;  // version 4: bit 1 a filtered single chunk
-  std::uint64_t single_size = 0;    // a filtered single chunk's size...
-  std::uint32_t single_mask = 0;    // ...and filter mask
+  std::uint8_t chunk_flags = 0;      // version 4: bit 1 a filtered single chunk
+  std::uint64_t single_size = 0;     // a filtered single chunk's size...
+  std::uint32_t single_mask = 0;     // ...and filter mask
   std::uint8_t fixed_page_bits = 0;  // a fixed array's page bits
 };
 Layout decode_layout(Cursor& c, std::uint64_t data_address);
@@ -223,8 +223,8 @@ Link decode_link(Cursor& c);
 // chunks), each key `key_size` bytes (the key before the child). Nodes are walked with an
 // explicit stack, each at most once, their levels strictly decreasing; at most `max_children`
 // children in all (Error(unsupported) past it).
-void walk_btree1(const File& file, std::uint64_t address, unsigned node_type,
-                 std::size_t key_size, std::uint64_t max_children,
+void walk_btree1(const File& file, std::uint64_t address, unsigned node_type, std::size_t key_size,
+                 std::uint64_t max_children,
                  const std::function<void(std::string_view key, std::uint64_t child)>& visit);
 
 // Calls `visit(record)` for every record of the version 2 B-tree whose header is at `address`,

@@ -26,8 +26,8 @@ void too_many(std::string_view what, std::uint64_t limit) {
 
 // ------------------------------------------------------------------------ v1 B-trees
 
-void walk_btree1(const File& file, std::uint64_t address, unsigned node_type,
-                 std::size_t key_size, std::uint64_t max_children,
+void walk_btree1(const File& file, std::uint64_t address, unsigned node_type, std::size_t key_size,
+                 std::uint64_t max_children,
                  const std::function<void(std::string_view, std::uint64_t)>& visit) {
   const unsigned o = file.offset_size();
   struct Node {
@@ -95,8 +95,8 @@ void walk_btree2(const File& file, std::uint64_t address, unsigned tree_type,
     return;
   }
   if (record_size == 0 || node_size < 10 + record_size || node_size > (1u << 24) || depth > 64) {
-    h.fail(fmt::format("nodes of {} bytes, records of {}, depth {}", node_size, record_size,
-                       depth));
+    h.fail(
+        fmt::format("nodes of {} bytes, records of {}, depth {}", node_size, record_size, depth));
   }
   // What H5B2__hdr_init derives: each depth's most records per node and the widths of the
   // record counts in internal nodes' child pointers.
@@ -137,9 +137,8 @@ void walk_btree2(const File& file, std::uint64_t address, unsigned tree_type,
     }
     const std::uint64_t pointer =
         n.depth == 0 ? 0 : o + nrec_size + (n.depth > 1 ? cumulative_size[n.depth - 1] : 0);
-    const std::uint64_t used =
-        6 + std::uint64_t{n.records} * record_size +
-        (n.depth == 0 ? 0 : (std::uint64_t{n.records} + 1) * pointer) + 4;
+    const std::uint64_t used = 6 + std::uint64_t{n.records} * record_size +
+                               (n.depth == 0 ? 0 : (std::uint64_t{n.records} + 1) * pointer) + 4;
     Cursor c(file.read_signed(n.address, used, n.depth == 0 ? "BTLF" : "BTIN", what), file, what);
     c.skip(4);
     if (c.u8() != 0 || c.u8() != tree_type) c.fail("a version or type not the tree's");
@@ -173,8 +172,8 @@ class FractalHeap {
     what_ = fmt::format("the fractal heap at {}", hex(address));
     const unsigned o = file.offset_size();
     const unsigned l = file.length_size();
-    const std::uint64_t size = 4 + 1 + 2 + 2 + 1 + 4 + l + o + l + o + 6 * l + l + l + 2 + l +
-                               l + 2 + 2 + o + 2;
+    const std::uint64_t size =
+        4 + 1 + 2 + 2 + 1 + 4 + l + o + l + o + 6 * l + l + l + 2 + l + l + 2 + 2 + o + 2;
     // The header's filter information comes before its checksum: read the fixed part first.
     Cursor c(file.read(address, size, what_), file, what_);
     if (c.bytes(4) != "FRHP" || c.u8() != 0) c.fail("no FRHP signature and version 0");
@@ -235,7 +234,8 @@ class FractalHeap {
   void check_rows(unsigned rows, const std::string& what) const {
     if (rows == 0) return;
     const unsigned bits = static_cast<unsigned>(std::bit_width(std::uint64_t{width_}) - 1 +
-                                                std::bit_width(start_) - 1) + rows - 1;
+                                                std::bit_width(start_) - 1) +
+                          rows - 1;
     if (bits >= 63) fail(fmt::format("{}: {} rows, more than 64-bit offsets hold", what, rows));
   }
   std::uint64_t row_size(unsigned row) const { return row == 0 ? start_ : start_ << (row - 1); }
@@ -277,10 +277,9 @@ class FractalHeap {
       block = child;
       block_offset += row_offset(row) + column * row_size(row);
       block_size = row_size(row);
-      rows = row < max_direct_rows_
-                 ? 0
-                 : std::bit_width(block_size) - std::bit_width(start_) -
-                       (std::bit_width(std::uint64_t{width_}) - 1) + 1;
+      rows = row < max_direct_rows_ ? 0
+                                    : std::bit_width(block_size) - std::bit_width(start_) -
+                                          (std::bit_width(std::uint64_t{width_}) - 1) + 1;
     }
     const std::string what = fmt::format("{}: the direct block at {}", what_, hex(block));
     std::string& bytes = blocks_[block];
@@ -301,8 +300,8 @@ class FractalHeap {
     }
     if (offset < block_offset || offset - block_offset > bytes.size() ||
         length > bytes.size() - (offset - block_offset)) {
-      fail(fmt::format("{}: an object of {} bytes at heap offset {} lies outside it", what,
-                       length, offset));
+      fail(fmt::format("{}: an object of {} bytes at heap offset {} lies outside it", what, length,
+                       offset));
     }
     return bytes.substr(static_cast<std::size_t>(offset - block_offset),
                         static_cast<std::size_t>(length));
@@ -362,26 +361,25 @@ std::vector<Link> read_links(const File& file, const std::vector<Message>& messa
       const std::uint64_t tree = c.offset();
       const std::string heap = local_heap(file, c.offset());
       const unsigned o = file.offset_size();
-      walk_btree1(file, tree, 0, file.length_size(), max_links,
-                  [&](std::string_view, std::uint64_t node) {
-                    const std::string node_what =
-                        fmt::format("the symbol table node at {}", hex(node));
-                    Cursor h(file.read(node, 8, node_what), file, node_what);
-                    if (h.bytes(4) != "SNOD" || h.u8() != 1) h.fail("no SNOD signature");
-                    h.skip(1);
-                    const unsigned count = h.u16();
-                    const std::uint64_t entry = 2 * o + 24;
-                    Cursor e(file.read(node + 8, count * entry, node_what), file, node_what);
-                    for (unsigned i = 0; i < count; ++i) {
-                      Link link;
-                      link.name = heap_name(heap, e.offset(), node_what);
-                      link.address = e.offset();
-                      const std::uint32_t cache = e.u32();
-                      e.skip(4 + 16);
-                      if (cache == 2) link.kind = Link::Kind::soft;
-                      add(std::move(link));
-                    }
-                  });
+      walk_btree1(
+          file, tree, 0, file.length_size(), max_links, [&](std::string_view, std::uint64_t node) {
+            const std::string node_what = fmt::format("the symbol table node at {}", hex(node));
+            Cursor h(file.read(node, 8, node_what), file, node_what);
+            if (h.bytes(4) != "SNOD" || h.u8() != 1) h.fail("no SNOD signature");
+            h.skip(1);
+            const unsigned count = h.u16();
+            const std::uint64_t entry = 2 * o + 24;
+            Cursor e(file.read(node + 8, count * entry, node_what), file, node_what);
+            for (unsigned i = 0; i < count; ++i) {
+              Link link;
+              link.name = heap_name(heap, e.offset(), node_what);
+              link.address = e.offset();
+              const std::uint32_t cache = e.u32();
+              e.skip(4 + 16);
+              if (cache == 2) link.kind = Link::Kind::soft;
+              add(std::move(link));
+            }
+          });
     } else if (m.type == link) {
       Cursor c(m.data, file, fmt::format("the link message at {}", hex(m.address)));
       add(decode_link(c));

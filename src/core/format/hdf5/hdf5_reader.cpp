@@ -277,7 +277,8 @@ class Reader {
     const std::uint64_t numel = t.numel();
     std::uint64_t nbytes = 0;
     const bool empty = std::any_of(t.shape.begin(), t.shape.end(), [](auto d) { return d == 0; });
-    if ((!empty && numel == 0) || __builtin_mul_overflow(numel, std::uint64_t{type.size}, &nbytes) ||
+    if ((!empty && numel == 0) ||
+        __builtin_mul_overflow(numel, std::uint64_t{type.size}, &nbytes) ||
         nbytes > max_tensor_bytes) {
       fail("a shape with more bytes than a file can hold");
     }
@@ -430,9 +431,8 @@ class Reader {
     // Every chunk of the grid is a piece of the tensor and an entry of its source: counted
     // against the mount's chunks before any is made.
     count_chunks(grid.total);
-    static constexpr const char* index_names[] = {"v1 B-tree",   "single chunk", "implicit",
-                                                  "fixed array", "extensible array",
-                                                  "v2 B-tree"};
+    static constexpr const char* index_names[] = {"v1 B-tree",   "single chunk",     "implicit",
+                                                  "fixed array", "extensible array", "v2 B-tree"};
     j.key("chunks").begin_array();
     for (std::uint64_t c : grid.chunk) j.number(c);
     j.end_array();
@@ -530,8 +530,8 @@ Hdf5Model read_hdf5_file(const ByteSource& source, const std::string& source_nam
 
 // A top-level member of a .keras archive served in .ckptfs/: its JSON files.
 bool keras_extra_file(const std::string& name) {
-  return name.ends_with(".json") && name.find('/') == std::string::npos &&
-         !name.starts_with(".") && name.size() <= 255;
+  return name.ends_with(".json") && name.find('/') == std::string::npos && !name.starts_with(".") &&
+         name.size() <= 255;
 }
 
 Hdf5Model read_keras_archive(const ByteSource& source, const std::string& source_name,
@@ -544,9 +544,9 @@ Hdf5Model read_keras_archive(const ByteSource& source, const std::string& source
   // A deflated member is inflated on read: a source of its own.
   auto inflated = [&](const ZipEntry& member) {
     out.model.sources.push_back(source_name + "/" + member.name);
-    out.sources.push_back(std::make_unique<InflatedSource>(
-        source, payload_offset(source, member), member.compressed_size, member.size,
-        out.model.sources.back()));
+    out.sources.push_back(std::make_unique<InflatedSource>(source, payload_offset(source, member),
+                                                           member.compressed_size, member.size,
+                                                           out.model.sources.back()));
     return static_cast<std::uint32_t>(out.model.sources.size() - 1);
   };
   auto readable = [](const ZipEntry& member) {
@@ -563,13 +563,13 @@ Hdf5Model read_keras_archive(const ByteSource& source, const std::string& source
                 "a zip without model.weights.h5: not a .keras archive Keras wrote");
   }
   if (!readable(*weights)) {
-    throw Error(ExitCode::unsupported,
-                fmt::format("{} is compressed with zip method {}{}: unzip it and mount it",
-                            keras_weights, weights->method, weights->flags & 1 ? ", encrypted" : ""));
+    throw Error(
+        ExitCode::unsupported,
+        fmt::format("{} is compressed with zip method {}{}: unzip it and mount it", keras_weights,
+                    weights->method, weights->flags & 1 ? ", encrypted" : ""));
   }
   for (const ZipEntry& member : zip.entries()) {
-    if (!keras_extra_file(member.name) || !readable(member) ||
-        out.model.extra_files.size() == 16) {
+    if (!keras_extra_file(member.name) || !readable(member) || out.model.extra_files.size() == 16) {
       continue;
     }
     if (std::any_of(out.model.extra_files.begin(), out.model.extra_files.end(),
@@ -577,7 +577,8 @@ Hdf5Model read_keras_archive(const ByteSource& source, const std::string& source
       continue;  // a name twice: the first is served
     }
     if (member.stored()) {
-      out.model.extra_files.push_back({member.name, 0, payload_offset(source, member), member.size});
+      out.model.extra_files.push_back(
+          {member.name, 0, payload_offset(source, member), member.size});
     } else {
       const std::uint32_t index = inflated(member);
       out.model.extra_files.push_back({member.name, index, 0, member.size});
@@ -620,8 +621,7 @@ bool looks_like_keras(const ByteSource& source) {
 
 Hdf5Model read_hdf5(const ByteSource& source, const std::string& source_name,
                     const Hdf5Limits& limits) {
-  return read_or_name_impostor(source,
-                               [&] { return read_hdf5_file(source, source_name, limits); });
+  return read_or_name_impostor(source, [&] { return read_hdf5_file(source, source_name, limits); });
 }
 
 Hdf5Model read_keras(const ByteSource& source, const std::string& source_name,
