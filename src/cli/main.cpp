@@ -201,8 +201,10 @@ the tree (layout=split): the root holds the key directories and the hidden .ckpt
   a broken tensor (a record missing...) keeps its files, but reads of them fail with EIO, and
   so do those of model.safetensors, which would lack it: the log says why, and the mount says
   how many tensors are broken (ckptfs inspect lists them)
-  MOUNTPOINT/.ckptfs/config.json  with names=hf: the config transformers makes of a GGUF
-                                  (and tokenizer.json, tokenizer_config.json of a BPE vocabulary)
+  MOUNTPOINT/.ckptfs/config.json  a Hugging Face model directory's config, tokenizer files and
+                                  chat template (config.json's dtype set by dtype=); with
+                                  names=hf: the config transformers makes of a GGUF (and
+                                  tokenizer.json, tokenizer_config.json of a BPE vocabulary)
 the tree (layout=rfc):
   MOUNTPOINT/map.pt               torch.save of the list of keys that have a file, in order
                                   (beside the <key>.pt files, where the RFC's loaders look)

@@ -44,6 +44,11 @@ std::vector<DirectoryCheckpoint> checkpoints_in(const std::string& directory);
 //   name the one to mount, as in: ckptfs DIR/a.pth MOUNTPOINT
 DirectoryCheckpoint choose_checkpoint_in(const std::string& directory);
 
+// Whether `name` is one of transformers' names for a model's weights in its directory
+// (model.safetensors, model.safetensors.index.json, pytorch_model.bin,
+// pytorch_model.bin.index.json).
+bool is_transformers_checkpoint_name(std::string_view name);
+
 // What a well-known file of a model's directory that holds no weights is, by its name
 // ("config.json": "a model config (transformers' config.json)"; tokenizer, generation, PEFT
 // adapter, Trainer state and diffusers pipeline files too), "" for any other name; and what to

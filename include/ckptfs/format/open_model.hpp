@@ -74,6 +74,12 @@ class OpenedModel {
   // a set of 0600 and 0644 files is 0600); 0777 when none is local. A mount of the model is
   // no less strict than the strictest of its files.
   mode_t permissions() const noexcept { return permissions_; }
+  // Takes the times and permission bits of other files the mount serves (a model directory's
+  // config.json): the newest times, the permission bits ANDed.
+  void also_from(const SourceTimes& times, mode_t permissions) noexcept {
+    keep_newest(times_, times);
+    permissions_ &= permissions & 0777;
+  }
 
  private:
   std::vector<std::unique_ptr<ByteSource>> owned_;
@@ -125,10 +131,13 @@ class OpenedModel {
 //     read_hdf5();
 //   - a zip: torch.save's (TorchScript and torch.package are refused); a file starting with '{':
 //     an index; anything else: the legacy torch stream (read_torch()).
-// Then options.names applies. Model::sources are relative to the directory of what was named
-// (for a single file, its name).
-// Throws Error with the exit code of the problem, its message without the location (the caller
-// names it); a shard's problem names the shard.
+// Then options.names applies. Then, for a local directory's model (the directory named, or a
+// file in it named by one of transformers' names or the one its mount would choose), the
+// directory's config and tokenizer files are the model's files (add_model_directory_files(),
+// model_directory_files.hpp), their times and permissions the mount's too. Model::sources are
+// relative to the directory of what was named (for a single file, its name). Throws Error with the
+// exit code of the problem, its message without the location (the caller names it); a shard's
+// problem names the shard.
 OpenedModel open_model(const std::string& location, const OpenOptions& options = {});
 
 }  // namespace ckptfs

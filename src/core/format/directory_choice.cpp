@@ -134,6 +134,11 @@ std::string shown_path(const std::string& directory, const std::string& name) {
 
 }  // namespace
 
+bool is_transformers_checkpoint_name(std::string_view name) {
+  return std::find(std::begin(transformers_names), std::end(transformers_names), name) !=
+         std::end(transformers_names);
+}
+
 namespace {
 
 // checkpoints_in() of the open directory `dir` (named `directory`), whose file names are `files`.

@@ -4,6 +4,7 @@
 #include <ckptfs/base/error.hpp>
 #include <ckptfs/format/directory_choice.hpp>
 #include <ckptfs/format/impostor.hpp>
+#include <ckptfs/format/model_directory_files.hpp>
 #include <ckptfs/format/open_model.hpp>
 #include <ckptfs/source/inflated_source.hpp>
 #include <ckptfs/source/location.hpp>
@@ -270,7 +271,30 @@ OpenedModel::OpenedModel(std::vector<std::unique_ptr<ByteSource>> sources, Model
 
 namespace {
 
-OpenedModel open_as_named(const std::string& location, const OpenOptions& options) {
+// The local directory of `location`, a file the user named, when the file is that directory's
+// model: named by one of transformers' names, or the one checkpoint a mount of the directory
+// chooses. Null otherwise (a URL, a file among others, a directory that cannot be opened).
+std::shared_ptr<const Directory> model_directory_of_file(const std::string& location) {
+  if (is_url(location)) return nullptr;
+  const auto slash = location.rfind('/');
+  const std::string directory =
+      slash == std::string::npos ? "." : (slash == 0 ? "/" : location.substr(0, slash));
+  const std::string name = file_name(location);
+  try {
+    if (!is_transformers_checkpoint_name(name) && choose_checkpoint_in(directory).name != name) {
+      return nullptr;
+    }
+    return std::make_shared<const Directory>(directory);
+  } catch (const Error&) {
+    return nullptr;  // a directory of several checkpoints, or none it can list
+  }
+}
+
+// Reads what the user named; `model_directory` is set to the directory whose config and
+// tokenizer files go with the model (a directory mount's, or a file's that is its directory's
+// model), left null otherwise.
+OpenedModel open_as_named(const std::string& location, const OpenOptions& options,
+                          std::shared_ptr<const Directory>& model_directory) {
   struct stat st {};
   if (::stat(location.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
     auto opened = [](DirectoryModel d) {
@@ -296,7 +320,9 @@ OpenedModel open_as_named(const std::string& location, const OpenOptions& option
       Named named{(location.ends_with('/') ? location : location + "/") + chosen.name,
                   std::make_shared<const Directory>(location)};
       std::unique_ptr<ByteSource> source = named.members(options).open(chosen.name);
-      return read_named(named, std::move(source), options);
+      OpenedModel opened_model = read_named(named, std::move(source), options);
+      model_directory = named.directory;
+      return opened_model;
     } catch (const Error& e) {
       throw Error(e.code(), fmt::format("{}: {}", quote(chosen.name), e.what()));
     }
@@ -313,13 +339,16 @@ OpenedModel open_as_named(const std::string& location, const OpenOptions& option
     return OpenedModel(std::move(d.sources), std::move(d.model), d.times, d.permissions);
   }
   // A file or URL the user named: followed wherever it leads, its members beside it.
-  return read_named(Named{location, nullptr}, options.open(location), options);
+  OpenedModel opened_model = read_named(Named{location, nullptr}, options.open(location), options);
+  model_directory = model_directory_of_file(location);
+  return opened_model;
 }
 
 }  // namespace
 
 OpenedModel open_model(const std::string& location, const OpenOptions& options) {
-  OpenedModel opened = open_as_named(location, options);
+  std::shared_ptr<const Directory> model_directory;
+  OpenedModel opened = open_as_named(location, options, model_directory);
   if (options.names == Names::hf) {
     Model& model = opened.model();
     if (model.format == Format::gguf) {
@@ -329,6 +358,13 @@ OpenedModel open_model(const std::string& location, const OpenOptions& options) 
           "names=hf names a GGUF file's tensors as transformers does: a {} model keeps its keys",
           format_name(model.format)));
     }
+  }
+  // After names=hf: a config.json it made of a GGUF file stays the model's.
+  if (model_directory) {
+    SourceTimes times = opened.times();
+    mode_t permissions = opened.permissions();
+    add_model_directory_files(opened.model(), model_directory, &times, &permissions);
+    opened.also_from(times, permissions);
   }
   return opened;
 }

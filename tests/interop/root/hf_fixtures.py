@@ -64,6 +64,20 @@ def tiny_llama():
     return LlamaForCausalLM(config).eval()
 
 
+def save_tokenizer(directory):
+    """A word-level tokenizer and a chat template saved by save_pretrained beside the model
+    (tokenizer.json, tokenizer_config.json, chat_template.jinja), made offline."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+    vocab = {f"w{i}": i for i in range(500)}
+    vocab["[UNK]"] = 500
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", eos_token="w0")
+    tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
+    tokenizer.save_pretrained(directory)
+
+
 def save_bin(model, directory, max_shard_size=None):
     """The model as transformers 4 saved it with safe_serialization=False (transformers 5 no
     longer writes .bin): pytorch_model.bin, or pytorch_model-0000N-of-0000M.bin shards and
@@ -90,7 +104,8 @@ def write_models(out_dir):
         gpt2_sharded    save_pretrained(max_shard_size="100KB"): model-0000N-of-0000M...
         gpt2_bin        pytorch_model.bin (save_bin)
         gpt2_bin_sharded  pytorch_model-0000N-of-0000M.bin (save_bin, 100KB)
-        llama_sharded   a Llama (untied head), save_pretrained(max_shard_size="200KB")"""
+        llama_sharded   a Llama (untied head), save_pretrained(max_shard_size="200KB")
+    Each with a tokenizer beside it (save_tokenizer)."""
     out = {}
 
     def record(name, directory, sharded):
@@ -105,10 +120,12 @@ def write_models(out_dir):
             model.save_pretrained(directory)
         else:
             model.save_pretrained(directory, max_shard_size=size)
+        save_tokenizer(directory)
         record(name, directory, size is not None)
     for name, size in (("gpt2_bin", None), ("gpt2_bin_sharded", "100KB")):
         directory = os.path.join(out_dir, name)
         os.makedirs(directory)
         save_bin(gpt2, directory, size)
+        save_tokenizer(directory)
         record(name, directory, size is not None)
     return out

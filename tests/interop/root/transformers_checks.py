@@ -10,6 +10,16 @@ mount's views, against the same libraries' loading of the model as saved.
         init_empty_weights + load_checkpoint_in_model from CHECKPOINT (the mount's
         model.safetensors, or its views folder holding a shard set), against from_pretrained
         of the original
+    from_pretrained_of_views(original, views, dtype=None)
+        from_pretrained(VIEWS) itself: the mount's views folder as the model directory it
+        serves (config.json, tokenizer files beside the export); with `dtype`, VIEWS loaded
+        with dtype="auto" against the original loaded with dtype=torch.<dtype>; the tokenizers
+        of both encode and apply the chat template alike
+    dispatch_via_mount(original, checkpoint)
+        init_empty_weights + load_checkpoint_and_dispatch from CHECKPOINT
+    load_model_via_mount(original, checkpoint)
+        safetensors.torch.load_model of CHECKPOINT (the mount's model.safetensors) into a model
+        made from the original's config
 
 Each returns {"logits_equal", "max_difference", "dtype", "problems": [...]}: the logits of a
 fixed input and every tensor of the state dict must be the same, bit for bit.
@@ -89,3 +99,56 @@ def accelerate_via_mount(original, checkpoint):
     # (the original files too); with one it sets each tensor itself, as for big models.
     load_checkpoint_in_model(got, checkpoint, device_map={"": "cpu"})
     return compare_models(got.eval(), want, {"problems": []})
+
+
+def from_pretrained_of_views(original, views, dtype=None):
+    want = AutoModelForCausalLM.from_pretrained(
+        original, **({"dtype": getattr(torch, dtype)} if dtype else {})).eval()
+    got, info = AutoModelForCausalLM.from_pretrained(
+        views, output_loading_info=True, **({"dtype": "auto"} if dtype else {}))
+    report = {"problems": [], "files": sorted(os.listdir(views))}
+    for kind in ("missing_keys", "unexpected_keys", "mismatched_keys", "error_msgs"):
+        if info.get(kind):
+            report["problems"].append(f"from_pretrained of the views: {kind} {info[kind]}")
+    if os.path.exists(os.path.join(original, "tokenizer.json")):
+        from transformers import AutoTokenizer
+        text, chat = "w1 w7 w499 unknown w0", [{"role": "user", "content": "w3 w4"}]
+        a, b = AutoTokenizer.from_pretrained(views), AutoTokenizer.from_pretrained(original)
+        if a(text)["input_ids"] != b(text)["input_ids"]:
+            report["problems"].append("the views' tokenizer encodes differently")
+        if a.apply_chat_template(chat, tokenize=False) != b.apply_chat_template(chat,
+                                                                                tokenize=False):
+            report["problems"].append("the views' chat template differs")
+    return compare_models(got.eval(), want, report)
+
+
+def empty_model(original):
+    from accelerate import init_empty_weights
+    with init_empty_weights():
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(original))
+    model.tie_weights()
+    return model
+
+
+def dispatch_via_mount(original, checkpoint):
+    from accelerate import load_checkpoint_and_dispatch
+    want = AutoModelForCausalLM.from_pretrained(original).eval()
+    got = load_checkpoint_and_dispatch(empty_model(original), checkpoint, device_map={"": "cpu"})
+    return compare_models(got.eval(), want, {"problems": []})
+
+
+def load_model_via_mount(original, checkpoint):
+    from safetensors.torch import load_model
+    want = AutoModelForCausalLM.from_pretrained(original).eval()
+    config = AutoConfig.from_pretrained(original)
+    got = AutoModelForCausalLM.from_config(config).eval()
+    missing, unexpected = load_model(got, checkpoint, strict=False)
+    report = {"problems": []}
+    # A tied head is no tensor of a safetensors file: load_model reports it missing, and it is
+    # tied. A .bin holds both names of a tied weight, as its export does: load_model keeps one
+    # name per shared tensor and reports the other unexpected, though it is the model's own.
+    tied = {k for k in missing if k == "lm_head.weight" and config.tie_word_embeddings}
+    own = set(got.state_dict())
+    if set(missing) - tied or set(unexpected) - own:
+        report["problems"].append(f"missing {missing}, unexpected {unexpected}")
+    return compare_models(got, want, report)
