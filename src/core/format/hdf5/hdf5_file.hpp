@@ -76,6 +76,11 @@ class Cursor {
  public:
   Cursor(std::string_view bytes, const File& file, std::string what)
       : bytes_(bytes), file_(file), what_(std::move(what)) {}
+  // Over bytes read for it (File::read()'s): the cursor keeps them.
+  Cursor(std::string&& bytes, const File& file, std::string what)
+      : owned_(std::move(bytes)), bytes_(owned_), file_(file), what_(std::move(what)) {}
+  Cursor(const Cursor&) = delete;
+  Cursor& operator=(const Cursor&) = delete;
   std::uint64_t uint(unsigned size);  // 1 to 8 bytes
   std::uint8_t u8() { return static_cast<std::uint8_t>(uint(1)); }
   std::uint16_t u16() { return static_cast<std::uint16_t>(uint(2)); }
@@ -92,6 +97,7 @@ class Cursor {
   [[noreturn]] void fail(const std::string& why) const;
 
  private:
+  std::string owned_;  // declared first: bytes_ may view it
   std::string_view bytes_;
   const File& file_;
   std::string what_;
