@@ -95,8 +95,6 @@ class Hdf5Tests(MountTestCase):
 
     def test_keras_layouts(self):
         mnt = self.check("keras3")
-        self.assertEqual(sorted(os.listdir(mnt / "layers.embedding.vars.0")),
-                         ["data", "meta.json", "tensor.pt"])  # bfloat16: numpy has none
         meta = json.loads((mnt / "layers.embedding.vars.0" / "meta.json").read_text())
         self.assertEqual(meta["dtype"], "bfloat16")
         mnt = self.check("keras2")

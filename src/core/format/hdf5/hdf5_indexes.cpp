@@ -181,7 +181,7 @@ class FractalHeap {
     const unsigned filters_length = c.u16();
     flags_ = c.u8();
     max_managed_ = c.u32();
-    c.skip(l + o + l + o + 6 * l + l);  // huge objects, free space, counts
+    c.skip(l + o + l + o + 8 * l);  // huge objects, free space, managed space, counts
     width_ = c.u16();
     start_ = c.length();
     max_direct_ = c.length();
