@@ -920,10 +920,11 @@ class HostileHdf5Tests(HostileTestCase):
         data = bytearray(path.read_bytes())
         # The contiguous dataset's address in its layout message, and the chunk B-tree's ("TREE").
         far = struct.pack("<Q", 1 << 50)
-        at = data.index(struct.pack("<Q", contiguous_at))
+        # Layout messages of version 3: class 1 (contiguous) or 2 (chunked, then its rank + 1).
+        at = data.index(struct.pack("<BB", 3, 1) + struct.pack("<Q", contiguous_at)) + 2
         data[at:at + 8] = far
         tree = data.index(b"TREE\x01")  # node type 1: a chunk B-tree (0: a group's)
-        at = data.index(struct.pack("<Q", tree))
+        at = data.index(struct.pack("<BBB", 3, 2, 3) + struct.pack("<Q", tree)) + 3
         data[at:at + 8] = far
         bad = self.write("far.h5", bytes(data))
         mnt, _ = self.mount(bad)
@@ -931,7 +932,9 @@ class HostileHdf5Tests(HostileTestCase):
         for key in ("chunked", "contiguous"):
             meta = json.loads((mnt / key / "meta.json").read_text())
             self.assertRegex(meta["broken"], "outside the file", key)
-            self.assertEqual(os.listdir(mnt / key), ["meta.json"], key)
+            with self.assertRaises(OSError) as raised:  # broken: its files fail with EIO
+                (mnt / key / "data").read_bytes()
+            self.assertEqual(raised.exception.errno, errno.EIO, key)
 
     def test_groups_in_a_cycle(self):
         """A group linked inside itself (hard links may make cycles): each group read once."""
