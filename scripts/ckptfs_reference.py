@@ -13,8 +13,10 @@ integration tests (tests/integration/) share:
                 (StubObject, stub_class, StubUnpickler, stubbed_names)
     flattening  flatten: a loaded object as ordered (key, tensor | value) entries, the rule of
                 `ckptfs inspect` and of the mount (children, contains_tensor; sparse and nested
-                tensors as their parts: tensor_parts, SPARSE_PARTS, NESTED_PARTS); key_paths: the
-                Python keys of the entries whose text does not say them
+                tensors as their parts: tensor_parts, SPARSE_PARTS, NESTED_PARTS); key_paths and
+                key_containers: the Python keys and containers of the entries whose text does
+                not say them; packed_nesting, nesting_difference: what `ckptfs pack` writes of
+                a checkpoint's nesting, and how torch.load of it compares
     TorchScript torchscript_prefix, torchscript_flatten, torchscript_key_paths: a torch.jit.save
                 archive's entries (state_dict, constants.N, attributes.*) computed with torch
     values      simple_json, NOT_JSON, value_from_json, same_value, value_entry, has_opaque,
@@ -360,9 +362,30 @@ def contains_tensor(x, is_tensor=is_torch_tensor, seen=None):
     return any(contains_tensor(v, is_tensor, seen) for _, v in children(x))
 
 
-def flatten(root, is_tensor=is_torch_tensor, with_parts=False):
+def container_kind(x):
+    """What `x` is as a container of the children the rule walks, by the name index.json's
+    "containers" gives it: "dict", "OrderedDict", "list", "tuple"; "object" for anything else
+    (an object's state, a tensor's parts), which `ckptfs pack` does not build."""
+    kinds = {dict: "dict", collections.OrderedDict: "OrderedDict", list: "list", tuple: "tuple",
+             set: "set", frozenset: "frozenset"}
+    return "object" if isinstance(x, torch.Tensor) else kinds.get(type(x), "object")
+
+
+def root_kind(root, is_tensor=is_torch_tensor):
+    """index.json's "root": the kind of the container holding the entries flatten() gives
+    (container_kind), or None when the root is one entry (a bare tensor or a value)."""
+    if is_tensor(root):
+        return None
+    if type(root) in (dict, list, collections.OrderedDict) or contains_tensor(root, is_tensor):
+        return container_kind(root)
+    return None
+
+
+def flatten(root, is_tensor=is_torch_tensor, with_parts=False, with_containers=False):
     """The entries of a loaded checkpoint, in order: [(key, object)], or with `with_parts`
-    [(key, object, parts)], `parts` being the Python keys (and list indices) along the way.
+    [(key, object, parts)], `parts` being the Python keys (and list indices) along the way, and
+    with `with_containers` too [(key, object, parts, containers)], `containers` the
+    container_kind() of what holds each part.
 
     Tensors are leaves; a child holding a tensor somewhere below is walked, keyed
     "parent.child"; a subtree without tensors is one value. A bare tensor is the entry "tensor";
@@ -370,30 +393,33 @@ def flatten(root, is_tensor=is_torch_tensor, with_parts=False):
     `is_tensor` says what a tensor is (torch tensors by default)."""
     out = []
 
-    def tensor(key, t, parts):
-        out.append((key, t, parts))
+    def tensor(key, t, parts, kinds):
+        out.append((key, t, parts, kinds))
         # A per-channel quantized tensor: its scales and zero points follow as entries.
         for name, part in quantized_parts(t):
-            out.append((f"{key}.{name}", part, parts + [Part(name)]))
+            out.append((f"{key}.{name}", part, parts + [Part(name)], kinds + ["object"]))
 
-    def walk(x, prefix, parts):
+    def walk(x, prefix, parts, kinds):
+        kind = container_kind(x)
         for (k, v), part in zip(children(x), raw_keys(x)):
             key = k if prefix is None else f"{prefix}.{k}"
-            here = parts + [part]
+            here, here_kinds = parts + [part], kinds + [kind]
             if is_tensor(v):
-                tensor(key, v, here)
+                tensor(key, v, here, here_kinds)
             elif contains_tensor(v, is_tensor):
-                walk(v, key, here)
+                walk(v, key, here, here_kinds)
             else:
-                out.append((key, v, here))
+                out.append((key, v, here, here_kinds))
 
     if is_tensor(root):
-        tensor("tensor", root, [])
+        tensor("tensor", root, [], [])
     elif type(root) in (dict, list, collections.OrderedDict) or contains_tensor(root, is_tensor):
-        walk(root, None, [])
+        walk(root, None, [], [])
     else:
-        out.append(("value", root, []))
-    return out if with_parts else [(k, v) for k, v, _ in out]
+        out.append(("value", root, [], []))
+    if with_containers:
+        return out
+    return [e[:3] for e in out] if with_parts else [(k, v) for k, v, _, _ in out]
 
 
 def quantized_parts(t):
@@ -473,14 +499,182 @@ def key_part_json(k):
 
 def key_paths(flat):
     """For the entries of flatten(..., with_parts=True): each entry's "key_path" as ckptfs
-    writes it in index.json and meta.json, or None where it has none. An entry has one when a
-    part is not a str, or when another entry has the same key text."""
-    count = collections.Counter(key for key, _, _ in flat)
+    writes it in index.json and meta.json, or None where it has none. An entry has one unless it
+    is one str key of the root whose text no other entry has: when a part is not a str, when it
+    has more or fewer parts than one ([] for a root that is one entry), when another entry has
+    the same key text."""
+    count = collections.Counter(e[0] for e in flat)
     out = []
-    for key, _, parts in flat:
-        needed = count[key] > 1 or any(type(p) is not str for p in parts)
+    for key, _, parts, *_ in flat:
+        needed = count[key] > 1 or len(parts) != 1 or any(type(p) is not str for p in parts)
         out.append([key_part_json(p) for p in parts] if needed else None)
     return out
+
+
+def key_containers(flat):
+    """For the entries of flatten(..., with_containers=True) (or torchscript_flatten's): each
+    entry's "containers" as ckptfs writes it beside its key path, or None where it has none
+    (no key path, or the key path [])."""
+    return [e[3] if path else None for e, path in zip(flat, key_paths(flat))]
+
+
+# --------------------------------------------------------------------------------------------
+# What `ckptfs pack` writes of the nesting (docs/PACK.md)
+# --------------------------------------------------------------------------------------------
+
+_LEFT_OUT = object()  # a value pack leaves out (no plain data)
+
+
+def _exact_key(k):
+    """A dict key pack writes as it is: a str, an int of 64 bits, a bool, None, a float, bytes."""
+    if type(k) is int:
+        return -2**63 <= k < 2**63
+    return type(k) in (str, bool, type(None), float, bytes)
+
+
+def _renamed_apart(items):
+    """[(exact, key, obj)] of one container with its flattened keys (exact False) renamed
+    "<key>%#<n>" where another key of the container has their text: the exact keys keep
+    theirs, then the first flattened key of a text keeps it (docs/NAMES.md's rule)."""
+    own = {k for _, k, _ in items if type(k) is str}
+    used = {k for exact, k, _ in items if exact and type(k) is str}
+    out = []
+    for exact, key, obj in items:
+        if not exact:
+            text, n = key, 2
+            while key in used:
+                key = f"{text}%#{n}"
+                if key in own:
+                    key = text
+                n += 1
+            used.add(key)
+        out.append((key, obj))
+    return out
+
+
+def _flat_entries(x, prefix, is_tensor):
+    """[(flattened key, object)] of what pack writes below `x` when it does not rebuild it:
+    flatten()'s entries under `prefix` (None: relative to `x`), without the values that are no
+    plain data and the parts of per-channel quantized tensors (inside them)."""
+    if is_tensor(x) or not contains_tensor(x, is_tensor):
+        entries = [(prefix, x)]
+    else:
+        entries = []
+        for key, obj, path in flatten(x, is_tensor, with_parts=True):
+            if path and isinstance(path[-1], Part) and path[-1] in (
+                    "q_per_channel_scales", "q_per_channel_zero_points"):
+                continue
+            entries.append((key if prefix is None else f"{prefix}.{key}", obj))
+    return [(k, v) for k, v in entries if is_tensor(v) or simple_json(v) is not NOT_JSON]
+
+
+def packed_nesting(root, is_tensor=is_torch_tensor):
+    """What torch.load gives of `ckptfs pack SRC OUT.pth` (without --flat) when torch.load of
+    SRC gives `root`, by docs/PACK.md's rule:
+      - a bare tensor or a plain value: itself; a Parameter its tensor (requires_grad kept,
+        as state_dict() gives it: the model does not say Parameter);
+      - dicts, OrderedDicts (their attributes too: a state_dict()'s _metadata), lists and tuples
+        that hold a tensor somewhere below: rebuilt, of the same types, keys in order; a value
+        that is no plain data (simple_json's NOT_JSON) left out, in a list or tuple None in its
+        place unless nothing follows it;
+      - a dict key that is not a str, an int of 64 bits, a bool, None, a float or bytes (a
+        tuple): its text, a str, the entries below it flattened from there into that dict;
+      - anything else holding a tensor (an object, a sparse tensor's parts): an OrderedDict of
+        flatten()'s entries below it, under their keys relative to it;
+      - flattened keys that another key of their container has: "<key>%#<n>"."""
+    def tensor(t):
+        # A Parameter is written as its tensor, requires_grad kept: what state_dict() gives.
+        if isinstance(t, torch.nn.Parameter):
+            return t.detach().requires_grad_(t.requires_grad)
+        return t
+
+    if is_tensor(root):
+        return tensor(root)
+    if not (type(root) in (dict, list, collections.OrderedDict)
+            or contains_tensor(root, is_tensor)):
+        return root
+
+    def child(v):
+        if is_tensor(v):
+            return tensor(v)
+        if contains_tensor(v, is_tensor):
+            return container(v)
+        return v if simple_json(v) is not NOT_JSON else _LEFT_OUT
+
+    def container(x):
+        kind = container_kind(x)
+        if kind in ("list", "tuple"):
+            items = [child(v) for v in x]
+            while items and items[-1] is _LEFT_OUT:
+                items.pop()
+            items = [None if v is _LEFT_OUT else v for v in items]
+            return items if kind == "list" else tuple(items)
+        if kind in ("dict", "OrderedDict"):
+            items = []
+            for k, v in x.items():
+                if _exact_key(k):
+                    c = child(v)
+                    if c is not _LEFT_OUT:
+                        items.append((True, k, c))
+                else:
+                    items += [(False, key, tensor(obj) if is_tensor(obj) else obj)
+                              for key, obj in _flat_entries(v, key_text(k), is_tensor)]
+            out = collections.OrderedDict() if kind == "OrderedDict" else {}
+            out.update(_renamed_apart(items))
+            if kind == "OrderedDict":
+                out.__dict__.update(vars(x))
+            return out
+        # Anything else (an object, a sparse tensor): an OrderedDict of its flattened keys.
+        return collections.OrderedDict(_renamed_apart(
+            [(False, k, tensor(v) if is_tensor(v) else v)
+             for k, v in _flat_entries(x, None, is_tensor)]))
+
+    return container(root)
+
+
+def nesting_difference(got, want, byteorder="little", where="root", tensors=None,
+                       attributes=True, value_types=True):
+    """The first way `got` (torch.load of a packed file) differs from `want` (packed_nesting()
+    of the source, or another torch.load): the type of every container and value, keys (with
+    their types) and their order, an OrderedDict's attributes, each tensor's dtype, shape,
+    strides, storage offset, requires_grad and bytes (`want`'s as checkpoint_bytes() gives them
+    for a checkpoint of `byteorder`), values by same_value(); None when they are the same.
+    `tensors`, a list, gets the (got, want) pairs of tensors compared. Without `attributes`,
+    attributes are not compared; without `value_types`, values are compared up to the types
+    value.json does not tell apart (what a split directory's values keep)."""
+    stack = [(got, want, where)]
+    while stack:
+        g, w, at = stack.pop()
+        if not isinstance(w, torch.Tensor) and not contains_tensor(w):
+            # A value: as a whole.
+            if not same_value(g, w, types=value_types):
+                return f"{at}: {show(g)}, not {show(w)}"
+            continue
+        if type(g) is not type(w):
+            return f"{at}: a {type(g).__name__}, not a {type(w).__name__}"
+        if isinstance(w, torch.Tensor):
+            for what in ("dtype", "shape", "requires_grad"):
+                if getattr(g, what) != getattr(w, what):
+                    return f"{at}: {what} {getattr(g, what)}, not {getattr(w, what)}"
+            if g.stride() != w.stride() or g.storage_offset() != w.storage_offset():
+                return f"{at}: strides or storage offset differ"
+            if tensor_bytes(g, byteorder) != checkpoint_bytes(w, byteorder):
+                return f"{at}: bytes differ"
+            if tensors is not None:
+                tensors.append((g, w))
+        elif isinstance(w, dict):
+            if list(g) != list(w) or [type(k) for k in g] != [type(k) for k in w]:
+                return f"{at}: keys {show(list(g))}, not {show(list(w))}"
+            if attributes and hasattr(w, "__dict__") and vars(g) != vars(w):
+                return f"{at}: attributes {show(vars(g))}, not {show(vars(w))}"
+            stack += [(g[k], w[k], f"{at}[{k!r}]") for k in reversed(list(w))]
+        elif type(w) in (list, tuple):
+            if len(g) != len(w):
+                return f"{at}: {len(g)} items, not {len(w)}"
+            stack += [(x, y, f"{at}[{i}]") for i, (x, y) in reversed(list(enumerate(zip(g, w))))]
+        else:
+            return f"{at}: a {type(w).__name__} holding tensors, which pack does not write"
+    return None
 
 
 # --------------------------------------------------------------------------------------------
@@ -526,14 +720,15 @@ def _torchscript_pickle(path, pickle_file, directory):
     return torch.serialization._load(reader, "cpu", _stub_pickle, pickle_file=pickle_file)
 
 
-def _tensor_leaves(x, parts, out, seen):
-    """The tensors below `x` in flatten's order, tensors only: (key parts, tensor) of dict items,
-    list and tuple positions, an object's dict state by its keys, or its other state as the part
-    "__state__"; a per-channel quantized tensor is followed by its scales and zero points."""
+def _tensor_leaves(x, parts, out, seen, kinds):
+    """The tensors below `x` in flatten's order, tensors only: (key parts, tensor, containers)
+    of dict items, list and tuple positions, an object's dict state by its keys, or its other
+    state as the part "__state__"; a per-channel quantized tensor is followed by its scales and
+    zero points. `kinds`: the containers of `parts`."""
     if isinstance(x, torch.Tensor):
-        out.append((parts, x))
+        out.append((parts, x, kinds))
         for name, part in quantized_parts(x):
-            out.append((parts + [Part(name)], part))
+            out.append((parts + [Part(name)], part, kinds + ["object"]))
         return
     if id(x) in seen:
         return
@@ -548,8 +743,9 @@ def _tensor_leaves(x, parts, out, seen):
                     else list(d.items()))
     else:
         children = []
+    kind = container_kind(x)
     for k, v in children:
-        _tensor_leaves(v, parts + [k], out, seen)
+        _tensor_leaves(v, parts + [k], out, seen, kinds + [kind])
     seen.discard(id(x))
 
 
@@ -558,10 +754,11 @@ def _state_of(stub):
     return {} if list(d) == ["__state__"] else d
 
 
-def torchscript_flatten(path):
+def torchscript_flatten(path, with_containers=False):
     """The entries ckptfs gives a TorchScript archive, computed with torch:
     [(key, tensor, parts, group)] in order, group being "state_dict", "constants" or
-    "attributes":
+    "attributes" (with `with_containers`, then the containers of `parts`, container_kind()'s,
+    modules and the parts ckptfs names being "object"):
       - torch.jit.load(path).state_dict(): its keys, in its order;
       - constants.pkl's tensors as "constants.N" (torch's _load over the constants/ records);
       - every other tensor of data.pkl under "attributes." + the module path + the attribute
@@ -577,10 +774,10 @@ def torchscript_flatten(path):
     constants = _torchscript_pickle(path, "constants.pkl", "constants/")
     out = []
 
-    def tensor(key, t, parts, group):
-        out.append((key, t, parts, group))
+    def tensor(key, t, parts, group, kinds):
+        out.append((key, t, parts, group, kinds))
         for name, part in quantized_parts(t):
-            out.append((f"{key}.{name}", part, parts + [Part(name)], group))
+            out.append((f"{key}.{name}", part, parts + [Part(name)], group, kinds + ["object"]))
 
     for key, jit_tensor in module.state_dict(keep_vars=True).items():
         stub, names = root, key.split(".")
@@ -592,12 +789,12 @@ def torchscript_flatten(path):
             jit_tensor.dtype, jit_tensor.shape, jit_tensor.stride(), jit_tensor.storage_offset(),
             jit_tensor.requires_grad), f"{key}: torch.jit.load and data.pkl disagree"
         assert tensor_bytes(t) == tensor_bytes(jit_tensor), f"{key}: values differ"
-        tensor(key, t, names, "state_dict")
+        tensor(key, t, names, "state_dict", ["object"] * len(names))
     assert isinstance(constants, tuple), "constants.pkl is not a tuple"
     leaves = []
-    _tensor_leaves(constants, [Part("constants")], leaves, set())
-    for parts, t in leaves:
-        out.append((".".join(map(str, parts)), t, parts, "constants"))
+    _tensor_leaves(constants, [Part("constants")], leaves, set(), ["object"])
+    for parts, t, kinds in leaves:
+        out.append((".".join(map(str, parts)), t, parts, "constants", kinds))
 
     leaves = []
 
@@ -606,20 +803,21 @@ def torchscript_flatten(path):
         taken = set(m._modules.keys())
         taken |= {k for k, v in m._parameters.items() if isinstance(v, torch.Tensor)}
         taken |= {k for k, v in m._buffers.items() if isinstance(v, torch.Tensor)}
+        kinds = ["object"] * len(parts)  # modules, below the part "attributes"
         if list(state) == ["__state__"]:
-            _tensor_leaves(stub, parts, leaves, set())
+            _tensor_leaves(stub, parts, leaves, set(), kinds)
             return
         for name, value in state.items():
             if name not in taken:
-                _tensor_leaves(value, parts + [name], leaves, set())
+                _tensor_leaves(value, parts + [name], leaves, set(), kinds + ["object"])
         for name, sub in m._modules.items():
             if sub is not None:
                 attributes(sub, state.get(name), parts + [name])
 
     attributes(module, root, [Part("attributes")])
-    for parts, t in leaves:
-        out.append((".".join(map(str, parts)), t, parts, "attributes"))
-    return out
+    for parts, t, kinds in leaves:
+        out.append((".".join(map(str, parts)), t, parts, "attributes", kinds))
+    return out if with_containers else [e[:4] for e in out]
 
 
 def torchscript_key_paths(flat):
@@ -632,6 +830,11 @@ def torchscript_key_paths(flat):
         for i, p in zip(where, paths):
             out[i] = p
     return out
+
+
+def torchscript_key_containers(flat):
+    """key_containers() of torchscript_flatten(..., with_containers=True)'s entries."""
+    return [e[4] if path else None for e, path in zip(flat, torchscript_key_paths(flat))]
 
 
 # --------------------------------------------------------------------------------------------

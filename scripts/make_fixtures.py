@@ -200,8 +200,9 @@ def tensor_entry(t, byteorder):
 def describe(root, fmt, byteorder):
     """The expected.json document for an object that a reader will see as `root`."""
     entries, idents = [], []
-    flat = ref.flatten(root, is_tensor, with_parts=True)
-    for (key, obj, _), key_path in zip(flat, ref.key_paths(flat)):
+    flat = ref.flatten(root, is_tensor, with_containers=True)
+    for (key, obj, *_), key_path, containers in zip(flat, ref.key_paths(flat),
+                                                    ref.key_containers(flat)):
         key = ref.json_text(key)  # as ckptfs's JSON holds it (the \udcXX rule)
         if is_tensor(obj):
             e = {"key": key, "kind": "tensor"}
@@ -216,11 +217,14 @@ def describe(root, fmt, byteorder):
             idents.append(None)
         if key_path is not None:
             entries[-1]["key_path"] = key_path
+        if containers:
+            entries[-1]["containers"] = containers
     for i, e in enumerate(entries):
         if e["kind"] == "tensor":
             e["shared_with"] = [entries[j]["key"] for j in range(len(entries))
                                 if j != i and idents[j] is not None and idents[j] == idents[i]]
-    return {"format": fmt, "byteorder": byteorder, "entries": entries}
+    return {"format": fmt, "byteorder": byteorder, "root": ref.root_kind(root, is_tensor),
+            "entries": entries}
 
 
 
@@ -1083,9 +1087,10 @@ def write_torchscript_fixtures(out):
 def describe_torchscript(path):
     """The expected.json document of a TorchScript archive: ref.torchscript_flatten (torch's own
     reading: torch.jit.load's state_dict, then torch's _load of constants.pkl and data.pkl)."""
-    flat = ref.torchscript_flatten(path)
+    flat = ref.torchscript_flatten(path, with_containers=True)
     entries, idents = [], []
-    for (key, t, _, _), key_path in zip(flat, ref.torchscript_key_paths(flat)):
+    for (key, t, *_), key_path, containers in zip(flat, ref.torchscript_key_paths(flat),
+                                                  ref.torchscript_key_containers(flat)):
         e = {"key": key, "kind": "tensor"}
         e.update(tensor_entry(t, "little"))
         q = ref.quantization(t, key)
@@ -1093,12 +1098,14 @@ def describe_torchscript(path):
             e["quantization"] = q
         if key_path is not None:
             e["key_path"] = key_path
+        if containers:
+            e["containers"] = containers
         entries.append(e)
         idents.append(storage_identity(t))
     for i, e in enumerate(entries):
         e["shared_with"] = [entries[j]["key"] for j in range(len(entries))
                             if j != i and idents[j] == idents[i]]
-    return {"format": "torchscript", "byteorder": "little", "entries": entries}
+    return {"format": "torchscript", "byteorder": "little", "root": "object", "entries": entries}
 
 
 def check_torchscript_facts(out, made):

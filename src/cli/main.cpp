@@ -39,8 +39,8 @@ using ckptfs::ExitCode;
 using ckptfs::cli::fail;
 
 constexpr const char* usage_text = R"(usage: ckptfs [options] CHECKPOINT MOUNTPOINT
-       ckptfs inspect CHECKPOINT [--json] [-o OPT[,OPT...]]
-       ckptfs pack SRC OUT [--keys GLOB]... [--dtype NAME] [--names hf] [--force]
+       ckptfs inspect CHECKPOINT [--json | --verify] [-o OPT[,OPT...]]
+       ckptfs pack SRC OUT [--keys GLOB]... [--dtype NAME] [--names hf] [--flat] [--force]
                   [--progress|--quiet] [-o OPT[,OPT...]]
        ckptfs -h | --help | -V | --version
 
@@ -140,23 +140,24 @@ ready: once the kernel's INIT request is answered; without -f, ckptfs returns th
 once the mount has failed and is gone (6). Relative paths work: both are made absolute first,
 as are those of cacert= and cache_dir=.
 
-inspect CHECKPOINT [--json] [-o OPT[,OPT...]]
+inspect CHECKPOINT [--json | --verify] [-o OPT[,OPT...]]
   lists every entry without mounting: key, kind, dtype, shape, bytes, file offset, and totals;
-  --json prints {"format", "byteorder", "sources", "metadata", "entries": [...]}; -o takes the
-  remote options above and names=hf; CHECKPOINT may also be a split or an RFC directory (see
-  pack)
+  --json prints {"format", "byteorder", "sources", "metadata", "root", "entries": [...]};
+  --verify reads every zip record of the checkpoint once and checks its CRC-32 (exit 4 when
+  one does not match); -o takes the remote options above and names=hf; CHECKPOINT may also
+  be a split or an RFC directory (see pack)
 
-pack SRC OUT [--keys GLOB]... [--dtype NAME] [--names hf] [--force] [--progress] [--quiet]
+pack SRC OUT [--keys GLOB]... [--dtype NAME] [--names hf] [--flat] [--force] [--progress|--quiet]
      [-o OPT,...]
   writes SRC back as one file OUT, streaming in bounded memory: torch's zip format for
-  OUT.pth, .pt, .bin or .ckpt, safetensors for OUT.safetensors (any case); SRC is a
-  CHECKPOINT, a split directory (key directories copied out of a mount: meta.json and data,
-  or value.json) or an RFC directory (map.pt and <name>.pt files); --keys packs the keys
-  GLOB matches (repeatable), --dtype float16|bfloat16|float32 converts floating-point
-  tensors, --names hf names and makes a GGUF's tensors as -o names=hf does, --force
-  replaces OUT; progress on a terminal (--progress elsewhere), a summary
-  line at the end (--quiet: neither); OUT gets its name only once complete (details:
-  ckptfs pack --help)
+  OUT.pth, .pt, .bin or .ckpt (nested as torch.load of SRC gives it; --flat: one dict of
+  the flattened keys), safetensors for OUT.safetensors (any case); SRC is a CHECKPOINT, a
+  split directory (key directories copied out of a mount: meta.json and data, or
+  value.json) or an RFC directory (map.pt and <name>.pt files); --keys packs the keys GLOB
+  matches (repeatable), --dtype float16|bfloat16|float32 converts floating-point tensors,
+  --names hf names and makes a GGUF's tensors as -o names=hf does, --force replaces OUT;
+  progress on a terminal (--progress elsewhere), a summary line at the end (--quiet:
+  neither); OUT gets its name only once complete (details: ckptfs pack --help)
 
 CHECKPOINT, besides a torch.save file:
   FILE.safetensors                a safetensors file (also any file with its header)
@@ -235,19 +236,24 @@ exit status:
   8  a server could not be reached or did not answer (connection, TLS, timeout, HTTP 5xx)
 )";
 
-constexpr const char* inspect_usage = R"(usage: ckptfs inspect CHECKPOINT [--json] [-o OPT[,OPT...]]
+constexpr const char* inspect_usage =
+    R"(usage: ckptfs inspect CHECKPOINT [--json | --verify] [-o OPT[,OPT...]]
 
 Lists every entry of CHECKPOINT without mounting it: key, kind, dtype, shape, bytes and file
 offset (or how the tensor is made: pieces, strided, converted), then the totals. CHECKPOINT is
 anything a mount reads (see ckptfs --help), a split directory or an RFC directory.
 
   --json        {"format", "byteorder", "sources", "metadata", "entries": [...]} instead
+  --verify      instead, reads every record of every zip the checkpoint is made of once, in
+                order (deflated ones inflated), and compares it with the CRC-32 its zip records:
+                a line per file, a line on stderr per corrupt record
   -o OPT,...    remote options for a URL (timeout=, cache_size=, cacert=, insecure...), and
                 names=hf: a GGUF's tensors as transformers names them (see ckptfs --help)
   -h, --help    show this help and exit
 
-exit status: 0 listed; 1 usage; 2-5 the checkpoint cannot be read or is invalid, as a mount's
-(see ckptfs --help); 7, 8 a server refused or did not answer.
+exit status: 0 listed, or every CRC-32 matches; 1 usage; 2-5 the checkpoint cannot be read or is
+invalid, as a mount's (see ckptfs --help), 4 with --verify when a record is corrupt; 7, 8 a
+server refused or did not answer.
 )";
 
 int usage_error(const std::string& message) {
@@ -266,6 +272,7 @@ constexpr unsigned remote_read_ahead_kb = 2048;
 int run_inspect(const std::vector<std::string>& args) {
   std::string path;
   bool json = false;
+  bool verify = false;
   ckptfs::RemoteOptions remote_options;
   ckptfs::Names names = ckptfs::Names::file;
   for (std::size_t i = 0; i < args.size(); ++i) {
@@ -275,6 +282,8 @@ int run_inspect(const std::vector<std::string>& args) {
       return 0;
     } else if (arg == "--json") {
       json = true;
+    } else if (arg == "--verify") {
+      verify = true;
     } else if (arg == "-o" || (arg.starts_with("-o") && arg.size() > 2)) {
       if (arg == "-o" && i + 1 == args.size()) return inspect_usage_error("-o needs an argument");
       std::string_view list =
@@ -306,6 +315,7 @@ int run_inspect(const std::vector<std::string>& args) {
     }
   }
   if (path.empty()) return inspect_usage_error("missing CHECKPOINT");
+  if (json && verify) return inspect_usage_error("--json and --verify do not go together");
   const std::string shown = ckptfs::display_location(path);
   try {
     auto remote = ckptfs::cli::remote_for(path, remote_options);
@@ -313,6 +323,11 @@ int run_inspect(const std::vector<std::string>& args) {
     open_options.names = names;
     ckptfs::OpenedModel opened = ckptfs::open_model(path, open_options);
     ckptfs::cli::tell_notes(opened.model(), shown);
+    if (verify) {
+      const int status = ckptfs::cli::verify_checkpoint(opened, stdout);
+      if (std::fflush(stdout) != 0) return fail(ExitCode::io, "cannot write the output");
+      return status;
+    }
     if (json) {
       ckptfs::cli::print_inspect_json(opened.model(), stdout);
     } else {

@@ -22,7 +22,7 @@ namespace ckptfs::cli {
 namespace {
 
 constexpr const char* pack_usage =
-    R"(usage: ckptfs pack SRC OUT [--keys GLOB]... [--dtype NAME] [--names hf] [--force]
+    R"(usage: ckptfs pack SRC OUT [--keys GLOB]... [--dtype NAME] [--names hf] [--flat] [--force]
                 [--progress|--quiet] [-o OPT,...]
 
 Writes SRC back as one file, OUT, streaming: memory stays bounded whatever the size of the
@@ -37,9 +37,10 @@ SRC  anything ckptfs reads (a .pth/.pt/.bin file, a safetensors file, a sharded 
      an RFC directory: map.pt (torch.save of the list of keys) and one <name>.pt per key
 OUT  gets SRC's permission bits under the umask, as cp gives them; its suffix, in any case,
      picks the format:
-     .pth .pt .bin .ckpt  torch.save's zip format: a flat OrderedDict of the keys in
-                          order, shared storages shared, views kept, plain values kept, a
-                          byteorder record
+     .pth .pt .bin .ckpt  torch.save's zip format: what torch.load of SRC gives (nested
+                          dicts, lists, tuples rebuilt; a DCP checkpoint as
+                          dcp_to_torch_save writes it), in order, shared storages shared,
+                          views kept, plain values kept, a byteorder record
      .safetensors         safetensors: the tensors, each its own contiguous bytes (tied
                           ones too), {"format": "pt"} in __metadata__
 
@@ -49,6 +50,8 @@ OUT  gets SRC's permission bits under the umask, as cp gives them; its suffix, i
   --names hf    a GGUF file's tensors under transformers' names, with the values transformers'
                 GGUF loader gives them (Q and K rows un-permuted...), float32 unless --dtype, as
                 a mount's -o names=hf serves them (see ckptfs --help)
+  --flat        a .pth holds one OrderedDict of the flattened keys (model.fc.weight...), not
+                SRC's nesting
   --force       replace OUT if it exists (else: refused, exit 1); it keeps its mode bits
   --progress    show progress even when stderr is no terminal (a line every 2 s); on a
                 terminal it is shown anyway, one line redrawn: bytes, rate, ETA, tensors
@@ -62,9 +65,11 @@ Left out, each said on stderr: values that are no plain Python value (objects ck
 builds), quantized tensors ckptfs does not write (quint4x2, quint2x4), a GGUF's quantized
 tensors of a type without a reference dequantization (Q8_K...; the others are written
 dequantized, float32 or --dtype), and for safetensors every value and every tensor of a dtype
-it lacks. A broken tensor is an error (leave it out with --keys). Keys of equal text (the int 0
-and the str "0"): the n-th is written <key>%#<n>, as the mount names it, said on stderr (and in
-safetensors keys that are not UTF-8, written U+FFFD).
+it lacks. A broken tensor is an error (leave it out with --keys). What a .pth cannot nest is
+said too: an object of a class (a pickled nn.Module, an argparse.Namespace holding tensors) is
+an OrderedDict of the flattened keys below it; a tuple key is its text. Keys of equal text (the
+int 0 and the str "0" with --flat): the n-th is written <key>%#<n>, as the mount names it, said
+on stderr (and in safetensors keys that are not UTF-8, written U+FFFD).
 
 exit status: 0 written; 1 usage (the command line, OUT's suffix, OUT exists, a GLOB matching
 nothing); 2 SRC, a file in it, or OUT cannot be opened, read or written; 3 an invalid zip;
@@ -96,6 +101,27 @@ void tell_left_out(const PackResult& result, const std::string& out) {
     fmt::print(stderr, "ckptfs: {}: left out {} {} ({}): {}{}\n", out, keys.size(),
                keys.size() == 1 ? "entry" : "entries", why, listed,
                keys.size() > 5 ? fmt::format(", and {} more", keys.size() - 5) : "");
+  }
+}
+
+// What a nested .pth holds under flattened keys, one line per reason with its first places.
+void tell_flattened(const PackResult& result, const std::string& out) {
+  std::map<std::string, std::vector<std::string>> by_why;
+  std::vector<std::string> order;
+  for (const auto& [where, why] : result.flattened) {
+    auto [it, fresh] = by_why.try_emplace(why);
+    if (fresh) order.push_back(why);
+    it->second.push_back(where.empty() ? std::string("the checkpoint itself") : quote(where, 80));
+  }
+  for (const std::string& why : order) {
+    const auto& places = by_why[why];
+    std::string listed;
+    for (std::size_t i = 0; i < places.size() && i < 5; ++i) {
+      listed += (i ? ", " : "") + places[i];
+    }
+    fmt::print(stderr, "ckptfs: {}: flattened {} {} ({}): {}{}\n", out, places.size(),
+               places.size() == 1 ? "place" : "places", why, listed,
+               places.size() > 5 ? fmt::format(", and {} more", places.size() - 5) : "");
   }
 }
 
@@ -173,6 +199,8 @@ int run_pack(const std::vector<std::string>& args) {
       if (!parsed)
         return usage_error(fmt::format("invalid --names {} (hf or file)", quote(*given)));
       names = *parsed;
+    } else if (a == "--flat") {
+      options.flat = true;
     } else if (a == "--progress") {
       progress = true;
     } else if (a == "--quiet" || a == "-q") {
@@ -239,6 +267,7 @@ int run_pack(const std::vector<std::string>& args) {
     }
     if (line) line->finish();
     tell_left_out(result, options.output);
+    tell_flattened(result, options.output);
     tell_renamed(result, options.output);
     if (!quiet) print_summary(result, options.output, std::chrono::steady_clock::now() - start);
     return 0;

@@ -181,6 +181,11 @@ ReadReply::Staged ReadReply::stage(Sources sources, Transfer transfer) {
     if (p.memory == nullptr) ranges_.push_back({p.source, p.source_offset, p.length});
   }
   bool copy = transfer == Transfer::copy || pieces_.size() > max_spliced_pieces;
+  // Bytes of a zip record being checked against its CRC-32 are read, which checks them
+  // (ByteSource::needs_read(); it throws for a record found corrupt).
+  for (const ReadPiece& p : pieces_) {
+    if (!p.memory && sources[p.source]->needs_read(p.source_offset, p.length)) copy = true;
+  }
   if (!copy && !ranges_.empty()) {
     // A reply that libfuse could not splice whole would be copied by it, and the spliced
     // bytes read back out of the pipe: it is copied here, once. (The mount's max_read keeps

@@ -96,7 +96,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (t.broken.empty()) FUZZ_CHECK(t.shape.size() == t.stride.size());
   }
   try {
-    std::vector<Entry> entries = flatten(parsed.graph, in, limits);
+    std::vector<Entry> entries = flatten(parsed.graph, in, limits).entries;
     for (const Entry& e : entries) {
       FUZZ_CHECK(e.kind != Entry::Kind::tensor || e.tensor < in.tensors.size());
       FUZZ_CHECK(e.key.size() <=

@@ -3,9 +3,11 @@
 them: nginx (HTTP and HTTPS with a throw-away CA, its access log read back), an S3 API server
 that checks SigV4 signatures (the s3rver fork installed by scripts/install-deps.sh), a fault
 proxy that resets, truncates, stalls, trickles, drops validators or answers 200 to ranges on
-demand, an object server that picks its answer by the whole URL, query included (a download
-endpoint), with or without validators, and sshd (for the recipes that copy out of a mount with
-scp and rsync over ssh).
+demand, or breaks an answer's framing (bytes past its end, a Content-Range other than asked,
+bytes of another offset), an object server that picks its answer by the whole URL, query
+included (a download endpoint), with or without validators, and sshd (for the recipes that
+copy out of a mount with scp and rsync over ssh). Ceph's RADOS Gateway, a real S3 server from
+the interop root, is rgw_server.py's.
 
 Every server listens on 127.0.0.1 only, is started with a deadline and stopped in the caller's
 cleanup; nothing is left running.
@@ -273,48 +275,12 @@ LogLevel ERROR
         return f"{pwd.getpwuid(os.getuid()).pw_name}@127.0.0.1:{path}"
 
 
-class S3Server:
-    """The s3rver fork (installed under tests/integration/s3rver by install-deps.sh) on
-    127.0.0.1, with one bucket; it checks SigV4 signatures (a wrong secret gets 403
-    SignatureDoesNotMatch). Its only account: access key and secret S3RVER."""
+class S3Api:
+    """What the tests ask of an S3 server on 127.0.0.1:.port, with curl's SigV4 and the standard
+    library's: objects put, requests with any secret, presigned URLs. A server class sets .port,
+    .bucket, .endpoint, ACCESS_KEY and SECRET_KEY."""
 
-    ACCESS_KEY = SECRET_KEY = "S3RVER"
-
-    def __init__(self, workdir, bucket):
-        self.dir = Path(workdir)
-        self.bucket = bucket
-        self.port = free_port()
-        self.proc = None
-        self.endpoint = f"http://127.0.0.1:{self.port}"
-
-    @staticmethod
-    def installed():
-        return (S3RVER_DIR / "node_modules" / "@20minutes" / "s3rver" / "lib" / "cli.js").is_file()
-
-    def start(self):
-        if not self.installed():
-            raise AssertionError(f"the S3 test server is not installed in {S3RVER_DIR} "
-                                 "(run scripts/install-deps.sh)")
-        node = shutil.which("node") or shutil.which("nodejs")
-        if node is None:
-            raise AssertionError("node is not installed (run scripts/install-deps.sh)")
-        data = self.dir / "data"
-        data.mkdir(parents=True, exist_ok=True)
-        self.log = open(self.dir / "s3rver.log", "wb")
-        self.proc = subprocess.Popen(
-            [node, "-e", "require('@20minutes/s3rver/lib/cli.js').parseAsync(process.argv)",
-             "s3rver", "-d", str(data), "-a", "127.0.0.1", "-p", str(self.port), "--silent",
-             "--configure-bucket", self.bucket],
-            cwd=S3RVER_DIR, stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log,
-            start_new_session=True, preexec_fn=die_with_parent)
-        wait_for_port(self.port, self.proc, what="s3rver")
-        return self
-
-    def stop(self):
-        stop_process(self.proc)
-        self.proc = None
-        if getattr(self, "log", None):
-            self.log.close()
+    ACCESS_KEY = SECRET_KEY = None
 
     def curl(self, method, key, secret=None, upload=None, extra=()):
         """curl's own SigV4 (not ckptfs's) against the server: (status, body)."""
@@ -357,9 +323,60 @@ class S3Server:
         return f"http://{host}{path}?{canonical_query}&X-Amz-Signature={signature}"
 
     def put(self, key, path):
+        """`path` as the object `key`, in one PUT."""
         status, body = self.curl("PUT", key, upload=path)
         if status != 200:
             raise AssertionError(f"PUT {key}: HTTP {status} {body[:200]!r}")
+
+    def delete(self, key):
+        status, body = self.curl("DELETE", key)
+        if status not in (200, 204):
+            raise AssertionError(f"DELETE {key}: HTTP {status} {body[:200]!r}")
+
+
+class S3Server(S3Api):
+    """The s3rver fork (installed under tests/integration/s3rver by install-deps.sh) on
+    127.0.0.1, with one bucket; it checks SigV4 signatures (a wrong secret gets 403
+    SignatureDoesNotMatch). Its only account: access key and secret S3RVER."""
+
+    ACCESS_KEY = SECRET_KEY = "S3RVER"
+    NAME = "s3rver"
+
+    def __init__(self, workdir, bucket):
+        self.dir = Path(workdir)
+        self.bucket = bucket
+        self.port = free_port()
+        self.proc = None
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+
+    @staticmethod
+    def installed():
+        return (S3RVER_DIR / "node_modules" / "@20minutes" / "s3rver" / "lib" / "cli.js").is_file()
+
+    def start(self):
+        if not self.installed():
+            raise AssertionError(f"the S3 test server is not installed in {S3RVER_DIR} "
+                                 "(run scripts/install-deps.sh)")
+        node = shutil.which("node") or shutil.which("nodejs")
+        if node is None:
+            raise AssertionError("node is not installed (run scripts/install-deps.sh)")
+        data = self.dir / "data"
+        data.mkdir(parents=True, exist_ok=True)
+        self.log = open(self.dir / "s3rver.log", "wb")
+        self.proc = subprocess.Popen(
+            [node, "-e", "require('@20minutes/s3rver/lib/cli.js').parseAsync(process.argv)",
+             "s3rver", "-d", str(data), "-a", "127.0.0.1", "-p", str(self.port), "--silent",
+             "--configure-bucket", self.bucket],
+            cwd=S3RVER_DIR, stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log,
+            start_new_session=True, preexec_fn=die_with_parent)
+        wait_for_port(self.port, self.proc, what="s3rver")
+        return self
+
+    def stop(self):
+        stop_process(self.proc)
+        self.proc = None
+        if getattr(self, "log", None):
+            self.log.close()
 
 
 class FaultProxy:
@@ -376,10 +393,23 @@ class FaultProxy:
       "stall"     accept and say nothing until the connection is closed by the client
       "trickle"   send the status and headers, then the body at .trickle_rate bytes a second
                   (default 2) until the client goes away
+    Protocol errors, each on a connection kept open for the next request (HTTP/1.1 keep-alive):
+      "surplus"   the answer, then at once 512 bytes more than its Content-Length (in the same
+                  write: they reach the client with the answer's last bytes)
+      "surplus_late" the answer, then 512 bytes more 50 ms later (after the client took the
+                  answer: they wait on the connection, where the next answer should start)
+      "wrong_range" a 206 whose Content-Range names the bytes one past those asked (the body is
+                  the bytes asked)
+      "wrong_offset" a range not starting at 0 answered, right framing and Content-Range, with
+                  the object's bytes from byte 1024 on, as the plain dbstore RGW does (without
+                  its surplus bytes): caught only by comparing bytes
     .faults_left: how many responses get the fault before it goes back to "pass" (None: all).
     .drop_headers: names (lower-case) of header fields left out of every answer forwarded
     ({"etag"}, {"etag", "last-modified"}: a backend that sends no validator).
-    .served counts the requests seen."""
+    .served counts the requests seen; .sent the body bytes sent (surplus included), for the
+    bytes a test made the server send."""
+
+    SURPLUS = b"\x00surplus" * 64  # 512 bytes past an answer's end
 
     def __init__(self, upstream_port):
         self.upstream_port = upstream_port
@@ -388,6 +418,7 @@ class FaultProxy:
         self.drop_headers = set()
         self.trickle_rate = 2
         self.served = 0
+        self.sent = 0
         self.lock = threading.Lock()
         proxy = self
 
@@ -475,9 +506,12 @@ class FaultProxy:
         if mode == "ignore_range":
             forward.pop("range", None)
             forward.pop("if-match", None)
-        wanted = re.fullmatch(r"bytes=(\d+)-\d+", forward.get("range", ""))
+        wanted = re.fullmatch(r"bytes=(\d+)-(\d+)", forward.get("range", ""))
         if mode == "to_the_end" and wanted:
             forward["range"] = f"bytes={wanted[1]}-"
+        if mode == "wrong_offset" and wanted and int(wanted[1]) > 0:
+            length = int(wanted[2]) - int(wanted[1]) + 1
+            forward["range"] = f"bytes=1024-{1024 + length - 1}"
         upstream = http.client.HTTPConnection("127.0.0.1", self.upstream_port, timeout=60)
         try:
             upstream.request(method, path, headers=forward)
@@ -492,8 +526,16 @@ class FaultProxy:
         for k, v in response.getheaders():
             if k.lower() not in ("connection", "keep-alive", "transfer-encoding",
                                  *self.drop_headers):
+                if k.lower() == "content-range" and mode in ("wrong_range", "wrong_offset"):
+                    given = re.fullmatch(r"bytes (\d+)-(\d+)/(\d+)", v)
+                    if given and mode == "wrong_range":
+                        v = f"bytes {int(given[1]) + 1}-{int(given[2]) + 1}/{given[3]}"
+                    elif given and wanted:  # the range asked, over the bytes from 1024
+                        v = f"bytes {wanted[1]}-{wanted[2]}/{given[3]}"
                 head += f"{k}: {v}\r\n"
         head += "\r\n"
+        with self.lock:
+            self.sent += len(body) + (len(self.SURPLUS) if mode.startswith("surplus") else 0)
         if mode == "trickle":
             conn.sendall(head.encode("latin-1"))
             for at in range(0, len(body), self.trickle_rate):
@@ -509,7 +551,13 @@ class FaultProxy:
             else:
                 conn.shutdown(socket.SHUT_RDWR)
             return False
+        if mode == "surplus":
+            conn.sendall(head.encode("latin-1") + body + self.SURPLUS)
+            return True
         conn.sendall(head.encode("latin-1") + body)
+        if mode == "surplus_late":
+            time.sleep(0.05)
+            conn.sendall(self.SURPLUS)
         return True
 
     @staticmethod
@@ -517,6 +565,113 @@ class FaultProxy:
         # SO_LINGER with a zero timeout: close() sends RST instead of FIN.
         conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
         conn.close()
+
+
+class CountingRelay:
+    """A TCP relay on 127.0.0.1 in front of a server on 127.0.0.1:`upstream_port`: every byte
+    forwarded as it is, both ways (splice(2) through a pipe, in this process: no copy, the
+    requests' Host and signatures untouched), the bytes the server sent counted in .received
+    (its answers' headers and bodies, over every connection)."""
+
+    CHUNK = 1 << 20
+
+    def __init__(self, upstream_port):
+        self.upstream_port = upstream_port
+        self.received = 0
+        self.lock = threading.Lock()
+        self.listener = socket.socket()
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(128)
+        self.port = self.listener.getsockname()[1]
+        self.stopped = threading.Event()
+        self.connections = []
+        self.thread = threading.Thread(target=self.accept, daemon=True)
+
+    def start(self):
+        self.thread.start()
+        return self
+
+    def stop(self):
+        self.stopped.set()
+        try:
+            self.listener.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.listener.close()
+        self.thread.join(timeout=10)
+        with self.lock:
+            connections, self.connections = self.connections, []
+        for c in connections:
+            try:
+                c.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def url(self, path):
+        return f"http://127.0.0.1:{self.port}/{path}"
+
+    def open_connections(self):
+        """How many relayed connections have not ended yet."""
+        with self.lock:
+            return len(self.connections) // 2
+
+    def accept(self):
+        while not self.stopped.is_set():
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            try:
+                server = socket.create_connection(("127.0.0.1", self.upstream_port))
+            except OSError:
+                client.close()
+                continue
+            for s in (client, server):
+                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            with self.lock:
+                self.connections += [client, server]
+            ended = [0]  # pumps of this pair that ended: the second closes both sockets
+            for source, sink, count in ((client, server, False), (server, client, True)):
+                threading.Thread(target=self.pump, args=(source, sink, count, ended),
+                                 daemon=True).start()
+
+    def pump(self, source, sink, count, ended):
+        """Moves bytes from `source` to `sink` until `source` ends, then ends `sink`'s side."""
+        r, w = os.pipe()
+        try:
+            import fcntl
+            fcntl.fcntl(w, 1031, self.CHUNK)  # F_SETPIPE_SZ: whole chunks in one splice
+        except OSError:
+            pass
+        try:
+            while True:
+                n = os.splice(source.fileno(), w, self.CHUNK)
+                if n == 0:
+                    break
+                if count:
+                    with self.lock:
+                        self.received += n
+                left = n
+                while left:
+                    left -= os.splice(r, sink.fileno(), left)
+        except OSError:
+            pass
+        finally:
+            os.close(r)
+            os.close(w)
+            try:
+                sink.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass
+            with self.lock:
+                ended[0] += 1
+                last = ended[0] == 2
+                if last:
+                    self.connections = [c for c in self.connections if c not in (source, sink)]
+            if last:
+                source.close()
+                sink.close()
 
 
 class ObjectServer:

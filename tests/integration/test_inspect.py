@@ -99,8 +99,8 @@ def torch_entries(root):
     """torch.load's result flattened by the contract's rule: a list of entry dicts, tensors
     with their layout (and "_bytes", the elements as in memory, and "_storage" for the test's
     own use)."""
-    flat = ref.flatten(root, with_parts=True)
-    return entries_of(flat, ref.key_paths(flat))
+    flat = ref.flatten(root, with_containers=True)
+    return entries_of(flat, ref.key_paths(flat), ref.key_containers(flat))
 
 
 def torch_entries_of_file(path):
@@ -108,14 +108,15 @@ def torch_entries_of_file(path):
     TorchScript archive ckptfs_reference.torchscript_flatten (torch.jit.load's state_dict, then
     torch's reading of constants.pkl and of data.pkl's other tensors)."""
     if ref.torchscript_prefix(path) is not None:
-        flat = ref.torchscript_flatten(path)
-        return entries_of([e[:3] for e in flat], ref.torchscript_key_paths(flat))
+        flat = ref.torchscript_flatten(path, with_containers=True)
+        return entries_of(flat, ref.torchscript_key_paths(flat),
+                          ref.torchscript_key_containers(flat))
     return torch_entries(ref.torch_load(path))
 
 
-def entries_of(flat, key_paths):
+def entries_of(flat, key_paths, containers):
     entries = []
-    for (key, v, _), key_path in zip(flat, key_paths):
+    for (key, v, *_), key_path, kinds in zip(flat, key_paths, containers):
         key = ref.json_text(key)  # as ckptfs's JSON holds it (a lone surrogate's bytes \udcXX)
         if ref.is_torch_tensor(v):
             e = {"key": key, "kind": "tensor", "dtype": ref.dtype_name(v.dtype),
@@ -128,6 +129,8 @@ def entries_of(flat, key_paths):
             e = ref.value_entry(key, v)
         if key_path is not None:
             e["key_path"] = key_path
+        if kinds:
+            e["containers"] = kinds
         entries.append(e)
     for e in entries:
         if e["kind"] == "tensor":
@@ -166,6 +169,8 @@ class CheckMixin:
                          f"{where}: entry kinds differ")
         self.assertEqual([e.get("key_path") for e in got], [e.get("key_path") for e in want],
                          f"{where}: key paths differ")
+        self.assertEqual([e.get("containers") for e in got], [e.get("containers") for e in want],
+                         f"{where}: containers differ")
 
     def assert_tensor_layout(self, g, w, where):
         for field in TENSOR_FIELDS + ("contiguous",):

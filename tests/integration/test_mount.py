@@ -245,6 +245,7 @@ class FixtureMountTests(MountTestCase):
         index = self.read_json(views_dir(mnt) / "index.json")
         self.assertEqual(index.get("format"), want["format"], f"{name}: format")
         self.assertEqual(index.get("byteorder"), want["byteorder"], f"{name}: byteorder")
+        self.assertEqual(index.get("root", "missing"), want["root"], f"{name}: root")
         entries = index["entries"]
         want_keys = [e["key"] for e in want["entries"]]
         self.assertEqual([e["key"] for e in entries], want_keys, f"{name}: index.json keys")
@@ -267,6 +268,8 @@ class FixtureMountTests(MountTestCase):
             self.assertEqual(e["path"], path_name, f"{at}: path")
             self.assertEqual(e["kind"], w["kind"], f"{at}: kind")
             self.assertEqual(e.get("key_path"), w.get("key_path"), f"{at}: index.json key_path")
+            self.assertEqual(e.get("containers"), w.get("containers"),
+                             f"{at}: index.json containers")
             d = mnt / e["path"]
             if w["kind"] == "value":
                 self.assertEqual(os.listdir(d), ["value.json"], at)
@@ -283,6 +286,8 @@ class FixtureMountTests(MountTestCase):
                           "nbytes", "requires_grad"):
                 self.assertEqual(meta.get(field), w[field], f"{at}: meta.json {field}")
             self.assertEqual(meta.get("key_path"), w.get("key_path"), f"{at}: meta.json key_path")
+            self.assertEqual(meta.get("containers"), w.get("containers"),
+                             f"{at}: meta.json containers")
             self.assertEqual(meta.get("quantization", "missing"), w.get("quantization"),
                              f"{at}: meta.json quantization")
             descr = ref.numpy_descr(w["dtype"], want["byteorder"])

@@ -3,9 +3,12 @@
 packs what rsync copied out of a mount):
 
     - round trips of every fixture and corpus file: SRC -> pack OUT.pth -> torch.load equals the
-      source (keys and their order, dtypes, shapes, strides, storage offsets, bytes, storages
-      still shared, values); SRC -> pack OUT.safetensors -> the reference reader of
-      scripts/ckptfs_safetensors.py equals it (little-endian bytes, {"format": "pt"});
+      source: nested as torch.load of SRC gives it (ckptfs_reference.packed_nesting: the type of
+      every container, keys of every type in order, attributes, tensors, values), and with
+      --flat the flattened keys (keys and their order, dtypes, shapes, strides, storage
+      offsets, bytes, storages still shared, values); SRC -> pack OUT.safetensors -> the
+      reference reader of scripts/ckptfs_safetensors.py equals it (little-endian bytes,
+      {"format": "pt"}); a training checkpoint packed resumes its optimizer as the source does;
     - RFC directories written by torch in the test, from the RFC's text alone
       (torch.save(list_of_keys, "map.pt"), torch.save(tensor, f"{name}.pt")) -> pack -> equals;
     - --keys subsets, --dtype, --force, usage errors;
@@ -232,7 +235,8 @@ class PackTestCase(unittest.TestCase):
         self.assertRegex(lines[-1], r"^ckptfs: .*: packed \d+ tensors?, \d+ values? \(.*\) in "
                                     r"[\d.]+ s \(.*/s\)(, left out \d+ entr(y|ies) \(above\))?$")
         for line in lines[:-1]:
-            self.assertRegex(line, r"^ckptfs: .*: (left out|renamed) \d+ entr(y|ies) \(")
+            self.assertRegex(line, r"^ckptfs: .*: ((left out|renamed) \d+ entr(y|ies)|flattened "
+                                   r"\d+ places?) \(")
         return "".join(line + "\n" for line in lines[:-1])
 
     def assert_refused(self, src, out, code, message, *args):
@@ -254,7 +258,7 @@ class PackTestCase(unittest.TestCase):
         (inspect), the bytes with `expected` (expected.json's sha256 by entry index) or with
         `reference` ([(key, torch object)] aligned with ckptfs's entries)."""
         doc = inspect(src)
-        self.pack(src, out, *args)
+        self.pack(src, out, "--flat", *args)
         plan = torch_plan(doc)
         with zipfile.ZipFile(out) as z:
             self.assertIsNone(z.testzip(), "a CRC is wrong")
@@ -398,6 +402,94 @@ class FixtureRoundTrips(PackTestCase):
                     reference = ref.flatten(ref.torch_load(src))
                 self.check_torch_pack(src, out, reference, expected)
 
+    def test_every_fixture_nested(self):
+        """Without --flat, torch.load(OUT) is what torch.load(SRC) gives, as PACK.md's rule
+        rebuilds it (ckptfs_reference.packed_nesting): every container of its type, keys of every
+        type in their order, OrderedDicts' attributes (a state_dict()'s _metadata), tensors
+        (dtype, layout, bytes, requires_grad, storages shared as in SRC), values of their types.
+        Where nothing is left out or flattened, ckptfs reads OUT as it reads SRC (inspect: the
+        root, keys, key paths, containers, dtypes, shapes). A TorchScript archive, which
+        torch.jit.load makes a module, is its flattened keys."""
+        for name in FIXTURE_NAMES:
+            with self.subTest(name):
+                src = fixture_path(name)
+                out = self.new_dir(name) / f"{name}.pth"
+                err = self.pack(src, out)
+                doc, back = inspect(src), inspect(out)
+                if name in TORCHSCRIPT_FIXTURES:
+                    self.assertRegex(err, r"flattened 1 place \(.*\): the checkpoint itself\n")
+                    # The keys pack writes of each (a per-channel quantized tensor's parts
+                    # inside it), in order.
+                    self.assertEqual([k for _, k in torch_plan(back)],
+                                     [k for _, k in torch_plan(doc)])
+                    continue
+                if "left out" not in err and "flattened" not in err:
+                    def shown(d):
+                        return [(d.get("root"),)] + [
+                            tuple(e.get(f) for f in ("key", "key_path", "containers", "kind",
+                                                     "dtype", "shape", "value"))
+                            for e in d["entries"]]
+                    self.assertEqual(shown(back), shown(doc))
+                if name in NOT_TORCH_LOADABLE:
+                    self.assertEqual(reference_bytes(out), reference_bytes(src))
+                    continue
+                pairs = []
+                got = torch.load(out)
+                want = ref.packed_nesting(ref.torch_load(src))
+                self.assertIsNone(ref.nesting_difference(got, want, doc["byteorder"],
+                                                         tensors=pairs))
+                storages = {}  # each side's storage -> the other's: the same partition
+                for g, w in pairs:
+                    if g.is_quantized:
+                        continue
+                    storages.setdefault(("src", ref.storage_of(w)[0]), set()).add(
+                        ref.storage_of(g)[0])
+                    storages.setdefault(("out", ref.storage_of(g)[0]), set()).add(
+                        ref.storage_of(w)[0])
+                for what, partners in storages.items():
+                    self.assertEqual(len(partners), 1, f"{what} maps to {partners}")
+
+    def test_a_training_checkpoint_resumes(self):
+        """The issue's case: {"model": state_dict, "optimizer": Adam's state_dict, "epoch": 3}
+        packed is that checkpoint again, exactly (int keys of the optimizer's state, its
+        param_groups, the model's _metadata); the model and the optimizer loaded from it and
+        stepped once give the very tensors the source gives."""
+        def model_and_optimizer():
+            torch.manual_seed(30)
+            model = torch.nn.Sequential(torch.nn.Linear(5, 4), torch.nn.BatchNorm1d(4),
+                                        torch.nn.Linear(4, 2))
+            return model, torch.optim.Adam(model.parameters(), lr=0.01, betas=(0.8, 0.9))
+
+        def step(model, optimizer, seed):
+            gen = torch.Generator().manual_seed(seed)
+            optimizer.zero_grad()
+            model(torch.randn(6, 5, generator=gen)).square().sum().backward()
+            optimizer.step()
+
+        model, optimizer = model_and_optimizer()
+        for seed in (1, 2):
+            step(model, optimizer, seed)
+        src = self.tmp / "train.pth"
+        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                    "epoch": 3}, src)
+        out = self.tmp / "packed.pth"
+        self.assertEqual(self.pack(src, out), "")
+        packed, source = torch.load(out), torch.load(src)
+        self.assertIsNone(ref.nesting_difference(packed, source))
+        self.assertEqual(list(packed["optimizer"]["state"]), [0, 1, 2, 3, 4, 5])
+        resumed = []
+        for checkpoint in (source, packed):
+            m, o = model_and_optimizer()
+            m.load_state_dict(checkpoint["model"])
+            o.load_state_dict(checkpoint["optimizer"])
+            step(m, o, 3)
+            resumed.append([t.clone() for t in (*m.state_dict().values(),
+                                                *(v for s in o.state_dict()["state"].values()
+                                                  for v in s.values()))])
+        self.assertEqual(len(resumed[0]), len(resumed[1]))
+        for a, b in zip(*resumed):
+            self.assertTrue(torch.equal(a, b))
+
     def test_every_model_fixture_to_pth(self):
         # safetensors files and sharded sets: a flat OrderedDict of their tensors.
         for name in SAFETENSORS_FIXTURES + SHARDED_FIXTURES:
@@ -427,7 +519,7 @@ class FixtureRoundTrips(PackTestCase):
         for name in ("convnet", "views", "dtypes", "keys", "bigendian", "legacy"):
             with self.subTest(name):
                 out = self.new_dir(name) / f"{name}.pth"
-                self.pack(fixture_path(name), out)
+                self.pack(fixture_path(name), out, "--flat")
                 self.assertTrue(weights_only_loads(out))
                 flat = dict(ref.flatten(ref.torch_load(fixture_path(name))))
                 order = "big" if name == "bigendian" else "little"
@@ -470,16 +562,26 @@ class FixtureRoundTrips(PackTestCase):
                     self.assertEqual(ref.tensor_bytes(packed[key]), ref.tensor_bytes(want), key)
 
     def test_subset_with_keys(self):
+        """--keys: the containers pruned to the entries selected (nested), or those flattened
+        keys alone (--flat)."""
         src = fixture_path("training")
+        source = ref.torch_load(src)
         out = self.tmp / "subset.pth"
-        self.pack(src, out, "--keys", "model.conv*", "--keys=epoch")
+        self.pack(src, out, "--keys", "model.conv*", "--keys=epoch", "--keys=optimizer.state.1.*")
+        want = {"model": collections.OrderedDict(
+                    (k, v) for k, v in source["model"].items() if k.startswith("conv")),
+                "optimizer": {"state": {1: source["optimizer"]["state"][1]}},
+                "epoch": 7}
+        want["model"]._metadata = source["model"]._metadata
+        self.assertIsNone(ref.nesting_difference(torch.load(out), want))
+        self.pack(src, out, "--keys", "model.conv*", "--keys=epoch", "--flat", "--force")
         packed = torch.load(out)
         self.assertEqual(list(packed), ["model.conv1.weight", "model.conv1.bias",
                                         "model.conv2.weight", "model.conv2.bias", "epoch"])
-        source = dict(ref.flatten(ref.torch_load(src)))
+        flat = dict(ref.flatten(source))
         for k, v in packed.items():
             if isinstance(v, torch.Tensor):
-                self.assertTrue(torch.equal(v, source[k]), k)
+                self.assertTrue(torch.equal(v, flat[k]), k)
         self.assertEqual(packed["epoch"], 7)
 
     def test_dtype_conversion(self):
@@ -525,6 +627,10 @@ class FixtureRoundTrips(PackTestCase):
         err = self.pack(fixture_path("training"), out)
         self.assertRegex(err, r'left out 1 entry \(not a plain value: an instance of '
                               r'argparse.Namespace, which ckptfs never builds\): "cli"')
+        # An object holding a tensor is an OrderedDict of what is below it.
+        self.assertRegex(err, r'flattened 1 place \(not a container pack builds \(an object of '
+                              r'a class, a tensor.s parts\): written as an OrderedDict of the '
+                              r'flattened keys below it\): "ema"\n')
         st_out = self.tmp / "training.safetensors"
         err = self.pack(fixture_path("training"), st_out)
         self.assertRegex(err, r"left out 7 entries \(a value: safetensors holds tensors only\)")
@@ -660,7 +766,7 @@ class Options(PackTestCase):
                             rf"{out}: exists: pack does not overwrite it without --force$")
         self.assertEqual(out.read_bytes(), b"precious")
         self.pack(src, out, "--force")
-        self.assertTrue(torch.equal(torch.load(out)["tensor"], ref.torch_load(src)))
+        self.assertTrue(torch.equal(torch.load(out), ref.torch_load(src)))  # the bare tensor
         self.assertEqual(os.listdir(self.tmp), ["bare.pth"])
 
     def test_permissions_as_cp_gives_them(self):
@@ -697,7 +803,7 @@ class Options(PackTestCase):
                 os.chmod(out, existing)
                 pack_with_umask(0o022, bare, out, "--force")
                 self.assertEqual(oct(mode(out)), oct(existing))
-                self.assertTrue(torch.equal(torch.load(out)["tensor"], ref.torch_load(bare)))
+                self.assertTrue(torch.equal(torch.load(out), ref.torch_load(bare)))
         # A split directory: one data file of 0600 among 0644 ones makes OUT 0600.
         d = self.split_dir("modes")
         for f in d.glob("*/data"):
@@ -731,7 +837,7 @@ class Options(PackTestCase):
                 st = out.lstat()
                 self.assertTrue(stat.S_ISREG(st.st_mode))
                 self.assertEqual((st.st_uid, stat.S_IMODE(st.st_mode)), (os.geteuid(), 0o640))
-                self.assertTrue(torch.equal(torch.load(out)["tensor"], ref.torch_load(src)))
+                self.assertTrue(torch.equal(torch.load(out), ref.torch_load(src)))  # bare
         self.assertEqual(theirs.read_bytes(), b"theirs")
         self.assertFalse(os.path.lexists(self.tmp / "nowhere"))
         kinds = [("a FIFO", os.mkfifo, "a FIFO"), ("a directory", os.mkdir, "a directory")]
@@ -842,7 +948,8 @@ class HostileSplitDirectories(PackTestCase):
             "dtype": (dict(dtype="float64"), r"a float64 tensor of shape \[3, 4\] holds 96$"),
             "unknown dtype": (dict(dtype="float33"), r'unknown dtype "float33"$'),
             "negative": (dict(shape=[-3, 4]), r"a dimension of shape is not an integer"),
-            "overflow": (dict(shape=[2 ** 62, 8]), r"holds more bytes than a file can$"),
+            "overflow": (dict(shape=[2 ** 62, 8]), r"has more elements than 64 bits count$"),
+            "bytes": (dict(shape=[2 ** 61, 2]), r"holds more bytes than a file can"),
             "broken": (dict(broken="its record is missing"),
                        r'tensor "w" is broken \(its record is missing\)'),
             "key path": (dict(key_path=[[0]]), r"a key_path part is not a key$"),
@@ -856,6 +963,41 @@ class HostileSplitDirectories(PackTestCase):
                 (d / "w" / "meta.json").write_text(json.dumps(meta))
                 code = "checkpoint"
                 self.assert_refused(d, self.out(), code, rf"{d}: .*{message}")
+
+    def test_lying_key_paths(self):
+        """Key paths and containers that say no nesting torch.load could give are refused in
+        one line, before anything is written."""
+        def path(key, key_path, containers):
+            return dict(key=key, key_path=key_path, containers=containers)
+
+        cases = {
+            "not its key": ({"w": path("w", ["x", "y"], ["dict", "dict"])},
+                            r'entry "w": its key_path does not spell its key$'),
+            "unknown container": ({"w": path("w", ["w"], ["hash"])},
+                                  r'"w/meta.json": .*a part of containers is not "dict"'),
+            "parts": ({"w": path("w", ["w"], ["dict", "dict"])},
+                      r'"w/meta.json": .*containers has 2 parts, key_path 1$'),
+            "one place twice": ({"w": path("w", ["w"], ["dict"]),
+                                 "b": path("w.b", ["w", "b"], ["dict", "dict"])},
+                                r'entry "w.b": its key_path puts it where entry "w" is too$'),
+            "kinds disagree": ({"w": path("x.w", ["x", "w"], ["dict", "dict"]),
+                                "b": path("x.b", ["x", "b"], ["dict", "OrderedDict"])},
+                               r'entry "x.w": its key_path puts it where entry "x.b" is too$'),
+            "far position": ({"b": path("l.99999999999", ["l", 99999999999], ["dict", "list"])},
+                             r"puts an item at position 99999999999 of a list$"),
+            "str in a list": ({"b": path("l.x", ["l", "x"], ["dict", "list"])},
+                              r'its key_path puts the key "x" in a list$'),
+            "root twice": ({"w": path("tensor", [], []), "b": path("b", ["b"], ["dict"])},
+                           r"says it is the whole checkpoint, beside other entries$"),
+        }
+        for what, (changes, message) in cases.items():
+            with self.subTest(what):
+                d = self.split_dir(what.replace(" ", "_"))
+                for directory, change in changes.items():
+                    meta = json.loads((d / directory / "meta.json").read_text())
+                    meta.update(change)
+                    (d / directory / "meta.json").write_text(json.dumps(meta))
+                self.assert_refused(d, self.out(), "checkpoint", rf"{d}: .*{message}")
 
     def test_data_shorter_or_longer_than_meta_json_says(self):
         for size, word in ((47, "short"), (49, "long"), (0, "empty")):

@@ -1,10 +1,12 @@
 # SPDX-License-Identifier: MIT
 """Integration tests of `ckptfs pack` on what a mount gives: every fixture (and some corpus files)
 mounted, a subset of its key directories copied out with `rsync -a` (with the mount's
-.ckptfs/index.json, in dest/.ckptfs/ or at dest's root, or without), packed back into one file, which must hold exactly that subset: the same keys, the
-bytes of the checkpoint (expected.json's sha256 of each tensor as stored, made by
-scripts/make_fixtures.py), dtypes, shapes, requires_grad and values; in index.json's order when it
-was copied along, else sorted by key. Also: a whole mount copied (its .ckptfs too) packs
+.ckptfs/index.json, in dest/.ckptfs/ or at dest's root, or without), packed back into one file,
+which must hold exactly that subset: with --flat the same keys, the bytes of the checkpoint
+(expected.json's sha256 of each tensor as stored, made by scripts/make_fixtures.py), dtypes,
+shapes, requires_grad and values, in index.json's order when it was copied along, else sorted by
+key; nested (without --flat), the entries ckptfs finds in the file are the copy's, key paths and
+containers included (the nesting rebuilt from meta.json and index.json). Also: a whole mount copied (its .ckptfs too) packs
 everything; an `-o layout=rfc` mount copied out (map.pt, <name>.pt, .ckptfs) packs back to what
 torch.load reads in the source, every key that has a file, in map.pt's order; a split directory
 mounts, and `ckptfs inspect` reads it.
@@ -131,8 +133,9 @@ class PackFromMount(unittest.TestCase):
             raw = [k.encode("utf-8", "surrogatepass") for k, _ in got]
             self.assertEqual(raw, sorted(raw))
         original = {identity(entries[i]): i for i in chosen}
+        self.check_nested(dest, doc)
         out = self.tmp / f"{name}-{'index' if with_index else 'bare'}.pth"
-        r = run("pack", dest, out)
+        r = run("pack", dest, out, "--flat")
         self.assertEqual(r.returncode, 0, r.stderr)
         plan = torch_plan(doc)
         exact = [original[identity(doc["entries"][i])] for i, _ in plan]
@@ -163,6 +166,59 @@ class PackFromMount(unittest.TestCase):
                                  expected[j]["sha256"])
         return dest
 
+    def check_nested(self, dest, doc):
+        """pack DEST OUT.pth (nested): when the copy's key paths say a nesting pack builds whole
+        (no object, no tuple key, no value left out), ckptfs reads in OUT the copy's entries:
+        keys, where they are (key path and containers, or one str key of the root), kinds,
+        dtypes, shapes and values, the root too. OUT may hold more only as None at positions of
+        a list the copy has not; a dict of the copy that holds values alone is, as in any
+        checkpoint, one value in OUT (the dict of those values)."""
+        out = self.tmp / "nested.pth"
+        r = run("pack", dest, out, "--force")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        err = r.stderr.decode(errors="replace")
+        if "left out" in err or "flattened" in err or "renamed" in err:
+            return
+        back = inspect(out)
+        self.assertEqual(back["root"], doc["root"])
+
+        def place(d, e):
+            # Where an entry is: its key path and containers; without them, one str key of the
+            # root (a key path that only set it apart from entries not copied says the same).
+            if "key_path" in e:
+                return e["key_path"], e.get("containers")
+            return [e["key"]], [d["root"]]
+
+        def shown(d, e):
+            path, containers = place(d, e)
+            return (e["key"], json.dumps(path), json.dumps(containers), e["kind"], e.get("dtype"),
+                    e.get("shape"), json.dumps(e.get("value")))
+        want = sorted(shown(doc, e) for e in doc["entries"])
+        got = [shown(back, e) for e in back["entries"]]
+        extra = [(g, e) for g, e in zip(got, back["entries"]) if g not in want]
+        for g, e in extra:
+            if g[3] != "value":
+                self.fail(f"{g} is not in the copy")
+            if e["value"] is None:
+                continue  # a list's position the copy has not
+            # The copy's values below this place, all of them in dicts, are this dict.
+            path, _ = place(back, e)
+            below = [w for w in doc["entries"] if place(doc, w)[0][:len(path)] == path and
+                     len(place(doc, w)[0]) > len(path)]
+            self.assertTrue(below, g)
+            rebuilt = {}
+            for w in below:
+                parts, containers = place(doc, w)
+                self.assertEqual(w["kind"], "value", g)
+                self.assertTrue(all(c == "dict" for c in containers[len(path):]), g)
+                at = rebuilt
+                for part in parts[len(path):-1]:
+                    at = at.setdefault(part, {})
+                at[parts[-1]] = w["value"]
+                want.remove(shown(doc, w))
+            self.assertEqual(e["value"], rebuilt, g)
+        self.assertEqual(sorted(g for g in got if g in want), want)
+
     def test_every_fixture_subset_with_and_without_index(self):
         for n, name in enumerate(FIXTURE_NAMES):
             # index.json where the mount has it, and at the root as copies made before had it.
@@ -183,7 +239,7 @@ class PackFromMount(unittest.TestCase):
         self.assertTrue((dest / VIEWS_FOLDER / "model.safetensors").is_file())
         self.assertTrue((dest / VIEWS_FOLDER / "index.json").is_file())
         out = self.tmp / "whole.pth"
-        r = run("pack", dest, out)
+        r = run("pack", dest, out, "--flat")
         self.assertEqual(r.returncode, 0, r.stderr)
         packed = torch.load(out)
         source = ref.flatten(ref.torch_load(src))
@@ -194,6 +250,13 @@ class PackFromMount(unittest.TestCase):
                 self.assertEqual(ref.tensor_bytes(packed[k]), ref.tensor_bytes(v), k)
             else:
                 self.assertTrue(ref.same_value(packed[k], v, types=False), k)
+        # Nested: the checkpoint torch.load gives, but for what the copy's JSON does not keep
+        # (a state_dict's _metadata; the types of values JSON does not tell apart).
+        r = run("pack", dest, out, "--force")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIsNone(ref.nesting_difference(
+            torch.load(out), ref.packed_nesting(ref.torch_load(src)), attributes=False,
+            value_types=False))
 
     def test_a_layout_rfc_mount_copied_packs_back(self):
         packed_by_torch = []
@@ -268,7 +331,7 @@ class PackFromMount(unittest.TestCase):
         "<text>%#<n>" is a key of its own, and pack says what it renamed."""
         src = fixture_path("collisions")
         out = self.tmp / "collisions.pth"
-        r = run("pack", src, out, "--quiet")  # the renamed line alone: no summary after it
+        r = run("pack", src, out, "--quiet", "--flat")  # the renamed line alone: no summary
         self.assertEqual(r.returncode, 0, r.stderr)
         packed = list(torch.load(out))
         err = r.stderr.decode(errors="replace")
@@ -298,7 +361,7 @@ class PackFromMount(unittest.TestCase):
                                        capture_output=True, timeout=TIMEOUT)
                     self.assertEqual(r.returncode, 0, r.stderr)
                     again = self.tmp / "collisions-rfc.pth"
-                    r = run("pack", dest, again, "--quiet")
+                    r = run("pack", dest, again, "--quiet", "--flat")
                     self.assertEqual(r.returncode, 0, r.stderr)
                     self.assertEqual(list(torch.load(again)), packed)
                     self.assertEqual(r.stderr.decode(errors="replace").split(": ", 2)[2],

@@ -919,11 +919,12 @@ class CompletionTests(TempDirTestCase):
                          sorted(["-f", "-d", "--debug", "-o", "--notify-fd", "-h", "--help", "-V",
                                  "--version"]))
         self.assertEqual(self.complete("ckptfs --v"), ["--version"])
-        self.assertEqual(self.complete("ckptfs inspect a.pth -"), ["--json"])
+        self.assertEqual(self.complete("ckptfs inspect a.pth -"), ["--json", "--verify"])
         self.assertEqual(self.complete("ckptfs pack a.pth out.pth -"),
-                         sorted(["--keys", "--dtype", "--names", "--force", "--progress",
-                                 "--quiet", "-o", "-h", "--help"]))
-        self.assertEqual(self.complete("ckptfs pack a.pth --f"), ["--force"])
+                         sorted(["--keys", "--dtype", "--names", "--flat", "--force",
+                                 "--progress", "--quiet", "-o", "-h", "--help"]))
+        self.assertEqual(self.complete("ckptfs pack a.pth --f"), ["--flat", "--force"])
+        self.assertEqual(self.complete("ckptfs pack a.pth --fo"), ["--force"])
         self.assertEqual(self.complete("ckptfs pack a.pth out.pth --dtype "),
                          ["bfloat16", "float16", "float32"])
         self.assertEqual(self.complete("ckptfs pack a.pth out.pth --dtype b"), ["bfloat16"])

@@ -240,8 +240,19 @@ class FastPathTests(PythonTestCase):
         return taken
 
     def test_pth_and_safetensors_records_are_read_from_the_file(self):
+        # A directory's one checkpoint, and a Hugging Face hub cache snapshot (its file a link
+        # to ../../blobs/SHA): members opened beneath the directory are local files too.
+        folder = self.tmp / "folder"
+        folder.mkdir()
+        shutil.copy(model_fixture_path("st_dtypes"), folder / "model.safetensors")
+        repo = self.tmp / "hub" / "models--org--name"
+        (repo / "blobs").mkdir(parents=True)
+        (repo / "snapshots" / "rev").mkdir(parents=True)
+        shutil.copy(model_fixture_path("st_dtypes"), repo / "blobs" / "0123abcd")
+        os.symlink("../../blobs/0123abcd", repo / "snapshots" / "rev" / "model.safetensors")
         for source in (fixture_path("dtypes"), fixture_path("legacy"),
-                       model_fixture_path("st_dtypes"), model_fixture_path("sharded_st")):
+                       model_fixture_path("st_dtypes"), model_fixture_path("sharded_st"),
+                       folder, repo / "snapshots" / "rev"):
             with self.subTest(source.name):
                 ck = self.open(source)
                 index = ck.index

@@ -48,56 +48,15 @@ require("fuse", "torch")  # else the module exits 77: skipped, with the reason
 import torch  # noqa: E402
 
 from ckptfs_mounts import mount_points, unmount  # noqa: E402
+from readme_blocks import readme_blocks, recipe  # noqa: E402
 from ckptfs_safetensors import read_safetensors  # noqa: E402
 from fixtures import CKPTFS, REPO  # noqa: E402
 from remote_servers import Nginx, S3Server, Sshd  # noqa: E402
 
-README = REPO / "README.md"
 SAMPLE = REPO / "tests" / "data" / "sample.pth"
-MARKER = re.compile(r"^<!-- readme-test: ([a-z0-9_-]+) -->$")
 BLOCK_TIMEOUT = 180  # seconds for one block (a mount, copies, a python3 importing torch)
-
-
-class Block:
-    def __init__(self, name, lang, code, line):
-        self.name, self.lang, self.code, self.line = name, lang, code, line
-
-    def where(self):
-        return f"README.md:{self.line} ({self.name}, {self.lang})"
-
-
-def readme_blocks(text=None):
-    """The tagged blocks of the README, in order: [Block], `line` the first line of the code.
-    A marker not followed by a fenced block is an error, not a recipe silently dropped."""
-    lines = (README.read_text() if text is None else text).split("\n")
-    blocks = []
-    i = 0
-    while i < len(lines):
-        m = MARKER.match(lines[i].strip())
-        if not m:
-            i += 1
-            continue
-        j = i + 1
-        while j < len(lines) and not lines[j].strip():
-            j += 1
-        fence = re.match(r"^```(\w+)$", lines[j]) if j < len(lines) else None
-        if fence is None:
-            raise AssertionError(f"README.md:{i + 1}: readme-test marker without a ```LANG block")
-        end = j + 1
-        while end < len(lines) and lines[end] != "```":
-            end += 1
-        if end == len(lines):
-            raise AssertionError(f"README.md:{j + 1}: block never closed")
-        blocks.append(Block(m.group(1), fence.group(1), "\n".join(lines[j + 1:end]) + "\n", j + 2))
-        i = end + 1
-    return blocks
-
-
-def recipe(name):
-    blocks = [b for b in readme_blocks() if b.name == name]
-    if not blocks:
-        raise AssertionError(f"the README has no recipe tagged readme-test: {name}")
-    return blocks
+# Recipes that need torch 2.x, run in the interop root by the module named (its test_<name>).
+INTEROP_RECIPES = {"resume_dcp": REPO / "tests" / "interop" / "test_interop_readme.py"}
 
 
 # The model of the README's "Load into a model" recipe, as train.pth holds it.
@@ -247,7 +206,10 @@ class ReadmeRecipes(unittest.TestCase):
         names = {b.name for b in readme_blocks()}
         tested = {n[len("test_"):] for n in dir(self) if n.startswith("test_")} - {
             "every_recipe_is_run", "parser_refuses_a_marker_without_block"}
-        self.assertEqual(names, tested, "README recipes vs the tests of this module")
+        self.assertEqual(names, tested | set(INTEROP_RECIPES),
+                         "README recipes vs the tests of this module and of the interop one")
+        for name, module in INTEROP_RECIPES.items():
+            self.assertIn(f"    def test_{name}(self):", module.read_text(), f"{module}: {name}")
 
     def test_parser_refuses_a_marker_without_block(self):
         with self.assertRaises(AssertionError):
@@ -310,11 +272,12 @@ scp() {{ local a args=(); for a in "$@"; do args+=("$(to_gpu_box "$a")"); done; 
             for k, t in model.items():
                 self.assertEqual(sorted(os.listdir(where / k)), ["data", "meta.json"])
                 self.assertEqual((where / k / "data").read_bytes(), t.numpy().tobytes(), k)
-        # pack: one checkpoint of them again.
+        # pack: one checkpoint of them again, nested as train.pth was (meta.json's key paths).
         packed = torch.load(self.dir / "model-only.pth")
-        self.assertEqual(sorted(packed), sorted(model))
-        for k, t in packed.items():
-            self.assertTrue(torch.equal(t, model[k]), k)
+        self.assertEqual(list(packed), ["model"])
+        self.assertEqual(sorted(packed["model"]), sorted(train["model"]))
+        for k, t in packed["model"].items():
+            self.assertTrue(torch.equal(t, train["model"][k]), k)
         self.assert_nothing_mounted()
 
     def test_load(self):

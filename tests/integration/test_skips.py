@@ -36,6 +36,8 @@ DECLARING = [*MODULES, "test_skips"]  # every module calls require(), with no ne
 INTEROP = HERE.parent / "interop"
 INTEROP_MODULES = sorted(p.stem for p in INTEROP.glob("test_*.py"))
 HIDDEN = "hidden by test_skips.py"
+# Integration modules that run a server of the interop root (Ceph's RGW), and need it.
+ROOT_MODULES = ["test_rgw"]
 
 
 def module_dir(module):
@@ -79,7 +81,10 @@ class SkipTests(unittest.TestCase):
             with self.subTest(module):
                 needs = needs_of(module)
                 self.assertIsNotNone(needs, f"{module}.py calls no require(...)")
-                self.assertLessEqual(needs, {"fuse", "torch", "corpus"})
+                # The RGW tests run Ceph's gateway from the interop root.
+                allowed = {"fuse", "torch", "corpus"} | ({"interop"} if module in ROOT_MODULES
+                                                         else set())
+                self.assertLessEqual(needs, allowed)
                 if module not in ("test_skips", "test_corpus"):
                     self.assertIn("torch", needs, "every module reads fixtures made with torch")
         # The interop modules mount, and run the real tools in the root (no torch here); some
@@ -103,16 +108,16 @@ class SkipTests(unittest.TestCase):
 
     def test_without_interop_root(self):
         root = self.tmp / "no-root"
-        for module in INTEROP_MODULES:
+        for module in [*INTEROP_MODULES, *ROOT_MODULES]:
             with self.subTest(module):
                 r = self.run_python(["-m", "unittest", module], {"CKPTFS_INTEROP_ROOT": str(root)},
-                                    cwd=INTEROP)
+                                    cwd=module_dir(module))
                 self.assert_skipped(r, re.escape(f"the interop root {root} does not exist (make "
                                                  f"it: scripts/interop-root"), module)
             with self.subTest(module, required=True):
                 r = self.run_python(["-m", "unittest", module], {"CKPTFS_INTEROP_ROOT": str(root),
                                                                  "CKPTFS_INTEROP_REQUIRED": "1"},
-                                    cwd=INTEROP)
+                                    cwd=module_dir(module))
                 err = r.stderr.decode("utf-8", "replace")
                 self.assertEqual(r.returncode, 1, err)
                 self.assertRegex(err,
@@ -200,9 +205,11 @@ class SkipTests(unittest.TestCase):
             with self.subTest(name):
                 self.assertIn(name, tests)
                 self.assertEqual(tests[name].get("SKIP_RETURN_CODE"), SKIP_EXIT_STATUS)
-                # The interop group is its label's, and only its.
+                # The interop group is its label's, and only its; the remote group likewise.
                 self.assertEqual("interop" in tests[name].get("LABELS", []),
                                  name in INTEROP_MODULES)
+                self.assertEqual("remote" in tests[name].get("LABELS", []),
+                                 name in ("test_remote", "test_disk_cache", "test_rgw"))
 
 
 if __name__ == "__main__":

@@ -255,12 +255,15 @@ class FilesTests(MountTestCase):
                     out = self.tmp / "model.pth"
                     r = run([CKPTFS, "pack", dest, out])
                     self.assertEqual(r.returncode, 0, r.stderr.decode())
-                    packed = torch.load(out)
+                    # Nested as the checkpoint was: meta.json says each tensor's key path.
+                    packed = torch.load(out)["model"]
                     source = torch.load(self.tmp / "train.pth")["model"]
                     # Without index.json copied along, pack orders the keys by their bytes.
-                    self.assertEqual(list(packed), sorted(e["key"] for e in chosen))
+                    self.assertEqual(list(packed),
+                                     [e["key"][len("model."):] for e in
+                                      sorted(chosen, key=lambda e: e["key"].encode())])
                     for key, t in packed.items():
-                        self.assertTrue(torch.equal(t, source[key[len("model."):]]), key)
+                        self.assertTrue(torch.equal(t, source[key]), key)
                 self.unmount(mnt, proc)
 
     def test_scp_and_rsync_over_ssh_move_each_tensor_once(self):

@@ -13,8 +13,11 @@ read by the current torch, numpy and safetensors against torch's own consolidati
     flattening's, in order: values nested as dcp_to_torch_save nests them; -o layout=rfc's
     map.pt and <name>.pt files likewise (torch_checks.check_rfc);
   - model.safetensors (plain, -o dtype=bfloat16) and -o shard_size sets, read by safe_open and
-    load_file; `ckptfs pack` of the directory to .pth (torch.load weights_only) and
-    .safetensors; meta.json's pieces are .metadata's chunks (dcp_checks.check_pieces).
+    load_file; `ckptfs pack` of the directory to .pth: nested, dcp_to_torch_save's file in
+    structure, types and bits (torch.load weights_only, and mmap), and resuming from it (a
+    model and its optimizer, set_state_dict, one step) gives what resuming from
+    dcp_to_torch_save's file gives; with --flat the flattened keys; to .safetensors; meta.json's
+    pieces are .metadata's chunks (dcp_checks.check_pieces).
 
 Run by ctest as `/usr/bin/python3 -m unittest -v test_interop_dcp` (label interop).
 """
@@ -97,19 +100,46 @@ class DcpTests(InteropCase):
                                    inside(views_dir(mnt)), None, True)
                 self.assert_clean(report, f"{name} shard_size=400")
 
+    def pack(self, name, out, *args, alone=True):
+        """`ckptfs pack` of fixture `name` to `out`; with `alone`, stderr must be the summary
+        alone (nothing left out, flattened or renamed)."""
+        r = subprocess.run([str(CKPTFS), "pack", str(outside(self.fixtures[name]["path"])),
+                            str(out), *args], capture_output=True, timeout=300)
+        err = r.stderr.decode(errors="replace")
+        self.assertEqual(r.returncode, 0, err)
+        if alone:
+            self.assertEqual(err.count("\n"), 1, f"more than the summary: {err}")
+
     def test_pack(self):
         for name in FIXTURES + CORPUS:
             with self.subTest(name):
                 f = self.fixtures[name]
                 out_dir = self.new_dir("pack")
-                for suffix, check in ((".pth", "pack_checks.check_torch"),
-                                      (".safetensors", "pack_checks.check_safetensors")):
-                    out = out_dir / f"{name}{suffix}"
-                    r = subprocess.run([str(CKPTFS), "pack", str(outside(f["path"])), str(out)],
-                                       capture_output=True, timeout=300)
-                    self.assertEqual(r.returncode, 0, r.stderr.decode(errors="replace"))
+                # Nested: dcp_to_torch_save's file, exactly.
+                out = out_dir / f"{name}.pth"
+                self.pack(name, out)
+                report = self.call("pack_checks.check_nested", inside(out), f["reference"],
+                                   True, False)
+                self.assert_clean(report, f"{name}: ckptfs pack to .pth")
+                for suffix, args, check in ((".pth", ["--flat"], "pack_checks.check_torch"),
+                                            (".safetensors", [],
+                                             "pack_checks.check_safetensors")):
+                    out = out_dir / f"{name}-flat{suffix}"
+                    self.pack(name, out, *args, alone=False)  # safetensors: no values
                     report = self.call(check, inside(out), f["reference"], "torch", None, True)
-                    self.assert_clean(report, f"{name}: ckptfs pack to {suffix}")
+                    self.assert_clean(report, f"{name}: ckptfs pack {' '.join(args)} to {suffix}")
+
+    def test_resume_from_pack(self):
+        """Resuming from the packed file is resuming from dcp_to_torch_save's: the fixtures'
+        model and optimizer (plain state_dict()s in one process; get_state_dict's of FSDP2 in
+        two), loaded from each file and stepped once, give the same tensors."""
+        for name in ("single", "fsdp2_w2"):
+            with self.subTest(name):
+                out = self.new_dir("resume") / f"{name}.pth"
+                self.pack(name, out)
+                report = self.call("dcp_fixtures.resume_problems", name, inside(out),
+                                   self.fixtures[name]["reference"])
+                self.assertEqual(report, [], name)
 
 
 if __name__ == "__main__":

@@ -3,8 +3,10 @@
 safetensors (the interop root's): from torch 2.x checkpoints (every dtype ckptfs serves, views,
 shared storages, a training checkpoint, torch.save(model), the legacy stream), from files and
 sets safetensors and transformers wrote, from a split directory copied out of a mount and from
-an RFC directory; .pth and .safetensors, and --dtype bfloat16. Each output gives the source's
-tensors as the same tools read them from the source.
+an RFC directory; .pth (nested, and --flat) and .safetensors, and --dtype bfloat16. Each output
+gives the source's tensors as the same tools read them from the source; a nested .pth is what
+torch.load of the source gives (the training checkpoint exactly, _metadata and all; what pack
+does not rebuild as ckptfs_reference.packed_nesting says).
 
 The checks are tests/interop/root/pack_checks.py, run in the root.
 Run by ctest as `/usr/bin/python3 -m unittest -v test_interop_pack` (label interop).
@@ -50,13 +52,22 @@ class PackTests(InteropCase):
         return inside(out)
 
     def check(self, source, kind, *args, dtype=None, weights_only=True, packed=None,
-              every_tensor=True):
-        """Packs `packed` (by default `source`; paths as the root sees them) to .pth and
-        .safetensors with `args`, and checks both in the root against `source`, of `kind`;
-        with `every_tensor`, none of its tensors may be left out. Returns the .pth report."""
+              every_tensor=True, nested=None):
+        """Packs `packed` (by default `source`; paths as the root sees them) to .pth (--flat)
+        and .safetensors with `args`, and checks both in the root against `source`, of `kind`;
+        with `every_tensor`, none of its tensors may be left out. With `nested` (the arguments
+        of pack_checks.check_nested but the files), packs to .pth without --flat too and checks
+        that against torch.load of `source`. Returns the flat .pth's report."""
         reports = {}
+        if nested is not None:
+            out = self.pack(outside(packed or source), ".pth", *args)
+            report = self.call("pack_checks.check_nested", out, source, *nested)
+            self.assertEqual(report["problems"], [], f"pack {packed or source} nested against "
+                                                     f"{self.versions}")
+            self.assertGreater(report["tensors"], 0)
         for suffix, check in ((".pth", "check_torch"), (".safetensors", "check_safetensors")):
-            out = self.pack(outside(packed or source), suffix, *args)
+            flat = ["--flat"] if suffix == ".pth" else []
+            out = self.pack(outside(packed or source), suffix, *flat, *args)
             report = self.call(f"pack_checks.{check}", out, source, kind, dtype, weights_only)
             where = f"pack {packed or source} {suffix} {' '.join(args)}"
             self.assertEqual(report["problems"], [], f"{where} against {self.versions}")
@@ -70,7 +81,8 @@ class PackTests(InteropCase):
         for name in ("views", "training", "module", "legacy"):
             fixture = self.torch_fixtures[name]
             with self.subTest(name):
-                self.check(fixture["path"], "torch", weights_only=fixture["weights_only"])
+                self.check(fixture["path"], "torch", weights_only=fixture["weights_only"],
+                           nested=[fixture["weights_only"]])
         with self.subTest("training", dtype="bfloat16"):
             self.check(self.torch_fixtures["training"]["path"], "torch", "--dtype", "bfloat16",
                        dtype="bfloat16")
@@ -101,6 +113,12 @@ class PackTests(InteropCase):
                 shutil.copytree(entry, split / entry.name)
         shutil.copy(views_dir(mnt) / "index.json", split)
         self.check(fixture["path"], "torch", packed=inside(split))
+        # Nested from the copy: the training checkpoint, but a state_dict's _metadata, which
+        # the copy's JSON does not hold.
+        out = self.pack(split, ".pth")
+        report = self.call("pack_checks.check_nested", out, fixture["path"], True, True, False)
+        self.assertEqual(report["problems"], [], f"the copy packed nested against "
+                                                 f"{self.versions}")
         # map.pt and every <name>.pt of -o layout=rfc, copied out. The reference stays the
         # checkpoint (torch.load of it).
         mnt = self.mount(outside(fixture["path"]), "-o", "layout=rfc")
@@ -114,7 +132,7 @@ class PackTests(InteropCase):
         """pack writes a value as the pickle held it (Adam's betas a tuple; issue 20, item 6:
         values were rebuilt from value.json)."""
         fixture = self.torch_fixtures["training"]
-        out = self.pack(outside(fixture["path"]), ".pth")
+        out = self.pack(outside(fixture["path"]), ".pth", "--flat")
         report = self.call("pack_checks.check_torch", out, fixture["path"], "torch")
         self.assertEqual(report["value_types"], [])
 

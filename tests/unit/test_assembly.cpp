@@ -330,6 +330,18 @@ TEST_CASE("hostile pieces: one reason each, and the tensor is not indexed") {
   mixed.model.storages[1].big_endian = true;
   CHECK(index_assembly(mixed.model, mixed.tensor(), mixed.model.assemblies[0]) ==
         "pieces 0 and 1 are of different byte orders");
+  // A tensor whose size overflows (2^64 elements: 0 once wrapped; 2^64 + 2: 2) is refused,
+  // never indexed as an empty or a two-element tensor.
+  for (const Dims& huge :
+       {Dims{std::int64_t{1} << 32, std::int64_t{1} << 32}, Dims{3, 6148914691236517206}}) {
+    Tensor t = rank.tensor();
+    t.shape = huge;
+    Assembly a(Assembly::Grid::flat, 1);
+    a.add_contiguous({0, 0}, Dims{0}, Dims{2});
+    CHECK(index_assembly(rank.model, t, a).find("has more elements than 64 bits count") !=
+          std::string::npos);
+    CHECK(!a.indexed());
+  }
 }
 
 TEST_CASE("bounded: a layout that is no grid stops at its cell budget, a million pieces index") {

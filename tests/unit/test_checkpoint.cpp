@@ -215,6 +215,51 @@ TEST_CASE("flattening: nested training checkpoint, values, order") {
                                             "optimizer.param_groups", "epoch"});
   CHECK(c.entries[2].value_json == "[{\"lr\":0.1}]");
   CHECK(c.entries[3].value_json == "7");
+  // The Python keys and the containers along the way of every nested entry, for pack; "epoch",
+  // one str key of the root, needs none.
+  CHECK(c.root == ContainerKind::dict);
+  CHECK(c.entries[0].key_path == R"(["model","fc.weight"])");
+  CHECK(c.entries[0].containers == "dd");
+  CHECK(c.entries[1].key_path == R"(["optimizer","state",0,"exp_avg"])");
+  CHECK(c.entries[1].containers == "dddd");
+  CHECK(c.entries[2].key_path == R"(["optimizer","param_groups"])");
+  CHECK(c.entries[2].containers == "dd");
+  CHECK(c.entries[3].key_path.empty());
+  CHECK(c.entries[3].containers.empty());
+}
+
+TEST_CASE("containers: OrderedDicts, lists, tuples and objects along the key path, in order") {
+  // OrderedDict(m=OrderedDict(w=T) with BUILD {"_metadata": {"": {"version": 1}}},
+  //             l=[T, 3, (T,)], o=Namespace(t=T))
+  PickleBuilder p;
+  p.proto(2).global("collections", "OrderedDict").empty_tuple().reduce().mark();
+  p.binunicode("m").global("collections", "OrderedDict").empty_tuple().reduce();
+  p.binunicode("w").tensor_v2("FloatStorage", "0", "cpu", 1, 0, {1}, {1}).setitem();
+  p.empty_dict().binunicode("_metadata").empty_dict().binunicode("").empty_dict();
+  p.binunicode("version").integer(1).setitem().setitem().setitem().build();
+  p.binunicode("l").empty_list().mark().tensor_v2("FloatStorage", "1", "cpu", 1, 0, {1}, {1});
+  p.integer(3).tensor_v2("FloatStorage", "2", "cpu", 1, 0, {1}, {1}).tuple1().appends();
+  p.binunicode("o").global("argparse", "Namespace").empty_tuple().newobj().empty_dict();
+  p.binunicode("t").tensor_v2("FloatStorage", "3", "cpu", 1, 0, {1}, {1}).setitem().build();
+  p.setitems().stop();
+  Model c = read(torch_zip(
+      p.bytes(), {{"0", floats(1)}, {"1", floats(1)}, {"2", floats(1)}, {"3", floats(1)}}));
+  CHECK(keys(c) == std::vector<std::string>{"m.w", "l.0", "l.1", "l.2.0", "o.t"});
+  CHECK(c.root == ContainerKind::ordered_dict);
+  CHECK(c.entries[0].containers == "oo");
+  CHECK(c.entries[1].key_path == R"(["l",0])");
+  CHECK(c.entries[1].containers == "ol");
+  CHECK(c.entries[2].containers == "ol");
+  CHECK(c.entries[3].key_path == R"(["l",2,0])");
+  CHECK(c.entries[3].containers == "olt");
+  CHECK(c.entries[4].key_path == R"(["o","t"])");
+  CHECK(c.entries[4].containers == "ox");
+  // The inner OrderedDict's attributes, by the path that leads to it.
+  REQUIRE(c.container_states.size() == 1);
+  CHECK(c.container_states[0].key_path == R"(["m"])");
+  CHECK(c.container_states[0].containers == "oo");
+  REQUIRE(c.container_states[0].state);
+  CHECK(c.container_states[0].state->kind == PlainValue::Kind::dict);
 }
 
 TEST_CASE("a tensor reached twice is an entry under each key, keys with the same text all stay") {
@@ -308,12 +353,16 @@ TEST_CASE("a root tensor is the entry 'tensor', a root value is 'value'") {
   Model c = read(torch_zip(p.bytes(), {{"0", std::string(6, '\0')}}));
   CHECK(keys(c) == std::vector<std::string>{"tensor"});
   CHECK(tensor(c, 0).dtype == DType::float16);
+  CHECK(c.entries[0].key_path == "[]");  // the whole checkpoint
+  CHECK(!c.root);
 
   PickleBuilder q;
   q.proto(2).global("argparse", "Namespace").empty_tuple().newobj().empty_dict();
   q.binunicode("lr").binfloat(0.5).setitem().build().stop();
   Model v = read(torch_zip(q.bytes(), {}));
   CHECK(keys(v) == std::vector<std::string>{"value"});
+  CHECK(v.entries[0].key_path == "[]");
+  CHECK(!v.root);
   CHECK(v.entries[0].value_json ==
         R"({"__class__":"argparse.Namespace","args":[],"state":{"lr":0.5}})");
 }
@@ -479,13 +528,18 @@ TEST_CASE("a view too large for a file is broken, with the reason, none wraps") 
   p.binunicode("huge").tensor_v2("FloatStorage", "0", "cpu", 1, 0, {1ll << 31, 1ll << 31}, {0, 0});
   p.binunicode("big").tensor_v2("FloatStorage", "0", "cpu", 1, 0, {1ll << 30, 1ll << 30}, {0, 0});
   p.binunicode("empty_far").tensor_v2("FloatStorage", "0", "cpu", 1, 1ll << 61, {0}, {1});
+  // 2^64 + 2 elements, which would wrap to 2: its stride-0 view of 1 element fits.
+  p.binunicode("wraps").tensor_v2("FloatStorage", "0", "cpu", 1, 0, {3, 6148914691236517206},
+                                  {0, 0});
   p.setitems().stop();
   Model c = read(torch_zip(p.bytes(), {{"0", floats(1)}}));
-  CHECK(tensor(c, 0).broken.find("do not fit a file") != std::string::npos);
+  CHECK(tensor(c, 0).broken.find("holds more bytes than a file can") != std::string::npos);
   CHECK(tensor(c, 1).broken.empty());  // 2^62 bytes: served (as a stride-0 gather)
   CHECK(tensor(c, 1).nbytes() == (1ull << 62));
   CHECK(tensor(c, 2).broken.empty());
   CHECK_FALSE(c.file_offset(tensor(c, 2)));  // far past its storage: no offset, never wrapped
+  CHECK(tensor(c, 3).broken.find("has more elements than 64 bits count") != std::string::npos);
+  CHECK(tensor(c, 3).nbytes() == 0);
 }
 
 TEST_SUITE_END();

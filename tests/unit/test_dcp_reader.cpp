@@ -354,7 +354,10 @@ TEST_CASE("dcp: hostile chunks break their tensor only, with the reason, no file
   CHECK(broken(missing_file).find("cannot be opened") != std::string::npos);
   Checkpoint huge = two_ranks();
   huge.entries[0].size = {std::int64_t{1} << 40, std::int64_t{1} << 40};
-  CHECK(broken(huge).find("overflows") != std::string::npos);
+  CHECK(broken(huge).find("has more elements than 64 bits count") != std::string::npos);
+  Checkpoint wraps_small = two_ranks();  // 2^64 + 1 elements: never 1
+  wraps_small.entries[0].size = {std::int64_t{1} << 32, (std::int64_t{1} << 32) + 1};
+  CHECK(broken(wraps_small).find("has more elements than 64 bits count") != std::string::npos);
   Checkpoint compressed = two_ranks();
   compressed.transforms = {"zstd"};
   compressed.entries.pop_back();  // the value's item would be an error

@@ -361,4 +361,45 @@ TEST_CASE("trim deletes the least recently used blocks, and only blocks the cach
   CHECK(fs::exists(base + "/.tmp.1.2"));
 }
 
+TEST_CASE("a block one mount claims is another's to wait for, until released or closed") {
+  TempDir dir;
+  DiskCache cache(dir.path("c"), 64 << 20);
+  const std::string key = "https://h/m.pth\netag \"1\"\n";
+  // Two opens of the object (two mounts): two open file descriptions of its claims file.
+  auto first = cache.object_folder(key);
+  auto second = cache.object_folder(key);
+  REQUIRE(first);
+  REQUIRE(second);
+  using Claim = DiskCache::Claim;
+  CHECK(cache.claim(*first, 5) == Claim::mine);
+  CHECK(cache.claim(*first, 5) == Claim::mine);  // its own, again
+  CHECK(cache.claim(*second, 5) == Claim::theirs);
+  CHECK(cache.claim(*second, 6) == Claim::mine);
+  CHECK(cache.claim(*first, 6) == Claim::theirs);
+  CHECK(cache.claim(*first, std::uint64_t{1} << 40) == Claim::mine);
+  CHECK(cache.claim(*second, std::uint64_t{1} << 40) == Claim::theirs);
+  cache.release(*first, 5);
+  CHECK(cache.claim(*second, 5) == Claim::mine);
+  cache.release(*first, 7);  // none held: nothing happens
+  CHECK(cache.claim(*second, 7) == Claim::mine);
+  // A folder closed (its mount ended, or died) holds nothing any more.
+  second.reset();
+  CHECK(cache.claim(*first, 5) == Claim::mine);
+  CHECK(cache.claim(*first, 6) == Claim::mine);
+  // A claims file the cache did not make (here a dangling link) is never used, nor made
+  // through: nothing is shared, every claim is the mount's own.
+  const std::string folder = folder_of(dir.path("c"), key);
+  first.reset();
+  fs::remove(folder + "/claims");
+  dir.symlink(dir.path("elsewhere"),
+              "c/ckptfs-blocks-v1/" + fs::path(folder).filename().string() + "/claims");
+  auto third = cache.object_folder(key);
+  auto fourth = cache.object_folder(key);
+  REQUIRE(third);
+  REQUIRE(fourth);
+  CHECK(cache.claim(*third, 5) == Claim::mine);
+  CHECK(cache.claim(*fourth, 5) == Claim::mine);
+  CHECK_FALSE(fs::exists(dir.path("elsewhere")));
+}
+
 TEST_SUITE_END();

@@ -247,6 +247,9 @@ TEST_CASE("hostile files: one-line refusals with their exit codes") {
     GgufWriter big;
     big.header(1, 0).tensor_info("t", {1ull << 40, 1ull << 40}, 0, 0);
     CHECK(refused_with(big.bytes, ExitCode::bad_checkpoint, "more elements than 64 bits"));
+    GgufWriter wraps;  // 2^64 + 2 elements: never 2
+    wraps.header(1, 0).tensor_info("t", {6148914691236517206ull, 3}, 0, 0);
+    CHECK(refused_with(wraps.bytes, ExitCode::bad_checkpoint, "more elements than 64 bits"));
     GgufWriter huge;
     huge.header(1, 0).tensor_info("t", {1ull << 62}, 0, 0);
     CHECK(refused_with(huge.bytes, ExitCode::bad_checkpoint, "more bytes than a file can"));

@@ -4,6 +4,7 @@
 // (sequential, skipping, backwards, corrupt and short streams), on files assembled in C++.
 #include "support/zip_builder.hpp"
 
+#include <ckptfs/base/crc32.hpp>
 #include <ckptfs/base/error.hpp>
 #include <ckptfs/format/npz/npy_format.hpp>
 #include <ckptfs/format/npz/npz_reader.hpp>
@@ -13,9 +14,11 @@
 #include <doctest/doctest.h>
 #include <zlib.h>
 
+#include <atomic>
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 using namespace ckptfs;
 using namespace ckptfs::test;
@@ -176,6 +179,59 @@ TEST_CASE("read_npz: a deflated member, with its own inflated source or broken w
   CHECK(m.storages[*m.tensors[1].storage].source == 0);
 }
 
+TEST_CASE("read_npz: a shape whose size overflows is broken, never empty or small") {
+  // Element counts past 2^64: 2^64 (wraps to 0), 2^64 + 2 (wraps to 2), then counts that fit
+  // but whose bytes do not, stored and deflated.
+  ZipBuilder z;
+  z.add("zero.npy", npy(dict("|u1", false, "(4294967296, 4294967296)"), ""));
+  z.add("two.npy", npy(dict("|u1", false, "(3, 6148914691236517206)"), "ab"));
+  z.add("bytes.npy", npy(dict("<f4", false, "(4294967297, 4294967295)"), ""));
+  z.add("file.npy", npy(dict("<f4", false, "(2305843009213693952,)"), ""));
+  z.add("empty.npy", npy(dict("<f4", false, "(0, 4294967296, 4294967296)"), ""));
+  const std::string member = npy(dict("<i8", true, "(4294967296, 4294967296)"), "");
+  z.add("deflated.npy", deflate_raw(member), {.method = 8, .size = member.size()});
+  const std::string bytes = z.build();
+  MemorySource source(bytes, "huge.npz");
+  std::vector<DeflatedMember> deflated;
+  const Model m = read_npz(source, "huge.npz", {}, &deflated);
+  REQUIRE(m.tensors.size() == 6);
+  auto broken = [&](std::size_t i) {
+    CAPTURE(m.entries[i].key);
+    CHECK(!m.tensors[i].storage);
+    return m.tensors[i].broken;
+  };
+  CHECK(broken(0).find("has more elements than 64 bits count") != std::string::npos);
+  CHECK(broken(1).find("has more elements than 64 bits count") != std::string::npos);
+  CHECK(broken(2).find("holds more bytes than a file can") != std::string::npos);
+  CHECK(broken(3).find("holds more bytes than a file can") != std::string::npos);
+  CHECK(m.tensors[4].broken.empty());  // torch's count: no element
+  CHECK(m.tensors[4].nbytes() == 0);
+  CHECK(broken(5).find("has more elements than 64 bits count") != std::string::npos);
+  CHECK(deflated.empty());
+}
+
+TEST_CASE("read_npz: stored members are checked against their CRC-32, deflated ones inflated") {
+  const std::string data = std::string(48, '\5');
+  const std::string member = npy(dict("<f8", false, "(2, 3)"), data);
+  ZipBuilder z;
+  z.add("s.npy", member);
+  z.add("d.npy", deflate_raw(member),
+        {.method = 8, .crc32 = ckptfs::crc32(member), .size = member.size()});
+  const std::string bytes = z.build();
+  MemorySource source(bytes, "c.npz");
+  std::vector<DeflatedMember> deflated;
+  const Model m = read_npz(source, "c.npz", {}, &deflated);
+  const Storage& s = m.storages[*m.tensors[0].storage];
+  REQUIRE(s.record_check);
+  CHECK(s.record_check->before == 128);  // the .npy header, which no view reads
+  CHECK(s.record_check->size == member.size());
+  CHECK(s.record_check->crc32 == ckptfs::crc32(member));
+  CHECK(!s.record_crc32);  // not the CRC of the storage's own bytes
+  CHECK(!m.storages[*m.tensors[1].storage].record_check);
+  REQUIRE(deflated.size() == 1);
+  CHECK(deflated[0].crc32 == ckptfs::crc32(member));
+}
+
 TEST_CASE(
     "tensor.pt of big-endian uint16 and int16 arrays: little-endian, as torch.load never swaps "
     "uint16") {
@@ -218,7 +274,7 @@ TEST_CASE("InflatedSource: sequential, skipping and backward reads, corrupt and 
   for (int i = 0; i < 300000; ++i) text += static_cast<char>('a' + random() % 4);
   const std::string compressed = "pad" + deflate_raw(text);
   MemorySource file(compressed, "f");
-  InflatedSource s(file, 3, compressed.size() - 3, text.size(), "f/member");
+  InflatedSource s(file, 3, compressed.size() - 3, text.size(), "f/member", ckptfs::crc32(text));
   CHECK(s.size() == text.size());
   for (std::uint64_t at = 0; at < text.size(); at += 70000) {  // sequential
     const std::size_t n = std::min<std::size_t>(70000, text.size() - at);
@@ -231,6 +287,7 @@ TEST_CASE("InflatedSource: sequential, skipping and backward reads, corrupt and 
     const std::size_t n = std::min<std::size_t>(1 + random() % 5000, text.size() - at);
     REQUIRE(s.read_string(at, n) == text.substr(at, n));
   }
+  CHECK_NOTHROW(s.verify(0, 1));
   CHECK_THROWS_AS(s.read_string(text.size(), 1), Error);  // past its size
   // A stream shorter than the size it claims, and a corrupt one.
   InflatedSource longer(file, 3, compressed.size() - 3, text.size() + 10, "f/long");
@@ -241,6 +298,140 @@ TEST_CASE("InflatedSource: sequential, skipping and backward reads, corrupt and 
   MemorySource bad(corrupt, "bad");
   InflatedSource broken(bad, 3, corrupt.size() - 3, text.size(), "bad/member");
   CHECK_THROWS_AS(broken.read_string(0, text.size()), Error);
+}
+
+namespace {
+
+// 6 MiB of four letters (deflate makes about 1.7 MiB of it) and its raw DEFLATE stream.
+struct Deflated {
+  std::string text;
+  std::string compressed;
+  Deflated() {
+    std::mt19937_64 random(7);
+    text.resize(6 << 20);
+    for (char& c : text) c = static_cast<char>('a' + random() % 4);
+    compressed = deflate_raw(text);
+  }
+};
+const Deflated& deflated() {
+  static const Deflated d;
+  return d;
+}
+
+}  // namespace
+
+TEST_CASE("InflatedSource: a whole read in order, however cut, inflates the stream once") {
+  const Deflated& d = deflated();
+  MemorySource file(d.compressed, "f.npz");
+  InflatedSource s(file, 0, d.compressed.size(), d.text.size(), "f.npz/a.npy",
+                   ckptfs::crc32(d.text));
+  CHECK(s.span() == InflatedSource::min_span);
+  const std::uint64_t chunk = 128 << 10;
+  for (std::uint64_t at = 0; at < d.text.size(); at += chunk) {
+    REQUIRE(s.read_string(at, chunk) == d.text.substr(at, chunk));
+  }
+  CHECK(s.inflated_bytes() == d.text.size());
+  // A point at a block's end at least a span past the one before: about one per span.
+  CHECK(s.access_points() + 2 >= d.text.size() / s.span());
+  CHECK(s.access_points() < d.text.size() / s.span());
+  // The kernel's readahead: pairs of reads sent in the wrong order, by two threads. Two kept
+  // states follow them: each byte is inflated about twice, never from the start again.
+  InflatedSource r(file, 0, d.compressed.size(), d.text.size(), "f.npz/a.npy",
+                   ckptfs::crc32(d.text));
+  for (std::uint64_t k = 0; k * chunk < d.text.size(); k += 2) {
+    for (const std::uint64_t j : {k + 1, k}) {
+      REQUIRE(r.read_string(j * chunk, chunk) == d.text.substr(j * chunk, chunk));
+    }
+  }
+  CHECK(r.inflated_bytes() <= 2 * d.text.size() + 2 * r.span());
+}
+
+TEST_CASE("InflatedSource: reads backwards and scattered cost a span each, not the stream") {
+  const Deflated& d = deflated();
+  MemorySource file(d.compressed, "f.npz");
+  InflatedSource s(file, 0, d.compressed.size(), d.text.size(), "f.npz/a.npy",
+                   ckptfs::crc32(d.text));
+  const std::uint64_t chunk = 256 << 10;
+  std::uint64_t reads = 0, from_the_start = 0;
+  for (std::uint64_t end = d.text.size(); end > 0; end -= chunk, ++reads) {
+    REQUIRE(s.read_string(end - chunk, chunk) == d.text.substr(end - chunk, chunk));
+    from_the_start += end;
+  }
+  // The first read inflates up to the end; each one after from the access point before it.
+  CHECK(s.inflated_bytes() <= d.text.size() + reads * (s.span() + chunk));
+  // Inflating from the start for each (one state, as before access points) costs far more.
+  CHECK(s.inflated_bytes() < from_the_start / 2);
+  const std::uint64_t before = s.inflated_bytes();
+  std::mt19937_64 random(2);
+  for (int i = 0; i < 40; ++i) {
+    const std::uint64_t at = random() % (d.text.size() - 4096);
+    REQUIRE(s.read_string(at, 4096) == d.text.substr(at, 4096));
+  }
+  CHECK(s.inflated_bytes() - before <= 40 * (s.span() + 4096));
+}
+
+TEST_CASE("InflatedSource: readers in parallel each keep their own inflater") {
+  const Deflated& d = deflated();
+  MemorySource file(d.compressed, "f.npz");
+  InflatedSource s(file, 0, d.compressed.size(), d.text.size(), "f.npz/a.npy",
+                   ckptfs::crc32(d.text));
+  // Two readers interleaved at different places: neither sends the other back to the start.
+  const std::uint64_t chunk = 64 << 10, half = d.text.size() / 2;
+  for (std::uint64_t at = 0; at < half; at += chunk) {
+    REQUIRE(s.read_string(at, chunk) == d.text.substr(at, chunk));
+    REQUIRE(s.read_string(half + at, chunk) == d.text.substr(half + at, chunk));
+  }
+  CHECK(s.inflated_bytes() <= d.text.size() + half + s.span());
+  // Threads at once: every byte right.
+  InflatedSource t(file, 0, d.compressed.size(), d.text.size(), "f.npz/a.npy",
+                   ckptfs::crc32(d.text));
+  std::vector<std::thread> threads;
+  std::atomic<int> wrong{0};
+  for (int k = 0; k < 3; ++k) {
+    threads.emplace_back([&, k] {
+      for (std::uint64_t at = static_cast<std::uint64_t>(k) * 4096; at < d.text.size();
+           at += 3 * chunk) {
+        const std::size_t n =
+            static_cast<std::size_t>(std::min<std::uint64_t>(chunk, d.text.size() - at));
+        if (t.read_string(at, n) != d.text.substr(at, n)) ++wrong;
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  CHECK(wrong == 0);
+}
+
+TEST_CASE("InflatedSource: a CRC-32 that does not match fails the read that ends the stream") {
+  const Deflated& d = deflated();
+  MemorySource file(d.compressed, "f.npz");
+  InflatedSource s(file, 0, d.compressed.size(), d.text.size(), "f.npz/a.npy",
+                   ckptfs::crc32(d.text) ^ 0x10);
+  const std::uint64_t chunk = 1 << 20;
+  std::uint64_t at = 0;
+  for (; at + chunk < d.text.size(); at += chunk) {
+    REQUIRE(s.read_string(at, chunk) == d.text.substr(at, chunk));  // not known yet
+  }
+  CHECK_THROWS_WITH_AS(s.read_string(at, d.text.size() - at),
+                       doctest::Contains("do not match the CRC-32 its zip records"), Error);
+  // Known corrupt: every read fails, wherever it is.
+  CHECK_THROWS_AS(s.read_string(0, 10), Error);
+  CHECK_THROWS_AS(s.verify(0, 1), Error);
+  // verify() inflates to the end itself; a read far into the stream first finds it too.
+  InflatedSource v(file, 0, d.compressed.size(), d.text.size(), "v", ckptfs::crc32(d.text) ^ 1);
+  CHECK_THROWS_AS(v.verify(0, 1), Error);
+  InflatedSource w(file, 0, d.compressed.size(), d.text.size(), "w", ckptfs::crc32(d.text) ^ 1);
+  CHECK_THROWS_AS(w.read_string(d.text.size() - 4096, 4096), Error);
+  InflatedSource good(file, 0, d.compressed.size(), d.text.size(), "good", ckptfs::crc32(d.text));
+  CHECK_NOTHROW(good.verify(0, 1));
+  CHECK(good.inflated_bytes() == d.text.size());
+}
+
+TEST_CASE("InflatedSource: access points stay within their bound on a huge member") {
+  // A member that claims 64 GiB (never read that far): points every 256 MiB at most.
+  MemorySource file(deflate_raw(std::string(100, 'a')), "bomb.npz");
+  InflatedSource s(file, 0, file.size(), std::uint64_t{64} << 30, "bomb.npz/x.npy");
+  CHECK(s.span() >= (std::uint64_t{64} << 30) / InflatedSource::max_points);
+  CHECK(s.span() <= (std::uint64_t{64} << 30) / InflatedSource::max_points + 1);
 }
 
 TEST_SUITE_END();

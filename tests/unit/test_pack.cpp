@@ -13,6 +13,7 @@
 #include <ckptfs/pack/output_file.hpp>
 #include <ckptfs/pack/pack.hpp>
 #include <ckptfs/pack/selection.hpp>
+#include <ckptfs/pack/structure.hpp>
 #include <ckptfs/pack/torch_pack.hpp>
 #include <ckptfs/view/safetensors_export.hpp>
 
@@ -85,11 +86,11 @@ struct Fixture {
     z.stride = {1};
     z.storage = 1;
     model.tensors = {full, view, z};
-    model.entries = {{"full", "", Entry::Kind::tensor, 0, "", nullptr},
-                     {"view", "", Entry::Kind::tensor, 1, "", nullptr},
-                     {"epoch", "", Entry::Kind::value, 0, "7", nullptr},
-                     {"tied", "", Entry::Kind::tensor, 0, "", nullptr},
-                     {"z", "", Entry::Kind::tensor, 2, "", nullptr}};
+    model.entries = {{"full", "", Entry::Kind::tensor, 0, "", nullptr, ""},
+                     {"view", "", Entry::Kind::tensor, 1, "", nullptr, ""},
+                     {"epoch", "", Entry::Kind::value, 0, "7", nullptr, ""},
+                     {"tied", "", Entry::Kind::tensor, 0, "", nullptr, ""},
+                     {"z", "", Entry::Kind::tensor, 2, "", nullptr, ""}};
     owned.push_back(std::make_unique<MemorySource>(bytes));
     sources.push_back(owned.back().get());
   }
@@ -102,6 +103,31 @@ std::pair<ExitCode, std::string> refusal(const std::function<void()>& body) {
     return {e.code(), e.what()};
   }
   return {ExitCode::ok, ""};
+}
+
+// The Fixture's entries nested: {"model": OrderedDict(full=, view=), "epoch": 7,
+// "opt": {"state": {0: {"t": tied}}}, "lst": [None, z]}.
+void nest(Fixture& f) {
+  f.model.root = ContainerKind::dict;
+  auto set = [&](std::size_t i, std::string key, std::string path, std::string containers) {
+    f.model.entries[i].key = std::move(key);
+    f.model.entries[i].key_path = std::move(path);
+    f.model.entries[i].containers = std::move(containers);
+  };
+  set(0, "model.full", R"(["model","full"])", "do");
+  set(1, "model.view", R"(["model","view"])", "do");
+  set(3, "opt.state.0.t", R"(["opt","state",0,"t"])", "dddd");
+  set(4, "lst.1", R"(["lst",1])", "dl");
+}
+
+std::string refusal_of_structure(const Model& model) {
+  try {
+    nested_structure(model, select_entries(model, {}, PackFormat::torch, std::nullopt));
+  } catch (const Error& e) {
+    CHECK(e.code() == ExitCode::bad_checkpoint);
+    return e.what();
+  }
+  return {};
 }
 
 }  // namespace
@@ -225,8 +251,8 @@ TEST_CASE(
   half.stride = {};
   f.model.tensors.push_back(pairs);
   f.model.tensors.push_back(half);
-  f.model.entries = {{"pairs", "", Entry::Kind::tensor, 3, "", nullptr},
-                     {"half", "", Entry::Kind::tensor, 4, "", nullptr}};
+  f.model.entries = {{"pairs", "", Entry::Kind::tensor, 3, "", nullptr, ""},
+                     {"half", "", Entry::Kind::tensor, 4, "", nullptr, ""}};
   const Selection st = select_entries(f.model, {}, PackFormat::safetensors, std::nullopt);
   CHECK(st.entries == std::vector<std::size_t>{0});
   REQUIRE(st.left_out.size() == 1);
@@ -262,8 +288,8 @@ TEST_CASE("selection: patterns, what each format leaves out, broken tensors, uni
   CHECK(message == "--keys \"decoder.*\" matches no key");
 
   f.model.entries[2].value_json = R"({"__class__":"argparse.Namespace"})";
-  f.model.entries.push_back({"full", "[1]", Entry::Kind::tensor, 2, "", nullptr});
-  f.model.entries.push_back({"full%#2", "", Entry::Kind::tensor, 2, "", nullptr});
+  f.model.entries.push_back({"full", "[1]", Entry::Kind::tensor, 2, "", nullptr, ""});
+  f.model.entries.push_back({"full%#2", "", Entry::Kind::tensor, 2, "", nullptr, ""});
   Selection odd = select_entries(f.model, none, PackFormat::torch, std::nullopt);
   CHECK(odd.keys == std::vector<std::string>{"full", "view", "tied", "z", "full%#3", "full%#2"});
   REQUIRE(odd.left_out.size() == 1);
@@ -470,6 +496,146 @@ TEST_CASE("torch_prefix_of() as torch.save names its records") {
   CHECK(torch_prefix_of("a.b.bin") == "a.b");
   CHECK(torch_prefix_of(".pt") == "archive");
   CHECK(torch_prefix_of("dir.x/noext") == "noext");
+}
+
+TEST_CASE("torch: the nesting the key paths say, read back as it was; --flat keeps one dict") {
+  Fixture f;
+  nest(f);
+  TempDir t;
+  const std::string path = t.path("nested.pth");
+  const PackResult r = pack(f.model, f.sources, {path, {}, std::nullopt, Overwrite::no});
+  CHECK(r.renamed.empty());
+  CHECK(r.flattened.empty());
+  const FileSource file(path);
+  const Model back = read_torch(file, "nested.pth");
+  CHECK(back.root == ContainerKind::dict);
+  std::vector<std::tuple<std::string, std::string, std::string>> got;
+  for (const Entry& e : back.entries) got.emplace_back(e.key, e.key_path, e.containers);
+  using T = std::tuple<std::string, std::string, std::string>;
+  CHECK(got == std::vector<T>{{"model.full", R"(["model","full"])", "do"},
+                              {"model.view", R"(["model","view"])", "do"},
+                              {"epoch", "", ""},
+                              {"opt.state.0.t", R"(["opt","state",0,"t"])", "dddd"},
+                              {"lst.0", R"(["lst",0])", "dl"},  // the position before z: None
+                              {"lst.1", R"(["lst",1])", "dl"}});
+  CHECK(back.entries[4].value_json == "null");
+  // Still one storage for full, view and tied.
+  CHECK(back.tensors[back.entries[0].tensor].storage ==
+        back.tensors[back.entries[3].tensor].storage);
+
+  // --keys prunes the containers to what is selected; --flat writes the flattened keys.
+  const std::string some = t.path("some.pth");
+  PackOptions options{some, {"opt.*"}, std::nullopt, Overwrite::no};
+  pack(f.model, f.sources, options);
+  const FileSource some_file(some);
+  const Model pruned = read_torch(some_file, "some.pth");
+  REQUIRE(pruned.entries.size() == 1);
+  CHECK(pruned.entries[0].key_path == R"(["opt","state",0,"t"])");
+  const std::string flat = t.path("flat.pth");
+  options = {flat, {}, std::nullopt, Overwrite::no};
+  options.flat = true;
+  pack(f.model, f.sources, options);
+  const FileSource flat_file(flat);
+  const Model flattened = read_torch(flat_file, "flat.pth");
+  CHECK(flattened.root == ContainerKind::ordered_dict);
+  for (const Entry& e : flattened.entries) CHECK(e.key_path.empty());
+  CHECK(flattened.entries[3].key == "opt.state.0.t");
+
+  // The checkpoint that is one tensor is written as that tensor.
+  Fixture one;
+  one.model.root = std::nullopt;
+  one.model.entries = {{"tensor", "[]", Entry::Kind::tensor, 1, "", nullptr, ""}};
+  const std::string bare = t.path("bare.pth");
+  pack(one.model, one.sources, {bare, {}, std::nullopt, Overwrite::no});
+  const FileSource bare_file(bare);
+  const Model b = read_torch(bare_file, "bare.pth");
+  CHECK(!b.root);
+  REQUIRE(b.entries.size() == 1);
+  CHECK(b.entries[0].key_path == "[]");
+  CHECK(b.tensors[b.entries[0].tensor].stride == std::vector<std::int64_t>{1, 2});
+}
+
+TEST_CASE("nesting: what pack does not build is written under flattened keys, renamed apart") {
+  Fixture f;
+  f.model.root = ContainerKind::dict;
+  auto set = [&](std::size_t i, std::string key, std::string path, std::string containers) {
+    f.model.entries[i].key = std::move(key);
+    f.model.entries[i].key_path = std::move(path);
+    f.model.entries[i].containers = std::move(containers);
+  };
+  set(0, "ema.shadow.fc.bias", R"(["ema","shadow","fc.bias"])", "dxd");  // below an object
+  set(1, "ema.decay", R"(["ema","decay"])", "dx");
+  set(3, "(1, 2)", R"j([{"__tuple__":"(1, 2)"}])j", "d");  // a tuple key: its text
+  set(4, "(1, 2)", R"j(["(1, 2)"])j", "d");                // the str key of that text keeps it
+  const Selection all = select_entries(f.model, {}, PackFormat::torch, std::nullopt);
+  const Structure s = nested_structure(f.model, all);
+  REQUIRE(s.nodes[0].children.size() == 4);  // ema, epoch, (1, 2)%#2, (1, 2)
+  const Structure::Node& ema = s.nodes[s.nodes[0].children[0]];
+  CHECK(ema.kind == ContainerKind::object);  // an OrderedDict of the keys below it
+  REQUIRE(ema.children.size() == 2);
+  CHECK(s.nodes[ema.children[0]].key.text == "shadow.fc.bias");
+  CHECK(s.nodes[ema.children[1]].key.text == "decay");
+  CHECK(s.nodes[s.nodes[0].children[2]].key.text == "(1, 2)%#2");
+  CHECK(s.nodes[s.nodes[0].children[3]].key.text == "(1, 2)");
+  CHECK(s.renamed == std::vector<std::pair<std::string, std::string>>{{"(1, 2)", "(1, 2)%#2"}});
+  REQUIRE(s.flattened.size() == 2);
+  CHECK(s.flattened[0].first == "ema");
+  CHECK(s.flattened[1].first == "(1, 2)");
+
+  // Keys of every kind pack writes exactly, in a dict: int, bool, None, float, bytes.
+  set(0, "1", "[1]", "d");
+  set(1, "False", "[false]", "d");
+  set(3, "None", "[null]", "d");
+  set(4, "b'\\xff'.x", R"([{"__bytes__":"ff"},"x"])", "dd");
+  const Structure k = nested_structure(f.model, all);
+  std::vector<StructureKey::Kind> kinds;
+  for (const std::uint32_t c : k.nodes[0].children) kinds.push_back(k.nodes[c].key.kind);
+  CHECK(kinds == std::vector<StructureKey::Kind>{
+                     StructureKey::Kind::integer, StructureKey::Kind::boolean,
+                     StructureKey::Kind::str, StructureKey::Kind::none, StructureKey::Kind::bytes});
+  CHECK(k.flattened.empty());
+}
+
+TEST_CASE("nesting: key paths that lie are refused, naming the entry") {
+  Fixture f;
+  nest(f);
+  Model m = f.model;
+  m.entries[0].key = "x.full";  // the text is not the key path's
+  CHECK(refusal_of_structure(m) == R"(entry "x.full": its key_path does not spell its key)");
+  m = f.model;
+  m.entries[0].containers = "d";
+  CHECK(refusal_of_structure(m) ==
+        R"(entry "model.full": its key_path has 2 parts, its containers 1)");
+  m = f.model;
+  m.entries[1].containers = "dd";  // "model" a dict here, an OrderedDict for model.full
+  CHECK(refusal_of_structure(m) ==
+        R"(entry "model.view": its key_path puts it where entry "model.full" is too)");
+  m = f.model;
+  m.entries[2].key_path = R"(["model"])";  // a value where a container is
+  m.entries[2].containers = "d";
+  m.entries[2].key = "model";
+  CHECK(refusal_of_structure(m) ==
+        R"(entry "model": its key_path puts it where entry "model.full" is too)");
+  m = f.model;
+  m.entries[4].key_path = R"(["lst",40000000000])";
+  m.entries[4].key = "lst.40000000000";
+  CHECK(refusal_of_structure(m) ==
+        R"(entry "lst.40000000000": its key_path puts an item at position 40000000000 of a list)");
+  m = f.model;
+  m.entries[4].key_path = R"(["lst","x"])";
+  m.entries[4].key = "lst.x";
+  CHECK(refusal_of_structure(m) == R"(entry "lst.x": its key_path puts the key "x" in a list)");
+  m = f.model;
+  m.entries[4].containers = "ll";
+  CHECK(refusal_of_structure(m) ==
+        R"(entry "lst.1": its key_path starts in list, but the checkpoint's root is dict)");
+  m = f.model;
+  m.entries[2].key_path = "[]";
+  CHECK(refusal_of_structure(m) ==
+        R"(entry "epoch": its key_path says it is the whole checkpoint, beside other entries)");
+  m = f.model;
+  m.entries[0].key_path = R"(["model",)";
+  CHECK(refusal_of_structure(m).starts_with(R"(entry "model.full": its key_path is invalid)"));
 }
 
 TEST_SUITE_END();

@@ -153,6 +153,9 @@ TEST_CASE("0-d, empty and large shapes, strides as torch computes them") {
                      ExitCode::bad_checkpoint, "more elements than 64 bits count"));
   CHECK(refused_with(safetensors_file({{"e", "F64", {4611686018427387904ull}, ""}}),
                      ExitCode::bad_checkpoint, "more bits than 64 bits count"));
+  // 2^64 + 2 elements, which would wrap to 2 (and 2 bytes of data for them).
+  CHECK(refused_with(safetensors_file({{"e", "U8", {3, 6148914691236517206ull}, "ab"}}),
+                     ExitCode::bad_checkpoint, "more elements than 64 bits count"));
   // torch's 64 dimensions.
   std::vector<std::uint64_t> dims64(64, 1), dims65(65, 1);
   CHECK(read(safetensors_file({{"d", "U8", dims64, "x"}})).tensors[0].shape.size() == 64);

@@ -58,6 +58,8 @@ class OpenedModel {
  public:
   // times(): the newest of the sources' times and `other_times` (an index read to find them);
   // permissions(): the bits every local source has, and `other_permissions` (that index's).
+  // Marks every tensor whose size_problem() is not empty broken, and has each source check what
+  // is read of the zip records it holds (zip_record_checks(), ByteSource::check_records()).
   OpenedModel(std::vector<std::unique_ptr<ByteSource>> sources, Model model,
               SourceTimes other_times = {}, mode_t other_permissions = 0777);
   OpenedModel(OpenedModel&&) noexcept = default;

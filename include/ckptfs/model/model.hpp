@@ -8,6 +8,7 @@
 #include <ckptfs/base/boxed_optional.hpp>
 #include <ckptfs/model/block_format.hpp>
 #include <ckptfs/model/dtype.hpp>
+#include <ckptfs/model/nesting.hpp>
 #include <ckptfs/model/plain_value.hpp>
 
 #include <cstdint>
@@ -49,6 +50,8 @@ class StorageLocator {
   // first call, then remembered. Thread-safe. Throws Error: bad_zip when the record's header is
   // invalid or its bytes do not fit where the directory says, io when it cannot be read.
   virtual std::uint64_t data_offset(std::uint32_t index) const = 0;
+  // The same once it is known, without reading: nullopt before the first data_offset().
+  virtual std::optional<std::uint64_t> located(std::uint32_t index) const noexcept = 0;
 };
 
 // A run of bytes in one source holding one storage (torch) or one tensor's bytes (safetensors).
@@ -63,9 +66,23 @@ struct Storage {
   std::uint32_t locator_index = 0;
   std::uint64_t nbytes = 0;  // bytes of the storage in the source
   bool big_endian = false;   // byte order of its elements (the zip's `byteorder` record)
-  // The CRC-32 of the whole storage as its zip's central directory records it, unchecked (torch
-  // never checks it, and writes 0 at times); none outside zips.
+  // The CRC-32 of the whole storage as its zip's central directory records it (torch 1.13 and
+  // 2.x never check it, and torch >= 2.6 writes 0 when told not to compute it); none outside
+  // zips and where the record holds more than the storage (an .npz member).
   std::optional<std::uint32_t> record_crc32;
+  // The zip record holding the storage, when its bytes are checked against its CRC-32 as they
+  // are read (source/record_checks.hpp, format/zip/zip_record_checks.hpp): it begins `before`
+  // bytes before the storage's first byte (an .npz member's .npy header) and holds `size` bytes
+  // (the storage's and any after them); its local header is at `header_offset`. None outside
+  // zips, for a torch record whose recorded CRC is 0 (none computed), and for a deflated .npz
+  // member (its InflatedSource checks it).
+  struct RecordCheck {
+    std::uint32_t crc32 = 0;
+    std::uint64_t before = 0;
+    std::uint64_t size = 0;
+    std::uint64_t header_offset = 0;
+  };
+  std::optional<RecordCheck> record_check;
   std::string broken;  // why it cannot be served (missing record); empty when fine
 };
 
@@ -209,8 +226,11 @@ struct Tensor {
   std::uint32_t derivation = no_derivation;
 
   bool derived() const noexcept { return derivation != no_derivation; }
-  std::uint64_t numel() const noexcept;   // valid when !broken (checked for overflow)
-  std::uint64_t nbytes() const noexcept;  // numel × element size: the logical tensor in C order
+  // The elements (element_count(), base/numbers.hpp) and their bytes in C order (numel ×
+  // element size), as served; both 0 when size_problem() is not empty, which every reader
+  // marks broken, so that a tensor that is not broken has exactly these.
+  std::uint64_t numel() const noexcept;
+  std::uint64_t nbytes() const noexcept;
   DType stored() const noexcept { return stored_dtype.value_or(dtype); }
   std::size_t stored_element_size() const noexcept { return info(stored()).element_size; }
   // A block-quantized tensor (GGUF's Q4_K...): its storage holds, from its first byte, the
@@ -220,19 +240,28 @@ struct Tensor {
   BlockFormat blocks = BlockFormat::none;
 
   // The bytes of the tensor as stored: its blocks when block-quantized, else in C order numel ×
-  // the stored element size (nbytes() unless stored_dtype says otherwise); 0 on overflow.
+  // the stored element size (nbytes() unless stored_dtype says otherwise); 0 when size_problem()
+  // is not empty.
   std::uint64_t stored_nbytes() const noexcept;
   // True when the tensor's bytes in C order are one range of its storage (empty tensors too).
   bool contiguous() const noexcept;
   std::size_t element_size() const noexcept { return info(dtype).element_size; }
 };
 
+// Why a tensor of its shape, dtype, stored dtype and block format cannot be served, or "" when it
+// can: a negative dimension, more elements than 64 bits count (element_count()), more bytes as
+// served or as stored than max_tensor_bytes. The one check from a shape to elements to bytes:
+// every reader marks a tensor broken with it (after setting those four), so that an overflow
+// never passes for an empty tensor (a count that wrapped to 0) or a small one.
+std::string size_problem(const Tensor& tensor);
+
 // One flattened item of the model (see format/pickle/flatten.hpp for torch's rule).
 struct Entry {
   enum class Kind : std::uint8_t { tensor, value };
   std::string key;  // the flattened key as text; two entries may share it
-  // The Python keys along the way, as compact JSON ([0, "exp_avg"]), when the text alone does
-  // not say them (a key that is not a str, or a text another entry has too); else empty.
+  // The Python keys along the way, as compact JSON ([0, "exp_avg"]), unless the entry is one
+  // str key of the model's root (Model::root) whose text no other entry has: then empty. "[]"
+  // for an entry that is the whole checkpoint (a bare tensor or value: Model::root is none).
   std::string key_path;
   Kind kind = Kind::value;
   std::size_t tensor = 0;  // index into Model::tensors when kind == tensor
@@ -242,6 +271,12 @@ struct Entry {
   // plain, or that only value_json says (split copies, formats without pickles): value_json
   // then says it as exactly as JSON can (format/pickle/read_plain_value.hpp, plain_value()).
   std::shared_ptr<const PlainValue> value;
+  // The kind of the container holding each part of key_path, one container_code() each
+  // (nesting.hpp): "do" for ["model", "fc.weight"] in {"model": OrderedDict}, Model::root's
+  // kind first. Empty when key_path is empty or "[]", and when the containers are unknown (a
+  // split directory copied from a mount older than containers): pack then writes the entry
+  // under its key at the root.
+  std::string containers;
 };
 
 struct Model {
@@ -253,6 +288,15 @@ struct Model {
   std::vector<Tensor> tensors;
   std::vector<Assembly> assemblies;  // of the assembled tensors (Tensor::assembly)
   std::vector<Entry> entries;        // in the model's order
+  // What torch.load of the checkpoint gives at the top, holding the entries without a key path:
+  // an OrderedDict for formats without nesting (safetensors, GGUF, npz, sharded sets, ZeRO's
+  // consolidated state dict: what pack writes of them); none when the checkpoint is one tensor
+  // or value, the entry whose key path is "[]".
+  std::optional<ContainerKind> root = ContainerKind::ordered_dict;
+  // The attributes of OrderedDicts of the nesting (a state_dict()'s {"_metadata": ...}, pickled
+  // as a BUILD state after its items), for pack to write them back: none for formats without
+  // pickles and for split directories, whose JSON does not say them.
+  std::vector<ContainerState> container_states;
   // String metadata of the file (safetensors' __metadata__), in the file's order.
   std::vector<std::pair<std::string, std::string>> metadata;
   // Metadata whose values are not all strings (a GGUF file's typed key-value pairs), in the

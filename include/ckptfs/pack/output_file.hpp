@@ -81,7 +81,8 @@ class OutputFile {
   // Appends `bytes`. Throws OutputError(io) when the write fails ("No space left on device").
   void write(std::string_view bytes);
   // Appends [offset, offset + length) of `source`: copy_file_range, or sendfile, from its
-  // descriptor when it has one, else read into the buffer and written. Throws OutputError as
+  // descriptor when it has one, else read into the buffer and written (so are bytes of a zip
+  // record the source checks, ByteSource::needs_read(): reading checks them). Throws OutputError as
   // write() does (a failed in-kernel copy too: its errors are the output's, a full disk), and
   // for the source what ByteSource::read throws, its message starting with the source's name;
   // a source file shorter than the range is Error(io) "file shrank while being read".

@@ -35,6 +35,8 @@ struct PackOptions {
   // Called as the file is written (OutputFile::watch(): at every write, at least every 64 MiB),
   // once before the first byte and once when every byte is written; on pack()'s thread.
   std::function<void(const PackProgress&)> progress = nullptr;  // none: no progress
+  // --flat: a .pth holds one OrderedDict of the flattened keys, not the source's nesting.
+  bool flat = false;
 };
 
 struct PackResult {
@@ -48,15 +50,22 @@ struct PackResult {
   // equal text); in safetensors also keys that are not UTF-8 (U+FFFD for each byte that is not)
   // and a tensor named __metadata__ (the format's own name), as the mount's export writes them.
   std::vector<std::pair<std::string, std::string>> renamed;
+  // (where, why) of what a nested .pth holds under flattened keys (Structure::flattened).
+  std::vector<std::pair<std::string, std::string>> flattened;
 };
 
 // Writes `model`'s entries (select_entries()) to options.output:
-//   torch:       TorchPack (torch_pack.hpp): what torch.save(OrderedDict) writes, shared
-//                storages shared, views kept, values as plain Python values, a byteorder record;
+//   torch:       TorchPack (torch_pack.hpp): what torch.save writes of the source's nesting
+//                (nested_structure(), structure.hpp; with options.flat an OrderedDict of the
+//                keys), shared storages shared, views kept, values as plain Python values, a
+//                byteorder record; a key of equal text in one container renamed "%#<n>";
 //   safetensors: SafetensorsExport's layout (view/safetensors_export.hpp), the mount's
 //                model.safetensors: {"format": "pt"} in __metadata__ (the model's own metadata
 //                kept), each tensor its own contiguous bytes (tied ones too), in the model's
 //                order, little-endian as the format is (a big-endian checkpoint's swapped).
+// Every zip record (and inflated .npz member) the written tensors' bytes come from is checked
+// against its CRC-32, whole, before the output gets its name: a corrupt one is
+// Error(bad_checkpoint) naming it, and no output (ByteSource::verify()).
 // `sources` holds the model's bytes (OpenedModel::sources()). Throws Error: usage for a name
 // without a known suffix ("OUT must end in .pth, .pt, .bin, .ckpt or .safetensors") or an existing
 // file without Overwrite::yes, and what select_entries(), TorchPack, OutputFile and the sources

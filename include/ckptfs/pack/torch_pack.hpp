@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: MIT
-// A model's selected entries as torch.save would write their state_dict: a flat OrderedDict of
-// the keys in order, over storage records that are the model's own storages, whole, so that
-// tensors sharing a storage share it in the file and views keep their offset and strides.
+// A model's selected entries as torch.save would write them: in the structure given (nested as
+// the source, or one flat OrderedDict: structure.hpp), over storage records that are the
+// model's own storages, whole, so that tensors sharing a storage share it in the file and views
+// keep their offset and strides.
 //
-//   TorchPack pack(model, selection, "model", std::nullopt);
+//   TorchPack pack(model, selection, nested_structure(model, selection), "model", std::nullopt);
 //   pack.write(model, sources, out);   // streaming: storages copied, never held
 #pragma once
 
@@ -11,6 +12,7 @@
 #include <ckptfs/model/model.hpp>
 #include <ckptfs/pack/output_file.hpp>
 #include <ckptfs/pack/selection.hpp>
+#include <ckptfs/pack/structure.hpp>
 #include <ckptfs/view/read_buffer.hpp>
 
 #include <optional>
@@ -56,8 +58,8 @@ struct StoragePayload {
 // that sources of both byte orders, and converted tensors beside unconverted ones, pack as one.
 class TorchPack {
  public:
-  TorchPack(const Model& model, const Selection& selection, std::string prefix,
-            std::optional<DType> convert_to);
+  TorchPack(const Model& model, const Selection& selection, const Structure& structure,
+            std::string prefix, std::optional<DType> convert_to);
 
   const TorchArchive& archive() const noexcept { return *archive_; }
   // The payload of storage record `i` of archive().storages().

@@ -7,6 +7,7 @@
 #include <sys/types.h>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -25,6 +26,9 @@ struct SourceTimes {
 // Keeps in `newest` the newer of its times and `times`' (mtime and ctime apart): the times of a
 // model read from several files.
 void keep_newest(SourceTimes& newest, const SourceTimes& times) noexcept;
+
+struct FileIdentity;
+class RecordChecks;  // source/record_checks.hpp
 
 // All reads are positional and bounds-checked, so one source can be shared by many threads.
 class ByteSource {
@@ -56,6 +60,12 @@ class ByteSource {
   // Once unchanged() said false: what was seen, in words, for the one line the mount logs.
   virtual std::string change_reason() const { return "replaced, truncated or rewritten"; }
 
+  // The identity (device, inode, size, mtime at open) of the one local regular file whose bytes
+  // at the same offsets are this source's, read as they are, and whose name() names it; null
+  // for anything else (a URL, an inflated member, memory). What lets a reader on the same
+  // machine map a range of it itself, after checking it is still this very file.
+  virtual const FileIdentity* local_file() const noexcept { return nullptr; }
+
   // Fills `out` with the bytes at [offset, offset + out.size()). Throws Error(bad_checkpoint)
   // when the range is not inside the source ("truncated"), Error(io) when the read fails.
   void read(std::uint64_t offset, std::span<std::byte> out) const;
@@ -77,6 +87,29 @@ class ByteSource {
     return offset <= size() && length <= size() - offset;
   }
 
+  // Checks from now on what read() and lend() give of the zip records `checks` knows against
+  // their CRC-32s (source/record_checks.hpp): read() and lend() throw Error(bad_checkpoint) for a
+  // record found corrupt. Set once, before the source is shared between threads.
+  void check_records(std::shared_ptr<const RecordChecks> checks) noexcept;
+  const RecordChecks* record_checks() const noexcept { return checks_.get(); }
+
+  // read() without the record checks: for a caller that checks the bytes itself (inspect
+  // --verify reads every record once), whose reads must not end in a check's error instead (the
+  // zip's end, read to find its directory, holds a record's last bytes).
+  void read_unchecked(std::uint64_t offset, std::span<std::byte> out) const;
+
+  // Whether bytes [offset, offset + length) must be read with read() to be checked: a caller that
+  // would serve or copy them without it (spliced from fd(), copied in the kernel) asks first, and
+  // reads them when true. Throws Error(bad_checkpoint) when they hold bytes of a record found
+  // corrupt. False for every source whose records are not checked.
+  bool needs_read(std::uint64_t offset, std::uint64_t length) const;
+
+  // Checks now, whole, everything checked that bytes [offset, offset + length) are part of (the
+  // records they overlap; an inflated member: all of it), reading what was not read yet: what
+  // `ckptfs pack` calls for every range it copied before it names its output. Throws
+  // Error(bad_checkpoint) when one is corrupt, and what reading throws.
+  virtual void verify(std::uint64_t offset, std::uint64_t length) const;
+
  protected:
   // Throws Error(bad_checkpoint) ("file is truncated") unless contains(offset, length).
   void require_range(std::uint64_t offset, std::uint64_t length) const;
@@ -89,6 +122,11 @@ class ByteSource {
     (void)offset, (void)length, (void)spans, (void)pins;
     return false;
   }
+
+ private:
+  // What the record checks read the rest of a record with: read_in_range(), unchecked.
+  std::function<void(std::uint64_t, std::span<std::byte>)> read_rest() const;
+  std::shared_ptr<const RecordChecks> checks_;
 };
 
 // Identity of a file at open time, to detect that its content changed later: device, inode, size
@@ -134,6 +172,7 @@ class FileSource final : public ByteSource {
   }
   int fd() const noexcept override { return fd_; }
   const FileIdentity& identity() const noexcept { return identity_; }
+  const FileIdentity* local_file() const noexcept override { return &identity_; }
   const std::string& path() const noexcept { return path_; }
 
   // Whether the file is still the one that was opened: its descriptor, and with `check_path`

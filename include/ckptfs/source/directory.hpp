@@ -122,6 +122,7 @@ class DirectoryFileSource final : public ByteSource {
   }
   int fd() const noexcept override { return fd_.get(); }
   const std::string& relative() const noexcept { return relative_; }
+  const FileIdentity* local_file() const noexcept override { return &identity_; }
 
   // Whether the file is still the one that was opened (its descriptor's identity: device,
   // inode, size, mtime), and with `check_path` also the file `relative` names now.

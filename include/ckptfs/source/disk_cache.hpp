@@ -35,7 +35,8 @@ namespace ckptfs {
 // own files: regular, owned by the user, named <16 hex digits>.blk and starting with the header's
 // magic, and its temporary files (.tmp.*, .key.*) left for over an hour.
 //
-// Two mounts of one user may share a DIR; each trims. Thread-safe.
+// Mounts of one user may share a DIR; each trims. While a block is fetched, they share that too
+// (claim()): one mount fetches it, the others wait for its file. Thread-safe.
 class DiskCache {
  public:
   using Warn = std::function<void(const std::string&)>;
@@ -69,12 +70,30 @@ class DiskCache {
   // past its limit.
   void store(const Folder& folder, std::uint64_t index, std::span<const std::byte> bytes);
 
+  // Blocks in flight, shared by the mounts of one cache: a mount about to fetch block `index`
+  // claims it; another mount that needs the block meanwhile finds it claimed, and waits for its
+  // file rather than fetching it too. A claim is an open file description lock (F_OFD_SETLK)
+  // on byte `index` of the object folder's file `claims` (made mode 0600, used only when it is
+  // the cache's own, as every file of it): the kernel drops it when the process holding it
+  // dies or closes the file, so a mount that crashed holds nothing. Claims of one process
+  // never conflict with each other (its memory cache already fetches each block once).
+  //   mine: this process holds the claim now, or claims cannot be made (no usable `claims`
+  //   file: nothing is shared, every mount fetches for itself); theirs: another process does.
+  enum class Claim { mine, theirs };
+  Claim claim(const Folder& folder, std::uint64_t index);
+  // Ends this process's claim on block `index`: once its file is written, or its fetch failed.
+  // Nothing happens when the process holds none.
+  void release(const Folder& folder, std::uint64_t index);
+
   // Deletes the least recently used blocks while the cache holds more than its limit (store()
   // calls it; public for tests).
   void trim();
 
  private:
   void ignore(const std::string& what);  // reports the first thing ignored through warn_
+  // The claims file of the object folder at descriptor `folder` (shown as `shown`), opened
+  // read-write or made (mode 0600); -1 when it is not the cache's own regular file.
+  int open_claims(int folder, const std::string& shown);
 
   std::string directory_;  // DIR as given: for messages
   int root_fd_ = -1;       // DIR/ckptfs-blocks-v1

@@ -64,6 +64,13 @@ void write_origin(JsonWriter& json, const Model& model, std::size_t entry_index)
 // (a GGUF file's; only when there are some), and "notes": [Model::notes...] when there are some.
 void write_sources_and_metadata(JsonWriter& json, const Model& model);
 
+// Writes, into an open JSON object, the entry's "key_path" and "containers" (its container
+// kinds by name), each when the entry has it.
+void write_key_path(JsonWriter& json, const Entry& entry);
+
+// Writes, into an open JSON object, "root": the name of Model::root's kind, or null.
+void write_root(JsonWriter& json, const Model& model);
+
 // A source that is a local file, as the mount opened it. index.json publishes it
 // ("source_files"), and each tensor whose bytes served are one range of it as stored
 // ("file_range"), so that a reader on the same machine can map that range of the file itself
@@ -90,15 +97,15 @@ void write_source_files(JsonWriter& json, std::span<const std::optional<LocalFil
 void write_file_range(JsonWriter& json, const Model& model, const ServedTensor& served,
                       std::span<const std::optional<LocalFile>> files);
 
-// meta.json of a tensor entry: {"key", "key_path" when the entry has one, ...write_tensor_fields},
-// indented, with a final newline.
+// meta.json of a tensor entry: {"key", "key_path" and "containers" when the entry has them,
+// ...write_tensor_fields}, indented, with a final newline.
 std::string tensor_meta_json(const Model& model, std::size_t entry_index,
                              const SharingIndex& sharing,
                              std::optional<DType> convert_to = std::nullopt);
 
-// `inspect --json`: {"format", "byteorder", "sources", "metadata", "entries": [...]}, tensors as
-// {"key", "key_path"?, "kind": "tensor", ...write_tensor_fields}, values as {"key",
-// "key_path"?, "kind": "value", "value"}.
+// `inspect --json`: {"format", "byteorder", "sources", "metadata", "root", "entries": [...]},
+// tensors as {"key", "key_path"?, "containers"?, "kind": "tensor", ...write_tensor_fields},
+// values as {"key", "key_path"?, "containers"?, "kind": "value", "value"}.
 std::string model_json(const Model& model);
 
 }  // namespace ckptfs

@@ -6,6 +6,7 @@
 #include <ckptfs/format/impostor.hpp>
 #include <ckptfs/format/model_directory_files.hpp>
 #include <ckptfs/format/open_model.hpp>
+#include <ckptfs/format/zip/zip_record_checks.hpp>
 #include <ckptfs/source/inflated_source.hpp>
 #include <ckptfs/source/location.hpp>
 #include <ckptfs/source/members.hpp>
@@ -225,9 +226,9 @@ OpenedModel read_named(const Named& named, std::unique_ptr<ByteSource> source,
     std::vector<std::unique_ptr<ByteSource>> sources;
     sources.push_back(std::move(source));
     for (std::size_t i = 0; i < deflated.size(); ++i) {
-      sources.push_back(std::make_unique<InflatedSource>(*sources.front(), deflated[i].offset,
-                                                         deflated[i].compressed_size,
-                                                         deflated[i].size, model.sources[i + 1]));
+      sources.push_back(std::make_unique<InflatedSource>(
+          *sources.front(), deflated[i].offset, deflated[i].compressed_size, deflated[i].size,
+          model.sources[i + 1], deflated[i].crc32));
     }
     return OpenedModel(std::move(sources), std::move(model));
   }
@@ -262,6 +263,14 @@ OpenedModel::OpenedModel(std::vector<std::unique_ptr<ByteSource>> sources, Model
       model_(std::move(model)),
       times_(other_times),
       permissions_(other_permissions & 0777) {
+  // Every reader marks a tensor whose size overflows broken; this is the net under them all.
+  for (Tensor& t : model_.tensors) {
+    if (t.broken.empty()) t.broken = size_problem(t);
+  }
+  // What is read of a zip record whose CRC-32 is known is checked against it from now on.
+  for (std::uint32_t i = 0; i < owned_.size(); ++i) {
+    if (auto checks = zip_record_checks(model_, i)) owned_[i]->check_records(std::move(checks));
+  }
   for (const auto& s : owned_) {
     raw_.push_back(s.get());
     keep_newest(times_, s->times());

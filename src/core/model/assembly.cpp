@@ -122,9 +122,7 @@ std::string index_assembly(const Model& model, const Tensor& tensor, Assembly& a
                        tensor.shape.size());
   }
   if (a.size() > max_pieces) return fmt::format("more than {} pieces", max_pieces);
-  if ((tensor.nbytes() == 0 || tensor.stored_nbytes() == 0) && tensor.numel() != 0) {
-    return "its size overflows";
-  }
+  if (std::string why = size_problem(tensor); !why.empty()) return why;
   const std::vector<std::int64_t> sizes = grid_sizes(tensor, a);
   for (std::size_t i = 0; i < a.size(); ++i) {
     if (std::string why = check_piece(model, tensor, a, sizes, i); !why.empty()) return why;

@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: MIT
-// The model's derived quantities: element counts, contiguity, offsets in the source.
+// The model's derived quantities: element counts, sizes checked, contiguity, offsets in the source.
+#include <ckptfs/base/numbers.hpp>
 #include <ckptfs/model/model.hpp>
+
+#include <fmt/format.h>
 
 namespace ckptfs {
 
@@ -36,30 +39,39 @@ std::string_view format_name(Format format) {
   return "?";
 }
 
-std::uint64_t Tensor::numel() const noexcept {
-  std::uint64_t n = 1;
-  for (auto d : shape) {
-    if (d <= 0) return 0;
-    if (__builtin_mul_overflow(n, static_cast<std::uint64_t>(d), &n)) return 0;
-  }
-  return n;
-}
+std::uint64_t Tensor::numel() const noexcept { return element_count(shape).value_or(0); }
 
 std::uint64_t Tensor::nbytes() const noexcept {
-  std::uint64_t n = 0;
-  if (__builtin_mul_overflow(numel(), element_size(), &n)) return 0;
-  return n;
+  return checked_product(numel(), element_size()).value_or(0);
 }
 
 std::uint64_t Tensor::stored_nbytes() const noexcept {
-  std::uint64_t n = 0;
   if (blocks != BlockFormat::none) {
     const BlockFormatInfo& b = info(blocks);
-    if (__builtin_mul_overflow(numel() / b.block_elements, b.block_bytes, &n)) return 0;
-    return n;
+    return checked_product(numel() / b.block_elements, b.block_bytes).value_or(0);
   }
-  if (__builtin_mul_overflow(numel(), stored_element_size(), &n)) return 0;
-  return n;
+  return checked_product(numel(), stored_element_size()).value_or(0);
+}
+
+std::string size_problem(const Tensor& t) {
+  const std::string shape = fmt::format("[{}]", fmt::join(t.shape, ", "));
+  for (const std::int64_t d : t.shape) {
+    if (d < 0) return fmt::format("its shape {} has a negative dimension", shape);
+  }
+  const auto numel = element_count(t.shape);
+  if (!numel) return fmt::format("its shape {} has more elements than 64 bits count", shape);
+  const auto served = checked_product(*numel, t.element_size());
+  auto stored = checked_product(*numel, t.stored_element_size());
+  if (t.blocks != BlockFormat::none) {
+    const BlockFormatInfo& b = info(t.blocks);
+    stored = checked_product(*numel / b.block_elements, b.block_bytes);
+  }
+  if (!served || !stored || *served > max_tensor_bytes || *stored > max_tensor_bytes) {
+    return fmt::format("its shape {} of {} holds more bytes than a file can (at most {})", shape,
+                       t.blocks != BlockFormat::none ? info(t.blocks).name : info(t.dtype).name,
+                       max_tensor_bytes);
+  }
+  return {};
 }
 
 bool Tensor::contiguous() const noexcept {

@@ -173,8 +173,14 @@ void OutputFile::copy(const ByteSource& source, std::uint64_t offset, std::uint6
   }
   const int in = source.fd();
   // copy_file_range first (in-kernel; a reflink on file systems that share extents), then
-  // sendfile where the two files are on different kinds of file system, then the buffer.
-  const bool kernel_copy = in >= 0;
+  // sendfile where the two files are on different kinds of file system, then the buffer. Bytes
+  // of a zip record checked against its CRC-32 go through the buffer, which checks them.
+  bool kernel_copy = in >= 0;
+  try {
+    kernel_copy = kernel_copy && !source.needs_read(offset, length);
+  } catch (const Error& e) {
+    throw Error(e.code(), fmt::format("{}: {}", source.name(), e.what()));
+  }
   bool use_sendfile = false;
   while (length > 0 && kernel_copy) {
     // Watched, a call copies less: progress moves as the bytes do.

@@ -116,6 +116,43 @@ std::vector<std::uint64_t> torch_tensor_ends(const Model& model, const Selection
   return ends;
 }
 
+// Checks, whole, every zip record and inflated member the written tensors' bytes came from
+// (ByteSource::verify(): most were checked as they were copied; what a tensor left out of its
+// record is read now), so that no output holds bytes of a corrupt one.
+void verify_copied(const Model& model, const Selection& selection, Sources sources) {
+  std::vector<bool> done(model.storages.size());
+  auto verify = [&](std::size_t storage) {
+    if (done[storage]) return;
+    done[storage] = true;
+    const Storage& s = model.storages[storage];
+    const ByteSource& source = *sources[s.source];
+    try {
+      source.verify(data_offset(s), s.nbytes);
+    } catch (const Error& e) {
+      throw Error(e.code(), fmt::format("{}: {}", source.name(), e.what()));
+    }
+  };
+  auto verify_tensor = [&](const Tensor& t) {
+    if (!t.broken.empty()) return;
+    if (t.storage) verify(*t.storage);
+    if (t.assembly) {
+      const Assembly& a = model.assemblies[*t.assembly];
+      for (std::size_t i = 0; i < a.size(); ++i) verify(a.piece(i).storage);
+    }
+  };
+  for (const std::size_t i : selection.entries) {
+    const Entry& e = model.entries[i];
+    if (e.kind != Entry::Kind::tensor) continue;
+    const Tensor& t = model.tensors[e.tensor];
+    verify_tensor(t);
+    if (t.quantization && t.quantization->scales)
+      verify_tensor(model.tensors[*t.quantization->scales]);
+    if (t.quantization && t.quantization->zero_points) {
+      verify_tensor(model.tensors[*t.quantization->zero_points]);
+    }
+  }
+}
+
 }  // namespace
 
 PackResult pack(const Model& model, Sources sources, const PackOptions& options) {
@@ -141,8 +178,17 @@ PackResult pack(const Model& model, Sources sources, const PackOptions& options)
   std::optional<SafetensorsExport> layout;
   // The key each selected entry is written under.
   std::vector<std::string_view> written(selection.keys.begin(), selection.keys.end());
+  bool renamed_known = false;
   if (*format == PackFormat::torch) {
-    torch.emplace(model, selection, torch_prefix_of(options.output), options.dtype);
+    Structure structure =
+        options.flat ? flat_structure(selection) : nested_structure(model, selection);
+    torch.emplace(model, selection, structure, torch_prefix_of(options.output), options.dtype);
+    if (!options.flat) {
+      // Keys are unique per container: only flattened ones may be renamed.
+      result.renamed = std::move(structure.renamed);
+      result.flattened = std::move(structure.flattened);
+      renamed_known = true;
+    }
   } else {
     sub = selected_model(model, selection);
     layout.emplace(*sub, 0, options.dtype);
@@ -155,7 +201,7 @@ PackResult pack(const Model& model, Sources sources, const PackOptions& options)
     // texts that then become equal get "%#<n>" (the export's rule).
     for (const SafetensorsExport::Tensor& st : layout->tensors()) written[st.entry] = st.key;
   }
-  for (std::size_t k = 0; k < selection.entries.size(); ++k) {
+  for (std::size_t k = 0; k < selection.entries.size() && !renamed_known; ++k) {
     const std::string& key = model.entries[selection.entries[k]].key;
     if (written[k] != key) result.renamed.emplace_back(key, written[k]);
   }
@@ -181,6 +227,7 @@ PackResult pack(const Model& model, Sources sources, const PackOptions& options)
   } else {
     write_safetensors(*sub, *layout, sources, options.dtype, out);
   }
+  verify_copied(model, selection, sources);
   result.bytes = out.size();
   out.commit();
   return result;

@@ -55,8 +55,8 @@ std::string torch_prefix_of(const std::string& path) {
   return name.empty() ? "archive" : name;
 }
 
-TorchPack::TorchPack(const Model& model, const Selection& selection, std::string prefix,
-                     std::optional<DType> convert_to) {
+TorchPack::TorchPack(const Model& model, const Selection& selection, const Structure& structure,
+                     std::string prefix, std::optional<DType> convert_to) {
   pickle::Writer w;
   TorchPickler torch(w);
   std::map<std::pair<std::size_t, DType>, std::uint64_t> by_storage;
@@ -97,8 +97,7 @@ TorchPack::TorchPack(const Model& model, const Selection& selection, std::string
   };
 
   std::unordered_map<std::size_t, pickle::MemoSlot> pickled;  // tensor index -> its memo slot
-  w.ordered_dict(selection.entries.size(), [&](std::size_t i) {
-    w.string(selection.keys[i]);
+  write_structure(w, structure, [&](std::size_t i) {
     const Entry& e = model.entries[selection.entries[i]];
     if (e.kind == Entry::Kind::value) {
       write_value(w, *selection.values[i]);

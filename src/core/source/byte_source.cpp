@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: MIT
-// FileSource (pread) and MemorySource, with the range checks shared by both.
+// FileSource (pread) and MemorySource, with the range checks shared by both, and the record
+// checks every source applies to what it reads.
 #include <ckptfs/base/error.hpp>
 #include <ckptfs/source/byte_source.hpp>
 #include <ckptfs/source/open_file.hpp>
+#include <ckptfs/source/record_checks.hpp>
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -24,6 +26,13 @@ void ByteSource::require_range(std::uint64_t offset, std::uint64_t length) const
 
 void ByteSource::read(std::uint64_t offset, std::span<std::byte> out) const {
   require_range(offset, out.size());
+  if (out.empty()) return;
+  read_in_range(offset, out);
+  if (checks_) checks_->observe(offset, out, read_rest());
+}
+
+void ByteSource::read_unchecked(std::uint64_t offset, std::span<std::byte> out) const {
+  require_range(offset, out.size());
   if (!out.empty()) read_in_range(offset, out);
 }
 
@@ -31,7 +40,33 @@ bool ByteSource::lend(std::uint64_t offset, std::size_t length,
                       std::vector<std::span<const std::byte>>& spans,
                       std::vector<Pin>& pins) const {
   require_range(offset, length);
-  return length == 0 || lend_in_range(offset, length, spans, pins);
+  const std::size_t first = spans.size();
+  if (length != 0 && !lend_in_range(offset, length, spans, pins)) return false;
+  if (checks_) {
+    std::uint64_t at = offset;
+    for (std::size_t i = first; i < spans.size(); ++i) {
+      checks_->observe(at, spans[i], read_rest());
+      at += spans[i].size();
+    }
+  }
+  return true;
+}
+
+std::function<void(std::uint64_t, std::span<std::byte>)> ByteSource::read_rest() const {
+  return [this](std::uint64_t offset, std::span<std::byte> out) { read_in_range(offset, out); };
+}
+
+void ByteSource::check_records(std::shared_ptr<const RecordChecks> checks) noexcept {
+  checks_ = std::move(checks);
+}
+
+bool ByteSource::needs_read(std::uint64_t offset, std::uint64_t length) const {
+  return checks_ && length != 0 && checks_->needs_read(offset, length);
+}
+
+void ByteSource::verify(std::uint64_t offset, std::uint64_t length) const {
+  require_range(offset, length);
+  if (checks_ && length != 0) checks_->verify(offset, length, read_rest());
 }
 
 std::string ByteSource::read_string(std::uint64_t offset, std::size_t length) const {

@@ -70,6 +70,7 @@ CurlLibrary resolve_all(void* handle) {
   resolve(handle, c.easy_reset, "curl_easy_reset");
   resolve(handle, c.easy_setopt, "curl_easy_setopt");
   resolve(handle, c.easy_strerror, "curl_easy_strerror");
+  resolve(handle, c.easy_getinfo, "curl_easy_getinfo");
   resolve(handle, c.multi_init, "curl_multi_init");
   resolve(handle, c.multi_add_handle, "curl_multi_add_handle");
   resolve(handle, c.multi_remove_handle, "curl_multi_remove_handle");

@@ -20,6 +20,7 @@ struct CurlLibrary {
   decltype(&::curl_easy_reset) easy_reset;
   decltype(&::curl_easy_setopt) easy_setopt;  // variadic
   decltype(&::curl_easy_strerror) easy_strerror;
+  decltype(&::curl_easy_getinfo) easy_getinfo;  // variadic
   decltype(&::curl_multi_init) multi_init;
   decltype(&::curl_multi_add_handle) multi_add_handle;
   decltype(&::curl_multi_remove_handle) multi_remove_handle;
@@ -56,6 +57,12 @@ template <class T>
 CURLMcode multi_setopt(CURLM* multi, CURLMoption option, T value) {
   static_assert(curl_option_value<T>, "curl options take a long, a curl_off_t or a pointer");
   return curl().multi_setopt(multi, option, value);
+}
+
+// curl_easy_getinfo into what `info` returns: a long, a curl_socket_t, a char* (curl's own)...
+template <class T>
+CURLcode easy_getinfo(CURL* easy, CURLINFO info, T* out) {
+  return curl().easy_getinfo(easy, info, out);
 }
 
 }  // namespace ckptfs::detail

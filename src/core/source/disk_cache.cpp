@@ -196,16 +196,22 @@ void check_trusted(int fd, const std::string& shown, const std::string& director
 
 class DiskCache::Folder {
  public:
-  Folder(int fd, std::string name) : fd_(fd), name_(std::move(name)) {}
-  ~Folder() { ::close(fd_); }
+  Folder(int fd, std::string name, int claims_fd)
+      : fd_(fd), name_(std::move(name)), claims_fd_(claims_fd) {}
+  ~Folder() {
+    ::close(fd_);
+    if (claims_fd_ >= 0) ::close(claims_fd_);  // drops every claim of this process in it
+  }
   Folder(const Folder&) = delete;
   Folder& operator=(const Folder&) = delete;
   int fd() const noexcept { return fd_; }
   const std::string& name() const noexcept { return name_; }
+  int claims_fd() const noexcept { return claims_fd_; }
 
  private:
   int fd_;
   std::string name_;  // its name in ckptfs-blocks-v1
+  int claims_fd_;     // the folder's `claims` file, read-write; -1: none usable
 };
 
 DiskCache::DiskCache(const std::string& directory, std::uint64_t limit, Warn warn)
@@ -284,7 +290,8 @@ std::shared_ptr<const DiskCache::Folder> DiskCache::object_folder(std::string_vi
           stored.compare(0, content.size(), content) != 0) {
         return nullptr;  // another key's folder (or one torn by a crash): this object goes without
       }
-      return std::make_shared<const Folder>(folder.release(), name);
+      const int claims = open_claims(folder.get(), shown);
+      return std::make_shared<const Folder>(folder.release(), name, claims);
     }
     if (errno != ENOENT) {
       if (::fstatat(folder.get(), "key", &st, AT_SYMLINK_NOFOLLOW) == 0) {
@@ -303,10 +310,57 @@ std::shared_ptr<const DiskCache::Folder> DiskCache::object_folder(std::string_vi
     const bool linked =
         written && ::linkat(folder.get(), temporary.c_str(), folder.get(), "key", 0) == 0;
     ::unlinkat(folder.get(), temporary.c_str(), 0);
-    if (linked) return std::make_shared<const Folder>(folder.release(), name);
+    if (linked) {
+      const int claims = open_claims(folder.get(), shown);
+      return std::make_shared<const Folder>(folder.release(), name, claims);
+    }
     if (!written) return nullptr;
   }
   return nullptr;
+}
+
+int DiskCache::open_claims(int folder, const std::string& shown) {
+  Fd fd(open_file_in(folder, "claims", O_RDWR | O_CREAT));
+  struct stat st {};
+  if (!fd) {
+    if (errno == ELOOP) ignore(fmt::format("{}/claims (a symbolic link)", shown));
+    return -1;
+  }
+  if (::fstat(fd.get(), &st) != 0) return -1;
+  if (!own(st, S_IFREG)) {
+    ignore(fmt::format("{}/claims ({})", shown, why_not_own(st, S_IFREG)));
+    return -1;
+  }
+  return fd.release();
+}
+
+namespace {
+
+// An F_OFD_SETLK request on byte `index` of a claims file.
+bool lock_byte(int fd, std::uint64_t index, short type) {
+  struct flock lock {};
+  lock.l_type = type;
+  lock.l_whence = SEEK_SET;
+  lock.l_start = static_cast<off_t>(index & 0x3fffffffffffffffull);
+  lock.l_len = 1;
+  while (true) {
+    if (::fcntl(fd, F_OFD_SETLK, &lock) == 0) return true;
+    if (errno != EINTR) return false;
+  }
+}
+
+}  // namespace
+
+DiskCache::Claim DiskCache::claim(const Folder& folder, std::uint64_t index) {
+  if (folder.claims_fd() < 0) return Claim::mine;
+  if (lock_byte(folder.claims_fd(), index, F_WRLCK)) return Claim::mine;
+  // EAGAIN/EACCES: another process holds it. Anything else (no locks on this file system):
+  // nothing is shared.
+  return errno == EAGAIN || errno == EACCES ? Claim::theirs : Claim::mine;
+}
+
+void DiskCache::release(const Folder& folder, std::uint64_t index) {
+  if (folder.claims_fd() >= 0) lock_byte(folder.claims_fd(), index, F_UNLCK);
 }
 
 bool DiskCache::load(const Folder& folder, std::uint64_t index, std::span<std::byte> out) {

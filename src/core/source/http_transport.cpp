@@ -4,7 +4,10 @@
 
 #include <ckptfs/base/error.hpp>
 
+#include <strings.h>
+#include <sys/socket.h>
 #include <algorithm>
+#include <string_view>
 #include <system_error>
 
 namespace ckptfs::detail {
@@ -22,6 +25,38 @@ HttpTransport::~HttpTransport() { quiesce(); }
 
 int HttpTransport::progress(void* job, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
   return static_cast<Job*>(job)->cancelled.load(std::memory_order_relaxed) ? 1 : 0;
+}
+
+// curl says what it finds past an answer's Content-Length only in its verbose text ("Excess found
+// in a read" before 8.6, "Excess found writing body" since), and closes the connection: the
+// answer itself ends as a success. The text is the one sign of it that curl gives.
+int HttpTransport::debug(CURL*, curl_infotype type, char* data, std::size_t size, void* job) {
+  if (type == CURLINFO_TEXT && std::string_view(data, size).starts_with("Excess found")) {
+    static_cast<Job*>(job)->surplus = true;
+  }
+  return 0;
+}
+
+// After a transfer that ended well: bytes already waiting on its connection, when curl keeps it
+// for the next request, are the end of an answer longer than it declared (plain HTTP/1 only:
+// TLS sends records of its own, HTTP/2 frames every answer). The connection is shut down, so
+// that no request is answered with them.
+void HttpTransport::check_connection(CURL* easy, Job& job) {
+  curl_socket_t socket = CURL_SOCKET_BAD;
+  long version = 0;
+  char* scheme = nullptr;
+  if (easy_getinfo(easy, CURLINFO_ACTIVESOCKET, &socket) != CURLE_OK || socket == CURL_SOCKET_BAD ||
+      easy_getinfo(easy, CURLINFO_HTTP_VERSION, &version) != CURLE_OK ||
+      (version != CURL_HTTP_VERSION_1_0 && version != CURL_HTTP_VERSION_1_1) ||
+      easy_getinfo(easy, CURLINFO_SCHEME, &scheme) != CURLE_OK || scheme == nullptr ||
+      ::strcasecmp(scheme, "http") != 0) {
+    return;
+  }
+  char byte = 0;
+  if (::recv(socket, &byte, 1, MSG_PEEK | MSG_DONTWAIT) > 0) {
+    job.surplus = true;
+    ::shutdown(socket, SHUT_RDWR);  // curl closes it when it next looks at it
+  }
 }
 
 void HttpTransport::submit(std::shared_ptr<Job> job) {
@@ -126,6 +161,11 @@ void HttpTransport::start_ready_jobs(CURLM* multi, std::vector<std::shared_ptr<J
     easy_setopt(easy, CURLOPT_NOPROGRESS, 0L);
     easy_setopt(easy, CURLOPT_XFERINFOFUNCTION, &HttpTransport::progress);
     easy_setopt(easy, CURLOPT_XFERINFODATA, job.get());
+    // Verbose text goes to debug() only (never to stderr), for what it says of surplus bytes.
+    easy_setopt(easy, CURLOPT_VERBOSE, 1L);
+    easy_setopt(easy, CURLOPT_DEBUGFUNCTION, &HttpTransport::debug);
+    easy_setopt(easy, CURLOPT_DEBUGDATA, job.get());
+    job->surplus = false;
     if (job->cancelled || !job->start(easy) || curl().multi_add_handle(multi, easy) != CURLM_OK) {
       idle_handles_.push_back(easy);
       job->finish(CURLE_ABORTED_BY_CALLBACK, nullptr);
@@ -154,6 +194,8 @@ void HttpTransport::run() {
       CURL* easy = message->easy_handle;
       const CURLcode result = message->data.result;
       auto it = active_.find(easy);
+      // Before the handle leaves the multi handle: its connection is known only while in it.
+      if (it != active_.end() && result == CURLE_OK) check_connection(easy, *it->second);
       curl().multi_remove_handle(multi, easy);
       if (it == active_.end()) continue;
       std::shared_ptr<Job> job = std::move(it->second);

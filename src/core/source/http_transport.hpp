@@ -48,6 +48,13 @@ class Job {
   Clock::time_point deadline = Clock::time_point::max();
   // Set to abort it: its transfer stops at the next progress callback, and finish() is called.
   std::atomic<bool> cancelled{false};
+  // Set by the transport before finish(): the server sent more bytes than its answer declared,
+  // found by curl in the read that ended the body, or waiting on the connection when the
+  // transfer ended (HTTP/1 without TLS, where the next answer would start with them). The
+  // connection is not reused either way: curl closes it, or the transport shuts it down.
+  // Later surplus spoils the next answer on that connection instead (not HTTP: a protocol
+  // error of that request). Reset at each start().
+  bool surplus = false;
 };
 
 class HttpTransport {
@@ -77,6 +84,8 @@ class HttpTransport {
   void end_overdue_jobs(CURLM* multi, std::vector<std::shared_ptr<Job>>& waiting);
   void finish_all(CURLM* multi, std::vector<std::shared_ptr<Job>>& waiting);
   static int progress(void* job, curl_off_t, curl_off_t, curl_off_t, curl_off_t);
+  static int debug(CURL*, curl_infotype type, char* data, std::size_t size, void* job);
+  static void check_connection(CURL* easy, Job& job);
 
   TransportOptions options_;
   std::mutex mutex_;

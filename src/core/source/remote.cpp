@@ -37,6 +37,17 @@ namespace detail {
 namespace {
 
 constexpr std::uint64_t block_size = remote_block_size;
+// An answer whose framing breaks (bytes past what it declared, fewer than it declared, bytes
+// that are not HTTP where an answer should start, a Content-Range other than asked) is discarded
+// with its connection and asked again on a fresh one, this many times in all; then the request
+// fails with what was seen. A good server that once misbehaves costs a retry; one that always
+// does, an error (never its bytes).
+constexpr unsigned max_protocol_attempts = 3;
+// The range check at open (RangeFetch::Mode::check): these bytes asked alone must be those that
+// the first request's answer, from byte 0, holds at the same place. Not at a round offset: a
+// server that answers from a round offset other than asked is caught too.
+constexpr std::uint64_t range_check_first = 4099;
+constexpr std::uint64_t range_check_end = 8192;
 // Readahead on sequential reads: the window is as large as what the stream has read so far,
 // from 4 blocks (1 MiB) up to 64 MiB (less with a small cache), so that a reader that stops
 // never leaves more unread than it read; fetched by requests of up to 4 MiB, so that up to 16
@@ -56,6 +67,8 @@ constexpr long connect_timeout_ms = 10'000;
 constexpr auto failure_memory = std::chrono::seconds(1);
 // unchanged(check_path) asks the server again at most this often (in the background).
 constexpr auto revalidate_every = std::chrono::seconds(5);
+// How often the claims of blocks that another mount of the disk cache fetches are looked at.
+constexpr auto claim_poll = std::chrono::milliseconds(2);
 // SigV4 signs the payload's hash: a GET has none, this is SHA-256 of nothing.
 constexpr const char* empty_sha256 =
     "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
@@ -148,6 +161,15 @@ struct DiskWrite {
   std::shared_ptr<Block> block;
 };
 
+// A block that another mount of the same disk cache is fetching (DiskCache::claim), waited for.
+struct DiskWait {
+  std::shared_ptr<Object> object;
+  std::uint64_t index;
+  std::shared_ptr<Block> block;  // pending, in the memory cache
+  Clock::time_point give_up;     // then fetched here, claimed or not: that mount may be stopped
+  Clock::time_point deadline;    // the read's: failed then
+};
+
 struct RemoteShared {
   RemoteShared(RemoteOptions o, S3Settings s)
       : options(std::move(o)),
@@ -161,15 +183,23 @@ struct RemoteShared {
         std::clamp<std::uint64_t>(options.cache_size / 4 / block_size, 1, largest_window);
     max_in_flight =
         std::max<std::uint64_t>(options.cache_size / 2, block_size * blocks_per_request);
+    disk_queue_limit = static_cast<std::size_t>(
+        std::max<std::uint64_t>(disk_queue_limit, options.cache_size / 4 / block_size));
   }
   ~RemoteShared() {
+    stop_disk_waiter();
     transport.quiesce();
     stop_disk_writer();
   }
 
   void queue_disk_write(DiskWrite write) {
     std::lock_guard lock(disk_mutex);
-    if (disk_queue.size() >= 64) return;  // writing lags behind the network: this block is skipped
+    if (disk_queue.size() >= disk_queue_limit) {
+      // Writing lags behind the network: this block is skipped (a mount waiting for it fetches
+      // it itself once the claim is free).
+      disk->release(*write.object->disk_folder, write.index);
+      return;
+    }
     disk_queue.push_back(std::move(write));
     if (!disk_thread.joinable()) {
       disk_thread = std::thread([this] { disk_writer(); });
@@ -186,6 +216,7 @@ struct RemoteShared {
       lock.unlock();
       disk->store(*w.object->disk_folder, w.index,
                   std::span<const std::byte>(w.block->data(), w.block->length()));
+      disk->release(*w.object->disk_folder, w.index);  // written (or not): others may look
       lock.lock();
     }
   }
@@ -202,6 +233,41 @@ struct RemoteShared {
     std::lock_guard lock(disk_mutex);
     disk_queue.clear();
     disk_stopping = false;
+  }
+
+  // Blocks that another mount of the disk cache is fetching are waited for by one thread of
+  // this mount (disk_waiter(), started by the first), which looks at their claims every
+  // claim_poll: a block whose claim is free is loaded from its file, or, when the other
+  // mount's fetch left none (it failed, or its write was skipped), fetched here under this
+  // mount's claim; one still claimed at its give_up time is fetched here too, and one not
+  // there at its deadline fails. So no read waits on another mount for longer than its own
+  // timeout, and a stopped or stalled mount delays the others by half of it at most.
+  void wait_for_disk(DiskWait wait) {
+    std::lock_guard lock(wait_mutex);
+    waits.push_back(std::move(wait));
+    if (!wait_thread.joinable()) wait_thread = std::thread([this] { disk_waiter(); });
+    wait_wake.notify_one();
+  }
+  void disk_waiter();
+  // Fetches the blocks `ready` holds (their claims free or given up on), in runs.
+  void fetch_waited(std::vector<DiskWait>& ready);
+  // Stops the thread; the blocks it waited for fail (their reads fail, the next ones try again).
+  void stop_disk_waiter() {
+    std::thread thread;
+    {
+      std::lock_guard lock(wait_mutex);
+      wait_stopping = true;
+      thread = std::move(wait_thread);
+    }
+    wait_wake.notify_all();
+    if (thread.joinable()) thread.join();
+    std::lock_guard lock(wait_mutex);
+    for (DiskWait& w : waits) {
+      w.block->set_failed(ExitCode::io, "the request was cancelled");
+      cache.erase(BlockKey{w.object->id, w.index}, w.block.get());
+    }
+    waits.clear();
+    wait_stopping = false;
   }
 
   RemoteOptions options;
@@ -251,8 +317,15 @@ struct RemoteShared {
   std::mutex disk_mutex;
   std::condition_variable disk_wake;
   std::deque<DiskWrite> disk_queue;
+  std::size_t disk_queue_limit = 64;  // blocks; a quarter of the memory cache, when larger
   bool disk_stopping = false;
   std::thread disk_thread;
+
+  std::mutex wait_mutex;
+  std::condition_variable wait_wake;
+  std::vector<DiskWait> waits;
+  bool wait_stopping = false;
+  std::thread wait_thread;
 
   // Last: destroyed first, so that the jobs it finishes on the way still find the rest.
   HttpTransport transport;
@@ -266,16 +339,23 @@ struct Failure {
   std::string message;
   bool retry = false;
   bool changed = false;  // the object is no longer the one pinned
+  // The answer's framing broke: discarded with its connection, asked again on a fresh one up to
+  // max_protocol_attempts answers in all (retry says whether it may be).
+  bool protocol = false;
 };
 
 // One ranged GET, retried with backoff until it succeeds, fails for good, or its deadline (the
 // transport ends it there, in whichever state it is).
 //   probe: the first request at open, learning size and identity (and block 0);
+//   check: at open too, beside the probe, bytes that do not start at 0 which the probe's answer
+//     also holds (range_check_first..range_check_end): whether the server answers such ranges
+//     with the object's bytes (RemoteContext::open compares them);
 //   validate: a one-byte request checking that the identity still holds;
-//   read: blocks of the cache, filled in order, each made ready as soon as it is whole.
+//   read: blocks of the cache, filled in order, all made ready once the answer ended well (an
+//     answer found to be more or less than it declared is discarded whole).
 class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFetch> {
  public:
-  enum class Mode { probe, validate, read };
+  enum class Mode { probe, check, validate, read };
 
   RangeFetch(RemoteShared& shared, std::shared_ptr<Object> object, Mode mode, std::uint64_t offset,
              std::uint64_t length, unsigned max_attempts, Clock::time_point until)
@@ -297,7 +377,7 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
   // The one request that asks a failing server again (RemoteShared::recovering).
   void set_recovery() { recovery_ = true; }
 
-  // probe: waits for the outcome. Returns the failure, if any.
+  // probe, check: waits for the outcome. Returns the failure, if any.
   std::optional<Failure> wait() {
     std::unique_lock lock(done_mutex_);
     done_cv_.wait(lock, [&] { return done_; });
@@ -333,6 +413,8 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
     // backs it up (curl before 8.8 never applies it to a request waiting for a connection).
     easy_setopt(easy, CURLOPT_TIMEOUT_MS, static_cast<long>(remaining.count() + 1000));
     easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, connect_timeout_ms);
+    // After a protocol error: not on a connection the pool kept (it may hold what spoilt it).
+    easy_setopt(easy, CURLOPT_FRESH_CONNECT, fresh_connection_ ? 1L : 0L);
     const long stall = std::clamp<long>(static_cast<long>(shared_.options.timeout.count() / 3000),
                                         1, stall_seconds_max);
     easy_setopt(easy, CURLOPT_LOW_SPEED_LIMIT, minimum_rate(shared_.options.timeout));
@@ -352,13 +434,25 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
       easy_setopt(easy, CURLOPT_ERRORBUFFER, nullptr);
       easy_setopt(easy, CURLOPT_HTTPHEADER, nullptr);
     }
-    // Every byte asked is here: the transfer ended, or was cut after them (surplus_ below).
-    if (accepted_ && received_ == wanted_ &&
-        (result == CURLE_OK || (result == CURLE_WRITE_ERROR && surplus_))) {
+    if (not_needed_ && !cancelled) {
+      succeed();
+      return;
+    }
+    // Every byte asked is here: the transfer ended, or was cut after them (cut_ below), and
+    // nothing came after the answer's end on its connection.
+    if (accepted_ && received_ == wanted_ && !surplus &&
+        (result == CURLE_OK || (result == CURLE_WRITE_ERROR && cut_))) {
       succeed();
       return;
     }
     Failure f = failure_ ? *failure_ : describe(result);
+    if (surplus && !failure_ && accepted_ && received_ == wanted_) {
+      f = Failure{ExitCode::io,
+                  fmt::format("the server sent more bytes than its answer declared ({} bytes): "
+                              "the answer and its connection were discarded",
+                              declared_),
+                  true, false, true};
+    }
     if (status_ >= 400) add_error_code(f);
     if (result == CURLE_OPERATION_TIMEDOUT && Clock::now() >= deadline && !failure_) {
       // Ended by the transport at the deadline (or by curl's backup a second later).
@@ -372,7 +466,17 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
     }
     if (cancelled) f = {ExitCode::io, "the request was cancelled", false, false};
     if (f.changed) object_->mark_changed(f.message);
-    server_failed_ = server_failed_ || f.retry;
+    if (f.protocol) {
+      // Discarded with its connection; asked again on a fresh one, a bounded number of times.
+      fresh_connection_ = true;
+      if (++protocol_errors_ >= max_protocol_attempts) {
+        f.retry = false;
+        f.message += fmt::format(" ({} answers, each on a fresh connection after the first)",
+                                 protocol_errors_);
+      }
+    } else {
+      server_failed_ = server_failed_ || f.retry;
+    }
     if (f.retry && attempt_ < max_attempts_) {
       auto backoff = std::chrono::milliseconds(100 << std::min(attempt_ - 1, 4u));
       backoff += std::chrono::milliseconds(jitter(static_cast<int>(backoff.count() / 2)));
@@ -390,7 +494,6 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
       if (Clock::now() + backoff < deadline && !cancelled) {
         last_cause_ = f.message;
         not_before = Clock::now() + backoff;
-        resume_after_ready_blocks();
         shared_.transport.submit(shared_from_this());
         return;
       }
@@ -403,7 +506,7 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
   void reset_response() {
     status_ = 0;
     accepted_ = false;
-    surplus_ = false;
+    cut_ = false;
     wanted_ = 0;
     declared_ = 0;
     received_ = 0;
@@ -454,8 +557,8 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
     if (f->status_ >= 300 && f->status_ < 400 && f->object_->follow_redirects) return n;
     f->judge();
     // A failure with nothing to learn from the body stops the transfer now (a 200 to a range
-    // would otherwise download the whole object).
-    if (f->failure_ && !f->want_error_body()) return 0;
+    // would otherwise download the whole object); so does a check that is not needed.
+    if ((f->failure_ && !f->want_error_body()) || f->not_needed_) return 0;
     return n;
   }
 
@@ -470,7 +573,8 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
       return n;
     }
     if (n > f->declared_ - f->received_) {
-      f->failure_ = Failure{ExitCode::io, "the server sent more bytes than it said it would", true};
+      f->failure_ = Failure{ExitCode::io, "the server sent more bytes than its answer declared",
+                            true, false, true};
       return 0;
     }
     // Of an answer that holds more than asked (judge_range()), only the bytes asked are taken:
@@ -485,11 +589,11 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
         f->store(reinterpret_cast<const std::byte*>(data), take);
       }
     }
-    if (take < n) f->surplus_ = true;
+    if (take < n) f->cut_ = true;
     return take;
   }
 
-  // Copies body bytes into the blocks, making each ready once whole.
+  // Copies body bytes into the blocks (made ready by succeed(), once the answer ended well).
   void store(const std::byte* data, std::size_t n) {
     std::uint64_t position = offset_ - first_block_ * block_size + received_;
     received_ += n;
@@ -502,7 +606,6 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
       data += take;
       n -= take;
       position += take;
-      if (within + take == block.length()) block_done(k);
     }
   }
 
@@ -521,13 +624,22 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
   }
 
   bool want_error_body() const { return status_ >= 400 && !failure_->changed; }
+  // The requests at open, before the object's identity is known.
+  bool opening() const { return mode_ == Mode::probe || mode_ == Mode::check; }
 
   // The verdict on a response's status and header fields, before its body.
   void judge() {
     const Object& o = *object_;
-    auto fail_with = [&](ExitCode code, std::string message, bool retry, bool changed = false) {
-      failure_ = Failure{code, std::move(message), retry, changed};
+    auto fail_with = [&](ExitCode code, std::string message, bool retry, bool changed = false,
+                         bool protocol = false) {
+      failure_ = Failure{code, std::move(message), retry, changed, protocol};
     };
+    if (mode_ == Mode::check && content_range_ && content_range_->total &&
+        *content_range_->total <= block_size) {
+      // An object of one block: every later request is one from byte 0. Nothing to check.
+      not_needed_ = true;
+      return;
+    }
     if (!content_encoding_.empty() && content_encoding_ != "identity") {
       return fail_with(
           ExitCode::io,
@@ -538,10 +650,13 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
       auto verdict = http::judge_range(status_, content_range_, content_length_,
                                        {offset_, length_, mode_ == Mode::probe}, block_size);
       if (auto* why = std::get_if<std::string>(&verdict)) {
-        return fail_with(ExitCode::io, std::move(*why), false);
+        // A 200 to the first request says that the server ignores ranges, which asking again
+        // does not change; any other answer than the range asked is a protocol error.
+        const bool ignores_ranges = status_ == 200 && mode_ == Mode::probe;
+        return fail_with(ExitCode::io, std::move(*why), !ignores_ranges, false, !ignores_ranges);
       }
       const auto& answer = std::get<http::RangeAnswer>(verdict);
-      if (mode_ != Mode::probe && answer.total != o.size) {
+      if (!opening() && answer.total != o.size) {
         return fail_with(ExitCode::io,
                          fmt::format("its size is now {} bytes, not {}: it changed on the "
                                      "server since it was opened",
@@ -551,11 +666,10 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
       total_ = answer.total;
       wanted_ = answer.take;
       declared_ = answer.declared;
-      // A retry after a cut asks again only for what was not taken (resume_after_ready_blocks).
       if (mode_ == Mode::probe) length_ = wanted_;
       etag_ = response_etag_;
       last_modified_ = response_last_modified_;
-      if (mode_ != Mode::probe) {
+      if (!opening()) {
         if (auto why = identity_broken()) return fail_with(ExitCode::io, *why, false, true);
       }
       accepted_ = true;
@@ -569,8 +683,7 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
       accepted_ = true;
       return;
     }
-    if (mode_ != Mode::probe &&
-        (status_ == 404 || status_ == 410 || status_ == 412 || status_ == 416)) {
+    if (!opening() && (status_ == 404 || status_ == 410 || status_ == 412 || status_ == 416)) {
       return fail_with(
           ExitCode::io,
           fmt::format("it changed on the server since it was opened (HTTP {})", status_), false,
@@ -630,11 +743,28 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
       return {ExitCode::io, fmt::format("HTTP {}", status_), false};
     }
     if (result == CURLE_OK) {
-      return {ExitCode::unreachable,
-              fmt::format("the answer was cut after {} of {} bytes", received_, wanted_), true};
+      // Its Content-Length said less than its Content-Range.
+      return {
+          ExitCode::io,
+          fmt::format("the answer ended after {} of the {} bytes it declared", received_, wanted_),
+          true, false, true};
     }
     std::string what = error_buffer_[0] != '\0' ? error_buffer_ : curl().easy_strerror(result);
     what = object_->scrub(what);
+    if (result == CURLE_PARTIAL_FILE) {
+      return {ExitCode::unreachable,
+              fmt::format("the answer ended after {} of the {} bytes it declared ({})", received_,
+                          declared_, what),
+              true, false, true};
+    }
+    // Where an answer should begin, bytes that are not one ("Received HTTP/0.9 when not
+    // allowed": what an earlier answer sent past its end, on a connection kept for reuse).
+    // A redirect to a protocol other than HTTP(S) is refused with the same code, after a 3xx.
+    if (result == CURLE_WEIRD_SERVER_REPLY ||
+        (result == CURLE_UNSUPPORTED_PROTOCOL && (status_ < 300 || status_ >= 400))) {
+      return {ExitCode::io, fmt::format("the server's answer is not HTTP ({})", what), true, false,
+              true};
+    }
     switch (result) {
       case CURLE_PEER_FAILED_VERIFICATION:
       case CURLE_SSL_CACERT_BADFILE:
@@ -658,17 +788,6 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
       default:
         return {ExitCode::unreachable, what, true};
     }
-  }
-
-  // A retry of a read asks only for what is not there yet: from its first block not ready.
-  void resume_after_ready_blocks() {
-    if (mode_ != Mode::read) return;
-    std::size_t k = static_cast<std::size_t>((offset_ - first_block_ * block_size) / block_size);
-    while (k < blocks_.size() && blocks_[k]->state() != Block::State::pending) ++k;
-    if (k == blocks_.size()) return;
-    const std::uint64_t end = offset_ + length_;
-    offset_ = (first_block_ + k) * block_size;
-    length_ = end - offset_;
   }
 
  public:
@@ -710,6 +829,10 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
         // A failure of the server's stays in the cache for failure_memory (RemoteSource::block());
         // a cancelled request's blocks are fetched again by the next read.
         if (cancelled) shared_.cache.erase(BlockKey{object_->id, first_block_ + k}, block.get());
+        // Another mount waiting for it fetches it itself.
+        if (shared_.disk && object_->disk_folder) {
+          shared_.disk->release(*object_->disk_folder, first_block_ + k);
+        }
       }
     }
     if (mode_ == Mode::validate) object_->validating = false;
@@ -739,8 +862,10 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
   std::uint64_t length_;
   unsigned max_attempts_;
   unsigned attempt_ = 0;
-  bool server_failed_ = false;  // an attempt failed in a way a retry may mend
-  std::string last_cause_;      // why the previous attempt failed
+  bool server_failed_ = false;     // an attempt failed in a way a retry may mend
+  unsigned protocol_errors_ = 0;   // answers discarded for their framing
+  bool fresh_connection_ = false;  // since the first of them, each attempt on a new connection
+  std::string last_cause_;         // why the previous attempt failed
   bool recovery_ = false;
   std::uint64_t first_block_ = 0;
   std::vector<std::shared_ptr<Block>> blocks_;
@@ -749,7 +874,8 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
   // The current attempt's response.
   int status_ = 0;
   bool accepted_ = false;
-  bool surplus_ = false;        // the answer held more than asked: cut after the bytes asked
+  bool cut_ = false;            // the answer held more than asked: cut after the bytes asked
+  bool not_needed_ = false;     // check: the object is of one block, nothing to check
   std::uint64_t wanted_ = 0;    // bytes taken from the body (judge_range())
   std::uint64_t declared_ = 0;  // bytes the body says it holds
   std::uint64_t received_ = 0;
@@ -774,6 +900,104 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
   bool done_ = false;
   std::optional<Failure> final_failure_;
 };
+
+// Fetches the new blocks [first, first + blocks.size()) of `object` in requests of
+// blocks_per_request, each ended at `deadline`; `recovery`: the one request that asks a failing
+// server again (RemoteShared::recovering).
+void fetch_blocks(RemoteShared& shared, const std::shared_ptr<Object>& object, std::uint64_t first,
+                  std::vector<std::shared_ptr<Block>> blocks, bool readahead,
+                  Clock::time_point deadline, bool recovery) {
+  for (std::size_t at = 0; at < blocks.size(); at += blocks_per_request) {
+    const std::size_t n = std::min<std::size_t>(blocks_per_request, blocks.size() - at);
+    std::vector<std::shared_ptr<Block>> part(blocks.begin() + at, blocks.begin() + at + n);
+    const std::uint64_t offset = (first + at) * block_size;
+    std::uint64_t length = 0;
+    for (const auto& b : part) length += b->length();
+    auto job = std::make_shared<RangeFetch>(shared, object, RangeFetch::Mode::read, offset, length,
+                                            ~0u, deadline);
+    job->set_blocks(first + at, std::move(part));
+    if (recovery) job->set_recovery();
+    if (readahead) {
+      shared.in_flight.fetch_add(length, std::memory_order_relaxed);
+      job->count_in_flight(length);
+    }
+    try {
+      shared.transport.submit(job);
+    } catch (const std::exception& e) {
+      job->abandon(e.what());  // no thread to fetch with: its blocks fail rather than wait
+    }
+  }
+}
+
+}  // namespace
+
+void RemoteShared::disk_waiter() {
+  std::unique_lock lock(wait_mutex);
+  while (!wait_stopping) {
+    if (waits.empty()) {
+      wait_wake.wait(lock, [&] { return wait_stopping || !waits.empty(); });
+      continue;
+    }
+    wait_wake.wait_for(lock, claim_poll);
+    if (wait_stopping) break;
+    std::vector<DiskWait> current;
+    current.swap(waits);
+    lock.unlock();
+    std::vector<DiskWait> still;
+    std::vector<DiskWait> ready;
+    const auto now = Clock::now();
+    for (DiskWait& w : current) {
+      const DiskCache::Folder& folder = *w.object->disk_folder;
+      if (now >= w.deadline) {
+        w.block->set_failed(
+            ExitCode::unreachable,
+            fmt::format("no answer from the server within {} s (bytes {}..{}, which another "
+                        "mount of the cache was fetching)",
+                        options.timeout.count() / 1000.0, w.index * block_size,
+                        w.index * block_size + w.block->length()));
+        cache.erase(BlockKey{w.object->id, w.index}, w.block.get());
+        continue;
+      }
+      const bool mine = disk->claim(folder, w.index) == DiskCache::Claim::mine;
+      if (!mine && now < w.give_up) {
+        still.push_back(std::move(w));
+        continue;
+      }
+      if (disk->load(folder, w.index, std::span<std::byte>(w.block->data(), w.block->length()))) {
+        if (mine) disk->release(folder, w.index);
+        w.block->set_ready();
+        continue;
+      }
+      ready.push_back(std::move(w));  // the claim (when mine) held until written or failed
+    }
+    fetch_waited(ready);
+    lock.lock();
+    for (DiskWait& w : still) waits.push_back(std::move(w));
+  }
+}
+
+void RemoteShared::fetch_waited(std::vector<DiskWait>& ready) {
+  std::sort(ready.begin(), ready.end(), [](const DiskWait& a, const DiskWait& b) {
+    return std::tie(a.object->id, a.index) < std::tie(b.object->id, b.index);
+  });
+  for (std::size_t i = 0; i < ready.size();) {
+    std::size_t j = i + 1;
+    while (j < ready.size() && ready[j].object == ready[i].object &&
+           ready[j].index == ready[j - 1].index + 1) {
+      ++j;
+    }
+    std::vector<std::shared_ptr<Block>> run;
+    Clock::time_point deadline = ready[i].deadline;
+    for (std::size_t k = i; k < j; ++k) {
+      run.push_back(ready[k].block);
+      deadline = std::min(deadline, ready[k].deadline);
+    }
+    fetch_blocks(*this, ready[i].object, ready[i].index, std::move(run), false, deadline, false);
+    i = j;
+  }
+}
+
+namespace {
 
 // Sequential-read detection per source: a few streams, each where a reader has read up to and
 // how far ahead of it blocks are fetched.
@@ -850,40 +1074,35 @@ class RemoteSource final : public ByteSource {
     }
     created = false;
     if (!is_new) return b;
-    if (shared_->disk && object_->disk_folder &&
-        shared_->disk->load(*object_->disk_folder, index,
-                            std::span<std::byte>(b->data(), b->length()))) {
-      b->set_ready();
-      return b;
+    if (shared_->disk && object_->disk_folder) {
+      DiskCache& disk = *shared_->disk;
+      const DiskCache::Folder& folder = *object_->disk_folder;
+      const std::span<std::byte> bytes(b->data(), b->length());
+      if (disk.load(folder, index, bytes)) {
+        b->set_ready();
+        return b;
+      }
+      if (disk.claim(folder, index) == DiskCache::Claim::theirs) {
+        // Another mount fetches it: waited for, and read from its file.
+        const auto now = Clock::now();
+        shared_->wait_for_disk({object_, index, b, now + shared_->options.timeout / 2,
+                                now + shared_->options.timeout});
+        return b;
+      }
+      // Claimed here; its file may have been written since it was looked for.
+      if (disk.load(folder, index, bytes)) {
+        disk.release(folder, index);
+        b->set_ready();
+        return b;
+      }
     }
-    created = true;
+    created = true;  // claimed, when there is a disk cache: released once written or failed
     return b;
   }
 
-  // Fetches the new blocks [first, first + blocks.size()) in requests of blocks_per_request,
-  // each ended at `deadline`; `recovery`: the one request that asks a failing server again.
   void fetch(std::uint64_t first, std::vector<std::shared_ptr<Block>> blocks, bool readahead,
              Clock::time_point deadline, bool recovery = false) const {
-    for (std::size_t at = 0; at < blocks.size(); at += blocks_per_request) {
-      const std::size_t n = std::min<std::size_t>(blocks_per_request, blocks.size() - at);
-      std::vector<std::shared_ptr<Block>> part(blocks.begin() + at, blocks.begin() + at + n);
-      const std::uint64_t offset = (first + at) * block_size;
-      std::uint64_t length = 0;
-      for (const auto& b : part) length += b->length();
-      auto job = std::make_shared<RangeFetch>(*shared_, object_, RangeFetch::Mode::read, offset,
-                                              length, ~0u, deadline);
-      job->set_blocks(first + at, std::move(part));
-      if (recovery) job->set_recovery();
-      if (readahead) {
-        shared_->in_flight.fetch_add(length, std::memory_order_relaxed);
-        job->count_in_flight(length);
-      }
-      try {
-        shared_->transport.submit(job);
-      } catch (const std::exception& e) {
-        job->abandon(e.what());  // no thread to fetch with: its blocks fail rather than wait
-      }
-    }
+    fetch_blocks(*shared_, object_, first, std::move(blocks), readahead, deadline, recovery);
   }
 
   // New blocks that no request will fill (the server is taken as failing): failed, so that a
@@ -894,6 +1113,9 @@ class RemoteSource final : public ByteSource {
     for (std::size_t k = 0; k < blocks.size(); ++k) {
       blocks[k]->set_failed(why.code(), why.what());
       shared_->cache.erase(BlockKey{object_->id, first + k}, blocks[k].get());
+      if (shared_->disk && object_->disk_folder) {
+        shared_->disk->release(*object_->disk_folder, first + k);
+      }
     }
   }
 
@@ -1079,6 +1301,36 @@ class RemoteSource final : public ByteSource {
   mutable std::uint64_t tick_ = 0;
 };
 
+// The range check (RemoteContext::open), for an object of more than one block (a smaller one is
+// only ever asked for from byte 0): the check's bytes, asked alone, must be the probe's at the
+// same place, under the same identity. A server that answers a range not starting at 0 with
+// other bytes of the object (the plain dbstore RGW answers any range from byte 1024 on with the
+// object from byte 1024, and one starting below with its first 1024 bytes) is refused here,
+// before the format reads anything from it. Throws Error.
+void judge_range_check(RangeFetch& probe, RangeFetch& check,
+                       const std::optional<Failure>& failure) {
+  if (failure) {
+    throw Error(failure->code,
+                fmt::format("{} (asking for bytes {}-{}, to check that the server answers ranges "
+                            "that do not start at 0)",
+                            failure->message, range_check_first, range_check_end - 1));
+  }
+  if (check.total() != probe.total() || check.etag() != probe.etag() ||
+      check.last_modified() != probe.last_modified()) {
+    throw Error(ExitCode::io, "it changed on the server while it was opened");
+  }
+  const std::string& from_zero = probe.body();
+  if (from_zero.size() < range_check_end ||
+      check.body() != std::string_view(from_zero).substr(range_check_first,
+                                                         range_check_end - range_check_first)) {
+    throw Error(ExitCode::io,
+                fmt::format("the server answered a request for bytes {}-{} with other bytes than "
+                            "its answer from byte 0 holds there: it does not serve ranges that "
+                            "start elsewhere than at 0 right, and ckptfs reads objects by range",
+                            range_check_first, range_check_end - 1));
+  }
+}
+
 // Where an s3:// URL is fetched from, and how it is signed.
 void target_s3(const Url& url, const S3Settings& s3, Object& o) {
   const std::string& bucket = url.host;
@@ -1243,11 +1495,15 @@ RemoteContext::RemoteContext(RemoteOptions options, S3Settings s3) {
 RemoteContext::~RemoteContext() { quiesce(); }
 
 void RemoteContext::quiesce() noexcept {
+  shared_->stop_disk_waiter();
   shared_->transport.quiesce();
   shared_->stop_disk_writer();
 }
 
-void RemoteContext::cancel() noexcept { shared_->transport.close(); }
+void RemoteContext::cancel() noexcept {
+  shared_->transport.close();
+  shared_->stop_disk_waiter();  // the reads waiting for another mount's fetch fail now
+}
 
 std::unique_ptr<ByteSource> RemoteContext::open(const std::string& location) {
   using detail::Object;
@@ -1274,14 +1530,30 @@ std::unique_ptr<ByteSource> RemoteContext::open(const std::string& location) {
   }
   o.build_headers();
 
-  // The first block, unless a disk cache may have it: then one byte, for size and identity.
+  // The first block, unless a disk cache may have it: then its first bytes, for size, identity
+  // and the range check. Beside it, at once, the range check's bytes alone.
   const bool disk = shared_->disk != nullptr;
-  const std::uint64_t probe_length = disk ? 1 : detail::block_size;
-  auto probe =
-      std::make_shared<RangeFetch>(*shared_, object, RangeFetch::Mode::probe, 0, probe_length, 4,
-                                   detail::Clock::now() + shared_->options.timeout);
+  const std::uint64_t probe_length = disk ? detail::range_check_end : detail::block_size;
+  const auto deadline = detail::Clock::now() + shared_->options.timeout;
+  auto probe = std::make_shared<RangeFetch>(*shared_, object, RangeFetch::Mode::probe, 0,
+                                            probe_length, 4, deadline);
+  auto check = std::make_shared<RangeFetch>(
+      *shared_, object, RangeFetch::Mode::check, detail::range_check_first,
+      detail::range_check_end - detail::range_check_first, 4, deadline);
   shared_->transport.submit(probe);
-  if (auto failure = probe->wait()) throw Error(failure->code, failure->message);
+  try {
+    shared_->transport.submit(check);
+  } catch (...) {
+    check->abandon("no thread to fetch with");
+  }
+  if (auto failure = probe->wait()) {
+    check->cancelled = true;  // still in flight: ended now, its outcome unused
+    check->wait();
+    throw Error(failure->code, failure->message);
+  }
+  // Waited for before the object's headers change: its request uses them.
+  const auto check_failure = check->wait();
+  if (probe->total() > detail::block_size) detail::judge_range_check(*probe, *check, check_failure);
 
   o.size = probe->total();
   o.etag = probe->etag();

@@ -255,18 +255,20 @@ std::vector<std::optional<LocalFile>> local_files(Sources sources) {
   std::vector<std::optional<LocalFile>> out;
   out.reserve(sources.size());
   for (const ByteSource* source : sources) {
-    const auto* file = dynamic_cast<const FileSource*>(source);
-    if (file == nullptr) {
+    // A file the user named, or a member of a checkpoint's directory (a shard, a hub cache
+    // snapshot's link to its blob: its name is the link, which leads to this very file).
+    const FileIdentity* identity = source->local_file();
+    if (identity == nullptr) {
       out.emplace_back();
       continue;
     }
     std::error_code ec;
-    std::filesystem::path absolute = std::filesystem::absolute(file->path(), ec);
+    std::filesystem::path absolute = std::filesystem::absolute(source->name(), ec);
     if (ec) {
       out.emplace_back();  // no working directory to make it absolute against: not published
       continue;
     }
-    out.push_back(LocalFile{absolute.string(), file->identity()});
+    out.push_back(LocalFile{absolute.string(), *identity});
   }
   return out;
 }
@@ -321,6 +323,27 @@ void write_file_range(JsonWriter& j, const Model& c, const ServedTensor& served,
   j.end_object();
 }
 
+void write_key_path(JsonWriter& j, const Entry& e) {
+  if (e.key_path.empty()) return;
+  j.key("key_path").raw(e.key_path);
+  if (e.containers.empty()) return;
+  j.key("containers").begin_array();
+  for (const char code : e.containers) {
+    const auto kind = container_from_code(code);
+    j.string(kind ? container_name(*kind) : "object");
+  }
+  j.end_array();
+}
+
+void write_root(JsonWriter& j, const Model& c) {
+  j.key("root");
+  if (c.root) {
+    j.string(container_name(*c.root));
+  } else {
+    j.null();
+  }
+}
+
 std::string tensor_meta_json(const Model& c, std::size_t entry_index, const SharingIndex& sharing,
                              std::optional<DType> convert_to) {
   std::string out;
@@ -328,7 +351,7 @@ std::string tensor_meta_json(const Model& c, std::size_t entry_index, const Shar
   JsonWriter j(out);
   const Entry& e = c.entries[entry_index];
   j.begin_object().key("key").string(e.key);
-  if (!e.key_path.empty()) j.key("key_path").raw(e.key_path);
+  write_key_path(j, e);
   write_tensor_fields(j, c, entry_index, sharing, convert_to);
   j.end_object();
   out += '\n';
@@ -343,11 +366,12 @@ std::string model_json(const Model& c) {
   j.key("format").string(format_name(c.format));
   j.key("byteorder").string(c.byteorder());
   write_sources_and_metadata(j, c);
+  write_root(j, c);
   j.key("entries").begin_array();
   for (std::size_t i = 0; i < c.entries.size(); ++i) {
     const Entry& e = c.entries[i];
     j.begin_object().key("key").string(e.key);
-    if (!e.key_path.empty()) j.key("key_path").raw(e.key_path);
+    write_key_path(j, e);
     if (e.kind == Entry::Kind::tensor) {
       j.key("kind").string("tensor");
       write_tensor_fields(j, c, i, sharing);

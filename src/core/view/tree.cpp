@@ -627,6 +627,7 @@ void Tree::write_index_json(std::string& out, Flush flush) const {
   j.key("values").number(std::uint64_t{model_.entries.size() - tensors});
   j.key("total_bytes").raw(decimal(total_bytes));
   write_sources_and_metadata(j, model_);
+  write_root(j, model_);
   write_source_files(j, options_.local_files);
   write_exports(j);
   if (out.size() > flush_at) flush();
@@ -635,7 +636,7 @@ void Tree::write_index_json(std::string& out, Flush flush) const {
     const Entry& e = model_.entries[i];
     j.begin_object();
     j.key("key").string(e.key);
-    if (!e.key_path.empty()) j.key("key_path").raw(e.key_path);
+    write_key_path(j, e);
     j.key("path");
     if (options_.layout == Layout::split) {
       j.string(entry_name(i));

@@ -9,6 +9,14 @@ safetensors (0.8), against those libraries' reading of what was packed.
         the source's tensors and values it lacks in "tensors_left_out", "values_left_out"
     check_safetensors(out, source, kind, dtype=None, weights_only=True)
         safe_open and load_file of OUT: the source's tensors of the dtypes safetensors has
+    check_nested(out, reference, weights_only=True, derive=True, attributes=True)
+        torch.load(OUT, weights_only=True), and with mmap=True: what torch.load of REFERENCE
+        gives, as pack rebuilds it (ckptfs_reference.packed_nesting; with derive=False exactly
+        that, as for dcp_to_torch_save's file of a DCP checkpoint): the type of every container,
+        keys of every type in order, attributes, tensors (dtype, layout, bytes), values of their
+        types, and tensors that share a storage in REFERENCE share one in OUT; without
+        `attributes`, OrderedDicts' attributes are not compared (a split directory's JSON does
+        not hold them)
 
 `kind` says what SOURCE is: "torch" (a checkpoint torch.load reads) or "safetensors" (a file
 or set safe_open reads). Each returns {"tensors", "problems", "value_types", ...}.
@@ -85,6 +93,34 @@ def check_torch(out, source, kind, dtype=None, weights_only=True):
                 ptrs = {got[k].untyped_storage().data_ptr() for k in keys_of_one}
                 if len(keys_of_one) > 1 and len(ptrs) != 1:
                     report.problem(f"{how}: {sorted(keys_of_one)} shared a storage, no more")
+    return report.result()
+
+
+def check_nested(out, reference, weights_only=True, derive=True, attributes=True):
+    report = Report()
+    want = torch.load(reference, map_location="cpu", weights_only=weights_only)
+    if derive:
+        want = ref.packed_nesting(want)
+    for mmap in (False, True):
+        how = "torch.load(mmap=True)" if mmap else "torch.load"
+        try:
+            got = torch.load(out, map_location="cpu", weights_only=True, mmap=mmap)
+        except Exception as e:  # noqa: BLE001: what torch refuses is the finding
+            report.problem(f"{how}: {type(e).__name__}: {str(e)[:300]}")
+            continue
+        pairs = []
+        why = ref.nesting_difference(got, want, tensors=pairs, attributes=attributes)
+        if why:
+            report.problem(f"{how}: {why}")
+            continue
+        report.counts["tensors"] += len(pairs)
+        storages = collections.defaultdict(set)
+        for g, w in pairs:
+            if not w.is_quantized:
+                storages[ref.storage_of(w)[0]].add(g.untyped_storage().data_ptr())
+        for ptrs in storages.values():
+            if len(ptrs) != 1:
+                report.problem(f"{how}: tensors that shared a storage share one no more")
     return report.result()
 
 

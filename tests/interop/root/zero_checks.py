@@ -171,6 +171,8 @@ def check_pack(path, script, pth, st, dtype=None):
     want = collections.OrderedDict(expected_entries(path, script, dtype))
     for mmap in (False, True):
         got = torch.load(pth, map_location="cpu", weights_only=True, mmap=mmap)
+        if type(got) is not collections.OrderedDict:  # what zero_to_fp32 returns, flat
+            report.problem(f"{pth} (mmap={mmap}): a {type(got).__name__}, not an OrderedDict")
         if list(got) != list(want):
             report.problem(f"{pth} (mmap={mmap}): keys {list(got)}, expected {list(want)}")
         for key, v in want.items():

@@ -28,7 +28,8 @@ struct NpzLimits {
 struct DeflatedMember {
   std::uint64_t offset = 0;  // of its compressed bytes in the .npz
   std::uint64_t compressed_size = 0;
-  std::uint64_t size = 0;  // inflated
+  std::uint64_t size = 0;   // inflated
+  std::uint32_t crc32 = 0;  // of the inflated bytes, as the zip records it
 };
 
 // Whether the source is a zip whose first member is named *.npy (what numpy.savez writes).
@@ -48,6 +49,9 @@ bool looks_like_npz(const ByteSource& source);
 //     array as above, in a source of its own: Model::sources[1 + i] ("<source_name>/<member>")
 //     for (*deflated)[i], which the caller opens; without, a broken tensor saying so (inspect
 //     shows its dtype and shape).
+// A stored member's storage has its record_check (its CRC-32 checked as it is read, numpy's
+// "Bad CRC-32"); a deflated member's InflatedSource checks its CRC-32 (DeflatedMember::crc32).
+// A shape whose size overflows is a broken tensor (size_problem()).
 // Throws what ZipArchive throws for an invalid zip (Error(bad_zip)), and Error(bad_checkpoint)
 // for a stored member whose .npy header is invalid (read_npy_header()), naming the member;
 // Error(unsupported) past limits.max_keys_json_bytes. The file is named for what it is when it

@@ -5,6 +5,7 @@
 #include <ckptfs/format/read_limits.hpp>
 #include <ckptfs/format/torch/torch_interpreter.hpp>
 
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -34,6 +35,16 @@ struct FlattenOptions {
   std::string root_part;
 };
 
+struct Flattened {
+  std::vector<Entry> entries;
+  // What holds the entries without a key path (Model::root): the root's container kind when it
+  // is walked (ContainerKind::object below a root part), none when the root is one entry.
+  std::optional<ContainerKind> root = ContainerKind::ordered_dict;
+  // The BUILD states of the OrderedDicts walked that have one and hold plain data (Model::
+  // container_states).
+  std::vector<ContainerState> container_states;
+};
+
 // Walks the root: a dict, list, tuple, set, object (its state, items, args) or composite that
 // holds at least one tensor somewhere below is walked, each child keyed `parent + "." + child`
 // (dict keys as key_text(), indices in decimal, object parts by their state's keys, "__state__"
@@ -46,12 +57,14 @@ struct FlattenOptions {
 // is the pickle's.
 // Keys of one dict that Python finds equal are merged as Python would (the first position, the
 // last value); keys that merely have the same text (1 and "1"; "a.b" beside "a" -> "b") all
-// stay, and their entries get Entry::key_path, as do entries with a key part that is not a str.
-// `options` change this as they say. Entry::tensor indexes interpretation.tensors.
+// stay. Entry::key_path and Entry::containers say the Python keys and their containers along
+// the way for every entry but one str key of the root whose text no other entry has ("[]" for
+// a root that is one entry). `options` change this as they say. Entry::tensor indexes
+// interpretation.tensors.
 // Throws Error(bad_checkpoint) past limits.max_entries entries or when the keys and values
 // together pass limits.max_flattened_bytes (or 64 bytes per pickle object, if more): the only
 // bound on a key's length. Both bounds hold per call.
-std::vector<Entry> flatten(const pickle::Graph& graph, const Interpretation& interpretation,
-                           const ReadLimits& limits, const FlattenOptions& options = {});
+Flattened flatten(const pickle::Graph& graph, const Interpretation& interpretation,
+                  const ReadLimits& limits, const FlattenOptions& options = {});
 
 }  // namespace ckptfs

@@ -36,9 +36,35 @@
 
 namespace ckptfs::pickle {
 
+class Writer;
+
 // A memo slot, for get(). CPython numbers them 0, 1, 2... in the order it memoizes objects.
 using MemoSlot = std::uint32_t;
 inline constexpr MemoSlot no_slot = std::numeric_limits<MemoSlot>::max();
+
+// Where the opcodes between the items of a list or dict go, for items written one by one: what
+// appends(), setitems() and iterated_setitems() do around each item, as a state of its own.
+//
+//   Batches b(Batches::Style::setitems, n);
+//   for (i = 0; i < n; ++i) { b.before_item(w); write key i; write value i; b.after_item(w); }
+//   b.finish(w);
+class Batches {
+ public:
+  enum class Style : std::uint8_t { appends, setitems, iterated_setitems };
+  Batches(Style style, std::size_t count) : style_(style), count_(count) {}
+
+  void before_item(Writer& w);
+  void after_item(Writer& w);
+  void finish(Writer& w);  // after the last item (and for none)
+
+ private:
+  // Whether the batch starting at item `start` is written MARK ... SETITEMS (or APPENDS).
+  bool marked(std::size_t start) const noexcept;
+
+  Style style_;
+  std::size_t count_;
+  std::size_t next_ = 0;  // items written
+};
 
 class Writer {
  public:
@@ -107,6 +133,20 @@ class Writer {
   void setitems(std::size_t count, Item&& item);
   template <class Item>
   void iterated_setitems(std::size_t count, Item&& item);
+  // The same containers opened and closed around items written one by one, for a writer that
+  // walks a nesting with a stack of its own instead of callbacks (pack's): each begin_ writes
+  // what comes before the items, each end_ what comes after them, and Batches (below) what
+  // comes between items. The helpers above are made of these.
+  MemoSlot begin_dict();                  // EMPTY_DICT, put()
+  MemoSlot begin_list();                  // EMPTY_LIST, put()
+  MemoSlot begin_ordered_dict();          // global(), EMPTY_TUPLE, REDUCE, put()
+  void begin_tuple(std::size_t count);    // MARK beyond 3 items
+  MemoSlot end_tuple(std::size_t count);  // TUPLE1/2/3 or TUPLE, put(); () (no slot) for none
+  // set(list) or frozenset(list), as write_value() writes them: global(), then begin_list();
+  // end_set() closes the list's tuple and calls it.
+  void begin_set(bool frozen);
+  void end_set();
+
   // A tuple of ints (a size or a stride).
   MemoSlot int_tuple(std::span<const std::int64_t> values);
   // torch.Size(values): GLOBAL torch Size, ((values...),) REDUCE, put().
@@ -126,7 +166,9 @@ class Writer {
   void op(std::uint8_t code);
   void le(std::uint64_t value, int width);
   template <class Item>
-  void batch(std::size_t start, std::size_t n, Item& item);
+  void batch(Batches::Style style, std::size_t count, Item& item);
+
+  friend class Batches;
 
   std::string out_;
   MemoSlot next_slot_ = 0;
@@ -164,94 +206,56 @@ TorchVersion weights_only_since(const Value& value);
 
 template <class Item>
 MemoSlot Writer::tuple(std::size_t count, Item&& item) {
-  if (count == 0) {
-    op(')');  // EMPTY_TUPLE
-    return no_slot;
-  }
-  if (count > 3) mark();
+  begin_tuple(count);
   for (std::size_t i = 0; i < count; ++i) item(i);
-  static constexpr std::uint8_t small[] = {0, 0x85, 0x86, 0x87};  // TUPLE1, TUPLE2, TUPLE3
-  op(count <= 3 ? small[count] : std::uint8_t{'t'});
-  return put();
+  return end_tuple(count);
 }
 
 template <class Item>
 MemoSlot Writer::list(std::size_t count, Item&& item) {
-  op(']');  // EMPTY_LIST
-  const MemoSlot slot = put();
+  const MemoSlot slot = begin_list();
   appends(count, item);
   return slot;
 }
 
 template <class Item>
 MemoSlot Writer::dict(std::size_t count, Item&& item) {
-  op('}');  // EMPTY_DICT
-  const MemoSlot slot = put();
+  const MemoSlot slot = begin_dict();
   setitems(count, item);
   return slot;
 }
 
 template <class Item>
 MemoSlot Writer::ordered_dict(std::size_t count, Item&& item) {
-  global("collections", "OrderedDict");
-  op(')');
-  reduce();
-  const MemoSlot slot = put();
+  const MemoSlot slot = begin_ordered_dict();
   iterated_setitems(count, item);
   return slot;
 }
 
 template <class Item>
-void Writer::batch(std::size_t start, std::size_t n, Item& item) {
-  for (std::size_t i = start; i < start + n; ++i) item(i);
+void Writer::batch(Batches::Style style, std::size_t count, Item& item) {
+  Batches batches(style, count);
+  for (std::size_t i = 0; i < count; ++i) {
+    batches.before_item(*this);
+    item(i);
+    batches.after_item(*this);
+  }
+  batches.finish(*this);
 }
 
 template <class Item>
 void Writer::appends(std::size_t count, Item&& item) {
-  if (count == 1) {
-    item(0);
-    op('a');  // APPEND
-    return;
-  }
-  for (std::size_t start = 0; start < count; start += batch_size) {
-    mark();
-    batch(start, std::min(batch_size, count - start), item);
-    op('e');  // APPENDS
-  }
+  batch(Batches::Style::appends, count, item);
 }
 
 template <class Item>
 void Writer::setitems(std::size_t count, Item&& item) {
-  if (count == 0) return;
-  if (count == 1) {
-    item(0);
-    op('s');  // SETITEM
-    return;
-  }
-  std::size_t start = 0;
-  std::size_t n = 0;
-  do {
-    n = std::min(batch_size, count - start);
-    mark();
-    batch(start, n, item);
-    op('u');  // SETITEMS
-    start += n;
-  } while (n == batch_size);
+  batch(Batches::Style::setitems, count, item);
 }
 
 template <class Item>
 void Writer::iterated_setitems(std::size_t count, Item&& item) {
-  for (std::size_t start = 0; start < count; start += batch_size) {
-    const std::size_t n = std::min(batch_size, count - start);
-    if (n == 1) {
-      item(start);
-      op('s');  // SETITEM
-    } else {
-      mark();
-      batch(start, n, item);
-      op('u');  // SETITEMS
-    }
-  }
+  batch(Batches::Style::iterated_setitems, count, item);
 }
 
 }  // namespace ckptfs::pickle

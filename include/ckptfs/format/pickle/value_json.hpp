@@ -16,6 +16,9 @@ namespace ckptfs {
 // their repr() ("b'x\\xff'", "(1, 'a')", quotes and escapes as Python writes them).
 std::string key_text(const pickle::Graph& graph, pickle::NodeId id);
 
+// Python's repr() of a bytes object (b'x\\xff'): key_text() of a bytes key.
+std::string bytes_repr(std::string_view data);
+
 // A dict key as JSON for a key path (index.json's "key_path"): a str as a string, an int or an
 // integral big int as a number, true/false/null, a float as a number or {"__float__": "nan"},
 // bytes as {"__bytes__": "<hex>"}, a tuple as {"__tuple__": "<its repr>"}, anything else as

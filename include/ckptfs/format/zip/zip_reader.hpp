@@ -29,7 +29,7 @@ struct ZipEntry {
   std::uint64_t size = 0;             // uncompressed size (== compressed_size when stored)
   std::uint16_t method = 0;           // 0 = stored, 8 = deflate, ...
   std::uint16_t flags = 0;            // general purpose bits; bit 0 = encrypted
-  std::uint32_t crc32 = 0;            // as stored; never checked (torch writes 0 at times)
+  std::uint32_t crc32 = 0;            // as the central directory records it
 
   bool stored() const noexcept { return method == 0 && (flags & 1) == 0; }
 };
@@ -85,12 +85,20 @@ inline std::uint64_t payload_offset(const ByteSource& source, const ZipEntry& en
   return entry.data_offset != 0 ? entry.data_offset : locate_entry(source, entry);
 }
 
+// Reads stored `entry` whole (of a ZipArchive of `source`) and throws Error(bad_checkpoint)
+// ("record NAME: its N bytes do not match the CRC-32 its zip records ...: the file is corrupt")
+// when they do not match the CRC-32 its central directory records. A record whose CRC is 0 and
+// that is not empty is not checked (torch writes 0 when told not to compute CRCs). For records
+// read whole anyway (a pickle at mount).
+void check_record_crc(const ByteSource& source, const ZipEntry& entry);
+
 // A StorageLocator over records of a zip whose local headers were deferred: record i's offset is
 // located on first use and remembered. Keeps a reference to `source`, which must outlive it.
 class ZipLocator final : public StorageLocator {
  public:
   ZipLocator(const ByteSource& source, std::vector<ZipEntry> records);
   std::uint64_t data_offset(std::uint32_t index) const override;
+  std::optional<std::uint64_t> located(std::uint32_t index) const noexcept override;
 
  private:
   const ByteSource& source_;

@@ -69,9 +69,11 @@ class DcpReader {
     pickle::Graph graph = std::move(builder_).finish(root);
     interpretation_.tensor_of.assign(graph.size(), -1);
     for (const auto& [node, tensor] : marks_) interpretation_.tensor_of[node] = tensor;
-    std::vector<Entry> entries = flatten(graph, interpretation_, limits_);
-    model_.tensors = detail::used_tensors(entries, interpretation_.tensors);
-    model_.entries = std::move(entries);
+    // Nested as dcp_to_torch_save nests it: a dict at the root, dicts and lists below.
+    Flattened flat = flatten(graph, interpretation_, limits_);
+    model_.tensors = detail::used_tensors(flat.entries, interpretation_.tensors);
+    model_.entries = std::move(flat.entries);
+    model_.root = flat.root;
     model_.format = Format::dcp;
     return DcpModel{std::move(model_), std::move(sources_)};
   }
@@ -138,6 +140,7 @@ class DcpReader {
     for (Storage& s : zip.storages) {
       s.source = source_index;
       s.file_offset += item.offset;  // the window's offsets are the item's
+      if (s.record_check) s.record_check->header_offset += item.offset;
       model_.storages.push_back(std::move(s));
     }
     return zip;
@@ -152,7 +155,11 @@ class DcpReader {
     t.shape = entry.size;
     t.stride.assign(t.shape.size(), 1);
     for (std::size_t d = t.shape.size(); d-- > 1;) {
-      t.stride[d - 1] = t.stride[d] * std::max<std::int64_t>(t.shape[d], 1);
+      // 0 past int64: a shape size_problem() refuses.
+      if (__builtin_mul_overflow(t.stride[d], std::max<std::int64_t>(t.shape[d], 1),
+                                 &t.stride[d - 1])) {
+        t.stride[d - 1] = 0;
+      }
     }
     t.broken = entry.broken;
     if (t.broken.empty()) t.broken = size_problem(t);
@@ -161,22 +168,6 @@ class DcpReader {
     marks_.emplace_back(leaf, static_cast<std::int32_t>(interpretation_.tensors.size()));
     interpretation_.tensors.push_back(std::move(t));
     return leaf;
-  }
-
-  // Why a tensor of this shape cannot be served: a negative size, more bytes than a file holds.
-  static std::string size_problem(const Tensor& t) {
-    std::uint64_t numel = 1;
-    for (const std::int64_t d : t.shape) {
-      if (d < 0) return fmt::format("its size {} has a negative dimension", box_text(t.shape));
-      if (__builtin_mul_overflow(numel, static_cast<std::uint64_t>(d), &numel)) {
-        return fmt::format("its size {} overflows", box_text(t.shape));
-      }
-    }
-    std::uint64_t bytes = 0;
-    if (__builtin_mul_overflow(numel, t.element_size(), &bytes) || bytes > max_tensor_bytes) {
-      return fmt::format("its size {} is more bytes than a file can hold", box_text(t.shape));
-    }
-    return {};
   }
 
   void assemble(const DcpEntry& entry, Tensor& t) {

@@ -405,21 +405,21 @@ Tensor make_tensor(const TensorInfo& info_, std::uint64_t& stored, const GgufLim
     throw Error(ExitCode::bad_checkpoint, fmt::format("{} has {} dimensions, more than GGML's {}",
                                                       where, info_.ne.size(), limits.max_dims));
   }
-  std::uint64_t numel = 1;
-  for (auto it = info_.ne.rbegin(); it != info_.ne.rend(); ++it) {
-    constexpr auto int64_max = static_cast<std::uint64_t>(INT64_MAX);
-    if (*it > int64_max || __builtin_mul_overflow(numel, *it, &numel)) {
-      throw Error(ExitCode::bad_checkpoint,
-                  fmt::format("{}: ne {} has more elements than 64 bits count", where,
-                              fmt::join(info_.ne, ", ")));
-    }
-    t.shape.push_back(static_cast<std::int64_t>(*it));
+  const std::vector<std::uint64_t> dims(info_.ne.rbegin(), info_.ne.rend());  // outermost first
+  const auto count = element_count(dims);
+  if (!count || std::ranges::any_of(dims, [](std::uint64_t d) { return d > INT64_MAX; })) {
+    throw Error(ExitCode::bad_checkpoint,
+                fmt::format("{}: ne {} has more elements than 64 bits count", where,
+                            fmt::join(info_.ne, ", ")));
   }
+  const std::uint64_t numel = *count;
+  t.shape.assign(dims.begin(), dims.end());
   t.stride.resize(t.shape.size());
   std::int64_t step = 1;
   for (std::size_t i = t.shape.size(); i-- > 0;) {
     t.stride[i] = step;
-    step *= std::max<std::int64_t>(t.shape[i], 1);  // no overflow: numel did not
+    // 0 past int64: only a shape with a 0 in it (no element) gets there.
+    if (__builtin_mul_overflow(step, std::max<std::int64_t>(t.shape[i], 1), &step)) step = 0;
   }
   stored = 0;
   if (const auto plain = ggml_plain_type(info_.type)) {
@@ -441,9 +441,8 @@ Tensor make_tensor(const TensorInfo& info_, std::uint64_t& stored, const GgufLim
     return t;
   }
   // The values as served (float32 for blocks) must fit a file, as any tensor's.
-  std::uint64_t nbytes = 0;
-  if (__builtin_mul_overflow(numel, std::uint64_t{info(t.dtype).element_size}, &nbytes) ||
-      nbytes > max_tensor_bytes) {
+  const auto nbytes = checked_product(numel, info(t.dtype).element_size);
+  if (!nbytes || *nbytes > max_tensor_bytes) {
     throw Error(
         ExitCode::bad_checkpoint,
         fmt::format("{}: shape {} holds more bytes than a file can", where, shape_text(t.shape)));

@@ -47,6 +47,7 @@ std::string inflate_start(const ByteSource& source, const ZipEntry& entry, std::
 }
 
 // torch's strides of a C- or Fortran-ordered array (a size 0 counting as 1, as torch counts).
+// Past int64 (a shape size_problem() refuses) a stride is 0.
 std::vector<std::int64_t> strides_of(const std::vector<std::int64_t>& shape, bool fortran) {
   std::vector<std::int64_t> stride(shape.size());
   std::int64_t step = 1;
@@ -103,12 +104,9 @@ Model read_npz_members(const ByteSource& source, const std::string& source_name,
       t.stride = strides_of(h.shape, h.fortran_order);
       if (h.dtype) t.dtype = *h.dtype;
       t.broken = h.unsupported;
-      if (t.broken.empty() && (t.nbytes() == 0) != (t.numel() == 0)) {
-        t.broken = "a shape with more bytes than 64 bits count";
-      } else if (t.broken.empty() && t.nbytes() > max_tensor_bytes) {
-        t.broken = "a shape with more bytes than a file can hold";
-      } else if (t.broken.empty() && (member.stored() || deflated) &&
-                 t.nbytes() > member.size - std::min(member.size, h.size)) {
+      if (t.broken.empty()) t.broken = size_problem(t);
+      if (t.broken.empty() && (member.stored() || deflated) &&
+          t.nbytes() > member.size - std::min(member.size, h.size)) {
         t.broken = fmt::format(
             "the member holds {} bytes of data, but a {} array of shape {} "
             "needs {}",
@@ -118,6 +116,7 @@ Model read_npz_members(const ByteSource& source, const std::string& source_name,
       // numpy.load gives a member without the magic as its bytes.
       t.shape = {static_cast<std::int64_t>(std::min<std::uint64_t>(member.size, INT64_MAX))};
       t.stride = {1};
+      t.broken = size_problem(t);
     }
     if (t.broken.empty() && !member.stored() && !(deflated && deflated_members)) {
       t.broken = deflated ? "a deflated member (numpy.savez_compressed), read here without "
@@ -135,7 +134,7 @@ Model read_npz_members(const ByteSource& source, const std::string& source_name,
       if (deflated) {
         // Its own source: the member inflated, in which the array starts after its header.
         deflated_members->push_back(
-            {payload_offset(source, member), member.compressed_size, member.size});
+            {payload_offset(source, member), member.compressed_size, member.size, member.crc32});
         s.source = static_cast<std::uint32_t>(m.sources.size());
         s.file_offset = data_begin;
         m.sources.push_back(source_name + "/" + member.name);
@@ -143,6 +142,11 @@ Model read_npz_members(const ByteSource& source, const std::string& source_name,
       s.nbytes = t.nbytes();
       s.big_endian = is_npy(head) && read_npy_header(head, limits.max_dims).big_endian;
       s.record_crc32 = std::nullopt;  // the member's CRC covers its .npy header too
+      if (!deflated) {
+        // numpy (zipfile) checks every member's CRC, 0 or not.
+        s.record_check =
+            Storage::RecordCheck{member.crc32, data_begin, member.size, member.header_offset};
+      }
       t.storage = m.storages.size();
       m.storages.push_back(std::move(s));
     }

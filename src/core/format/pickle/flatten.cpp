@@ -53,23 +53,31 @@ class Flattener {
         value_nodes_left_(
             std::min<std::uint64_t>(limits.max_plain_value_nodes, g.size() + plain_value_slack)) {}
 
-  std::vector<Entry> run() {
+  Flattened run() {
+    Flattened out;
     NodeId root = resolve(g_.root());
-    if (root == no_node) return {};
+    if (root == no_node) return out;
     mark_nodes_holding_tensors();
     if (is_tensor(root)) {
       emit_tensor(synthetic(root_part_.empty() ? "tensor" : root_part_.c_str(), root));
+      out.root = std::nullopt;
     } else if (tensors_only_ && !has_tensor_[root]) {
       // nothing to list
     } else if (Kind k = g_.kind(root); ((k == Kind::dict || k == Kind::list || k == Kind::tuple) &&
                                         !limits_.root_is_one_entry) ||
                                        has_tensor_[root]) {
+      out.root = container_of(root);
       walk(root);
     } else {
       emit_value(synthetic(root_part_.empty() ? "value" : root_part_.c_str(), root));
+      out.root = std::nullopt;
     }
+    // Below a part ckptfs names, the checkpoint's root is one of its containers.
+    if (!root_part_.empty()) out.root = ContainerKind::object;
     add_key_paths_of_shared_texts();
-    return std::move(entries_);
+    out.entries = std::move(entries_);
+    out.container_states = std::move(states_);
+    return out;
   }
 
  private:
@@ -103,6 +111,29 @@ class Flattener {
         return c.name;
     }
     return {};
+  }
+
+  // What node `id` is as a container of the children the walk finds in it: what torch.load
+  // builds for it, or `object` for everything pack does not build (objects, the parts of a
+  // composite, children a plan gives).
+  ContainerKind container_of(NodeId id) const {
+    id = resolve(id);
+    if (in_.composites.contains(id)) return ContainerKind::object;
+    if (plan_ != nullptr && plan_->children.contains(id)) return ContainerKind::object;
+    switch (g_.kind(id)) {
+      case Kind::dict:
+        return g_.ordered(id) ? ContainerKind::ordered_dict : ContainerKind::dict;
+      case Kind::list:
+        return ContainerKind::list;
+      case Kind::tuple:
+        return ContainerKind::tuple;
+      case Kind::set:
+        return ContainerKind::set;
+      case Kind::frozenset:
+        return ContainerKind::frozenset;
+      default:
+        return ContainerKind::object;
+    }
   }
 
   // ---- children -------------------------------------------------------------------------
@@ -275,19 +306,23 @@ class Flattener {
     std::uint32_t end_kid;
     std::uint32_t next;      // the next child to look at, in [first_kid, end_kid]
     std::size_t key_length;  // path_ holds this node's key in its first key_length bytes
+    ContainerKind kind;      // container_of(node)
   };
 
   void push_frame(NodeId id) {
+    keep_state(id);
     Children kids;
     children(id, &kids, nullptr);
     if (g_.kind(id) == Kind::dict || g_.kind(id) == Kind::object) merge_equal_keys(kids);
     const auto first = static_cast<std::uint32_t>(kids_.size());
     kids_.insert(kids_.end(), kids.begin(), kids.end());
     on_path_[id] = true;
-    stack_.push_back({id, first, static_cast<std::uint32_t>(kids_.size()), first, path_.size()});
+    stack_.push_back({id, first, static_cast<std::uint32_t>(kids_.size()), first, path_.size(),
+                      container_of(id)});
   }
 
   void walk(NodeId root) {
+    root_kind_ = container_of(root);
     on_path_.assign(g_.size(), false);
     path_ = root_part_;  // the root's key: its children's keys start with it
     push_frame(root);
@@ -324,38 +359,72 @@ class Flattener {
     }
   }
 
+  // The BUILD state of an OrderedDict about to be walked (a state_dict()'s {"_metadata":
+  // ...}), when it is plain data, with the path that leads to it: what pack writes back.
+  void keep_state(NodeId id) {
+    if (!root_part_.empty() || container_of(id) != ContainerKind::ordered_dict) return;
+    const NodeId state = g_.build_state(id);
+    if (state == no_node || g_.kind(state) != Kind::dict) return;
+    auto value = plain_value(g_, state, value_nodes_left_);
+    if (!value) return;
+    ContainerState s;
+    s.key_path = "[";
+    bool all_str = true;
+    // The frames' current children lead here: every frame is the container of the next.
+    for (std::size_t i = 0; i < stack_.size(); ++i) {
+      if (i > 0) s.key_path += ',';
+      s.key_path += part_json(kids_[stack_[i].next - 1], all_str);
+      s.containers += container_code(stack_[i].kind);
+    }
+    s.key_path += ']';
+    s.containers += container_code(ContainerKind::ordered_dict);
+    charge(s.key_path.size() + s.containers.size());
+    s.state = std::make_shared<const PlainValue>(std::move(*value));
+    states_.push_back(std::move(s));
+  }
+
   // ---- entries --------------------------------------------------------------------------
 
+  // A child's part of a key path, as JSON; `all_str` becomes false unless it is a str key.
+  std::string part_json(const Child& c, bool& all_str) const {
+    if (c.part == Child::Part::key) {
+      all_str = all_str && g_.kind(c.key) == Kind::string;
+      return key_json(g_, c.key);
+    }
+    all_str = false;
+    if (c.part == Child::Part::index) return std::to_string(c.index);
+    std::string out = "{\"__part__\":";
+    append_json_string(out, c.name);
+    out += '}';
+    return out;
+  }
+
   // The key path of the entry being emitted, as compact JSON: each frame's current child, then
-  // `leaf`. `all_str`: whether every part is a str key (then the text alone may say it).
-  std::string key_path_json(const Child* leaf, bool& all_str) const {
+  // `leaf`; `containers` gets the kind of the container of each part (Entry::containers).
+  // `all_str`: whether it is one part, a str key (then the text alone may say it).
+  std::string key_path_json(const Child* leaf, bool& all_str, std::string& containers) const {
     std::string out = "[";
     all_str = true;
+    containers.clear();
     if (!root_part_.empty()) {
       all_str = false;
       out += "{\"__part__\":";
       append_json_string(out, root_part_);
       out += '}';
+      containers += container_code(ContainerKind::object);
     }
-    auto add = [&](const Child& c) {
+    auto add = [&](const Child& c, ContainerKind in) {
       if (out.size() > 1) out += ',';
-      if (c.part == Child::Part::key) {
-        all_str = all_str && g_.kind(c.key) == Kind::string;
-        out += key_json(g_, c.key);
-      } else if (c.part == Child::Part::index) {
-        all_str = false;
-        out += std::to_string(c.index);
-      } else {
-        all_str = false;
-        out += "{\"__part__\":";
-        append_json_string(out, c.name);
-        out += '}';
-      }
+      containers += container_code(in);
+      out += part_json(c, all_str);
     };
     // Each frame but the top one is below the child of the frame before it that led there. A
     // root entry (no frame) has no part of its own beyond the root part.
-    for (std::size_t i = 0; i + 1 < stack_.size(); ++i) add(kids_[stack_[i].next - 1]);
-    if (leaf && !(stack_.empty() && !root_part_.empty())) add(*leaf);
+    for (std::size_t i = 0; i + 1 < stack_.size(); ++i) {
+      add(kids_[stack_[i].next - 1], stack_[i].kind);
+    }
+    if (leaf && !stack_.empty()) add(*leaf, stack_.back().kind);
+    all_str = all_str && containers.size() == 1;
     out += ']';
     return out;
   }
@@ -375,15 +444,18 @@ class Flattener {
     // bytes): charged before the key path is written.
     charge(json_escaped_size(key));
     bool all_str = true;
-    std::string path = key_path_json(stack_.empty() ? nullptr : &leaf, all_str);
+    std::string containers;
+    std::string path = key_path_json(stack_.empty() ? nullptr : &leaf, all_str, containers);
     Entry& e = entries_.emplace_back();
     e.key = std::move(key);
     e.kind = kind;
-    // The key path is kept when the text does not say it (a part that is not a str); for the
-    // others it is kept aside until the end, in case another entry has the same text.
+    // The key path is kept when the text does not say it (a part that is not a str, or more or
+    // fewer parts than one); for the others it is kept aside until the end, in case another
+    // entry has the same text.
     if (!all_str) {
-      charge(path.size());
+      charge(path.size() + containers.size());
       e.key_path = std::move(path);
+      e.containers = std::move(containers);
     } else {
       pending_paths_.emplace_back(entries_.size() - 1, std::move(path));
     }
@@ -411,6 +483,7 @@ class Flattener {
     e.tensor = tensor;
     if (e.key_path.empty()) {
       e.key_path = std::move(pending_paths_.back().second);
+      e.containers = container_code(stack_.empty() ? ContainerKind::object : stack_.back().kind);
       pending_paths_.pop_back();
     }
     e.key_path.pop_back();  // the closing ']'
@@ -418,7 +491,8 @@ class Flattener {
     e.key_path += "{\"__part__\":";
     append_json_string(e.key_path, name);
     e.key_path += "}]";
-    charge(e.key_path.size());
+    e.containers += container_code(ContainerKind::object);  // the tensor holds its parts
+    charge(e.key_path.size() + e.containers.size());
   }
 
   void emit_value(const Child& leaf) {
@@ -441,7 +515,9 @@ class Flattener {
     for (auto& [index, path] : pending_paths_) {
       Entry& e = entries_[index];
       if (count[e.key] > 1) {
-        charge(path.size());
+        // One part, a str key of the root: the root's container.
+        e.containers = container_code(root_kind_);
+        charge(path.size() + e.containers.size());
         e.key_path = std::move(path);
       }
     }
@@ -478,13 +554,15 @@ class Flattener {
   std::vector<bool> on_path_;  // the nodes of stack_
   std::vector<Entry> entries_;
   std::vector<std::pair<std::size_t, std::string>> pending_paths_;  // str-only key paths
+  ContainerKind root_kind_ = ContainerKind::dict;                   // of the root walked
+  std::vector<ContainerState> states_;
   std::uint64_t flattened_bytes_ = 0;
 };
 
 }  // namespace
 
-std::vector<Entry> flatten(const pickle::Graph& graph, const Interpretation& interpretation,
-                           const ReadLimits& limits, const FlattenOptions& options) {
+Flattened flatten(const pickle::Graph& graph, const Interpretation& interpretation,
+                  const ReadLimits& limits, const FlattenOptions& options) {
   return Flattener(graph, interpretation, limits, options).run();
 }
 

@@ -204,6 +204,48 @@ MemoSlot Writer::torch_size(std::span<const std::int64_t> values) {
   return put();
 }
 
+MemoSlot Writer::begin_dict() {
+  op('}');  // EMPTY_DICT
+  return put();
+}
+
+MemoSlot Writer::begin_list() {
+  op(']');  // EMPTY_LIST
+  return put();
+}
+
+MemoSlot Writer::begin_ordered_dict() {
+  global("collections", "OrderedDict");
+  op(')');  // EMPTY_TUPLE: OrderedDict()
+  reduce();
+  return put();
+}
+
+void Writer::begin_tuple(std::size_t count) {
+  if (count > 3) mark();
+}
+
+MemoSlot Writer::end_tuple(std::size_t count) {
+  if (count == 0) {
+    op(')');  // EMPTY_TUPLE
+    return no_slot;
+  }
+  static constexpr std::uint8_t small[] = {0, 0x85, 0x86, 0x87};  // TUPLE1, TUPLE2, TUPLE3
+  op(count <= 3 ? small[count] : std::uint8_t{'t'});
+  return put();
+}
+
+void Writer::begin_set(bool frozen) {
+  global("__builtin__", frozen ? "frozenset" : "set");
+  begin_list();  // the one argument, in a tuple of one: (list,)
+}
+
+void Writer::end_set() {
+  end_tuple(1);
+  reduce();
+  put();
+}
+
 void Writer::mark() { op('('); }
 void Writer::reduce() { op('R'); }
 void Writer::build() { op('b'); }
@@ -212,6 +254,38 @@ void Writer::binpersid() { op('Q'); }
 std::string Writer::finish() && {
   op('.');  // STOP
   return std::move(out_);
+}
+
+// CPython's batching (see appends(), setitems(), iterated_setitems()): batches of batch_size
+// items; one item alone is APPEND or SETITEM without a MARK (appends() and setitems(): only when
+// it is the whole container; iterated_setitems(): any last batch of one), and setitems() ends a
+// container whose last batch is full with an empty MARK SETITEMS.
+bool Batches::marked(std::size_t start) const noexcept {
+  const std::size_t n = std::min(Writer::batch_size, count_ - start);
+  if (style_ == Style::iterated_setitems) return n != 1;
+  return count_ != 1;
+}
+
+void Batches::before_item(Writer& w) {
+  if (next_ % Writer::batch_size == 0 && marked(next_)) w.mark();
+}
+
+void Batches::after_item(Writer& w) {
+  const std::size_t start = next_ - next_ % Writer::batch_size;
+  ++next_;
+  if (next_ % Writer::batch_size != 0 && next_ != count_) return;  // inside a batch
+  if (style_ == Style::appends) {
+    w.op(marked(start) ? 'e' : 'a');  // APPENDS, APPEND
+  } else {
+    w.op(marked(start) ? 'u' : 's');  // SETITEMS, SETITEM
+  }
+}
+
+void Batches::finish(Writer& w) {
+  if (style_ == Style::setitems && count_ > 1 && count_ % Writer::batch_size == 0) {
+    w.mark();
+    w.op('u');  // the empty batch after a full one
+  }
 }
 
 namespace {

@@ -574,6 +574,12 @@ std::string python_text(const Graph& g, NodeId root, bool top) {
 
 std::string key_text(const Graph& g, NodeId id) { return python_text(g, id, true); }
 
+std::string bytes_repr(std::string_view data) {
+  std::string out;
+  append_repr(out, data, true);
+  return out;
+}
+
 std::string key_json(const Graph& g, NodeId id) {
   std::string out;
   switch (g.kind(id)) {

@@ -3,6 +3,7 @@
 // every number and extent, and the Model of one storage per tensor.
 #include <ckptfs/base/error.hpp>
 #include <ckptfs/base/json_reader.hpp>
+#include <ckptfs/base/numbers.hpp>
 #include <ckptfs/format/impostor.hpp>
 #include <ckptfs/format/safetensors/safetensors_reader.hpp>
 
@@ -179,26 +180,24 @@ std::string shape_text(const std::vector<std::uint64_t>& shape) {
 // The library's checks of one tensor: elements and bits without overflow, whole bytes, and a
 // length of exactly that many bytes.
 void check_size(Described& d) {
-  std::uint64_t numel = 1;
-  for (auto n : d.shape) {
-    if (__builtin_mul_overflow(numel, n, &numel)) {
-      throw Error(ExitCode::bad_checkpoint,
-                  fmt::format("tensor {}: shape {} has more elements than 64 bits count",
-                              quote(d.name), shape_text(d.shape)));
-    }
+  const auto numel = element_count(d.shape);
+  if (!numel) {
+    throw Error(ExitCode::bad_checkpoint,
+                fmt::format("tensor {}: shape {} has more elements than 64 bits count",
+                            quote(d.name), shape_text(d.shape)));
   }
-  std::uint64_t bits = 0;
-  if (__builtin_mul_overflow(numel, d.dtype->bits, &bits)) {
+  const auto bits = checked_product(*numel, d.dtype->bits);
+  if (!bits) {
     throw Error(ExitCode::bad_checkpoint,
                 fmt::format("tensor {}: shape {} of {} has more bits than 64 bits count",
                             quote(d.name), shape_text(d.shape), d.dtype->name));
   }
-  if (bits % 8 != 0) {
+  if (*bits % 8 != 0) {
     throw Error(ExitCode::bad_checkpoint,
                 fmt::format("tensor {}: {} elements of {} bits do not fill whole bytes",
-                            quote(d.name), numel, d.dtype->bits));
+                            quote(d.name), *numel, d.dtype->bits));
   }
-  d.nbytes = bits / 8;
+  d.nbytes = *bits / 8;
   if (d.end < d.begin) {
     throw Error(ExitCode::bad_checkpoint,
                 fmt::format("tensor {}: data_offsets [{}, {}] end before they begin", quote(d.name),

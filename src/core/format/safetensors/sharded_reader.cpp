@@ -260,7 +260,11 @@ Model combine_shards(const ShardIndex& index, std::vector<Model> shard_models) {
       e.kind = Entry::Kind::tensor;
       e.tensor = m.tensors.size() - 1;
     }
+    // One key of the set's flat state dict (the index's weight_map), whatever the shard's
+    // own nesting.
     e.key = key;
+    e.key_path.clear();
+    e.containers.clear();
     m.entries.push_back(std::move(e));
   }
   keep_used_only(m);

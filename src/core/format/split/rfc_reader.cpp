@@ -117,7 +117,7 @@ DirectoryModel read_rfc_directory(const std::string& directory, const ReadLimits
     auto source = naming(file, [&] { return std::make_unique<DirectoryFileSource>(dir, file); });
     Model part = naming(file, [&] { return read_torch(*source, file, one_entry); });
     const bool root_ok =
-        !part.entries.empty() && part.entries[0].key_path.empty() &&
+        !part.entries.empty() && part.entries[0].key_path == "[]" &&
         (part.entries[0].kind == Entry::Kind::tensor ? part.entries[0].key == "tensor"
                                                      : part.entries[0].key == "value");
     const bool rest_ok = std::all_of(part.entries.begin() + (part.entries.empty() ? 0 : 1),
@@ -129,7 +129,9 @@ DirectoryModel read_rfc_directory(const std::string& directory, const ReadLimits
                               part.entries.empty() ? "none" : quote(part.entries[0].key)));
     }
     Entry entry = std::move(part.entries[0]);
-    entry.key = key;  // a copy: own_keys views the keys
+    entry.key = key;         // a copy: own_keys views the keys
+    entry.key_path.clear();  // one key of map.pt's flat list
+    entry.containers.clear();
     const std::size_t storage_base = m.storages.size();
     const std::size_t tensor_base = m.tensors.size();
     if (part.storages.empty()) {

@@ -6,6 +6,7 @@
 #include <ckptfs/base/json_reader.hpp>
 #include <ckptfs/base/json_writer.hpp>
 #include <ckptfs/base/names.hpp>
+#include <ckptfs/base/numbers.hpp>
 #include <ckptfs/base/text.hpp>
 #include <ckptfs/format/split/split_reader.hpp>
 #include <ckptfs/source/directory.hpp>
@@ -76,7 +77,9 @@ std::string read_small_file(const Directory& dir, const std::string& relative,
 // A key path as index.json and meta.json write it, read and written back compact: an array of
 // parts, each a string, number, boolean or null (a Python key), or an object of one string
 // member ({"__bytes__": "ff"}, {"__part__": "q_per_channel_scales"}...). null: no key path ("").
-std::string read_key_path(JsonReader& json) {
+// `parts` gets the number of parts.
+std::string read_key_path(JsonReader& json, std::size_t& parts) {
+  parts = 0;
   Token t = json.next();
   if (t == Token::null) return {};
   if (t != Token::begin_array) json.fail("key_path is not an array");
@@ -84,6 +87,7 @@ std::string read_key_path(JsonReader& json) {
   JsonWriter w(out, 0);
   w.begin_array();
   for (t = json.next(); t != Token::end_array; t = json.next()) {
+    ++parts;
     if (copy_json_scalar(json, t, w)) continue;
     switch (t) {
       case Token::begin_object: {
@@ -100,6 +104,32 @@ std::string read_key_path(JsonReader& json) {
   }
   w.end_array();
   return out;
+}
+
+// "containers" as index.json and meta.json write it: an array of container_name()s, one per part
+// of the key path, read into Entry::containers' codes. null: none ("").
+std::string read_containers(JsonReader& json) {
+  Token t = json.next();
+  if (t == Token::null) return {};
+  if (t != Token::begin_array) json.fail("containers is not an array");
+  std::string out;
+  for (t = json.next(); t != Token::end_array; t = json.next()) {
+    const auto kind = t == Token::string ? container_from_name(json.string()) : std::nullopt;
+    if (!kind) {
+      json.fail(
+          "a part of containers is not \"dict\", \"OrderedDict\", \"list\", "
+          "\"tuple\", \"set\", \"frozenset\" or \"object\"");
+    }
+    out += container_code(*kind);
+  }
+  return out;
+}
+
+// Containers given must say one container for each part of the key path.
+void check_containers(JsonReader& json, const std::string& containers, std::size_t parts) {
+  if (!containers.empty() && containers.size() != parts) {
+    json.fail(fmt::format("containers has {} parts, key_path {}", containers.size(), parts));
+  }
 }
 
 std::string read_string(JsonReader& json, std::string_view member) {
@@ -127,9 +157,15 @@ struct Indexed {
   std::size_t position = 0;
   std::string key;
   std::string key_path;
+  std::string containers;
   bool value = false;
 };
-using Index = std::map<std::string, Indexed, std::less<>>;  // by directory name
+
+struct Index {
+  std::map<std::string, Indexed, std::less<>> entries;  // by directory name
+  // "root": absent (an older mount's index.json), or what it says (null: one entry).
+  std::optional<std::optional<ContainerKind>> root;
+};
 
 // A directory name as index.json's "path" gives it: one component of the root.
 bool is_single_component(std::string_view name) {
@@ -186,6 +222,16 @@ Index read_index(const Directory& dir, const std::string& name, const SplitLimit
     if (json.next() != Token::begin_object) json.fail("not a JSON object");
     bool has_entries = false;
     for (Token t = json.next(); t != Token::end_object; t = json.next()) {
+      if (json.string() == "root") {
+        if (json.next() == Token::null) {
+          index.root.emplace(std::nullopt);
+        } else if (json.token() == Token::string && container_from_name(json.string())) {
+          index.root.emplace(container_from_name(json.string()));
+        } else {
+          json.fail("root is not null or a container's name");
+        }
+        continue;
+      }
       if (json.string() != "entries") {
         json.skip_value();
         continue;
@@ -194,12 +240,13 @@ Index read_index(const Directory& dir, const std::string& name, const SplitLimit
       if (json.next() != Token::begin_array) json.fail("entries is not an array");
       for (t = json.next(); t != Token::end_array; t = json.next()) {
         if (t != Token::begin_object) json.fail("an entry is not an object");
-        if (index.size() == limits.max_entries) {
+        if (index.entries.size() == limits.max_entries) {
           throw Error(ExitCode::unsupported,
                       fmt::format("more than {} entries", limits.max_entries));
         }
         std::optional<std::string> key, path, kind;
-        std::string key_path;
+        std::string key_path, containers;
+        std::size_t parts = 0;
         for (t = json.next(); t != Token::end_object; t = json.next()) {
           const std::string member(json.string());
           if (member == "key") {
@@ -209,19 +256,23 @@ Index read_index(const Directory& dir, const std::string& name, const SplitLimit
           } else if (member == "kind") {
             kind = read_string(json, "an entry's kind");
           } else if (member == "key_path") {
-            key_path = read_key_path(json);
+            key_path = read_key_path(json, parts);
+          } else if (member == "containers") {
+            containers = read_containers(json);
           } else {
             json.skip_value();
           }
         }
+        check_containers(json, containers, parts);
         if (!key || !path || !kind || (*kind != "tensor" && *kind != "value")) {
           json.fail("an entry without a key, a path, or a kind of \"tensor\" or \"value\"");
         }
         if (!is_single_component(*path)) {
           json.fail(fmt::format("entry path {} is not a name in the directory", quote(*path)));
         }
-        Indexed entry{index.size(), std::move(*key), std::move(key_path), *kind == "value"};
-        if (!index.emplace(std::move(*path), std::move(entry)).second) {
+        Indexed entry{index.entries.size(), std::move(*key), std::move(key_path),
+                      std::move(containers), *kind == "value"};
+        if (!index.entries.emplace(std::move(*path), std::move(entry)).second) {
           json.fail("two entries name one directory");
         }
       }
@@ -248,6 +299,7 @@ struct QuantizationFields {
 struct Meta {
   std::optional<std::string> key;
   std::string key_path;
+  std::string containers;
   std::optional<std::string> dtype;
   std::optional<std::vector<std::int64_t>> shape;
   std::optional<std::uint64_t> nbytes;
@@ -308,13 +360,16 @@ QuantizationFields read_quantization(JsonReader& json) {
 Meta parse_meta(std::string_view text, const SplitLimits& limits) {
   JsonReader json(text, own_json_limits(limits.max_depth));
   Meta m;
+  std::size_t parts = 0;
   if (json.next() != Token::begin_object) json.fail("not a JSON object");
   for (Token t = json.next(); t != Token::end_object; t = json.next()) {
     const std::string member(json.string());
     if (member == "key") {
       m.key = read_string(json, "key");
     } else if (member == "key_path") {
-      m.key_path = read_key_path(json);
+      m.key_path = read_key_path(json, parts);
+    } else if (member == "containers") {
+      m.containers = read_containers(json);
     } else if (member == "dtype") {
       m.dtype = read_string(json, "dtype");
     } else if (member == "shape") {
@@ -393,6 +448,7 @@ Meta parse_meta(std::string_view text, const SplitLimits& limits) {
     }
   }
   json.next();  // the end, or an error for what follows
+  check_containers(json, m.containers, parts);
   if (!m.key) throw Error(ExitCode::bad_checkpoint, "no \"key\"");
   if (!m.dtype) throw Error(ExitCode::bad_checkpoint, "no \"dtype\"");
   if (!m.shape) throw Error(ExitCode::bad_checkpoint, "no \"shape\"");
@@ -441,13 +497,9 @@ Tensor tensor_of(const Meta& m, QuantizationFields* per_channel) {
     t.dtype = DType::float32;
     t.blocks = *m.blocks;
     const BlockFormatInfo& b = info(t.blocks);
-    std::uint64_t numel = 1;
-    bool overflow = false;
-    for (const std::int64_t d : t.shape) {
-      overflow |= __builtin_mul_overflow(numel, static_cast<std::uint64_t>(d), &numel);
-    }
+    const bool overflow = !element_count(t.shape);
     const std::uint64_t row = t.shape.empty() ? 1 : static_cast<std::uint64_t>(t.shape.back());
-    if (overflow || numel > max_tensor_bytes / 4 || row % b.block_elements != 0 ||
+    if (!size_problem(t).empty() || row % b.block_elements != 0 ||
         t.stored_nbytes() != m.blocks_nbytes) {
       throw Error(ExitCode::bad_checkpoint,
                   fmt::format("ggml nbytes {}, but {} blocks of shape {} hold {}", m.blocks_nbytes,
@@ -457,20 +509,12 @@ Tensor tensor_of(const Meta& m, QuantizationFields* per_channel) {
     }
     return t;
   }
-  // numel x element size, checked: Tensor::nbytes() gives 0 on overflow, which an empty tensor
-  // gives too.
-  std::uint64_t numel = 1;
-  bool overflow = false;
-  for (const std::int64_t d : t.shape) {
-    overflow |= __builtin_mul_overflow(numel, static_cast<std::uint64_t>(d), &numel);
+  // numel x element size, checked (Tensor::nbytes() is 0 for a shape it refuses, as for an empty
+  // one).
+  if (const std::string why = size_problem(t); !why.empty()) {
+    throw Error(ExitCode::bad_checkpoint, fmt::format("a {} tensor: {}", info(t.dtype).name, why));
   }
-  std::uint64_t nbytes = 0;
-  overflow |= __builtin_mul_overflow(numel, std::uint64_t{t.element_size()}, &nbytes);
-  if (overflow || nbytes > max_tensor_bytes) {
-    throw Error(ExitCode::bad_checkpoint,
-                fmt::format("a {} tensor of shape {} holds more bytes than a file can",
-                            info(t.dtype).name, shape_text(t.shape)));
-  }
+  const std::uint64_t nbytes = t.nbytes();
   if (nbytes != *m.nbytes) {
     throw Error(ExitCode::bad_checkpoint,
                 fmt::format("nbytes {}, but a {} tensor of shape {} holds {}", *m.nbytes,
@@ -554,6 +598,19 @@ void link_quantization(std::vector<Found>& found, Model& m) {
   }
 }
 
+// What holds the entries without a key path: what index.json says; without it, the first
+// container of an entry that says its containers (all say the same of one checkpoint; pack
+// checks), none when an entry is the whole checkpoint (key path []), else an OrderedDict: a flat
+// checkpoint, or one copied from a mount that did not say containers.
+std::optional<ContainerKind> root_of(const Index& index, const std::vector<Entry>& entries) {
+  if (index.root) return *index.root;
+  for (const Entry& e : entries) {
+    if (e.key_path == "[]") return std::nullopt;
+    if (!e.containers.empty()) return container_from_code(e.containers[0]);
+  }
+  return ContainerKind::ordered_dict;
+}
+
 }  // namespace
 
 bool looks_like_split_directory(const std::string& directory) {
@@ -612,8 +669,8 @@ DirectoryModel read_split_directory(const std::string& directory, const SplitLim
     const std::string value_name = e.name + "/value.json";
     const bool is_tensor = dir->has(meta_name, FileKind::regular);
     const bool is_value = dir->has(value_name, FileKind::regular);
-    auto indexed = index.find(e.name);
-    const Indexed* in_index = indexed == index.end() ? nullptr : &indexed->second;
+    auto indexed = index.entries.find(e.name);
+    const Indexed* in_index = indexed == index.entries.end() ? nullptr : &indexed->second;
     if (is_tensor == is_value) {
       // Neither: perhaps because its meta.json or value.json is a link that leads out.
       for (const DirectoryEntry& inner : dir->list(e.name, limits.max_entries)) {
@@ -641,6 +698,7 @@ DirectoryModel read_split_directory(const std::string& directory, const SplitLim
           fail(ExitCode::bad_checkpoint, e.name, "index.json says it holds a tensor");
         f.entry.key = in_index->key;
         f.entry.key_path = in_index->key_path;
+        f.entry.containers = in_index->containers;
       } else if (auto key = key_of_name(e.name)) {
         f.entry.key = std::move(*key);
       } else {
@@ -655,7 +713,9 @@ DirectoryModel read_split_directory(const std::string& directory, const SplitLim
       QuantizationFields per_channel;
       Tensor t = naming(meta_name, [&] { return tensor_of(meta, &per_channel); });
       if (in_index &&
-          (in_index->value || in_index->key != *meta.key || in_index->key_path != meta.key_path)) {
+          (in_index->value || in_index->key != *meta.key || in_index->key_path != meta.key_path ||
+           (!in_index->containers.empty() && !meta.containers.empty() &&
+            in_index->containers != meta.containers))) {
         fail(ExitCode::bad_checkpoint, meta_name,
              fmt::format("key {}, but index.json says its directory holds {} {}", quote(*meta.key),
                          in_index->value ? "the value" : "the tensor", quote(in_index->key)));
@@ -685,6 +745,8 @@ DirectoryModel read_split_directory(const std::string& directory, const SplitLim
       f.entry.kind = Entry::Kind::tensor;
       f.entry.key = *meta.key;
       f.entry.key_path = meta.key_path;
+      f.entry.containers =
+          meta.containers.empty() && in_index ? in_index->containers : meta.containers;
       f.entry.tensor = m.tensors.size();
       m.tensors.push_back(std::move(t));
     }
@@ -709,8 +771,9 @@ DirectoryModel read_split_directory(const std::string& directory, const SplitLim
 
   // index.json's order for the directories it names, then the others by key.
   auto position = [&](const Found& f) {
-    auto it = index.find(f.directory);
-    return it == index.end() ? std::numeric_limits<std::size_t>::max() : it->second.position;
+    auto it = index.entries.find(f.directory);
+    return it == index.entries.end() ? std::numeric_limits<std::size_t>::max()
+                                     : it->second.position;
   };
   std::stable_sort(found.begin(), found.end(), [&](const Found& a, const Found& b) {
     const std::size_t pa = position(a), pb = position(b);
@@ -718,6 +781,7 @@ DirectoryModel read_split_directory(const std::string& directory, const SplitLim
   });
   m.entries.reserve(found.size());
   for (Found& f : found) m.entries.push_back(std::move(f.entry));
+  m.root = root_of(index, m.entries);
   return out;
 }
 

@@ -196,7 +196,10 @@ Model finish(Format format, bool big_endian, std::string source_name, pickle::Gr
   Model m;
   m.format = format;
   m.sources.push_back(std::move(source_name));
-  m.entries = flatten(graph, in, limits);
+  Flattened flat = flatten(graph, in, limits);
+  m.entries = std::move(flat.entries);
+  m.root = flat.root;
+  m.container_states = std::move(flat.container_states);
   m.tensors = used_tensors(m.entries, in.tensors);
   m.storages = used_storages(m.tensors, table.storages);
   for (Storage& s : m.storages) s.big_endian = big_endian;

@@ -37,6 +37,7 @@ bool read_byteorder(const ByteSource& source, const ZipArchive& zip, const std::
 pickle::ParseResult parse_record(const ByteSource& source, const ZipEntry& record,
                                  const pickle::Limits& limits) {
   stored_or_refuse(record);
+  check_record_crc(source, record);  // read whole: a corrupt pickle is refused, not parsed
   try {
     return pickle::parse(source, payload_offset(source, record), record.size, limits);
   } catch (const Error& e) {
@@ -65,6 +66,9 @@ StorageTable zip_storages(const ByteSource& source, const ZipArchive& zip,
         stored_or_refuse(*e);
         s.nbytes = e->size;
         s.record_crc32 = e->crc32;
+        if (e->crc32 != 0 || e->size == 0) {  // torch >= 2.6 writes 0 when it computes none
+          s.record_check = Storage::RecordCheck{e->crc32, 0, e->size, e->header_offset};
+        }
         if (e->data_offset == 0) {  // deferred: located by the storages' ZipLocator on first use
           s.locator_index = static_cast<std::uint32_t>(located_later.size());
           located_later.push_back(*e);
@@ -89,6 +93,7 @@ StorageTable zip_storages(const ByteSource& source, const ZipArchive& zip,
 void bind_tensors(std::vector<Tensor>& tensors, const std::vector<StorageRef>& refs,
                   const StorageTable& table) {
   for (auto& t : tensors) {
+    if (t.broken.empty()) t.broken = size_problem(t);
     if (!t.storage) {
       if (t.broken.empty() && t.numel() != 0) t.broken = "no storage";
       continue;
@@ -132,18 +137,9 @@ void bind_tensors(std::vector<Tensor>& tensors, const std::vector<StorageRef>& r
       continue;
     }
     t.storage_offset += static_cast<std::int64_t>(base / t.element_size());
-    std::optional<std::uint64_t> count = 1;
-    for (auto d : t.shape) count = count ? mul(*count, static_cast<std::uint64_t>(d)) : count;
-    auto bytes = count ? mul(*count, t.element_size()) : std::nullopt;
-    if (!bytes || *bytes > max_tensor_bytes) {
-      // Its data, tensor.npy and tensor.pt are files: their sizes must fit off_t.
-      t.broken = fmt::format("its {} elements of {} bytes do not fit a file (at most {} bytes)",
-                             count ? fmt::to_string(*count) : std::string("2^64 or more"),
-                             t.element_size(), max_tensor_bytes);
-      continue;
-    }
-    // Elements needed: offset + sum((size - 1) * stride) + 1, when there is any element.
-    if (*count == 0) continue;
+    // Elements needed: offset + sum((size - 1) * stride) + 1, when there is any element (its
+    // size was checked above: size_problem()).
+    if (t.numel() == 0) continue;
     std::optional<std::uint64_t> last = static_cast<std::uint64_t>(t.storage_offset);
     for (std::size_t i = 0; i < t.shape.size() && last; ++i) {
       auto step =

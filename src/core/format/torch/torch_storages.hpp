@@ -46,7 +46,8 @@ const ZipEntry& stored_or_refuse(const ZipEntry& entry);
 // Throws Error(bad_checkpoint) for anything else, Error(unsupported) when it is compressed.
 bool read_byteorder(const ByteSource& source, const ZipArchive& zip, const std::string& prefix);
 
-// Runs the pickle of a stored record; errors name the record.
+// Runs the pickle of a stored record, once its bytes are checked against its CRC-32
+// (check_record_crc(): a corrupt pickle is Error(bad_checkpoint)); errors name the record.
 pickle::ParseResult parse_record(const ByteSource& source, const ZipEntry& record,
                                  const pickle::Limits& limits);
 

@@ -4,6 +4,7 @@
 
 #include <ckptfs/base/crc32.hpp>
 #include <ckptfs/base/error.hpp>
+#include <ckptfs/base/numbers.hpp>
 #include <ckptfs/base/text.hpp>
 
 #include <fmt/format.h>
@@ -431,13 +432,12 @@ TensorFileSpec tensor_file_spec(const Model& model, const Tensor& tensor) {
 }
 
 TorchArchive tensor_file(const TensorFileSpec& spec, const TorchArchiveOptions& options) {
-  std::uint64_t count = 1;
   for (const std::int64_t size : spec.shape) {
     if (size < 0) throw Error(ExitCode::bad_checkpoint, fmt::format("negative size {}", size));
-    if (__builtin_mul_overflow(count, static_cast<std::uint64_t>(size), &count) ||
-        count > (std::uint64_t{1} << 58)) {
-      throw Error(ExitCode::unsupported, "a tensor of more than 2^58 elements");
-    }
+  }
+  const std::uint64_t count = element_count(spec.shape).value_or(UINT64_MAX);
+  if (count > (std::uint64_t{1} << 58)) {
+    throw Error(ExitCode::unsupported, "a tensor of more than 2^58 elements");
   }
   pickle::Writer w;
   TorchPickler torch(w);

@@ -273,12 +273,14 @@ Model read_torchscript(const ByteSource& source, const ZipArchive& zip, const st
   // state_dict() is that of the root module; any other root's tensors are all attributes.
   std::vector<Entry> entries;
   if (walks.root_is_module) {
-    entries = flatten(data.graph, data_in, limits, {&walks.state_dict, true, {}});
+    entries = flatten(data.graph, data_in, limits, {&walks.state_dict, true, {}}).entries;
   }
-  std::vector<Entry> constant_entries = flatten(
-      constants.graph, constants_in, limits, {&constants_plan, true, torchscript_constants_part});
+  std::vector<Entry> constant_entries = flatten(constants.graph, constants_in, limits,
+                                                {&constants_plan, true, torchscript_constants_part})
+                                            .entries;
   std::vector<Entry> other_entries =
-      flatten(data.graph, data_in, limits, {&walks.attributes, true, torchscript_attributes_part});
+      flatten(data.graph, data_in, limits, {&walks.attributes, true, torchscript_attributes_part})
+          .entries;
   if (entries.empty() && constant_entries.empty() && other_entries.empty()) {
     throw Error(ExitCode::unsupported,
                 "a TorchScript archive without tensors: its module has no parameter, buffer or "
@@ -310,6 +312,8 @@ Model read_torchscript(const ByteSource& source, const ZipArchive& zip, const st
 
   Model m;
   m.format = Format::torchscript;
+  // torch.jit.load gives a module: pack writes its entries under their flattened keys.
+  m.root = ContainerKind::object;
   m.sources.push_back(std::move(source_name));
   m.entries = std::move(entries);
   m.tensors = used_tensors(m.entries, tensors);

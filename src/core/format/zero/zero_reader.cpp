@@ -310,7 +310,10 @@ std::size_t Reader::assembled(const NamedShape& p, DType dtype, const std::vecto
   t.dtype = dtype;
   t.shape = p.shape;
   t.stride.assign(p.shape.size(), 1);
-  for (std::size_t d = p.shape.size(); d-- > 1;) t.stride[d - 1] = t.stride[d] * p.shape[d];
+  for (std::size_t d = p.shape.size(); d-- > 1;) {
+    // 0 past int64: an empty shape's (shape_of() bounds the elements, not the strides).
+    if (__builtin_mul_overflow(t.stride[d], p.shape[d], &t.stride[d - 1])) t.stride[d - 1] = 0;
+  }
   pieces_ += ranges.size();
   if (pieces_ > zero_.max_pieces) {
     throw Error(ExitCode::unsupported,
@@ -532,7 +535,7 @@ void Reader::add_module(const ModelStates& first, Loaded& f) {
   FlattenOptions options;
   options.plan = &plan;
   std::vector<Entry> entries =
-      flatten(first.file.graph, first.file.interpretation, limits_, options);
+      flatten(first.file.graph, first.file.interpretation, limits_, options).entries;
   std::unordered_map<std::size_t, std::size_t> copied;  // the file's tensor -> the model's
   for (Entry& e : entries) {
     if (e.kind == Entry::Kind::tensor) {
@@ -540,6 +543,9 @@ void Reader::add_module(const ModelStates& first, Loaded& f) {
       if (it == copied.end()) it = copied.emplace(e.tensor, copy_tensor(f, e.tensor)).first;
       e.tensor = it->second;
     }
+    // Flat keys of the consolidated state dict (an OrderedDict), as the fp32 weights' are.
+    e.key_path.clear();
+    e.containers.clear();
     out_.model.entries.push_back(std::move(e));
   }
 }

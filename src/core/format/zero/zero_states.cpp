@@ -5,6 +5,7 @@
 
 #include <ckptfs/base/error.hpp>
 #include <ckptfs/base/hash.hpp>
+#include <ckptfs/base/numbers.hpp>
 #include <ckptfs/format/zip/zip_reader.hpp>
 
 #include <fmt/format.h>
@@ -110,11 +111,12 @@ NamedShape shape_of(const Graph& g, const std::string& name, NodeId id, std::siz
       bad(fmt::format("the shape of {} holds something other than a size", quote(name)));
     }
     out.shape.push_back(*size);
-    if (__builtin_mul_overflow(out.numel, static_cast<std::uint64_t>(*size), &out.numel) ||
-        out.numel > (std::uint64_t{1} << 62)) {
-      bad(fmt::format("the shape of {} has more elements than a tensor can", quote(name)));
-    }
   }
+  const auto numel = element_count(out.shape);
+  if (!numel || *numel > (std::uint64_t{1} << 62)) {
+    bad(fmt::format("the shape of {} has more elements than a tensor can", quote(name)));
+  }
+  out.numel = *numel;
   return out;
 }
 

@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: MIT
 // ZipArchive: finds the end records, walks the central directory, locates and checks payloads.
+#include <ckptfs/base/crc32.hpp>
 #include <ckptfs/base/error.hpp>
+#include <ckptfs/base/text.hpp>
 #include <ckptfs/format/zip/zip_reader.hpp>
+#include <ckptfs/source/record_checks.hpp>
 
 #include <fmt/format.h>
 #include <algorithm>
@@ -11,6 +14,7 @@
 #include <span>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 namespace ckptfs {
 namespace {
@@ -390,6 +394,37 @@ std::uint64_t ZipLocator::data_offset(std::uint32_t index) const {
     offset = locate_entry(source_, records_.at(index));
     offsets_[index].store(offset, std::memory_order_release);
   }
+  return offset;
+}
+
+void check_record_crc(const ByteSource& source, const ZipEntry& entry) {
+#ifdef FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION
+  (void)source, (void)entry;
+  return;  // the fuzzers' mutations must reach what the record holds
+#endif
+  if (entry.crc32 == 0 && entry.size != 0) return;
+  const std::uint64_t at = payload_offset(source, entry);
+  std::vector<std::byte> chunk(
+      static_cast<std::size_t>(std::min<std::uint64_t>(entry.size, 1 << 20)));
+  std::uint32_t crc = 0;
+  for (std::uint64_t done = 0; done < entry.size;) {
+    const auto n =
+        static_cast<std::size_t>(std::min<std::uint64_t>(chunk.size(), entry.size - done));
+    source.read(at + done, std::span(chunk.data(), n));
+    crc = crc32(crc, chunk.data(), n);
+    done += n;
+  }
+  if (crc != entry.crc32) {
+    throw Error(ExitCode::bad_checkpoint,
+                fmt::format("record {}: its {} bytes do not match the CRC-32 its zip records "
+                            "({:08x}, they give {:08x}): {}",
+                            quote(entry.name), entry.size, entry.crc32, crc, corrupt_file_advice));
+  }
+}
+
+std::optional<std::uint64_t> ZipLocator::located(std::uint32_t index) const noexcept {
+  const std::uint64_t offset = offsets_[index].load(std::memory_order_acquire);
+  if (offset == 0) return std::nullopt;
   return offset;
 }
 
