@@ -8,6 +8,7 @@ packages=(
   libcurl4-openssl-dev zlib1g-dev  # remote checkpoints (HTTP(S), S3); zlib: the disk cache's CRCs,
                                    # TorchScript's deflated code records, the CRC-32 benchmark
   python3-torch python3-numpy
+  python3-h5py                     # test_hdf5: HDF5 and Keras-layout files written by h5py, its reference
   rsync fuse-zip
   nginx-light openssl curl         # the remote tests' HTTP(S) server, its throw-away CA, a reference client
   openssh-server openssh-client    # test_tree: the scp recipe, against an sshd of its own on 127.0.0.1

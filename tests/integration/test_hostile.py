@@ -923,6 +923,129 @@ class ExpandingTextTests(HostileTestCase):
 
 
 # --------------------------------------------------------------------------------------------
+# HDF5 files (h5py's, then altered): refused with one line, or mounted with the datasets that
+# cannot be read broken; never unbounded memory or time
+# --------------------------------------------------------------------------------------------
+
+def _h5py():
+    try:
+        import h5py
+        import numpy
+        return h5py, numpy
+    except ImportError:
+        return None, None
+
+
+class HostileHdf5Tests(HostileTestCase):
+    def setUp(self):
+        super().setUp()
+        self.h5py, self.np = _h5py()
+        if self.h5py is None:
+            self.skipTest("no h5py (Debian: python3-h5py)")
+
+    def h5(self, name, build, **kwargs):
+        path = self.tmp / name
+        with self.h5py.File(path, "w", **kwargs) as f:
+            build(f)
+        return path
+
+    def test_truncated_at_many_points(self):
+        np = self.np
+        path = self.h5("whole.h5", lambda f: f.create_dataset(
+            "w", data=np.arange(5000, dtype=np.float32), chunks=(100,), compression="gzip"))
+        data = path.read_bytes()
+        for cut in sorted({9, 40, 95, 200, len(data) // 2, len(data) - 1}):
+            self.assert_refused(self.write(f"cut{cut}.h5", data[:cut]), EXIT["checkpoint"],
+                                r"looks truncated|superblock")
+
+    def test_a_grid_of_a_trillion_chunks(self):
+        """A chunked dataset whose dimension says 2^40 (chunks of one element): refused before
+        any chunk is listed, in bounded memory."""
+        marker = 7777777
+        path = self.h5("grid.h5", lambda f: f.create_dataset(
+            "w", shape=(marker,), dtype="u1", chunks=(1,)))
+        data = path.read_bytes()
+        packed = struct.pack("<Q", marker)
+        self.assertEqual(data.count(packed), 2)  # its size and maximum size
+        path = self.write("trillion.h5", data.replace(packed, struct.pack("<Q", 1 << 40)))
+        self.assert_refused(path, EXIT["unsupported"], r"more than \d+ chunks")
+
+    def test_chunk_index_and_data_outside_the_file(self):
+        """Addresses past the end: the datasets are broken, saying why; the others are served."""
+        np = self.np
+
+        def build(f):
+            f.create_dataset("ok", data=np.arange(4, dtype=np.int32))
+            f.create_dataset("chunked", data=np.arange(64, dtype=np.int32).reshape(8, 8),
+                             chunks=(4, 4))
+            f.create_dataset("contiguous", data=np.full(1000, 0x5a5a5a5a, dtype=np.uint32))
+        path = self.h5("addresses.h5", build)
+        with self.h5py.File(path, "r") as f:
+            contiguous_at = f["contiguous"].id.get_offset()
+        data = bytearray(path.read_bytes())
+        # The contiguous dataset's address in its layout message, and the chunk B-tree's ("TREE").
+        far = struct.pack("<Q", 1 << 50)
+        # Layout messages of version 3: class 1 (contiguous) or 2 (chunked, then its rank + 1).
+        at = data.index(struct.pack("<BB", 3, 1) + struct.pack("<Q", contiguous_at)) + 2
+        data[at:at + 8] = far
+        tree = data.index(b"TREE\x01")  # node type 1: a chunk B-tree (0: a group's)
+        at = data.index(struct.pack("<BBB", 3, 2, 3) + struct.pack("<Q", tree)) + 3
+        data[at:at + 8] = far
+        bad = self.write("far.h5", bytes(data))
+        mnt, _ = self.mount(bad)
+        self.assertEqual((mnt / "ok" / "data").read_bytes(), np.arange(4, dtype="<i4").tobytes())
+        for key in ("chunked", "contiguous"):
+            meta = json.loads((mnt / key / "meta.json").read_text())
+            self.assertRegex(meta["broken"], "outside the file", key)
+            with self.assertRaises(OSError) as raised:  # broken: its files fail with EIO
+                (mnt / key / "data").read_bytes()
+            self.assertEqual(raised.exception.errno, errno.EIO, key)
+
+    def test_groups_in_a_cycle(self):
+        """A group linked inside itself (hard links may make cycles): each group read once."""
+        np = self.np
+
+        def build(f):
+            g = f.create_group("a/b")
+            g.create_dataset("w", data=np.arange(3, dtype=np.int8))
+            g["up"] = f["a"]
+        path = self.h5("cycle.h5", build)
+        mnt, _ = self.mount(path)
+        index = json.loads((views_dir(mnt) / "index.json").read_text())
+        self.assertEqual([e["key"] for e in index["entries"]], ["a.b.w"])
+
+    def test_object_header_continuing_into_itself(self):
+        """Object header continuations that lead back to a block already read."""
+        np = self.np
+        attrs = {f"attribute_{i}": np.arange(40, dtype=np.int64) for i in range(12)}
+
+        def build(f):
+            ds = f.create_dataset("w", data=np.arange(3, dtype=np.int8))
+            for k, v in attrs.items():
+                ds.attrs[k] = v  # enough to need a continuation block
+        path = self.h5("continued.h5", build)
+        data = bytearray(path.read_bytes())
+        # Version 1 headers: a continuation message is type 0x10, 16 bytes (offset, length).
+        marker = struct.pack("<HH", 0x10, 16)
+        at = data.find(marker)
+        self.assertGreater(at, 0)
+        block, length = struct.unpack_from("<QQ", data, at + 8)
+        # The continuation block's own first message made a continuation back to itself.
+        data[block:block + 8] = marker + b"\0" * 4
+        data[block + 8:block + 24] = struct.pack("<QQ", block, length)
+        path = self.write("loop.h5", bytes(data))
+        self.assert_refused(path, EXIT["checkpoint"], r"continues twice|reached twice")
+
+    def test_keras_archive_without_weights(self):
+        import zipfile
+        path = self.tmp / "empty.keras"
+        with zipfile.ZipFile(path, "w") as z:
+            z.writestr("metadata.json", "{}")
+            z.writestr("config.json", "{}")
+        self.assert_refused(path, EXIT["checkpoint"], r"without model\.weights\.h5")
+
+
+# --------------------------------------------------------------------------------------------
 # TorchScript archives that are damaged or hostile
 # --------------------------------------------------------------------------------------------
 

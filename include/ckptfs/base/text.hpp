@@ -35,6 +35,11 @@ std::size_t utf8_piece_end(std::string_view piece) noexcept;
 // anything else as \xNN; cut at `max_bytes` with "..." (SIZE_MAX: never).
 std::string escape_for_terminal(std::string_view text, std::size_t max_bytes);
 
+// Whether a comes before b in natural order (zero_to_fp32's, for its files; HDF5 groups' names):
+// runs of ASCII digits compared as numbers, the rest as text ("rank_9" < "rank_10"); names equal
+// that way by their bytes.
+bool natural_less(std::string_view a, std::string_view b) noexcept;
+
 // An untrusted string made safe for a one-line message: escape_for_terminal() in double quotes.
 std::string quote(std::string_view text, std::size_t max_bytes = 120);
 

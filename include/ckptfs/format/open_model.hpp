@@ -6,6 +6,7 @@
 #include <ckptfs/format/dcp/dcp_reader.hpp>
 #include <ckptfs/format/gguf/gguf_hf.hpp>
 #include <ckptfs/format/gguf/gguf_reader.hpp>
+#include <ckptfs/format/hdf5/hdf5_reader.hpp>
 #include <ckptfs/format/npz/npz_reader.hpp>
 #include <ckptfs/format/onnx/onnx_reader.hpp>
 #include <ckptfs/format/safetensors/safetensors_reader.hpp>
@@ -47,6 +48,7 @@ struct OpenOptions {
   GgufLimits gguf;                // GGUF files
   NpzLimits npz;                  // .npz files
   OnnxLimits onnx;                // ONNX models
+  Hdf5Limits hdf5;                // HDF5 files (.h5, .weights.h5) and .keras archives
   SourceOpener open = open_local_file;
   // Names::hf: a GGUF model is named and transformed by name_gguf_as_transformers(); any other
   // model keeps its keys, and a note (Model::notes) says so.
@@ -130,6 +132,10 @@ class OpenedModel {
 //   - a file or URL named *.onnx, or whose first bytes are a ModelProto's (looks_like_onnx()):
 //     read_onnx(), its external data files its members, opened by their locations as the
 //     others' (beneath its directory, or beside its URL);
+//   - a file named *.keras, or a zip whose first member is metadata.json, config.json or
+//     model.weights.h5: read_keras();
+//   - a file with HDF5's signature (at 0, or after a user block), or named *.h5 or *.hdf5:
+//     read_hdf5();
 //   - a zip: torch.save's (TorchScript and torch.package are refused); a file starting with '{':
 //     an index; anything else: the legacy torch stream (read_torch()).
 // Then options.names applies. Then, for a local directory's model (the directory named, or a

@@ -37,6 +37,8 @@ enum class Format : std::uint8_t {
   gguf,         // llama.cpp's GGUF: typed key-value metadata, then tensors (block-quantized too)
   npz,          // numpy.savez: a zip of .npy members
   onnx,         // an ONNX model: a protobuf ModelProto whose initializers are the tensors
+  hdf5,         // HDF5 (h5py, Keras's .weights.h5 and Keras 2's .h5): datasets in groups
+  keras,        // Keras 3's .keras: a zip of model.weights.h5 (HDF5), config.json, metadata.json
 };
 std::string_view format_name(Format format);
 
@@ -309,11 +311,23 @@ struct Model {
   };
   std::vector<JsonMetadata> json_metadata;
   // What the format says of a tensor that the fields above do not (an ONNX initializer's data
-  // type, its external file, how its typed field is decoded), as a compact JSON object, by
-  // index into `tensors`: meta.json and `inspect --json` show it under the format's name
-  // ("onnx"). Shorter than `tensors` (empty for most formats) where there is nothing to say.
+  // type, its external file, how its typed field is decoded; an HDF5 dataset's path, layout,
+  // chunks, filters), as a compact JSON object, by index into `tensors`: meta.json and
+  // `inspect --json` show it under `tensor_notes_key` ("onnx", "hdf5"). Shorter than
+  // `tensors` (empty for most formats) where there is nothing to say.
+  std::string tensor_notes_key;
   std::vector<std::string> tensor_notes;
 
+  // Files of the checkpoint served as they are, read-only, in .ckptfs/ beside the views (a .keras
+  // archive's config.json and metadata.json): each `size` bytes at `offset` of source `source`.
+  // A name is one path component that no view has (the tree leaves out any other).
+  struct ExtraFile {
+    std::string name;
+    std::uint32_t source = 0;
+    std::uint64_t offset = 0;
+    std::uint64_t size = 0;
+  };
+  std::vector<ExtraFile> extra_files;
   std::vector<Derivation> derivations;  // of the derived tensors (Tensor::derivation)
 
   // What an entry was in the file, when a naming of the model's keys other than the file's

@@ -40,7 +40,7 @@ inline constexpr std::size_t max_listed_pieces = 1024;
 // source (the file holding its bytes, as Model::sources names it; null without a storage: an
 // assembled tensor's are its pieces'), file_offset (in that file), numpy, byteorder,
 // requires_grad, quantization, ggml (a GGUF model's tensors and block-quantized ones only),
-// the format's name with Model::tensor_notes' object (an ONNX model's: "onnx"), storage,
+// Model::tensor_notes_key with the tensor's Model::tensor_notes ("onnx", "hdf5"), storage,
 // shared_with, shared_with_count, pieces (null, or an assembled tensor's {"grid", "count", "list":
 // [{"source", "file_offset", "nbytes", "offsets", "lengths"}...]}), broken. dtype, nbytes, numpy
 // and byteorder describe the bytes served, which `convert_to` may convert or which may be

@@ -106,6 +106,7 @@ class Tree {
     index_json,         // .ckptfs/index.json
     safetensors_index,  // .ckptfs/model.safetensors.index.json (a sharded export)
     safetensors_file,   // .ckptfs/model.safetensors, or a shard
+    extra_file,         // .ckptfs/<name>: a file of the checkpoint as it is (Model::extra_files)
     model_file,         // .ckptfs/config.json...: a file of the model (Model::files)
     entry_dir,          // an entry's directory
     data,               // a tensor's bytes
@@ -120,7 +121,8 @@ class Tree {
 
   struct Node {
     Kind kind;
-    std::size_t index = 0;  // entry (entry_dir and its files), file of the export or model file
+    std::size_t index = 0;  // entry (entry_dir and its files), file of the export, model file
+                            // or extra file
   };
 
   Tree(Model model, TreeOptions options);
@@ -136,9 +138,9 @@ class Tree {
   // source_of() of the nodes that show or describe every source.
   static constexpr std::uint32_t every_source = 0xffffffff;
   // The source whose bytes `node` shows or describes: a tensor entry's directory and files, its
-  // storage's source; every_source for the rest (the root, .ckptfs and its files, values). When
-  // that source changes while mounted, opens of the node fail (in a sharded set, only the changed
-  // shard's tensors).
+  // storage's source; an extra file, its own; every_source for the rest (the root, .ckptfs and its
+  // files, values). When that source changes while mounted, opens of the node fail (in a sharded
+  // set, only the changed shard's tensors).
   std::uint32_t source_of(const Node& node) const noexcept;
   // The child of directory `parent` named `name`, or 0.
   Ino lookup(Ino parent, std::string_view name) const;

@@ -167,4 +167,41 @@ std::string shell_quote(std::string_view path) {
   return out + "'";
 }
 
+namespace {
+bool ascii_digit(char c) { return c >= '0' && c <= '9'; }
+}  // namespace
+
+bool natural_less(std::string_view a, std::string_view b) noexcept {
+  std::size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    if (ascii_digit(a[i]) && ascii_digit(b[j])) {
+      // Two numbers: without their leading zeros, the longer is the larger, else the first
+      // digit that differs says.
+      std::size_t ei = i, ej = j;
+      while (ei < a.size() && ascii_digit(a[ei])) ++ei;
+      while (ej < b.size() && ascii_digit(b[ej])) ++ej;
+      std::size_t si = i, sj = j;
+      while (si + 1 < ei && a[si] == '0') ++si;
+      while (sj + 1 < ej && b[sj] == '0') ++sj;
+      const std::string_view x = a.substr(si, ei - si), y = b.substr(sj, ej - sj);
+      if (x.size() != y.size()) return x.size() < y.size();
+      if (x != y) return x < y;
+      i = ei;
+      j = ej;
+      continue;
+    }
+    // Text against text, or text against a number: Python compares the text runs, and a run of
+    // text that ends where the other has a digit compares as the shorter string.
+    if (a[i] != b[j]) {
+      const bool da = ascii_digit(a[i]), db = ascii_digit(b[j]);
+      if (da != db) return da;  // the text run that ends first is a prefix of the other
+      return static_cast<unsigned char>(a[i]) < static_cast<unsigned char>(b[j]);
+    }
+    ++i;
+    ++j;
+  }
+  if (i < a.size() || j < b.size()) return j < b.size() && !(i < a.size());
+  return a < b;  // equal by their keys ("07" and "7"): by their bytes
+}
+
 }  // namespace ckptfs

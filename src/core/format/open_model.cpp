@@ -218,6 +218,15 @@ OpenedModel open_onnx(const Named& named, std::unique_ptr<ByteSource> source,
   return OpenedModel(std::move(sources), std::move(onnx.model));
 }
 
+// An HDF5 file or .keras archive with the sources its reader made over it (decoded chunks,
+// inflated members), which read `file`.
+OpenedModel opened_hdf5(std::unique_ptr<ByteSource> file, Hdf5Model read) {
+  std::vector<std::unique_ptr<ByteSource>> sources;
+  sources.push_back(std::move(file));
+  for (auto& s : read.sources) sources.push_back(std::move(s));
+  return OpenedModel(std::move(sources), std::move(read.model));
+}
+
 // What the user named (`source`, already open), read by the reader its name and first bytes
 // call for.
 OpenedModel read_named(const Named& named, std::unique_ptr<ByteSource> source,
@@ -240,6 +249,14 @@ OpenedModel read_named(const Named& named, std::unique_ptr<ByteSource> source,
           model.sources[i + 1], deflated[i].crc32));
     }
     return OpenedModel(std::move(sources), std::move(model));
+  }
+  if (name.ends_with(".keras") || looks_like_keras(*source)) {
+    Hdf5Model read = read_keras(*source, name, options.hdf5);
+    return opened_hdf5(std::move(source), std::move(read));
+  }
+  if (looks_like_hdf5(*source) || name.ends_with(".h5") || name.ends_with(".hdf5")) {
+    Hdf5Model read = read_hdf5(*source, name, options.hdf5);
+    return opened_hdf5(std::move(source), std::move(read));
   }
   if (name.ends_with(".onnx") ||
       (!looks_like_safetensors(*source) && !looks_like_gguf(*source) && looks_like_onnx(*source))) {

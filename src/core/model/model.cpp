@@ -33,6 +33,10 @@ std::string_view format_name(Format format) {
       return "npz";
     case Format::onnx:
       return "onnx";
+    case Format::hdf5:
+      return "hdf5";
+    case Format::keras:
+      return "keras";
   }
   return "?";
 }

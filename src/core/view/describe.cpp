@@ -190,9 +190,10 @@ void write_tensor_fields(JsonWriter& j, const Model& c, std::size_t entry_index,
   if (is_packed(t.dtype)) write_packing(j, t);
   if (t.blocks != BlockFormat::none || c.format == Format::gguf) write_ggml_fields(j, c, t);
   // What the format alone says of the tensor (an ONNX initializer's data type, its external
-  // file): compact JSON its reader made.
-  if (e.tensor < c.tensor_notes.size() && !c.tensor_notes[e.tensor].empty()) {
-    j.key(format_name(c.format)).raw(c.tensor_notes[e.tensor]);
+  // file; an HDF5 dataset's path, layout, chunks): compact JSON its reader made.
+  if (!c.tensor_notes_key.empty() && e.tensor < c.tensor_notes.size() &&
+      !c.tensor_notes[e.tensor].empty()) {
+    j.key(c.tensor_notes_key).raw(c.tensor_notes[e.tensor]);
   }
   std::uint64_t others = 0;
   j.key("storage");

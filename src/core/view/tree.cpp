@@ -216,6 +216,19 @@ Tree::Tree(Model model, TreeOptions options)
     }
     fixed_.push_back({name, Kind::model_file, i});
   }
+  // The checkpoint's own files as they are (a .keras archive's config.json): each a plain name
+  // that no view and no model file has, once.
+  for (std::size_t i = 0; i < model_.extra_files.size(); ++i) {
+    const std::string& name = model_.extra_files[i].name;
+    const bool plain = !name.empty() && name.size() <= 255 && name != "." && name != ".." &&
+                       name.find_first_of(std::string_view("/\0", 2)) == std::string::npos;
+    const bool taken =
+        name == "index.json" || name == "map.pt" || name.starts_with("model.safetensors") ||
+        name.starts_with("model-") ||
+        std::any_of(fixed_.begin() + static_cast<std::ptrdiff_t>(root_fixed_), fixed_.end(),
+                    [&](const FixedNode& f) { return f.name == name; });
+    if (plain && !taken) fixed_.push_back({name, Kind::extra_file, i});
+  }
   if (rfc) {
     // no safetensors export: the RFC's files are the tensors
   } else if (options_.shard_size == 0) {
@@ -387,6 +400,8 @@ std::uint32_t Tree::source_of(const Node& n) const noexcept {
       const Tensor& t = model_.tensors[e.tensor];
       return t.storage ? model_.storages[*t.storage].source : every_source;
     }
+    case Kind::extra_file:
+      return model_.extra_files[n.index].source;
     default:
       return every_source;
   }
@@ -512,6 +527,8 @@ std::uint64_t Tree::size(const Node& n) const {
       return safetensors().index_json().size();
     case Kind::safetensors_file:
       return safetensors_file_size(n.index);
+    case Kind::extra_file:
+      return model_.extra_files[n.index].size;
     case Kind::model_file:
       return model_file(n.index).size();
     case Kind::data: {
@@ -663,7 +680,9 @@ void Tree::write_exports(JsonWriter& j) const {
     j.string("map.pt");
   } else {
     for (std::size_t f = root_fixed_; f < fixed_.size(); ++f) {
-      if (fixed_[f].kind != Kind::index_json) j.string(fixed_[f].name);
+      if (fixed_[f].kind != Kind::index_json && fixed_[f].kind != Kind::extra_file) {
+        j.string(fixed_[f].name);
+      }
     }
   }
   j.end_array();
@@ -971,6 +990,10 @@ void Tree::read_clipped(const Node& node, std::uint64_t offset, std::size_t leng
       return literal(safetensors().index_json());
     case Kind::safetensors_file:
       return safetensors().read(model_, n->index, offset, length, sources, out);
+    case Kind::extra_file: {
+      const Model::ExtraFile& f = model_.extra_files[n->index];
+      return out.add_source(f.source, f.offset + offset, length);
+    }
     case Kind::model_file:
       return literal(model_file(n->index));
     case Kind::meta_json:

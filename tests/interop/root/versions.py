@@ -3,7 +3,7 @@
 
 import importlib.metadata
 
-TOOLS = ["torch", "safetensors", "transformers", "accelerate", "gguf", "numpy", "onnx"]
+TOOLS = ["torch", "safetensors", "transformers", "accelerate", "gguf", "numpy", "onnx", "h5py"]
 
 
 def tools():

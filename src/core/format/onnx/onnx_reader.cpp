@@ -178,6 +178,7 @@ class Reader {
          const OnnxLimits& limits)
       : source_(source), open_(open), limits_(limits), r_(source, 0, source.size()) {
     out_.model.format = Format::onnx;
+    out_.model.tensor_notes_key = "onnx";
     out_.model.sources.push_back(source_name);
     decoded_.emplace_back();  // the .onnx's own
   }

@@ -4,6 +4,7 @@
 #include "zero_files.hpp"
 
 #include <ckptfs/base/error.hpp>
+#include <ckptfs/base/text.hpp>
 #include <ckptfs/source/location.hpp>
 
 #include <fmt/format.h>
@@ -17,8 +18,6 @@ namespace {
 
 constexpr std::string_view model_suffix = "_model_states.pt";
 constexpr std::string_view optim_suffix = "_optim_states.pt";
-
-bool is_digit(char c) { return c >= '0' && c <= '9'; }
 
 // Python's str.strip() of ASCII text: space, \t \n \v \f \r and the separators \x1c-\x1f.
 bool is_space(char c) {
@@ -66,39 +65,6 @@ std::string read_latest(const ByteSource& latest, const ZeroLimits& limits) {
 }
 
 }  // namespace
-
-bool natural_less(std::string_view a, std::string_view b) noexcept {
-  std::size_t i = 0, j = 0;
-  while (i < a.size() && j < b.size()) {
-    if (is_digit(a[i]) && is_digit(b[j])) {
-      // Two numbers: without their leading zeros, the longer is the larger, else the first
-      // digit that differs says.
-      std::size_t ei = i, ej = j;
-      while (ei < a.size() && is_digit(a[ei])) ++ei;
-      while (ej < b.size() && is_digit(b[ej])) ++ej;
-      std::size_t si = i, sj = j;
-      while (si + 1 < ei && a[si] == '0') ++si;
-      while (sj + 1 < ej && b[sj] == '0') ++sj;
-      const std::string_view x = a.substr(si, ei - si), y = b.substr(sj, ej - sj);
-      if (x.size() != y.size()) return x.size() < y.size();
-      if (x != y) return x < y;
-      i = ei;
-      j = ej;
-      continue;
-    }
-    // Text against text, or text against a number: Python compares the text runs, and a run of
-    // text that ends where the other has a digit compares as the shorter string.
-    if (a[i] != b[j]) {
-      const bool da = is_digit(a[i]), db = is_digit(b[j]);
-      if (da != db) return da;  // the text run that ends first is a prefix of the other
-      return static_cast<unsigned char>(a[i]) < static_cast<unsigned char>(b[j]);
-    }
-    ++i;
-    ++j;
-  }
-  if (i < a.size() || j < b.size()) return j < b.size() && !(i < a.size());
-  return a < b;  // equal by their keys ("07" and "7"): by their bytes
-}
 
 std::string tag_of_latest(std::string text) {
   std::size_t begin = 0, end = text.size();

@@ -16,10 +16,6 @@
 
 namespace ckptfs::zero {
 
-// Whether a comes before b in zero_to_fp32's natural order: runs of ASCII digits compared as
-// numbers, the rest as text ("rank_9" < "rank_10"); names equal that way by their bytes.
-bool natural_less(std::string_view a, std::string_view b) noexcept;
-
 // `latest`'s text as zero_to_fp32 takes it (stripped of white space), checked to be a relative
 // path that stays beneath the directory. Throws Error(bad_checkpoint) naming the problem.
 std::string tag_of_latest(std::string text);
