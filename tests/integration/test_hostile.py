@@ -1251,7 +1251,8 @@ class TorchScriptTests(HostileTestCase):
         self.assertEqual(r.returncode, 0, r.stderr.decode(errors="replace"))
         (entry,) = json.loads(r.stdout)["entries"]
         self.assertEqual(entry["key"], "m." * n + "w")
-        self.assertIsNone(entry.get("key_path"))
+        # Its key path (what pack nests by): every module's attribute, bounded as the key is.
+        self.assertEqual(entry.get("key_path"), ["m"] * n + ["w"])
         # {a: X, b: X} twenty levels deep, X a module: 2^20 keys from a small pickle.
         levels = 20
         out = bytearray(b"\x80\x02" + module + b"X\x01\x00\x00\x00w" + t + training + b"ub")

@@ -522,7 +522,7 @@ TEST_CASE("quantized tensors keep their quantization parameters") {
 }
 
 TEST_CASE(
-    "quint4x2 and quint2x4: packed in torch's rows of bytes, served whole; other views broken") {
+    "quint4x2 and quint2x4: packed in torch's rows of bytes, served whole, other views broken") {
   // As torch 1.13 to 2.14 save quantize_per_tensor(x, s, z, torch.quint4x2) of shape (3, 5): a
   // QUInt4x2Storage of 9 bytes (3 rows of ceil(5 / 2)), its 15 elements packed flat in the first 8.
   PickleBuilder p;

@@ -498,7 +498,7 @@ TEST_CASE("torch_prefix_of() as torch.save names its records") {
   CHECK(torch_prefix_of("dir.x/noext") == "noext");
 }
 
-TEST_CASE("torch: the nesting the key paths say, read back as it was; --flat keeps one dict") {
+TEST_CASE("torch: the nesting the key paths say, read back as it was, --flat keeps one dict") {
   Fixture f;
   nest(f);
   TempDir t;

@@ -7,6 +7,7 @@
 #include "gguf_hf_tokenizer.hpp"
 
 #include <ckptfs/base/error.hpp>
+#include <ckptfs/base/hash.hpp>
 #include <ckptfs/base/json_reader.hpp>
 #include <ckptfs/base/json_writer.hpp>
 #include <ckptfs/base/text.hpp>
@@ -137,7 +138,7 @@ std::string tokenizer_json(const Model& model, const Tokenizer& rule) {
   const auto v = vocabulary(model, why);
   if (!v) return {};
   // Each token's id: the last of its ids, as a Python dict made of them keeps it.
-  std::unordered_map<std::string_view, std::int64_t> ids;
+  TextViewMap<std::int64_t> ids;  // token texts come from the file: a keyed hash
   ids.reserve(v->tokens.size());
   for (std::size_t i = 0; i < v->tokens.size(); ++i) {
     ids[v->tokens[i]] = static_cast<std::int64_t>(i);

@@ -659,7 +659,8 @@ Layout decode_layout(Cursor& c, std::uint64_t data_address) {
     }
     return l;
   }
-  if (l.version != 3 && l.version != 4) c.fail(fmt::format("layout version {}", l.version));
+  // Version 5 (HDF5 2.0, libver="latest") encodes what version 4 does for the classes read here.
+  if (l.version < 3 || l.version > 5) c.fail(fmt::format("layout version {}", l.version));
   set_class(c.u8());
   switch (l.layout_class) {
     case Layout::Class::compact:

@@ -5,7 +5,7 @@
 // Groups' links (hdf5_groups.cpp) and chunk indexes (hdf5_chunks.cpp) build on them.
 #pragma once
 
-#include <ckptfs/format/hdf5/hdf5_reader.hpp>
+#include <ckptfs/format/hdf5/hdf5_limits.hpp>
 #include <ckptfs/source/byte_source.hpp>
 #include <ckptfs/source/chunk_source.hpp>
 

@@ -3,6 +3,8 @@
 // stack, each dataset a tensor over a range of the file or over its decoded chunks.
 #include "hdf5_file.hpp"
 
+#include <ckptfs/format/hdf5/hdf5_reader.hpp>
+
 #include <ckptfs/base/error.hpp>
 #include <ckptfs/base/json_writer.hpp>
 #include <ckptfs/base/text.hpp>

@@ -504,8 +504,8 @@ Tensor tensor_of(const Meta& m, QuantizationFields* per_channel) {
     }
     return t;
   }
-  // tensor_nbytes() (numel x element size, or a packed dtype's rows of bytes), checked (Tensor::nbytes() is 0 for a shape it refuses, as for an empty
-  // one).
+  // tensor_nbytes() (numel x element size, or a packed dtype's rows of bytes), checked
+  // (Tensor::nbytes() is 0 for a shape it refuses, as for an empty one).
   if (const std::string why = size_problem(t); !why.empty()) {
     throw Error(ExitCode::bad_checkpoint, fmt::format("a {} tensor: {}", info(t.dtype).name, why));
   }
