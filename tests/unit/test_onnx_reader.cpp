@@ -10,8 +10,10 @@
 
 #include <doctest/doctest.h>
 
+#include <cstdint>
 #include <cstring>
 #include <map>
+#include <span>
 #include <stdexcept>
 #include <string>
 
@@ -205,4 +207,37 @@ TEST_CASE("onnx: looks_like_onnx knows a ModelProto's first bytes") {
   CHECK_FALSE(looks_like_onnx(MemorySource(std::string("{\"a\": 1}"), "m")));
   CHECK_FALSE(looks_like_onnx(MemorySource(std::string("PK\3\4", 4), "m")));
   CHECK_FALSE(looks_like_onnx(MemorySource(std::string("\x08\x08\x12\xff\xff\x7f", 6), "m")));
+}
+
+namespace {
+// `bytes`, counting the bytes read of them.
+class CountingSource final : public ByteSource {
+ public:
+  explicit CountingSource(std::string bytes) : bytes_(std::move(bytes)) {}
+  std::uint64_t size() const override { return bytes_.size(); }
+  const std::string& name() const noexcept override { return name_; }
+  std::uint64_t read_bytes() const noexcept { return read_; }
+
+ private:
+  void read_in_range(std::uint64_t offset, std::span<std::byte> out) const override {
+    read_ += out.size();
+    std::memcpy(out.data(), bytes_.data() + offset, out.size());
+  }
+  std::string bytes_;
+  std::string name_ = "counting";
+  mutable std::uint64_t read_ = 0;
+};
+}  // namespace
+
+TEST_CASE("onnx: looks_like_onnx reads one byte of a file that is not a model") {
+  // Every mount asks it of a torch zip: a 4 KiB read there starts a remote source's sequential
+  // stream, which the first tensor's read then continues into a 1 MiB readahead window.
+  for (const std::string& head : {std::string("PK\3\4", 4), std::string("GGUF\3\0\0\0", 8),
+                                  std::string("\x80\x02}q\0.", 6)}) {
+    const CountingSource source(head + std::string(8192, '\0'));
+    CHECK_FALSE(looks_like_onnx(source));
+    CHECK(source.read_bytes() == 1);
+  }
+  const CountingSource model(onnx_model(onnx_graph({})));
+  CHECK(looks_like_onnx(model));
 }

@@ -1127,9 +1127,12 @@ bool looks_like_onnx(const ByteSource& source) {
   // type, a length-delimited one within the file.
   const std::uint64_t size = source.size();
   if (size < 2) return false;
+  // Its first byte rules out every other format's file before the window is read: a read of
+  // 4 KiB at mount would start a remote source's sequential stream, which the first tensor read
+  // near the start of the file (a zip's first record) would continue into a readahead window.
+  if (source.read_string(0, 1)[0] != 0x08) return false;
   const std::string head =
       source.read_string(0, static_cast<std::size_t>(std::min<std::uint64_t>(size, 4096)));
-  if (head[0] != 0x08) return false;
   MemorySource window(head);
   try {
     WireReader r(window, 0, head.size());
