@@ -129,7 +129,7 @@ class LinksOutTests(MemberTestCase):
         self.assertEqual(self.keys(mnt), ["w"])
 
     @needs_corpus
-    def test_dcp_item_files_leading_out(self):
+    def test_dcp_item_files_of_the_corpus_leading_out(self):
         """A .distcp file that is a link out, and a `relative_path` through a folder that is
         one: the tensors whose chunks are there are broken saying so, the rest served; pack
         refuses them. The outside file holds the very bytes the item should (a copy), so that
@@ -276,14 +276,14 @@ class ModeTests(MemberTestCase):
                    d / "m-00002-of-00002.gguf")
 
     @needs_corpus
-    def test_dcp(self):
+    def test_corpus_dcp(self):
         d = self.new_dir("dcp") / "ckpt"
         shutil.copytree(DCP, d)
         os.chmod(d, 0o755)
         self.check((list(d.iterdir()), [d, d / ".metadata"]), d / "__1_0.distcp")
 
     @needs_corpus
-    def test_zero(self):
+    def test_corpus_zero(self):
         d = self.new_dir("zero") / "run"
         shutil.copytree(ZERO, d)
         os.chmod(d, 0o755)

@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 from fixtures import require  # noqa: E402
 
-require("fuse")
+require("fuse", "torch")
 
 from ckptfs_mounts import views_dir  # noqa: E402
 from ckptfs_safetensors import write_index, write_safetensors  # noqa: E402
