@@ -311,11 +311,19 @@ std::vector<DirectoryEntry> Directory::list(std::string_view relative,
                     fmt::format("more than {} entries in a directory", max_entries));
       }
       DirectoryEntry entry{std::string(name), false, false, 0};
-      struct stat st {};
-      entry.error = look(prefix + entry.name, st);
-      if (entry.error == 0) {
-        entry.directory = S_ISDIR(st.st_mode);
-        entry.regular = S_ISREG(st.st_mode);
+      if (e->d_type == DT_DIR || e->d_type == DT_REG) {
+        // The entry's own kind (no link to follow): no stat, which would wait for ever on a
+        // FUSE mount that is not served yet (a mountpoint in the directory: mount.fuse3 -o
+        // drop_privileges mounts before ckptfs reads the checkpoint beside it).
+        entry.directory = e->d_type == DT_DIR;
+        entry.regular = e->d_type == DT_REG;
+      } else {  // a link, or a file system that does not say (DT_UNKNOWN)
+        struct stat st {};
+        entry.error = look(prefix + entry.name, st);
+        if (entry.error == 0) {
+          entry.directory = S_ISDIR(st.st_mode);
+          entry.regular = S_ISREG(st.st_mode);
+        }
       }
       out.push_back(std::move(entry));
       errno = 0;
