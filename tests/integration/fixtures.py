@@ -28,6 +28,7 @@ import json
 import os
 import shutil
 import sys
+import threading
 import time
 import unittest
 from pathlib import Path
@@ -196,6 +197,32 @@ def torchscript_corpus_files():
     """The TorchScript archives of CORPUS/formats/ (*.jit), sorted."""
     formats = CORPUS / "formats"
     return sorted(formats.glob("*.jit")) if formats.is_dir() else []
+
+
+def assert_random_and_concurrent_reads(case, data, raw, offsets):
+    """Reads of file `data` (a member decoded on read: inflated, chunks decompressed) agree with
+    `raw`: 4 KiB preads at `offsets`, behind and ahead of each other, then two threads reading
+    it whole at once."""
+    fd = os.open(data, os.O_RDONLY)
+    try:
+        for offset in offsets:
+            case.assertEqual(os.pread(fd, 4096, offset), raw[offset:offset + 4096], offset)
+    finally:
+        os.close(fd)
+    errors = []
+
+    def read_all():
+        try:
+            if Path(data).read_bytes() != raw:
+                errors.append("a concurrent read differs")
+        except OSError as e:
+            errors.append(str(e))
+    threads = [threading.Thread(target=read_all) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    case.assertEqual(errors, [])
 
 
 def wait_until(predicate, timeout):

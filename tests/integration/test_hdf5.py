@@ -11,9 +11,7 @@ test_hdf5` (see fixtures.py).
 """
 
 import json
-import os
 import sys
-import threading
 import unittest
 from pathlib import Path
 
@@ -36,7 +34,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import hdf5_checks  # noqa: E402
 import hdf5_fixtures  # noqa: E402
-from fixtures import CKPTFS, views_dir  # noqa: E402
+from fixtures import CKPTFS, assert_random_and_concurrent_reads, views_dir  # noqa: E402
 from test_mount import MountTestCase, run  # noqa: E402
 
 # What ckptfs refuses to serve in each file (a broken tensor saying why).
@@ -121,26 +119,8 @@ class Hdf5Tests(MountTestCase):
         with h5py.File(self.files["datasets"], "r") as f:
             raw = f["chunked/big"][()].tobytes()
         data = mnt / "chunked.big" / "data"
-        fd = os.open(data, os.O_RDONLY)
-        try:
-            for offset in [len(raw) - 4096, 17, 1_000_001, 5, 3_999_000, 0]:
-                self.assertEqual(os.pread(fd, 4096, offset), raw[offset:offset + 4096], offset)
-        finally:
-            os.close(fd)
-        errors = []
-
-        def read_all():
-            try:
-                if data.read_bytes() != raw:
-                    errors.append("a concurrent read differs")
-            except OSError as e:
-                errors.append(str(e))
-        threads = [threading.Thread(target=read_all) for _ in range(2)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        self.assertEqual(errors, [])
+        assert_random_and_concurrent_reads(self, data, raw,
+                                           [len(raw) - 4096, 17, 1_000_001, 5, 3_999_000, 0])
 
     def test_pack(self):
         out = self.tmp / "packed.pth"

@@ -15,7 +15,6 @@ import json
 import mmap
 import os
 import sys
-import threading
 import unittest
 import zipfile
 from pathlib import Path
@@ -31,7 +30,8 @@ require("fuse", "torch")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import ckptfs_safetensors as st  # noqa: E402
-from fixtures import CKPTFS, CORPUS, needs_corpus, views_dir  # noqa: E402
+from fixtures import (CKPTFS, CORPUS, assert_random_and_concurrent_reads,  # noqa: E402
+                      needs_corpus, views_dir)
 from test_mount import MountTestCase, run  # noqa: E402
 
 MiB = 1 << 20
@@ -157,26 +157,8 @@ class NpzTests(MountTestCase):
         raw = big.tobytes()
         data = mnt / "big" / "data"
         # Random reads, behind and ahead of each other, and two threads at once.
-        fd = os.open(data, os.O_RDONLY)
-        try:
-            for offset in [len(raw) - 4096, 17, 6_000_000, 5, 11_999_000, 0]:
-                self.assertEqual(os.pread(fd, 4096, offset), raw[offset:offset + 4096], offset)
-        finally:
-            os.close(fd)
-        errors = []
-
-        def read_all():
-            try:
-                if data.read_bytes() != raw:
-                    errors.append("a concurrent read differs")
-            except OSError as e:
-                errors.append(str(e))
-        threads = [threading.Thread(target=read_all) for _ in range(2)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        self.assertEqual(errors, [])
+        assert_random_and_concurrent_reads(self, data, raw,
+                                           [len(raw) - 4096, 17, 6_000_000, 5, 11_999_000, 0])
         index = json.loads((views_dir(mnt) / "index.json").read_text())
         self.assertEqual(index["sources"], ["compressed.npz", "compressed.npz/big.npy",
                                             "compressed.npz/small.npy",
