@@ -94,6 +94,12 @@ def worker_random(path, ops, seed):
         for k, r in p:
             slices[k][r:r + 1]
         out["get_slice"] = ops / (now() - t0)
+        target_row = np.empty((1, cols), np.float32)
+        p = picks(7)
+        t0 = now()
+        for k, r in p:
+            slices[k].readinto(target_row, r)
+        out["readinto"] = ops / (now() - t0)
         slices = {k: ck.get_slice(k) for k in keys}
         p = picks(6)
         t0 = now()

@@ -508,6 +508,7 @@ class Slice:
         self._fd = None
         self._row_bytes = None
         self._tail = self.shape[1:]
+        self._rows_in_all = self.shape[0] if self.shape else 1  # (a 0-d tensor: one row)
         # torch.from_numpy gives the dtype itself (no view of the bits needed): the plain ones.
         self._direct = not as_numpy and self.dtype in _tensors.FROM_NUMPY
         local = checkpoint._local_range(entry)
@@ -541,7 +542,21 @@ class Slice:
         rows = self.shape[0] if self.shape else None
         if type(index) is slice and index.step is None and rows is not None:
             start, stop, _ = index.indices(rows)  # the common case: rows a:b, read as they are
-            array = self._rows(start, max(start, stop))
+            stop = max(start, stop)
+            if self._fd is not None and self._row_bytes is not None \
+                    and not self._checkpoint.closed:
+                # Its shortest way, for random rows read one call at a time: the array, one
+                # pread, nothing else (a short read falls to _rows, which finishes it).
+                array = np.empty((stop - start,) + self._tail, self._npy_dtype)
+                try:
+                    done = os.preadv(self._fd, [array],
+                                     self._data_offset + start * self._row_bytes)
+                except OSError as e:
+                    raise _read_error(self._file_path, e) from None
+                if done != array.nbytes:
+                    array = self._rows(start, stop)
+            else:
+                array = self._rows(start, stop)
             if self._direct and array.dtype.isnative:
                 return _tensors.torch().from_numpy(array)
             return self._result(array)
@@ -586,12 +601,17 @@ class Slice:
         if whole:
             lo, hi = 0, self.shape[0] if self.shape else 1
         out = np.empty(self.shape if whole else (hi - lo,) + self._tail, self._npy_dtype)
-        offset = self._data_offset + lo * self._row_bytes
+        self._pread_exactly(out, out.nbytes, self._data_offset + lo * self._row_bytes)
+        return out
+
+    def _pread_exactly(self, buffer, nbytes, offset):
+        """Fills the writable C-contiguous `buffer` (nbytes long) with the bytes at `offset`
+        of the file read: one pread, then more for what a short read left."""
         try:
-            done = os.preadv(self._fd, [out], offset)  # (a C-contiguous array is its bytes)
-            if done < out.nbytes:
-                raw = _bytes_of(out)
-                while done < len(raw):
+            done = os.preadv(self._fd, [buffer], offset)
+            if done < nbytes:
+                raw = memoryview(buffer).cast("B")
+                while done < nbytes:
                     n = os.preadv(self._fd, [raw[done:]], offset + done)
                     if n == 0:
                         raise Error(f"ckptfs: {self._file_path}: shorter than index.json says",
@@ -599,7 +619,78 @@ class Slice:
                     done += n
         except OSError as e:
             raise _read_error(self._file_path, e) from None
-        return out
+
+    def readinto(self, out, start=0):
+        """s.readinto(out, start=0) -> int: rows from `start` read into the caller's `out`.
+
+        DESCRIPTION
+            For many small reads (random rows, a batch gathered row by row): no array is
+            made per read. `out` is a writable C-contiguous buffer of whole rows: a numpy
+            array of the tensor's numpy dtype (that of ck.numpy(key); its shape is not looked
+            at), a CPU torch tensor of its dtype, or plain bytes (bytearray, memoryview, mmap).
+            It is filled with as many rows as it holds, from row `start`, with one pread (of
+            the checkpoint's file itself on the fast path, s.path "file"; else of the mount's
+            tensor.npy), and the number of rows is returned. A 0-d tensor is one row. A torch
+            tensor costs a conversion per call: pass `t.numpy()` (made once) where the dtype
+            has one.
+
+        ERRORS
+            ValueError for a buffer that is read-only, not contiguous, not a whole number of
+            rows, or of another dtype; IndexError for rows past the tensor's; ckptfs.Error as
+            s[...].
+        """
+        if type(out) is np.ndarray and self._row_bytes is not None \
+                and out.dtype == self._npy_dtype and not self._checkpoint.closed:
+            nbytes = out.nbytes  # (the common case first, as short as it can be)
+        else:
+            out, nbytes = self._readinto_buffer(out)
+        rows, rest = divmod(nbytes, self._row_bytes)
+        if rest or not 0 <= start <= self._rows_in_all - rows:
+            if rest:
+                raise ValueError(f"ckptfs: {self.key}: readinto: {nbytes} bytes are not whole "
+                                 f"rows of {self._row_bytes} bytes")
+            raise IndexError(f"ckptfs: {self.key}: readinto: rows {start}..{start + rows} of "
+                             f"{self._rows_in_all}")
+        offset = self._data_offset + start * self._row_bytes
+        try:
+            if os.preadv(self._fd, [out], offset) != nbytes:
+                self._pread_exactly(out, nbytes, offset)  # (again, and what was short)
+        except OSError as e:
+            raise _read_error(self._file_path, e) from None
+        except (BufferError, TypeError) as e:  # read-only, or not contiguous
+            raise ValueError(f"ckptfs: {self.key}: readinto: {e}") from None
+        return rows
+
+    def _readinto_buffer(self, out):
+        """readinto's `out` as a buffer and its size; the file opened and the row size known."""
+        if self._checkpoint.closed:
+            self._checkpoint._check_open()
+        if self._fd is None:
+            self._open()
+        if self._row_bytes is None:
+            self._row_bytes = self._npy_dtype.itemsize * int(np.prod(self._tail, dtype=np.int64))
+        if type(out) is np.ndarray:
+            if out.dtype != self._npy_dtype:
+                raise ValueError(f"ckptfs: {self.key}: readinto: a {out.dtype} array for a "
+                                 f"tensor read as {self._npy_dtype}")
+            return out, out.nbytes
+        if _tensors.is_torch_tensor(out):
+            out = self._torch_buffer(out)
+        try:
+            return out, memoryview(out).nbytes
+        except TypeError:
+            raise ValueError(f"ckptfs: {self.key}: readinto: {type(out).__name__} is no buffer "
+                             "(a numpy array, torch tensor or bytearray is)") from None
+
+    def _torch_buffer(self, tensor):
+        """The bytes of a contiguous CPU torch tensor of this tensor's dtype, as numpy."""
+        if tensor.dtype != _tensors.torch_dtype(self.dtype, self.key) \
+                or tensor.device.type != "cpu" or not tensor.is_contiguous():
+            raise ValueError(f"ckptfs: {self.key}: readinto: a {tensor.dtype} tensor on "
+                             f"{tensor.device} (contiguous: {tensor.is_contiguous()}) for a "
+                             f"{self.dtype} tensor: it takes a contiguous CPU tensor of its dtype")
+        t = _tensors.torch()
+        return tensor.reshape(-1).view(t.uint8).numpy()
 
     def _open(self):
         """The mount's tensor.npy, its header read."""

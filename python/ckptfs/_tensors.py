@@ -3,6 +3,8 @@
 turning such arrays into torch tensors of the dtype the mount serves. torch is imported on
 first use only (an `import ckptfs` costs numpy's import, not torch's)."""
 
+import sys
+
 import numpy as np
 
 from ._errors import Error
@@ -86,6 +88,12 @@ def torch():
         import torch as module
         _torch_module = module
     return _torch_module
+
+
+def is_torch_tensor(value):
+    """Whether `value` is a torch tensor (without importing torch: none exists before it is)."""
+    module = sys.modules.get("torch")
+    return module is not None and isinstance(value, module.Tensor)
 
 
 def torch_dtype(name, key):

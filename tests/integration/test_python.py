@@ -438,8 +438,34 @@ class ApiTests(PythonTestCase):
                 self.assertEqual(ck.get_slice(key, numpy=True)[1:2].shape, (1, 5, 3))
                 with self.assertRaises(IndexError):
                     s[7]
+                with self.subTest(key=key, fast=fast, call="readinto"):
+                    self.check_readinto(s, whole)
             self.assertEqual(float(ck.get_slice("s")[()]), 2.5)
             ck.close()
+
+    def check_readinto(self, s, whole):
+        """Slice.readinto into each kind of buffer it takes, and refusals of the others."""
+        bits = whole.view(torch.int16) if whole.dtype == torch.bfloat16 else whole
+        row_bytes = bits[0].numel() * bits.element_size()
+        array = np.zeros((2, 5, 3), np.uint16 if whole.dtype == torch.bfloat16 else np.float64)
+        self.assertEqual(s.readinto(array, 5), 2)  # (numpy's dtype of the bits, as ck.numpy)
+        self.assertEqual(array.tobytes(), bits[5:7].numpy().tobytes())
+        tensor = torch.zeros(3, 5, 3, dtype=whole.dtype)
+        self.assertEqual(s.readinto(tensor, 0), 3)
+        self.assertTrue(torch.equal(tensor.view(bits.dtype), bits[0:3]))
+        raw = bytearray(row_bytes)
+        self.assertEqual(s.readinto(memoryview(raw), 6), 1)
+        self.assertEqual(bytes(raw), bits[6].numpy().tobytes())
+        self.assertEqual(s.readinto(bytearray(0), 7), 0)  # no rows, at the end: nothing read
+        for bad in (np.empty((1, 5, 3), np.int8), np.empty(row_bytes + 1, np.uint8),
+                    np.empty((4, 5, 3), array.dtype)[::2], bytes(row_bytes),
+                    torch.zeros(15, dtype=torch.float16 if whole.dtype != torch.float16
+                                else torch.float32), "text"):
+            with self.assertRaises(ValueError, msg=type(bad)):
+                s.readinto(bad, 0)
+        for start in (-1, 7):
+            with self.assertRaises(IndexError):
+                s.readinto(bytearray(row_bytes), start)
 
     def test_meta_and_errors(self):
         mountpoints = self.tmp / "mountpoints"  # where the package makes its mountpoints here

@@ -4,9 +4,10 @@ file itself, tmpfs and torch.load, side by side in one run:
 
   a. random 4 KiB slices (one row of a 4096x1024 float32 tensor) of the 1.6 GB .pth: os.preadv of
      the same bytes of the .pth (the anchor), get_slice(key)[row:row + 1] (numpy and torch: a
-     pread of the file on the fast path), rows of ck.numpy(key) and of ck[key] (torch) copied
-     out (the file mapped: first touches, a page fault each), and os.preadv of the mount's data
-     files (the mount, fresh: a FUSE round trip each);
+     pread of the file on the fast path) and get_slice(key).readinto(buffer, row) (a pread into
+     the caller's buffer: no array made per read), rows of ck.numpy(key) and of ck[key] (torch)
+     copied out (the file mapped: first touches, a page fault each), and os.preadv of the
+     mount's data files (the mount, fresh: a FUSE round trip each);
   b. every tensor of that .pth read once (copied into one buffer), warm: ck[key] of each against
      torch.load(mmap=True) of the file (torch 2.x: in the interop root, the file in /dev/shm,
      which the root sees at the same path);
@@ -80,6 +81,9 @@ def run(bench):
     slice_row.note = "target >= 0.8x"
     slice_torch = g.row("ck.get_slice(key)[row:row + 1], torch", "IOPS", higher_better=True)
     slice_torch.note = "target >= 0.8x"
+    readinto_row = g.row("ck.get_slice(key).readinto(buffer, row) (the caller's buffer)",
+                         "IOPS", higher_better=True)
+    readinto_row.note = "target >= 0.8x"
     numpy_row = g.row("ck.numpy(key)[row] copied out (the file mapped: first touches)", "IOPS",
                       higher_better=True)
     again_row = g.row("  the same rows again (their pages mapped now)", "IOPS",
@@ -152,6 +156,7 @@ def run(bench):
                 torch_row.add(out["torch"])
                 slice_row.add(out["get_slice"])
                 slice_torch.add(out["get_slice_torch"])
+                readinto_row.add(out["readinto"])
                 mount_row.add(out["mount"])
             _sample(ref, random_reads)
 
