@@ -72,7 +72,7 @@ options (before or after CHECKPOINT MOUNTPOINT):
        auto_unmount        unmount even when ckptfs is killed (fusermount3 watches it)
        notify_fd=N         write "1\n" to descriptor N once ready ("0\n" if not), close it
        read_ahead_kb=N     the mount's readahead in KiB, set when run as root (default 512,
-                           2048 for a URL; 0 keeps the kernel's 128)
+                           256 for a URL; 0 keeps the kernel's 128)
        busy_poll_us=N      after each request, one thread polls N microseconds for the next
                            before sleeping (default 200; 0 never; off with a single CPU)
        max_read=N          the largest read request in bytes (at least 4096; default: the
@@ -267,7 +267,7 @@ int inspect_usage_error(const std::string& message) {
 }
 
 // The mount's readahead for a remote checkpoint, unless -o read_ahead_kb= says otherwise.
-constexpr unsigned remote_read_ahead_kb = 2048;
+constexpr unsigned remote_read_ahead_kb = 256;
 
 int run_inspect(const std::vector<std::string>& args) {
   std::string path;
@@ -504,9 +504,12 @@ int run_mount(const std::vector<std::string>& args) {
   request.foreground = o.foreground;
   request.debug = o.debug;
   request.fuse_options = o.fuse_options;
-  // A remote checkpoint's reads are copies out of the block cache, not splices: more of them in
-  // flight (a larger kernel readahead) keep the serving threads busy. Measured on a 1.5 GiB file
-  // over loopback HTTP: 0.45 GiB/s at 512 KiB, 0.85 at 2 MiB, 0.73 at 8 MiB.
+  // A remote checkpoint's kernel readahead is small: every byte it reads past where a reader
+  // stops is a byte the server sends, and the source reads ahead of sequential readers itself
+  // (larger, parallel requests). A reader of one tensor of a 1.5 GB object through its mapping
+  // (safe_open) was sent 51 MB for 23 MB with 2 MiB, 26 MB with 256 KiB; sequential reads went
+  // no slower (0.4-0.7 GiB/s either way from nginx and Ceph's RGW on loopback: PERFORMANCE.md,
+  // issue 32). (In November, before the source's readahead streams, 2 MiB had doubled them.)
   request.read_ahead_kb = remote && !o.read_ahead_kb_given ? remote_read_ahead_kb : o.read_ahead_kb;
   request.max_read = o.max_read;
   request.busy_poll = std::chrono::microseconds(o.busy_poll_us);

@@ -66,6 +66,14 @@ class ByteSource {
   // machine map a range of it itself, after checking it is still this very file.
   virtual const FileIdentity* local_file() const noexcept { return nullptr; }
 
+  // The byte ranges [first, second) of the source that readers tend to read whole and then
+  // stop (each tensor's bytes), for a source whose reads cost requests: its readahead does not
+  // run on past the end of the one a sequential reader is in (a reader of one tensor is sent
+  // that tensor, not as much again). Set once, before the source is shared between threads;
+  // a source that reads nothing ahead ignores it.
+  using ReadUnits = std::vector<std::pair<std::uint64_t, std::uint64_t>>;
+  virtual void set_read_units(ReadUnits units) { (void)units; }
+
   // Fills `out` with the bytes at [offset, offset + out.size()). Throws Error(bad_checkpoint)
   // when the range is not inside the source ("truncated"), Error(io) when the read fails.
   void read(std::uint64_t offset, std::span<std::byte> out) const;

@@ -293,6 +293,20 @@ OpenedModel::OpenedModel(std::vector<std::unique_ptr<ByteSource>> sources, Model
   for (std::uint32_t i = 0; i < owned_.size(); ++i) {
     if (auto checks = zip_record_checks(model_, i)) owned_[i]->check_records(std::move(checks));
   }
+  // Each storage is a unit a reader reads whole: a remote source's readahead stops at its end.
+  std::vector<ByteSource::ReadUnits> units(owned_.size());
+  for (const Storage& s : model_.storages) {
+    // (A remote zip's record is located on first use: none before it.)
+    const std::optional<std::uint64_t> offset =
+        s.locator ? s.locator->located(s.locator_index) : std::optional(s.file_offset);
+    if (offset && s.source < units.size() && s.nbytes > 0 &&
+        owned_[s.source]->contains(*offset, s.nbytes)) {
+      units[s.source].emplace_back(*offset, *offset + s.nbytes);
+    }
+  }
+  for (std::uint32_t i = 0; i < owned_.size(); ++i) {
+    if (owned_[i]->remote() && !units[i].empty()) owned_[i]->set_read_units(std::move(units[i]));
+  }
   for (const auto& s : owned_) {
     raw_.push_back(s.get());
     keep_newest(times_, s->times());

@@ -390,6 +390,7 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
 
   bool start(CURL* easy) override {
     reset_response();
+    easy_ = easy;
     const auto remaining =
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     if (remaining.count() <= 0) return false;
@@ -430,6 +431,7 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
   }
 
   void finish(CURLcode result, CURL* easy) override {
+    easy_ = nullptr;  // (the handle goes back to the transport's)
     if (easy != nullptr) {
       easy_setopt(easy, CURLOPT_ERRORBUFFER, nullptr);
       easy_setopt(easy, CURLOPT_HTTPHEADER, nullptr);
@@ -589,7 +591,11 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
         f->store(reinterpret_cast<const std::byte*>(data), take);
       }
     }
-    if (take < n) f->cut_ = true;
+    if (take < n) {
+      f->cut_ = true;  // (curl closes the connection: nothing on it is read again)
+    } else if (f->received_ == f->declared_ && f->easy_ != nullptr) {
+      f->check_connection_at_end(f->easy_);
+    }
     return take;
   }
 
@@ -875,6 +881,7 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
   int status_ = 0;
   bool accepted_ = false;
   bool cut_ = false;            // the answer held more than asked: cut after the bytes asked
+  CURL* easy_ = nullptr;        // the transfer's handle, between start() and finish()
   bool not_needed_ = false;     // check: the object is of one block, nothing to check
   std::uint64_t wanted_ = 0;    // bytes taken from the body (judge_range())
   std::uint64_t declared_ = 0;  // bytes the body says it holds
@@ -1016,6 +1023,10 @@ constexpr std::uint64_t stream_slack = 1 << 20;
 // Reads shorter than this never start or grow a readahead: a format's scattered header reads
 // at mount stay requests of one block.
 constexpr std::uint64_t min_sequential_read = 4096;
+// How far the kernel's readahead may read past what a reader asked for (FUSE's max_readahead
+// is at most 1 MiB here): a read unit counts as left behind only once the stream is this far
+// past its end.
+constexpr std::uint64_t unit_slack = 1 << 20;
 
 class RemoteSource final : public ByteSource {
  public:
@@ -1029,6 +1040,19 @@ class RemoteSource final : public ByteSource {
   SourceTimes times() const noexcept override { return object_->times; }
   bool remote() const noexcept override { return true; }
   std::string change_reason() const override { return object_->reason(); }
+
+  // Kept sorted, without overlaps (of two that overlap, the first is kept), for unit_at().
+  void set_read_units(ReadUnits units) override {
+    std::sort(units.begin(), units.end());
+    ReadUnits kept;
+    for (const auto& u : units) {
+      if (u.second > u.first && (kept.empty() || u.first >= kept.back().second)) {
+        kept.push_back(u);
+      }
+    }
+    std::lock_guard lock(streams_mutex_);
+    units_ = std::move(kept);
+  }
 
   bool unchanged(bool check_path) const noexcept override {
     if (object_->changed.load(std::memory_order_acquire)) return false;
@@ -1220,11 +1244,28 @@ class RemoteSource final : public ByteSource {
                                            std::max(first_window, shared_->window_limit));
       s.window = std::min(s.window, shared_->window_limit);
       const std::uint64_t next = (end + block_size - 1) / block_size;
-      from = std::max(s.issued_until, next);
       to = std::min(next + s.window, block_count_);
+      // Readahead stops a sixteenth of what the stream has read (at least first_window) past
+      // the end of the read unit (a tensor's bytes) the reader is in: a reader of one tensor is
+      // not sent the next, and one of every tensor still has the next ones coming. Where the
+      // reader is lags `end` by the kernel's own readahead, which reads a little past the end
+      // of what the reader asked for.
+      bool stopped_at_unit = false;
+      const std::uint64_t position = std::max(s.start, end > unit_slack ? end - unit_slack : 0);
+      if (const auto* unit = unit_at(position)) {
+        const std::uint64_t run_on = std::clamp<std::uint64_t>(
+            (s.end - s.start) / 16 / block_size, first_window,
+            std::max(first_window, shared_->window_limit));
+        const std::uint64_t limit = (unit->second + block_size - 1) / block_size + run_on;
+        if (to > limit) {
+          to = limit;
+          stopped_at_unit = true;
+        }
+      }
+      from = std::max(s.issued_until, next);
       if (to <= from) return;
       // Ask in whole requests' worth once the window is wide, so that requests stay large.
-      if (to - from < blocks_per_request && to < block_count_ &&
+      if (to - from < blocks_per_request && to < block_count_ && !stopped_at_unit &&
           s.window >= 2 * blocks_per_request) {
         return;
       }
@@ -1296,7 +1337,18 @@ class RemoteSource final : public ByteSource {
   std::shared_ptr<RemoteShared> shared_;
   std::shared_ptr<Object> object_;
   std::uint64_t block_count_ = 0;
+  // The read unit holding byte `offset`, or null; under streams_mutex_.
+  const std::pair<std::uint64_t, std::uint64_t>* unit_at(std::uint64_t offset) const {
+    auto it = std::upper_bound(
+        units_.begin(), units_.end(), offset,
+        [](std::uint64_t o, const std::pair<std::uint64_t, std::uint64_t>& u) { return o < u.first; });
+    if (it == units_.begin()) return nullptr;
+    --it;
+    return offset < it->second ? &*it : nullptr;
+  }
+
   mutable std::mutex streams_mutex_;
+  ReadUnits units_;  // set_read_units()'s, under streams_mutex_
   mutable std::array<Stream, 8> streams_{};
   mutable std::uint64_t tick_ = 0;
 };
