@@ -53,6 +53,10 @@ class StorageLocator {
   virtual std::uint64_t data_offset(std::uint32_t index) const = 0;
   // The same once it is known, without reading: nullopt before the first data_offset().
   virtual std::optional<std::uint64_t> located(std::uint32_t index) const noexcept = 0;
+  // The bytes [first, second) that hold record `index` whole (its header and its data, nothing
+  // of another record's), known without reading: where a reader of it reads (for a remote
+  // source's readahead, ByteSource::set_read_units()).
+  virtual std::pair<std::uint64_t, std::uint64_t> span(std::uint32_t index) const noexcept = 0;
 };
 
 // A run of bytes in one source holding one storage (torch) or one tensor's bytes (safetensors).

@@ -296,12 +296,12 @@ OpenedModel::OpenedModel(std::vector<std::unique_ptr<ByteSource>> sources, Model
   // Each storage is a unit a reader reads whole: a remote source's readahead stops at its end.
   std::vector<ByteSource::ReadUnits> units(owned_.size());
   for (const Storage& s : model_.storages) {
-    // (A remote zip's record is located on first use: none before it.)
-    const std::optional<std::uint64_t> offset =
-        s.locator ? s.locator->located(s.locator_index) : std::optional(s.file_offset);
-    if (offset && s.source < units.size() && s.nbytes > 0 &&
-        owned_[s.source]->contains(*offset, s.nbytes)) {
-      units[s.source].emplace_back(*offset, *offset + s.nbytes);
+    if (s.source >= units.size() || s.nbytes == 0) continue;
+    // A remote zip's record, located on first use: its header and data, as the zip says.
+    const auto unit = s.locator ? s.locator->span(s.locator_index)
+                                : std::pair(s.file_offset, s.file_offset + s.nbytes);
+    if (unit.first < unit.second && owned_[s.source]->contains(unit.first, unit.second - unit.first)) {
+      units[s.source].push_back(unit);
     }
   }
   for (std::uint32_t i = 0; i < owned_.size(); ++i) {

@@ -1247,20 +1247,24 @@ class RemoteSource final : public ByteSource {
       to = std::min(next + s.window, block_count_);
       // Readahead stops a sixteenth of what the stream has read (at least first_window) past
       // the end of the read unit (a tensor's bytes) the reader is in: a reader of one tensor is
-      // not sent the next, and one of every tensor still has the next ones coming. Where the
-      // reader is lags `end` by the kernel's own readahead, which reads a little past the end
-      // of what the reader asked for.
+      // not sent the next, and one of every tensor still has the next ones coming. Between
+      // units (a header, a pickle), it stops at the next unit's first block: a reader of the
+      // header is not sent tensors. Where the reader is lags `end` by the kernel's own
+      // readahead, which reads a little past the end of what the reader asked for.
       bool stopped_at_unit = false;
       const std::uint64_t position = std::max(s.start, end > unit_slack ? end - unit_slack : 0);
+      std::optional<std::uint64_t> limit;
       if (const auto* unit = unit_at(position)) {
         const std::uint64_t run_on = std::clamp<std::uint64_t>(
             (s.end - s.start) / 16 / block_size, first_window,
             std::max(first_window, shared_->window_limit));
-        const std::uint64_t limit = (unit->second + block_size - 1) / block_size + run_on;
-        if (to > limit) {
-          to = limit;
-          stopped_at_unit = true;
-        }
+        limit = (unit->second + block_size - 1) / block_size + run_on;
+      } else if (const auto* after = unit_after(position)) {
+        limit = after->first / block_size + 1;
+      }
+      if (limit && to > *limit) {
+        to = *limit;
+        stopped_at_unit = true;
       }
       from = std::max(s.issued_until, next);
       if (to <= from) return;
@@ -1345,6 +1349,14 @@ class RemoteSource final : public ByteSource {
     if (it == units_.begin()) return nullptr;
     --it;
     return offset < it->second ? &*it : nullptr;
+  }
+
+  // The first read unit that starts after byte `offset`, or null; under streams_mutex_.
+  const std::pair<std::uint64_t, std::uint64_t>* unit_after(std::uint64_t offset) const {
+    auto it = std::upper_bound(
+        units_.begin(), units_.end(), offset,
+        [](std::uint64_t o, const std::pair<std::uint64_t, std::uint64_t>& u) { return o < u.first; });
+    return it == units_.end() ? nullptr : &*it;
   }
 
   mutable std::mutex streams_mutex_;

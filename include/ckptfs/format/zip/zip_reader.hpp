@@ -99,6 +99,8 @@ class ZipLocator final : public StorageLocator {
   ZipLocator(const ByteSource& source, std::vector<ZipEntry> records);
   std::uint64_t data_offset(std::uint32_t index) const override;
   std::optional<std::uint64_t> located(std::uint32_t index) const noexcept override;
+  // From its local header to the next header (or the central directory).
+  std::pair<std::uint64_t, std::uint64_t> span(std::uint32_t index) const noexcept override;
 
  private:
   const ByteSource& source_;

@@ -428,6 +428,10 @@ std::optional<std::uint64_t> ZipLocator::located(std::uint32_t index) const noex
   return offset;
 }
 
+std::pair<std::uint64_t, std::uint64_t> ZipLocator::span(std::uint32_t index) const noexcept {
+  return {records_[index].header_offset, records_[index].limit};
+}
+
 bool looks_like_zip(const ByteSource& source) {
   if (source.size() < 4) return false;
   return u32(source.read_string(0, 4), 0) == local_signature;
