@@ -512,6 +512,9 @@ class Slice:
         # torch.from_numpy gives the dtype itself (no view of the bits needed): the plain ones.
         self._direct = not as_numpy and self.dtype in _tensors.FROM_NUMPY
         local = checkpoint._local_range(entry)
+        self._fast = False  # whether __getitem__'s shortest way may be taken: set by _rows()
+        # torch.from_numpy where it gives the tensor itself (a plain dtype in this byte order).
+        self._from_numpy = None
         if local is not None:
             f, self._data_offset, self._npy_dtype = local
             self._file_path = f.path
@@ -539,27 +542,30 @@ class Slice:
         return self.shape[0]
 
     def __getitem__(self, index):
+        if self._fast and type(index) is slice and index.step is None \
+                and not self._checkpoint.closed:
+            # The common case, rows a:b read one call at a time (random rows, say), its shortest
+            # way: the array and one pread, nothing else (a short read falls to _rows, which
+            # finishes it).
+            start, stop, _ = index.indices(self._rows_in_all)
+            if stop < start:
+                stop = start
+            array = np.empty((stop - start, *self._tail), self._npy_dtype)
+            try:
+                done = os.preadv(self._fd, [array], self._data_offset + start * self._row_bytes)
+            except OSError as e:
+                raise _read_error(self._file_path, e) from None
+            if done != array.nbytes:
+                array = self._rows(start, stop)
+            if self._as_numpy:
+                return array
+            if self._from_numpy is not None:
+                return self._from_numpy(array)
+            return self._result(array)
         rows = self.shape[0] if self.shape else None
         if type(index) is slice and index.step is None and rows is not None:
-            start, stop, _ = index.indices(rows)  # the common case: rows a:b, read as they are
-            stop = max(start, stop)
-            if self._fd is not None and self._row_bytes is not None \
-                    and not self._checkpoint.closed:
-                # Its shortest way, for random rows read one call at a time: the array, one
-                # pread, nothing else (a short read falls to _rows, which finishes it).
-                array = np.empty((stop - start,) + self._tail, self._npy_dtype)
-                try:
-                    done = os.preadv(self._fd, [array],
-                                     self._data_offset + start * self._row_bytes)
-                except OSError as e:
-                    raise _read_error(self._file_path, e) from None
-                if done != array.nbytes:
-                    array = self._rows(start, stop)
-            else:
-                array = self._rows(start, stop)
-            if self._direct and array.dtype.isnative:
-                return _tensors.torch().from_numpy(array)
-            return self._result(array)
+            start, stop, _ = index.indices(rows)  # rows a:b, the file not opened yet
+            return self._result(self._rows(start, max(start, stop)))
         if not isinstance(index, tuple):
             index = (index,)
         first = index[0] if index else slice(None)
@@ -598,6 +604,9 @@ class Slice:
             self._open()
         if self._row_bytes is None:
             self._row_bytes = self._npy_dtype.itemsize * int(np.prod(self._tail, dtype=np.int64))
+            if self._direct and self._npy_dtype.isnative:
+                self._from_numpy = _tensors.torch().from_numpy
+            self._fast = bool(self.shape)
         if whole:
             lo, hi = 0, self.shape[0] if self.shape else 1
         out = np.empty(self.shape if whole else (hi - lo,) + self._tail, self._npy_dtype)

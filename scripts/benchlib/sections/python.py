@@ -3,7 +3,8 @@
 file itself, tmpfs and torch.load, side by side in one run:
 
   a. random 4 KiB slices (one row of a 4096x1024 float32 tensor) of the 1.6 GB .pth: os.preadv of
-     the same bytes of the .pth (the anchor), get_slice(key)[row:row + 1] (numpy and torch: a
+     the same bytes of the .pth (the anchor; and each into a new array, what any slice costs at
+     least), get_slice(key)[row:row + 1] (numpy and torch: a
      pread of the file on the fast path) and get_slice(key).readinto(buffer, row) (a pread into
      the caller's buffer: no array made per read), rows of ck.numpy(key) and of ck[key] (torch)
      copied out (the file mapped: first touches, a page fault each), and os.preadv of the
@@ -76,6 +77,8 @@ def run(bench):
               f"{seq.name} ({size}), warm, 1 reader, {ops} reads a run")
     ref = g.row("os.preadv of the same bytes of the .pth itself", "IOPS", ref=True,
                 higher_better=True)
+    array_row = g.row("  the same, each into a new numpy array (np.empty + os.preadv)", "IOPS",
+                      higher_better=True)
     slice_row = g.row("ck.get_slice(key, numpy=True)[row:row + 1] (a pread of the file)",
                       "IOPS", higher_better=True)
     slice_row.note = "target >= 0.8x"
@@ -151,6 +154,7 @@ def run(bench):
                 if out["paths"] != ["file"]:
                     raise RuntimeError(f"the fast path was not taken: {out['paths']}")
                 ref.add(out["file"])
+                array_row.add(out["file_array"])
                 numpy_row.add(out["numpy"])
                 again_row.add(out["numpy_again"])
                 torch_row.add(out["torch"])
