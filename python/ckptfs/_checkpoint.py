@@ -197,8 +197,9 @@ class Checkpoint(Mapping):
             the same width: bfloat16 as uint16 (torch.from_numpy(a.view(numpy.int16))
             .view(torch.bfloat16) makes the tensor), float8 and float4 as uint8, complex32 as
             uint32; quantized tensors as their integers (quint4x2 and quint2x4, packed 2 or 4
-            a byte, as their stored bytes: uint8 in one dimension, meta.json's "packing"). A big-endian checkpoint's tensors read
-            through the mount keep their byte order (dtype '>f4'...), as np.load's do.
+            a byte, as their stored bytes: uint8 in one dimension, meta.json's "packing"). A
+            big-endian checkpoint's tensors read through the mount keep their byte order
+            (dtype '>f4'...), as np.load's do.
 
         ERRORS
             As ck[key]; Error for a value entry.
@@ -228,8 +229,10 @@ class Checkpoint(Mapping):
             As safetensors' get_slice: slice[0:128], slice[10], slice[:, 2:5] read only the
             rows the first index selects, with one pread of their bytes (on the fast path, of
             the checkpoint's file itself; else of the mount's tensor.npy), then apply the rest
-            of the index in memory: no mapping of the file is kept. Its results are torch tensors where torch is importable,
-            numpy arrays with numpy=True (or without torch). slice.get_shape() and
+            of the index in memory: no mapping of the file is kept. Its results are torch
+            tensors where torch is importable, numpy arrays with numpy=True (or without
+            torch). For many small reads, slice.readinto() fills a buffer of the caller's
+            instead (no array made per read). slice.get_shape() and
             slice.get_dtype() say what it is; the path (slice.path: "file" or "mount") is
             chosen, and the file checked, when get_slice is called.
 
@@ -488,7 +491,8 @@ class Slice:
 
     SYNOPSIS
         s = ck.get_slice(key)
-        s[0:128]  s[5]  s[:, 10:20]  s[...]  s.get_shape()  s.get_dtype()  s.path
+        s[0:128]  s[5]  s[:, 10:20]  s[...]  s.readinto(buffer, start)
+        s.get_shape()  s.get_dtype()  s.path
 
     DESCRIPTION
         The first index (an int, or a slice of any step) selects the rows read, with one pread

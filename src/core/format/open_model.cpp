@@ -300,7 +300,8 @@ OpenedModel::OpenedModel(std::vector<std::unique_ptr<ByteSource>> sources, Model
     // A remote zip's record, located on first use: its header and data, as the zip says.
     const auto unit = s.locator ? s.locator->span(s.locator_index)
                                 : std::pair(s.file_offset, s.file_offset + s.nbytes);
-    if (unit.first < unit.second && owned_[s.source]->contains(unit.first, unit.second - unit.first)) {
+    if (unit.first < unit.second &&
+        owned_[s.source]->contains(unit.first, unit.second - unit.first)) {
       units[s.source].push_back(unit);
     }
   }

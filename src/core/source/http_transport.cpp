@@ -62,8 +62,8 @@ curl_socket_t plain_http1_socket(CURL* easy) {
 void check_surplus(curl_socket_t socket, Job& job, bool maybe_next_answer) {
   if (socket == CURL_SOCKET_BAD) return;
   char bytes[5] = {};
-  const ssize_t n = ::recv(socket, bytes, maybe_next_answer ? sizeof bytes : 1,
-                           MSG_PEEK | MSG_DONTWAIT);
+  const ssize_t n =
+      ::recv(socket, bytes, maybe_next_answer ? sizeof bytes : 1, MSG_PEEK | MSG_DONTWAIT);
   if (n <= 0) return;
   if (maybe_next_answer &&
       std::string_view("HTTP/").starts_with(std::string_view(bytes, static_cast<std::size_t>(n)))) {

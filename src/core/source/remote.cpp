@@ -1255,9 +1255,9 @@ class RemoteSource final : public ByteSource {
       const std::uint64_t position = std::max(s.start, end > unit_slack ? end - unit_slack : 0);
       std::optional<std::uint64_t> limit;
       if (const auto* unit = unit_at(position)) {
-        const std::uint64_t run_on = std::clamp<std::uint64_t>(
-            (s.end - s.start) / 16 / block_size, first_window,
-            std::max(first_window, shared_->window_limit));
+        const std::uint64_t run_on =
+            std::clamp<std::uint64_t>((s.end - s.start) / 16 / block_size, first_window,
+                                      std::max(first_window, shared_->window_limit));
         limit = (unit->second + block_size - 1) / block_size + run_on;
       } else if (const auto* after = unit_after(position)) {
         limit = after->first / block_size + 1;
@@ -1341,21 +1341,26 @@ class RemoteSource final : public ByteSource {
   std::shared_ptr<RemoteShared> shared_;
   std::shared_ptr<Object> object_;
   std::uint64_t block_count_ = 0;
+  using Unit = std::pair<std::uint64_t, std::uint64_t>;
+
+  // The first read unit that starts after byte `offset` (units_.end(): none); under
+  // streams_mutex_.
+  ReadUnits::const_iterator first_unit_after(std::uint64_t offset) const {
+    return std::upper_bound(units_.begin(), units_.end(), offset,
+                            [](std::uint64_t o, const Unit& u) { return o < u.first; });
+  }
+
   // The read unit holding byte `offset`, or null; under streams_mutex_.
-  const std::pair<std::uint64_t, std::uint64_t>* unit_at(std::uint64_t offset) const {
-    auto it = std::upper_bound(
-        units_.begin(), units_.end(), offset,
-        [](std::uint64_t o, const std::pair<std::uint64_t, std::uint64_t>& u) { return o < u.first; });
+  const Unit* unit_at(std::uint64_t offset) const {
+    auto it = first_unit_after(offset);
     if (it == units_.begin()) return nullptr;
     --it;
     return offset < it->second ? &*it : nullptr;
   }
 
   // The first read unit that starts after byte `offset`, or null; under streams_mutex_.
-  const std::pair<std::uint64_t, std::uint64_t>* unit_after(std::uint64_t offset) const {
-    auto it = std::upper_bound(
-        units_.begin(), units_.end(), offset,
-        [](std::uint64_t o, const std::pair<std::uint64_t, std::uint64_t>& u) { return o < u.first; });
+  const Unit* unit_after(std::uint64_t offset) const {
+    auto it = first_unit_after(offset);
     return it == units_.end() ? nullptr : &*it;
   }
 
