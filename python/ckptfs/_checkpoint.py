@@ -516,7 +516,7 @@ class Slice:
         # torch.from_numpy gives the dtype itself (no view of the bits needed): the plain ones.
         self._direct = not as_numpy and self.dtype in _tensors.FROM_NUMPY
         local = checkpoint._local_range(entry)
-        self._fast = False  # whether __getitem__'s shortest way may be taken: set by _rows()
+        self._fast = False  # whether __getitem__'s shortest way may be taken: set by _ready()
         # torch.from_numpy where it gives the tensor itself (a plain dtype in this byte order).
         self._from_numpy = None
         if local is not None:
@@ -600,8 +600,9 @@ class Slice:
     def _result(self, array):
         return array if self._as_numpy else _tensors.to_torch(array, self.dtype, self.key)
 
-    def _rows(self, lo, hi, whole=False):
-        """Rows [lo, hi) (whole: the tensor) as a numpy array of its own, one pread."""
+    def _ready(self):
+        """What every read needs first: the checkpoint open, the file open, the row size known
+        (and with it, __getitem__'s shortest way)."""
         if self._checkpoint.closed:
             self._checkpoint._check_open()
         if self._fd is None:
@@ -611,6 +612,10 @@ class Slice:
             if self._direct and self._npy_dtype.isnative:
                 self._from_numpy = _tensors.torch().from_numpy
             self._fast = bool(self.shape)
+
+    def _rows(self, lo, hi, whole=False):
+        """Rows [lo, hi) (whole: the tensor) as a numpy array of its own, one pread."""
+        self._ready()
         if whole:
             lo, hi = 0, self.shape[0] if self.shape else 1
         out = np.empty(self.shape if whole else (hi - lo,) + self._tail, self._npy_dtype)
@@ -676,12 +681,7 @@ class Slice:
 
     def _readinto_buffer(self, out):
         """readinto's `out` as a buffer and its size; the file opened and the row size known."""
-        if self._checkpoint.closed:
-            self._checkpoint._check_open()
-        if self._fd is None:
-            self._open()
-        if self._row_bytes is None:
-            self._row_bytes = self._npy_dtype.itemsize * int(np.prod(self._tail, dtype=np.int64))
+        self._ready()
         if type(out) is np.ndarray:
             if out.dtype != self._npy_dtype:
                 raise ValueError(f"ckptfs: {self.key}: readinto: a {out.dtype} array for a "
