@@ -37,11 +37,17 @@ int HttpTransport::debug(CURL*, curl_infotype type, char* data, std::size_t size
   return 0;
 }
 
-namespace {
-
-// The socket of `easy`'s plain HTTP/1 connection (TLS sends records of its own, HTTP/2 frames
-// every answer: no surplus can hide there), or CURL_SOCKET_BAD.
-curl_socket_t plain_http1_socket(CURL* easy) {
+// After a transfer that ended well: bytes already waiting on its connection, when curl keeps it
+// for the next request, are the end of an answer longer than it declared (plain HTTP/1 only:
+// TLS sends records of its own, HTTP/2 frames every answer). The connection is shut down, so
+// that no request is answered with them. But curl may have handed the connection to a request
+// waiting for one already, within the same curl call that ended the transfer, and that
+// request's answer may be arriving: bytes that start as an answer does ("HTTP/") are left to it
+// (its own framing is checked: surplus that looks like an answer spoils it, a protocol error
+// of its own, asked again). Not earlier, in the body callback: until a transfer ends, curl
+// (7.88) names the handle's previous connection, not its current one. Left: the body of that
+// next answer, already arriving, is taken for surplus (a retry of both, never a wrong byte).
+void HttpTransport::check_connection(CURL* easy, Job& job) {
   curl_socket_t socket = CURL_SOCKET_BAD;
   long version = 0;
   char* scheme = nullptr;
@@ -50,42 +56,16 @@ curl_socket_t plain_http1_socket(CURL* easy) {
       (version != CURL_HTTP_VERSION_1_0 && version != CURL_HTTP_VERSION_1_1) ||
       easy_getinfo(easy, CURLINFO_SCHEME, &scheme) != CURLE_OK || scheme == nullptr ||
       ::strcasecmp(scheme, "http") != 0) {
-    return CURL_SOCKET_BAD;
+    return;
   }
-  return socket;
-}
-
-// Bytes waiting on `socket` are surplus of `job`'s answer, unless `maybe_next_answer` and they
-// start as an answer does ("HTTP/"): the connection is then perhaps the next request's already.
-// Surplus shuts the connection down, so that no request is answered with it (curl closes it
-// when it next looks at it).
-void check_surplus(curl_socket_t socket, Job& job, bool maybe_next_answer) {
-  if (socket == CURL_SOCKET_BAD) return;
   char bytes[5] = {};
-  const ssize_t n =
-      ::recv(socket, bytes, maybe_next_answer ? sizeof bytes : 1, MSG_PEEK | MSG_DONTWAIT);
-  if (n <= 0) return;
-  if (maybe_next_answer &&
+  const ssize_t n = ::recv(socket, bytes, sizeof bytes, MSG_PEEK | MSG_DONTWAIT);
+  if (n <= 0 ||
       std::string_view("HTTP/").starts_with(std::string_view(bytes, static_cast<std::size_t>(n)))) {
     return;
   }
   job.surplus = true;
-  ::shutdown(socket, SHUT_RDWR);
-}
-
-}  // namespace
-
-void Job::check_connection_at_end(CURL* easy) {
-  check_surplus(plain_http1_socket(easy), *this, false);
-}
-
-// After a transfer that ended well, the same look again, for surplus sent a moment after the
-// answer. By then curl may have handed the connection to the next request (a transfer waiting
-// for a connection takes it within the same curl call), whose answer must not be taken for
-// surplus: bytes that start as an answer are left to that request, whose framing is checked
-// (surplus that looks like an answer spoils it: a protocol error of its own, asked again).
-void HttpTransport::check_connection_after(CURL* easy, Job& job) {
-  check_surplus(plain_http1_socket(easy), job, true);
+  ::shutdown(socket, SHUT_RDWR);  // curl closes it when it next looks at it
 }
 
 void HttpTransport::submit(std::shared_ptr<Job> job) {
@@ -224,7 +204,7 @@ void HttpTransport::run() {
       const CURLcode result = message->data.result;
       auto it = active_.find(easy);
       // Before the handle leaves the multi handle: its connection is known only while in it.
-      if (it != active_.end() && result == CURLE_OK) check_connection_after(easy, *it->second);
+      if (it != active_.end() && result == CURLE_OK) check_connection(easy, *it->second);
       curl().multi_remove_handle(multi, easy);
       if (it == active_.end()) continue;
       std::shared_ptr<Job> job = std::move(it->second);

@@ -55,14 +55,6 @@ class Job {
   // Later surplus spoils the next answer on that connection instead (not HTTP: a protocol
   // error of that request). Reset at each start().
   bool surplus = false;
-
- protected:
-  // For a job's body callback, once the answer's last declared byte is in, while the transfer
-  // still owns its connection: sets `surplus` (and shuts the connection down) when more bytes
-  // are already waiting on it (plain HTTP/1 only: TLS sends records of its own, HTTP/2 frames
-  // every answer). Not after the transfer: curl may by then have handed the connection to the
-  // next request, whose answer would be taken for surplus and its connection cut.
-  void check_connection_at_end(CURL* easy);
 };
 
 class HttpTransport {
@@ -93,7 +85,7 @@ class HttpTransport {
   void finish_all(CURLM* multi, std::vector<std::shared_ptr<Job>>& waiting);
   static int progress(void* job, curl_off_t, curl_off_t, curl_off_t, curl_off_t);
   static int debug(CURL*, curl_infotype type, char* data, std::size_t size, void* job);
-  void check_connection_after(CURL* easy, Job& job);
+  static void check_connection(CURL* easy, Job& job);
 
   TransportOptions options_;
   std::mutex mutex_;

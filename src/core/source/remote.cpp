@@ -390,7 +390,6 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
 
   bool start(CURL* easy) override {
     reset_response();
-    easy_ = easy;
     const auto remaining =
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     if (remaining.count() <= 0) return false;
@@ -431,7 +430,6 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
   }
 
   void finish(CURLcode result, CURL* easy) override {
-    easy_ = nullptr;  // (the handle goes back to the transport's)
     if (easy != nullptr) {
       easy_setopt(easy, CURLOPT_ERRORBUFFER, nullptr);
       easy_setopt(easy, CURLOPT_HTTPHEADER, nullptr);
@@ -591,11 +589,7 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
         f->store(reinterpret_cast<const std::byte*>(data), take);
       }
     }
-    if (take < n) {
-      f->cut_ = true;  // (curl closes the connection: nothing on it is read again)
-    } else if (f->received_ == f->declared_ && f->easy_ != nullptr) {
-      f->check_connection_at_end(f->easy_);
-    }
+    if (take < n) f->cut_ = true;
     return take;
   }
 
@@ -881,7 +875,6 @@ class RangeFetch final : public Job, public std::enable_shared_from_this<RangeFe
   int status_ = 0;
   bool accepted_ = false;
   bool cut_ = false;            // the answer held more than asked: cut after the bytes asked
-  CURL* easy_ = nullptr;        // the transfer's handle, between start() and finish()
   bool not_needed_ = false;     // check: the object is of one block, nothing to check
   std::uint64_t wanted_ = 0;    // bytes taken from the body (judge_range())
   std::uint64_t declared_ = 0;  // bytes the body says it holds
