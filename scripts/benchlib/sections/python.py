@@ -4,9 +4,9 @@ file itself, tmpfs and torch.load, side by side in one run:
 
   a. random 4 KiB slices (one row of a 4096x1024 float32 tensor) of the 1.6 GB .pth: os.preadv of
      the same bytes of the .pth (the anchor; and each into a new array, what any slice costs at
-     least), get_slice(key)[row:row + 1] (numpy and torch: a
-     pread of the file on the fast path) and get_slice(key).readinto(buffer, row) (a pread into
-     the caller's buffer: no array made per read), rows of ck.numpy(key) and of ck[key] (torch)
+     least), get_slice(key)[row:row + 1] (numpy and torch: a pread of the file on the fast
+     path) and get_slice(key).readinto(buffer, row) (a pread into the caller's buffer: no array
+     made per read), rows of ck.numpy(key) and of ck[key] (torch)
      copied out (the file mapped: first touches, a page fault each), and os.preadv of the
      mount's data files (the mount, fresh: a FUSE round trip each);
   b. every tensor of that .pth read once (copied into one buffer), warm: ck[key] of each against

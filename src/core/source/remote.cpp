@@ -1016,9 +1016,9 @@ constexpr std::uint64_t stream_slack = 1 << 20;
 // Reads shorter than this never start or grow a readahead: a format's scattered header reads
 // at mount stay requests of one block.
 constexpr std::uint64_t min_sequential_read = 4096;
-// How far the kernel's readahead may read past what a reader asked for (FUSE's max_readahead
-// is at most 1 MiB here): a read unit counts as left behind only once the stream is this far
-// past its end.
+// How far the kernel's readahead may read past what a reader asked for (two windows of a URL's
+// 256 KiB, main.cpp; a larger -o read_ahead_kb reads further, and is then taken for a reader
+// that went on): a read unit counts as left behind only once the stream is this far past it.
 constexpr std::uint64_t unit_slack = 1 << 20;
 
 class RemoteSource final : public ByteSource {
@@ -1334,7 +1334,7 @@ class RemoteSource final : public ByteSource {
   std::shared_ptr<RemoteShared> shared_;
   std::shared_ptr<Object> object_;
   std::uint64_t block_count_ = 0;
-  using Unit = std::pair<std::uint64_t, std::uint64_t>;
+  using Unit = ReadUnits::value_type;
 
   // The first read unit that starts after byte `offset` (units_.end(): none); under
   // streams_mutex_.
