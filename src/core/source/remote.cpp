@@ -67,6 +67,9 @@ constexpr long connect_timeout_ms = 10'000;
 constexpr auto failure_memory = std::chrono::seconds(1);
 // unchanged(check_path) asks the server again at most this often (in the background).
 constexpr auto revalidate_every = std::chrono::seconds(5);
+// How long the transport waits for room in the disk cache's write queue before a block is
+// skipped (RemoteShared::queue_disk_write).
+constexpr auto disk_room_wait = std::chrono::seconds(1);
 // How often the claims of blocks that another mount of the disk cache fetches are looked at.
 constexpr auto claim_poll = std::chrono::milliseconds(2);
 // SigV4 signs the payload's hash: a GET has none, this is SHA-256 of nothing.
@@ -192,11 +195,19 @@ struct RemoteShared {
     stop_disk_writer();
   }
 
+  // On the transport's thread. When writing lags behind the network by the whole queue, the
+  // transport waits for room (its transfers pause; the server is held back by TCP) rather
+  // than skip the block: a skipped block is fetched again by every other mount of the cache
+  // that wants it (its claim freed, its file missing), and eight mounts reading one object on
+  // a busy machine sent 1.2-1.6x it that way, the writer starved of CPU. Only a disk that
+  // stays slower than disk_room_wait per block has blocks skipped.
   void queue_disk_write(DiskWrite write) {
-    std::lock_guard lock(disk_mutex);
-    if (disk_queue.size() >= disk_queue_limit) {
-      // Writing lags behind the network: this block is skipped (a mount waiting for it fetches
-      // it itself once the claim is free).
+    std::unique_lock lock(disk_mutex);
+    if (disk_queue.size() >= disk_queue_limit && !disk_room.wait_for(lock, disk_room_wait, [&] {
+          return disk_queue.size() < disk_queue_limit || disk_stopping;
+        })) {
+      // Writing lags behind the network even so: this block is skipped (a mount waiting for
+      // it fetches it itself once the claim is free).
       disk->release(*write.object->disk_folder, write.index);
       return;
     }
@@ -214,6 +225,7 @@ struct RemoteShared {
       DiskWrite w = std::move(disk_queue.front());
       disk_queue.pop_front();
       lock.unlock();
+      disk_room.notify_one();
       disk->store(*w.object->disk_folder, w.index,
                   std::span<const std::byte>(w.block->data(), w.block->length()));
       disk->release(*w.object->disk_folder, w.index);  // written (or not): others may look
@@ -229,6 +241,7 @@ struct RemoteShared {
       thread = std::move(disk_thread);
     }
     disk_wake.notify_all();
+    disk_room.notify_all();
     if (thread.joinable()) thread.join();
     std::lock_guard lock(disk_mutex);
     disk_queue.clear();
@@ -316,6 +329,7 @@ struct RemoteShared {
 
   std::mutex disk_mutex;
   std::condition_variable disk_wake;
+  std::condition_variable disk_room;  // a block left the queue
   std::deque<DiskWrite> disk_queue;
   std::size_t disk_queue_limit = 64;  // blocks; a quarter of the memory cache, when larger
   bool disk_stopping = false;
