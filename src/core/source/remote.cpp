@@ -50,11 +50,13 @@ constexpr std::uint64_t range_check_first = 4099;
 constexpr std::uint64_t range_check_end = 8192;
 // Readahead on sequential reads: the window is as large as what the stream has read so far,
 // from 4 blocks (1 MiB) up to 64 MiB (less with a small cache), so that a reader that stops
-// never leaves more unread than it read; fetched by requests of up to 4 MiB, so that up to 16
-// are in flight.
+// never leaves more unread than it read; fetched by requests of up to 16 MiB. Each request
+// costs a server a lookup besides its bytes: Ceph's RGW sent a 1.5 GB object in 1.6 s as
+// 16 MiB ranges 8 at a time, in 2.8 s as 4 MiB ones (curl), and ckptfs's whole-model load
+// from it took 10% less time with 16 MiB requests than with 4 MiB ones.
 constexpr std::uint64_t first_window = 4;
 constexpr std::uint64_t largest_window = 256;
-constexpr std::uint64_t blocks_per_request = 16;
+constexpr std::uint64_t blocks_per_request = 64;
 constexpr std::size_t max_error_body = 4096;
 // A request slower than minimum_rate() over this long (a third of the timeout, 1 to 10 s) is
 // abandoned and retried on a new connection: a stalled server, or one that trickles bytes.
@@ -1258,7 +1260,6 @@ class RemoteSource final : public ByteSource {
       // units (a header, a pickle), it stops at the next unit's first block: a reader of the
       // header is not sent tensors. Where the reader is lags `end` by the kernel's own
       // readahead, which reads a little past the end of what the reader asked for.
-      bool stopped_at_unit = false;
       const std::uint64_t position = std::max(s.start, end > unit_slack ? end - unit_slack : 0);
       std::optional<std::uint64_t> limit;
       if (const auto* unit = unit_at(position)) {
@@ -1269,17 +1270,15 @@ class RemoteSource final : public ByteSource {
       } else if (const auto* after = unit_after(position)) {
         limit = after->first / block_size + 1;
       }
-      if (limit && to > *limit) {
-        to = *limit;
-        stopped_at_unit = true;
-      }
+      if (limit && to > *limit) to = *limit;
       from = std::max(s.issued_until, next);
       if (to <= from) return;
-      // Ask in whole requests' worth once the window is wide, so that requests stay large.
-      if (to - from < blocks_per_request && to < block_count_ && !stopped_at_unit &&
-          s.window >= 2 * blocks_per_request) {
-        return;
-      }
+      // Ask for half a window at once (a whole request's worth once it is wide), not a block
+      // or two for each read the kernel sends, unless what is asked for ahead of the reader
+      // runs below that: a load sent ~690 requests of mostly 1-2 MiB before.
+      const std::uint64_t least =
+          std::min(blocks_per_request, std::max<std::uint64_t>(1, s.window / 2));
+      if (to - from < least && to < block_count_ && from >= next + least) return;
       s.issued_until = to;
     }
     fetch_missing(from, to);
