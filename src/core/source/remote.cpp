@@ -201,8 +201,8 @@ struct RemoteShared {
   // transport waits for room (its transfers pause; the server is held back by TCP) rather
   // than skip the block: a skipped block is fetched again by every other mount of the cache
   // that wants it (its claim freed, its file missing), and eight mounts reading one object on
-  // a busy machine sent 1.2-1.6x it that way, the writer starved of CPU. Only a disk that
-  // stays slower than disk_room_wait per block has blocks skipped.
+  // a busy machine sent 1.05-1.24x it that way, the writer starved of CPU. A block is skipped
+  // only when the queue stays full for disk_room_wait (a disk that cannot keep up at all).
   void queue_disk_write(DiskWrite write) {
     std::unique_lock lock(disk_mutex);
     if (disk_queue.size() >= disk_queue_limit && !disk_room.wait_for(lock, disk_room_wait, [&] {
