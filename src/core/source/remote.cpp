@@ -1242,7 +1242,7 @@ class RemoteSource final : public ByteSource {
           if (!s.live || s.used < oldest->used) oldest = &s;
           if (!s.live) break;
         }
-        *oldest = Stream{offset, end, 0, 0, tick_, true};
+        *oldest = Stream{sibling_start(offset), end, 0, 0, tick_, true};
         return;
       }
       Stream& s = *match;
@@ -1254,18 +1254,19 @@ class RemoteSource final : public ByteSource {
       s.window = std::min(s.window, shared_->window_limit);
       const std::uint64_t next = (end + block_size - 1) / block_size;
       to = std::min(next + s.window, block_count_);
-      // Readahead stops a sixteenth of what the stream has read (at least first_window) past
-      // the end of the read unit (a tensor's bytes) the reader is in: a reader of one tensor is
-      // not sent the next, and one of every tensor still has the next ones coming. Between
+      // Readahead stops a sixteenth of what the stream had read before the read unit (a
+      // tensor's bytes) the reader is in (at least first_window) past that unit's end: a reader
+      // of one tensor is not sent the next, whatever its size, and one of every tensor still
+      // has the next ones coming (its threads' streams count as one: sibling_start()). Between
       // units (a header, a pickle), it stops at the next unit's first block: a reader of the
       // header is not sent tensors. Where the reader is lags `end` by the kernel's own
       // readahead, which reads a little past the end of what the reader asked for.
       const std::uint64_t position = std::max(s.start, end > unit_slack ? end - unit_slack : 0);
       std::optional<std::uint64_t> limit;
       if (const auto* unit = unit_at(position)) {
-        const std::uint64_t run_on =
-            std::clamp<std::uint64_t>((s.end - s.start) / 16 / block_size, first_window,
-                                      std::max(first_window, shared_->window_limit));
+        const std::uint64_t before = unit->first > s.start ? unit->first - s.start : 0;
+        const std::uint64_t run_on = std::clamp<std::uint64_t>(
+            before / 16 / block_size, first_window, std::max(first_window, shared_->window_limit));
         limit = (unit->second + block_size - 1) / block_size + run_on;
       } else if (const auto* after = unit_after(position)) {
         limit = after->first / block_size + 1;
@@ -1362,6 +1363,21 @@ class RemoteSource final : public ByteSource {
     if (it == units_.begin()) return nullptr;
     --it;
     return offset < it->second ? &*it : nullptr;
+  }
+
+  // Where a new stream at `offset` counts from: the start of a live stream that is reading the
+  // same read unit before it, if any (torch copies a tensor in parts, a thread each: the
+  // threads' streams are one load, and the window and the run past the unit's end grow with
+  // all it has read, not from 1 MiB at each part), else `offset`. Under streams_mutex_.
+  std::uint64_t sibling_start(std::uint64_t offset) const {
+    const Unit* unit = unit_at(offset);
+    if (unit == nullptr) return offset;
+    const std::uint64_t from = unit->first > unit_slack ? unit->first - unit_slack : 0;
+    std::uint64_t start = offset;
+    for (const Stream& s : streams_) {
+      if (s.live && s.end >= from && s.end <= offset) start = std::min(start, s.start);
+    }
+    return start;
   }
 
   // The first read unit that starts after byte `offset`, or null; under streams_mutex_.
