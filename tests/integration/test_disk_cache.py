@@ -27,6 +27,7 @@ import random
 import shutil
 import stat
 import struct
+import subprocess
 import sys
 import threading
 import unittest
@@ -45,10 +46,11 @@ from remote_servers import FaultProxy, ObjectServer  # noqa: E402
 from test_mount import run  # noqa: E402
 from test_remote import (SLACK, TENSORS, RemoteTestCase, in_thread,  # noqa: E402
                          make_checkpoint)
-from fixtures import wait_until  # noqa: E402
+from fixtures import views_dir, wait_until  # noqa: E402
 
 OTHER_UID = 65534  # nobody: a user who is not the one running the tests (they run as root)
 HEADER = 32        # a block file's header: "CKPTFSB1", index, length, CRC-32, padding
+BLOCK = 256 * 1024  # a block's bytes (remote_block_size)
 
 
 def blocks(cache):
@@ -224,6 +226,55 @@ class DiskCacheTests(RemoteTestCase):
               file=sys.stderr)
         self.assertEqual(results, [self.want] * len(mounts))
         self.assertLessEqual(proxy.sent, 1.2 * size)
+
+    def test_a_starved_cache_writer_holds_reads_back_rather_than_skip_blocks(self):
+        """The mount's thread that writes fetched blocks into the cache_dir, at SCHED_IDLE while
+        every CPU is kept busy, lags behind the network by its whole write queue (16 MiB with
+        -o cache_size=64M): the fetches wait for room in the queue rather than skip the blocks
+        that do not fit, so every block of a 192 MiB object read once is in the cache after. (A
+        skipped block is fetched again by every other mount of the cache that wants it: eight
+        mounts of one object sent up to 1.24x it.)"""
+        tensor = 24 * 2**20
+        header = {f"t{i}": {"dtype": "U8", "shape": [tensor],
+                            "data_offsets": [i * tensor, (i + 1) * tensor]} for i in range(8)}
+        text = json.dumps(header).encode()
+        text += b" " * (-len(text) % 8)
+        data = (len(text).to_bytes(8, "little") + text
+                + random.Random(7).randbytes(8 * tensor))
+        (self.root / "starved.safetensors").write_bytes(data)
+        cache = self.new_dir("cache")
+        mnt, proc = self.mount(self.nginx.url("starved.safetensors"), "-o",
+                               f"cache_dir={cache}", "-o", "cache_size=64M")
+        hogs = []
+        try:
+            view = views_dir(mnt) / "model.safetensors"
+            with open(view, "rb", buffering=0) as f:
+                f.read(2**20)  # the first blocks fetched start the writer
+
+            def writer():
+                for task in Path(f"/proc/{proc.pid}/task").iterdir():
+                    if (task / "comm").read_text().strip() == "disk-cache":
+                        return int(task.name)
+                return None
+            self.assertTrue(wait_until(lambda: writer() is not None, 10), "no disk-cache thread")
+            os.sched_setscheduler(writer(), os.SCHED_IDLE, os.sched_param(0))
+            hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+                    for _ in range(os.cpu_count() or 2)]
+
+            def tensor_bytes():  # the served file's header is the mount's own
+                with open(view, "rb", buffering=0) as f:
+                    served = f.read()
+                return served[8 + int.from_bytes(served[:8], "little"):]
+            done, result, seconds = in_thread(tensor_bytes, 120)
+            self.assertTrue(done, "reads with a starved cache writer hung")
+            self.assertTrue(result == data[8 + len(text):], "wrong bytes")
+        finally:
+            for h in hogs:
+                h.kill()
+                h.wait()
+            self.unmount(mnt, proc)
+        written = sum(1 for b in blocks(cache) if b.stat().st_size > HEADER)
+        self.assertEqual(written, -(-len(data) // BLOCK), f"{seconds:.1f} s")
 
     def test_a_stopped_mount_holds_the_others_up_half_their_timeout_at_most(self):
         """Two mounts of one object on one cache_dir (-o timeout=4). The first is stopped

@@ -14,6 +14,7 @@
 
 #include <fmt/format.h>
 
+#include <pthread.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <algorithm>
@@ -220,6 +221,8 @@ struct RemoteShared {
     disk_wake.notify_one();
   }
   void disk_writer() {
+    // Named for `top -H` and the tests (test_disk_cache starves it on purpose).
+    (void)::pthread_setname_np(::pthread_self(), "disk-cache");
     std::unique_lock lock(disk_mutex);
     while (true) {
       disk_wake.wait(lock, [&] { return disk_stopping || !disk_queue.empty(); });
