@@ -44,13 +44,12 @@ from fixtures import fixture_path  # noqa: E402
 from mount_views import index_entries, tensor_digests  # noqa: E402
 from remote_servers import FaultProxy, ObjectServer  # noqa: E402
 from test_mount import run  # noqa: E402
-from test_remote import (SLACK, TENSORS, RemoteTestCase, in_thread,  # noqa: E402
-                         make_checkpoint)
+from test_remote import (BLOCK, SLACK, TENSORS, RemoteTestCase, in_thread,  # noqa: E402
+                         make_checkpoint, u8_safetensors)
 from fixtures import views_dir, wait_until  # noqa: E402
 
 OTHER_UID = 65534  # nobody: a user who is not the one running the tests (they run as root)
 HEADER = 32        # a block file's header: "CKPTFSB1", index, length, CRC-32, padding
-BLOCK = 256 * 1024  # a block's bytes (remote_block_size)
 
 
 def blocks(cache):
@@ -234,13 +233,9 @@ class DiskCacheTests(RemoteTestCase):
         that do not fit, so every block of a 192 MiB object read once is in the cache after. (A
         skipped block is fetched again by every other mount of the cache that wants it: eight
         mounts of one object sent up to 1.24x it.)"""
-        tensor = 24 * 2**20
-        header = {f"t{i}": {"dtype": "U8", "shape": [tensor],
-                            "data_offsets": [i * tensor, (i + 1) * tensor]} for i in range(8)}
-        text = json.dumps(header).encode()
-        text += b" " * (-len(text) % 8)
-        data = (len(text).to_bytes(8, "little") + text
-                + random.Random(7).randbytes(8 * tensor))
+        rng = random.Random(7)
+        payloads = [rng.randbytes(24 * 2**20) for _ in range(8)]
+        data = u8_safetensors(payloads)
         (self.root / "starved.safetensors").write_bytes(data)
         cache = self.new_dir("cache")
         mnt, proc = self.mount(self.nginx.url("starved.safetensors"), "-o",
@@ -267,7 +262,7 @@ class DiskCacheTests(RemoteTestCase):
                 return served[8 + int.from_bytes(served[:8], "little"):]
             done, result, seconds = in_thread(tensor_bytes, 120)
             self.assertTrue(done, "reads with a starved cache writer hung")
-            self.assertTrue(result == data[8 + len(text):], "wrong bytes")
+            self.assertTrue(result == b"".join(payloads), "wrong bytes")
         finally:
             for h in hogs:
                 h.kill()

@@ -59,6 +59,18 @@ def random_bytes(n, seed=1):
     return random.Random(seed).randbytes(n)
 
 
+def u8_safetensors(payloads):
+    """A safetensors file's bytes: tensors t0, t1, ... of dtype U8, one per bytes of `payloads`,
+    in that order."""
+    header, at = {}, 0
+    for i, p in enumerate(payloads):
+        header[f"t{i}"] = {"dtype": "U8", "shape": [len(p)], "data_offsets": [at, at + len(p)]}
+        at += len(p)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    return len(text).to_bytes(8, "little") + text + b"".join(payloads)
+
+
 def make_checkpoint(path, tensors, seed=0):
     """A torch.save state_dict with `tensors` {key: (rows, cols)} of float32, made by torch."""
     code = ("import sys, torch\n"
@@ -493,13 +505,8 @@ class HttpTests(RemoteTestCase):
         when first read)."""
         n = self.nginx
         tensor = 24 * 2**20  # (large enough that a block asked twice under load fits in 1.1x)
-        header = {f"t{i}": {"dtype": "U8", "shape": [tensor],
-                            "data_offsets": [i * tensor, (i + 1) * tensor]} for i in range(3)}
-        text = json.dumps(header).encode()
-        text += b" " * (-len(text) % 8)
-        payload = b"".join(bytes([i + 1]) * tensor for i in range(3))
         (self.root / "three.safetensors").write_bytes(
-            len(text).to_bytes(8, "little") + text + payload)
+            u8_safetensors([bytes([i + 1]) * tensor for i in range(3)]))
         make_checkpoint(self.root / "three.pth", {f"t{i}": (tensor // 4,) for i in range(3)})
         limit = 1.1 * tensor + 2**20
         for name, how in (("three.safetensors", "mapping"), ("three.safetensors", "data file"),
